@@ -1,0 +1,100 @@
+// The backward engine: walks the graph from the output in reverse topological order,
+// calling each node's backward once, with all gradients for its output summed first.
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/node.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace ember {
+namespace {
+
+// Nodes reachable from `root`, each after every node that feeds gradient into it.
+std::vector<Node*> topological_order(Node* root) {
+  std::vector<Node*> postorder;
+  std::unordered_set<Node*> visited;
+  // Iterative DFS (deep graphs would overflow a recursive one): (node, next edge to visit).
+  std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
+  visited.insert(root);
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->inputs.size()) {
+      Node* child = node->inputs[next++].node.get();
+      if (child != nullptr && visited.insert(child).second) stack.push_back({child, 0});
+    } else {
+      postorder.push_back(node);
+      stack.pop_back();
+    }
+  }
+  return {postorder.rbegin(), postorder.rend()};
+}
+
+void accumulate_leaf_grad(TensorImpl* leaf, const Tensor& grad) {
+  if (!leaf->grad) {
+    // Keep the gradient itself if nothing else can see it; otherwise a private copy, so that
+    // in-place updates of one .grad (clipping, say) never change another.
+    bool exclusive = grad.impl_ptr().use_count() == 1 && grad.impl()->storage.use_count() == 1 &&
+                     grad.is_contiguous() && grad.offset() == 0;
+    leaf->grad = exclusive ? grad.impl_ptr() : grad.clone().impl_ptr();
+  } else {
+    Tensor(leaf->grad).add_(grad);
+  }
+}
+
+}  // namespace
+
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  EMBER_CHECK(requires_grad(), "backward: the tensor does not require grad (no input had requires_grad set)");
+  Tensor seed = grad;
+  if (!seed.defined()) {
+    EMBER_CHECK(numel() == 1, "backward: a gradient must be given for a non-scalar output of shape {}",
+                shape_str(shape()));
+    seed = ones_like(*this);
+  }
+  EMBER_CHECK(seed.shape() == shape(), "backward: gradient shape {} differs from the output's {}",
+              shape_str(seed.shape()), shape_str(shape()));
+  NoGradGuard no_grad;  // backward formulas are not themselves recorded
+  if (is_leaf()) {
+    accumulate_leaf_grad(impl(), seed);
+    return;
+  }
+  std::unordered_map<Node*, Tensor> pending{{grad_fn().get(), seed}};
+  for (Node* node : topological_order(grad_fn().get())) {
+    auto found = pending.find(node);
+    if (found == pending.end()) continue;  // nothing flowed into this node
+    Tensor grad_output = std::move(found->second);
+    pending.erase(found);
+    EMBER_CHECK(node->backward, "backward: the graph through '{}' was already freed; "
+                "call backward(grad, /*retain_graph=*/true) to walk it twice", node->name);
+    Grads grads = node->backward(grad_output);
+    if (!retain_graph) node->backward = nullptr;  // frees the tensors it saved
+    EMBER_CHECK(grads.size() == node->inputs.size(), "backward of {}: returned {} gradients for {} inputs",
+                node->name, grads.size(), node->inputs.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const Edge& edge = node->inputs[i];
+      if (!edge.active() || !grads[i].defined()) continue;
+      EMBER_CHECK(grads[i].shape() == edge.shape, "backward of {}: gradient {} has shape {}, input has {}",
+                  node->name, i, shape_str(grads[i].shape()), shape_str(edge.shape));
+      if (edge.leaf) {
+        accumulate_leaf_grad(edge.leaf.get(), grads[i]);
+      } else {
+        Tensor& slot = pending[edge.node.get()];
+        slot = slot.defined() ? slot + grads[i] : grads[i];
+      }
+    }
+  }
+}
+
+Tensor& Tensor::requires_grad_(bool enabled) {
+  EMBER_CHECK(is_leaf(), "requires_grad_: only leaves can change requires_grad (this tensor was made by {})",
+              "an op");
+  EMBER_CHECK(!enabled || is_floating(dtype()), "requires_grad_: {} tensors cannot require grad",
+              dtype_name(dtype()));
+  impl_->requires_grad = enabled;
+  return *this;
+}
+
+Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
+
+}  // namespace ember

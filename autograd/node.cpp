@@ -1,0 +1,30 @@
+// Recording ops into the graph.
+#include "autograd/node.h"
+
+namespace ember {
+
+bool any_requires_grad(std::initializer_list<Tensor> inputs) {
+  if (!grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void attach_node(const char* name, Tensor& output, std::initializer_list<Tensor> inputs, BackwardFn backward) {
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  node->backward = std::move(backward);
+  for (const Tensor& t : inputs) {
+    Edge edge;
+    if (t.defined() && t.requires_grad()) {
+      if (t.is_leaf()) edge.leaf = t.impl_ptr();
+      else edge.node = t.grad_fn();
+      edge.shape = t.shape();
+    }
+    node->inputs.push_back(std::move(edge));
+  }
+  output.impl()->grad_fn = std::move(node);
+  output.impl()->requires_grad = true;
+}
+
+}  // namespace ember

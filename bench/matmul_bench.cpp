@@ -1,0 +1,187 @@
+// Times ember::cpu::gemm at the model's matmul shapes and prints GFLOP/s (median of several runs).
+//
+// Usage: matmul_bench [--threads N] [--reps R] [--json] [--transposed] [--peak] [--kernel NAME]
+//   --transposed  also time A^T B and A B^T (the backward-pass layouts)
+//   --peak        also measure the FP32 FMA peak of this machine with N threads
+//   --kernel      force a micro-kernel: avx512, avx2, generic (default: the best available)
+// Shapes are kept in sync with bench/matmul_torch.py.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu/gemm.h"
+#include "core/parallel.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+struct Shape {
+  std::string name;
+  int64_t batch, M, N, K;
+  bool transpose_a, transpose_b;
+};
+
+std::vector<Shape> shapes(bool transposed) {
+  const std::vector<Shape> main_shapes = {
+      {"8192x384x128", 1, 8192, 384, 128, false, false},
+      {"8192x128x128", 1, 8192, 128, 128, false, false},
+      {"8192x512x128", 1, 8192, 512, 128, false, false},
+      {"8192x128x512", 1, 8192, 128, 512, false, false},
+      {"1024x1024x1024", 1, 1024, 1024, 1024, false, false},
+  };
+  std::vector<Shape> list = main_shapes;
+  if (transposed) {
+    for (const Shape& s : main_shapes) {
+      list.push_back({s.name + " AtB", 1, s.M, s.N, s.K, true, false});
+      list.push_back({s.name + " ABt", 1, s.M, s.N, s.K, false, true});
+    }
+  }
+  list.push_back({"attn 128x(256x256x32)", 128, 256, 256, 32, false, false});
+  list.push_back({"attn 128x(256x32x256)", 128, 256, 32, 256, false, false});
+  list.push_back({"attn 256x(256x256x16)", 256, 256, 256, 16, false, false});
+  list.push_back({"attn 256x(256x16x256)", 256, 256, 16, 256, false, false});
+  return list;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Median seconds of one product (or batch of products) at this shape.
+double time_shape(const Shape& s, int reps) {
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> a(s.batch * s.M * s.K), b(s.batch * s.K * s.N), c(s.batch * s.M * s.N);
+  for (float& x : a) x = uniform(rng);
+  for (float& x : b) x = uniform(rng);
+  // A^T B: A is stored K x M; A B^T: B is stored N x K (the layouts backward passes see).
+  const int64_t a_rs = s.transpose_a ? 1 : s.K, a_cs = s.transpose_a ? s.M : 1;
+  const int64_t b_rs = s.transpose_b ? 1 : s.N, b_cs = s.transpose_b ? s.K : 1;
+  auto run = [&] {
+    if (s.batch == 1) {
+      ember::cpu::gemm(s.M, s.N, s.K, 1.0f, a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, 0.0f,
+                       c.data(), s.N);
+    } else {
+      ember::cpu::gemm_batched(s.batch, s.M, s.N, s.K, 1.0f, a.data(), s.M * s.K, a_rs, a_cs,
+                               b.data(), s.K * s.N, b_rs, b_cs, 0.0f, c.data(), s.M * s.N, s.N);
+    }
+  };
+  for (int i = 0; i < 2; ++i) run();  // warm-up: page faults, packing buffers, thread wake-up
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    run();
+    times.push_back(seconds_since(start));
+  }
+  return median(times);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// 24 independent FMA chains (enough to cover 4-cycle latency on 2 ports, with room to spare).
+__attribute__((target("avx512f"))) double fma_loop_avx512(int64_t iterations) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i) * 1e-3f);
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  }
+  alignas(64) float lanes[16];
+  double total = 0.0;
+  for (int i = 0; i < 24; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    for (float lane : lanes) total += lane;
+  }
+  return total;  // returned so the loop is not optimized away
+}
+
+// FP32 FMA GFLOP/s with every pool thread running the FMA loop at once (median of 5).
+double measure_peak() {
+  if (!__builtin_cpu_supports("avx512f")) return 0.0;
+  const int64_t iterations = 20'000'000;
+  const int threads = ember::num_threads();
+  std::vector<double> sink(threads);
+  std::vector<double> rates;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto start = std::chrono::steady_clock::now();
+    ember::parallel_for(0, threads, 1, [&](int64_t first, int64_t last) {
+      for (int64_t t = first; t < last; ++t) sink[t] = fma_loop_avx512(iterations);
+    });
+    double seconds = seconds_since(start);
+    rates.push_back(2.0 * 16 * 24 * static_cast<double>(iterations) * threads / seconds / 1e9);
+  }
+  return median(rates);
+}
+#else
+double measure_peak() { return 0.0; }
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 0, reps = 9;
+  bool json = false, transposed = false, peak = false;
+  const char* kernel = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (arg == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+    else if (arg == "--kernel" && i + 1 < argc) kernel = argv[++i];
+    else if (arg == "--json") json = true;
+    else if (arg == "--transposed") transposed = true;
+    else if (arg == "--peak") peak = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--threads N] [--reps R] [--json] [--transposed] [--peak] [--kernel NAME]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (threads > 0) ember::set_num_threads(threads);
+  if (kernel != nullptr && !ember::cpu::set_gemm_kernel(kernel)) {
+    std::fprintf(stderr, "kernel '%s' is not available on this CPU\n", kernel);
+    return 2;
+  }
+
+  const double peak_gflops = peak ? measure_peak() : 0.0;
+  if (json) {
+    std::printf("{\n \"kernel\": \"%s\",\n \"threads\": %d,\n", ember::cpu::gemm_float_kernel_name(),
+                ember::num_threads());
+    if (peak) std::printf(" \"fma_peak_gflops\": %.1f,\n", peak_gflops);
+    std::printf(" \"results\": [\n");
+  } else {
+    std::printf("ember gemm: kernel %s, %d threads\n", ember::cpu::gemm_float_kernel_name(),
+                ember::num_threads());
+    if (peak) std::printf("FP32 FMA peak: %.1f GFLOP/s\n", peak_gflops);
+  }
+  const std::vector<Shape> list = shapes(transposed);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Shape& s = list[i];
+    const double seconds = time_shape(s, reps);
+    const double gflops = 2.0 * s.batch * s.M * s.N * s.K / seconds / 1e9;
+    if (json) {
+      std::printf("  {\"name\": \"%s\", \"batch\": %ld, \"M\": %ld, \"N\": %ld, \"K\": %ld, "
+                  "\"seconds\": %.6g, \"gflops\": %.2f}%s\n",
+                  s.name.c_str(), static_cast<long>(s.batch), static_cast<long>(s.M),
+                  static_cast<long>(s.N), static_cast<long>(s.K), seconds, gflops,
+                  i + 1 < list.size() ? "," : "");
+    } else {
+      std::printf("%-26s %9.3f ms %8.1f GFLOP/s\n", s.name.c_str(), seconds * 1e3, gflops);
+    }
+    std::fflush(stdout);
+  }
+  if (json) std::printf(" ]\n}\n");
+  return 0;
+}

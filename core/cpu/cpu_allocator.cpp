@@ -1,0 +1,114 @@
+// The CPU allocator: 64-byte aligned blocks, cached by size class so that a training step
+// (which frees and re-asks for the same sizes every step) does not go back to the system.
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/device_copy.h"
+#include "core/error.h"
+
+namespace ember {
+namespace {
+
+constexpr size_t kAlignment = 64;
+constexpr size_t kMaxCachedBytes = size_t(4) << 30;  // past this, cached blocks are released
+
+// Rounds up to a size class: multiples of 64 bytes below 4 KiB, then 8 classes per power
+// of two (at most 12.5% waste), so slightly different shapes share blocks.
+size_t size_class(size_t nbytes) {
+  if (nbytes <= 4096) return (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  size_t power = size_t(1) << (63 - __builtin_clzll(nbytes));
+  size_t step = power / 8;
+  return (nbytes + step - 1) / step * step;
+}
+
+class CpuAllocator final : public Allocator {
+ public:
+  ~CpuAllocator() override { release_cached(); }
+
+  void* allocate(size_t nbytes) override {
+    size_t size = size_class(std::max<size_t>(nbytes, 1));
+    std::lock_guard<std::mutex> lock(mutex_);
+    void* ptr = nullptr;
+    auto it = free_.find(size);
+    if (it != free_.end() && !it->second.empty()) {
+      ptr = it->second.back();
+      it->second.pop_back();
+      cached_ -= size;
+    } else {
+      ptr = std::aligned_alloc(kAlignment, size);
+      if (ptr == nullptr) {
+        release_cached_locked();
+        ptr = std::aligned_alloc(kAlignment, size);
+      }
+      EMBER_CHECK(ptr != nullptr, "out of CPU memory: asked for {} bytes with {} bytes in use", nbytes,
+                  stats_.allocated);
+      stats_.reserved += size;
+    }
+    stats_.allocated += size;
+    stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+    return ptr;
+  }
+
+  void deallocate(void* ptr, size_t nbytes) override {
+    size_t size = size_class(std::max<size_t>(nbytes, 1));
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.allocated -= size;
+    free_[size].push_back(ptr);
+    cached_ += size;
+    if (cached_ > kMaxCachedBytes) release_cached_locked();
+  }
+
+  MemoryStats stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_allocated = stats_.allocated;
+  }
+  void release_cached() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_cached_locked();
+  }
+
+ private:
+  void release_cached_locked() {
+    for (auto& [size, blocks] : free_) {
+      for (void* block : blocks) std::free(block);
+      stats_.reserved -= int64_t(size * blocks.size());
+      blocks.clear();
+    }
+    cached_ = 0;
+  }
+
+  mutable std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+  MemoryStats stats_;
+};
+
+}  // namespace
+
+Allocator& allocator_for(Device device) {
+  if (device.is_cuda()) return cuda_allocator(device.index);
+  static CpuAllocator* cpu = new CpuAllocator();  // NOTE: leaked on purpose: tensors may outlive statics.
+  return *cpu;
+}
+
+MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); }
+void reset_peak_memory(Device device) { allocator_for(device).reset_peak(); }
+
+#ifndef EMBER_WITH_CUDA
+Allocator& cuda_allocator(int) { fail("this build of Ember has no CUDA backend (configure with nvcc present)"); }
+int cuda_device_count() { return 0; }
+void copy_bytes_across_devices(void*, Device, const void*, Device, int64_t) {
+  fail("this build of Ember has no CUDA backend (configure with nvcc present)");
+}
+void cuda_fill_float(void*, int64_t, float) { fail("this build of Ember has no CUDA backend"); }
+#endif
+
+}  // namespace ember

@@ -1,0 +1,322 @@
+// The GEMM driver: picks a micro-kernel, splits C across threads, blocks for the caches, packs A and B.
+//
+// Loop nest run by each thread on its own block of C (BLIS order; the kernel sets the sizes):
+//   for jc in N step nc:               B block  kc x nc  packed into nr-wide micro-panels (L2/L3)
+//     for pc in K step kc:
+//       for ic in M step mc:           A block  mc x kc  packed into mr-tall micro-panels (L2)
+//         for jr in nc step nr:        one B micro-panel stays in L1 ...
+//           for ir in mc step mr:      ... while the A micro-panels stream past it
+//             tile(kc, A panel, B panel, C[ic+ir : +mr, jc+jr : +nr])
+// Packing reads A and B through their strides, so transposed operands cost nothing extra.
+#include "core/cpu/gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
+#include "core/cpu/gemm_kernels.h"
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace ember::cpu {
+
+using detail::GemmKernel;
+using detail::round_up;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Kernel selection
+
+template <typename T>
+const GemmKernel<T>* best_kernel();
+
+template <>
+const GemmKernel<float>* best_kernel<float>() {
+  if (const auto* kernel = detail::avx512_float_kernel()) return kernel;
+  if (const auto* kernel = detail::avx2_float_kernel()) return kernel;
+  return detail::generic_float_kernel();
+}
+
+template <>
+const GemmKernel<double>* best_kernel<double>() {
+  if (const auto* kernel = detail::avx512_double_kernel()) return kernel;
+  return detail::generic_double_kernel();
+}
+
+// Chosen once at first use; set_gemm_kernel() may override (tests use it to cover every kernel).
+template <typename T>
+std::atomic<const GemmKernel<T>*>& active_kernel() {
+  static std::atomic<const GemmKernel<T>*> kernel{best_kernel<T>()};
+  return kernel;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-thread packing buffers: grown on demand, then reused (no allocation in steady state).
+
+class PackBuffer {
+ public:
+  PackBuffer() = default;
+  PackBuffer(const PackBuffer&) = delete;
+  PackBuffer& operator=(const PackBuffer&) = delete;
+  ~PackBuffer() { std::free(data_); }
+
+  template <typename T>
+  T* get(int64_t count) {
+    size_t bytes = static_cast<size_t>(count) * sizeof(T);
+    if (bytes > capacity_) {
+      std::free(data_);
+      capacity_ = round_up(static_cast<int64_t>(bytes), 4096);
+      data_ = std::aligned_alloc(64, capacity_);
+      EMBER_CHECK(data_ != nullptr, "gemm: cannot allocate a {}-byte packing buffer", capacity_);
+    }
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+struct Workspace {
+  PackBuffer a;
+  PackBuffer b;
+};
+
+Workspace& thread_workspace() {
+  thread_local Workspace workspace;
+  return workspace;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One product and how it is cut up
+
+template <typename T>
+struct Problem {
+  int64_t M, N, K;
+  T alpha;
+  const T* A;
+  int64_t a_rs, a_cs;
+  const T* B;
+  int64_t b_rs, b_cs;
+  T beta;
+  T* C;
+  int64_t c_rs;
+};
+
+// Splits `length` into equal blocks of at most `block` (a multiple of `step`): returns the size.
+int64_t balanced_block(int64_t length, int64_t block, int64_t step) {
+  int64_t blocks = (length + block - 1) / block;
+  return std::min(block, round_up((length + blocks - 1) / blocks, step));
+}
+
+// C = beta * C over M x N (beta == 0 writes zeros without reading C).
+template <typename T>
+void scale_c(const Problem<T>& p) {
+  for (int64_t i = 0; i < p.M; ++i) {
+    T* row = p.C + i * p.c_rs;
+    if (p.beta == T(0)) {
+      std::fill(row, row + p.N, T(0));
+    } else if (p.beta != T(1)) {
+      for (int64_t j = 0; j < p.N; ++j) row[j] *= p.beta;
+    }
+  }
+}
+
+// C[m0:m1, n0:n1] on the calling thread.
+template <typename T>
+void gemm_block(const GemmKernel<T>& kernel, const Problem<T>& p, int64_t m0, int64_t m1,
+                int64_t n0, int64_t n1) {
+  const int mr = kernel.mr;
+  const int nr = kernel.nr;
+  const int64_t kc_block = balanced_block(p.K, kernel.kc, 1);
+  const int64_t mc_block = balanced_block(m1 - m0, kernel.mc, mr);
+  const int64_t nc_block = balanced_block(n1 - n0, kernel.nc, nr);
+
+  Workspace& workspace = thread_workspace();
+  T* a_packed = workspace.a.get<T>(mc_block * kc_block);
+  T* b_packed = workspace.b.get<T>(nc_block * kc_block);
+
+  for (int64_t jc = n0; jc < n1; jc += nc_block) {
+    const int64_t nc = std::min(nc_block, n1 - jc);
+    for (int64_t pc = 0; pc < p.K; pc += kc_block) {
+      const int64_t kc = std::min(kc_block, p.K - pc);
+      const T beta = pc == 0 ? p.beta : T(1);  // later K blocks accumulate onto the first
+      kernel.pack_b(p.B + pc * p.b_rs + jc * p.b_cs, p.b_rs, p.b_cs, kc, nc, b_packed);
+      for (int64_t ic = m0; ic < m1; ic += mc_block) {
+        const int64_t mc = std::min(mc_block, m1 - ic);
+        kernel.pack_a(p.A + ic * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, mc, kc, a_packed);
+        for (int64_t jr = 0; jr < nc; jr += nr) {
+          const int n_cols = static_cast<int>(std::min<int64_t>(nr, nc - jr));
+          const T* b_panel = b_packed + jr * kc;
+          for (int64_t ir = 0; ir < mc; ir += mr) {
+            const int m_rows = static_cast<int>(std::min<int64_t>(mr, mc - ir));
+            T* c_tile = p.C + (ic + ir) * p.c_rs + jc + jr;
+            kernel.tile(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha,
+                        beta);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Below this much work (M*N*K multiply-adds) per thread, another thread costs more than it saves.
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 18;
+
+int threads_for(int64_t M, int64_t N, int64_t K, int available) {
+  int64_t work = M * N * std::max<int64_t>(K, 1);
+  int64_t by_work = std::max<int64_t>(1, work / kMinWorkPerThread);
+  return static_cast<int>(std::min<int64_t>(available, by_work));
+}
+
+// How `threads` threads tile C: a grid of row_groups x col_groups rectangles.
+struct ThreadGrid {
+  int row_groups;
+  int col_groups;
+};
+
+// Picks the grid with the least work on the busiest thread: its multiply-adds (edge tiles
+// counted whole) plus the packing it does (its A rows and its B columns).
+ThreadGrid choose_grid(int64_t M, int64_t N, int64_t K, int mr, int nr, int threads) {
+  const int64_t m_tiles = (M + mr - 1) / mr;
+  const int64_t n_tiles = (N + nr - 1) / nr;
+  ThreadGrid best{threads, 1};
+  double best_cost = -1;
+  for (int rows = 1; rows <= threads; ++rows) {
+    if (threads % rows != 0) continue;
+    const int cols = threads / rows;
+    if (rows > m_tiles || cols > n_tiles) continue;
+    const double m = static_cast<double>((m_tiles + rows - 1) / rows * mr);
+    const double n = static_cast<double>((n_tiles + cols - 1) / cols * nr);
+    const double cost = m * n * K + 4.0 * (m * K + n * K);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best = {rows, cols};
+    }
+  }
+  return best;
+}
+
+template <typename T>
+void gemm_threaded(const GemmKernel<T>& kernel, const Problem<T>& p, int threads) {
+  if (threads <= 1) {
+    gemm_block(kernel, p, 0, p.M, 0, p.N);
+    return;
+  }
+  const ThreadGrid grid = choose_grid(p.M, p.N, p.K, kernel.mr, kernel.nr, threads);
+  const int64_t m_tiles = (p.M + kernel.mr - 1) / kernel.mr;
+  const int64_t n_tiles = (p.N + kernel.nr - 1) / kernel.nr;
+  // NOTE: the lambda captures only references (16 bytes), so std::function does not allocate.
+  parallel_for(0, int64_t{grid.row_groups} * grid.col_groups, 1, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) {
+      const int64_t row_group = t / grid.col_groups;
+      const int64_t col_group = t % grid.col_groups;
+      const int64_t m0 = std::min(p.M, m_tiles * row_group / grid.row_groups * kernel.mr);
+      const int64_t m1 = std::min(p.M, m_tiles * (row_group + 1) / grid.row_groups * kernel.mr);
+      const int64_t n0 = std::min(p.N, n_tiles * col_group / grid.col_groups * kernel.nr);
+      const int64_t n1 = std::min(p.N, n_tiles * (col_group + 1) / grid.col_groups * kernel.nr);
+      if (m0 < m1 && n0 < n1) gemm_block(kernel, p, m0, m1, n0, n1);
+    }
+  });
+}
+
+// One product with up to `threads` threads (trivial shapes handled here, not in the kernels).
+template <typename T>
+void gemm_one(const Problem<T>& p, int threads) {
+  if (p.M <= 0 || p.N <= 0) return;
+  if (p.K <= 0 || p.alpha == T(0)) {  // nothing to multiply: C = beta * C, A and B unread
+    scale_c(p);
+    return;
+  }
+  const GemmKernel<T>& kernel = *active_kernel<T>().load(std::memory_order_relaxed);
+  gemm_threaded(kernel, p, std::min(threads, threads_for(p.M, p.N, p.K, threads)));
+}
+
+template <typename T>
+void gemm_any(int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_rs, int64_t a_cs,
+              const T* B, int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_rs) {
+  EMBER_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
+  gemm_one(Problem<T>{M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs}, num_threads());
+}
+
+template <typename T>
+void gemm_batched_any(int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                      int64_t a_bs, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_bs,
+                      int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_bs, int64_t c_rs) {
+  EMBER_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0,
+              "gemm_batched: negative size batch={} M={} N={} K={}", batch, M, N, K);
+  if (batch == 0 || M == 0 || N == 0) return;
+  auto product = [&](int64_t i) {
+    return Problem<T>{M, N, K, alpha, A + i * a_bs, a_rs, a_cs, B + i * b_bs, b_rs, b_cs,
+                      beta, C + i * c_bs, c_rs};
+  };
+  const int threads = num_threads();
+  const int64_t work = batch * M * N * std::max<int64_t>(K, 1);
+  // Split over the batch when every thread gets an equal share (or the imbalance is small).
+  const bool split_batch = threads > 1 && work >= 2 * kMinWorkPerThread &&
+                           (batch % threads == 0 || batch >= 4 * threads);
+  if (split_batch) {
+    parallel_for(0, batch, 1, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) gemm_one(product(i), 1);
+    });
+  } else {
+    for (int64_t i = 0; i < batch; ++i) gemm_one(product(i), threads);
+  }
+}
+
+}  // namespace
+
+void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
+          const float* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs) {
+  gemm_any(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs);
+}
+
+void gemm(int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t a_rs,
+          int64_t a_cs, const double* B, int64_t b_rs, int64_t b_cs, double beta, double* C,
+          int64_t c_rs) {
+  gemm_any(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs);
+}
+
+void gemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t a_bs, int64_t a_rs, int64_t a_cs, const float* B, int64_t b_bs,
+                  int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_bs, int64_t c_rs) {
+  gemm_batched_any(batch, M, N, K, alpha, A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, beta, C, c_bs,
+                   c_rs);
+}
+
+void gemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                  int64_t a_bs, int64_t a_rs, int64_t a_cs, const double* B, int64_t b_bs,
+                  int64_t b_rs, int64_t b_cs, double beta, double* C, int64_t c_bs,
+                  int64_t c_rs) {
+  gemm_batched_any(batch, M, N, K, alpha, A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, beta, C, c_bs,
+                   c_rs);
+}
+
+const char* gemm_float_kernel_name() { return active_kernel<float>().load()->name; }
+
+bool set_gemm_kernel(const char* name) {
+  std::string_view wanted = name == nullptr ? "auto" : name;
+  const GemmKernel<float>* float_kernel = nullptr;
+  const GemmKernel<double>* double_kernel = nullptr;
+  if (wanted == "auto") {
+    float_kernel = best_kernel<float>();
+    double_kernel = best_kernel<double>();
+  } else if (wanted == "avx512") {
+    float_kernel = detail::avx512_float_kernel();
+    double_kernel = detail::avx512_double_kernel();
+  } else if (wanted == "avx2") {
+    float_kernel = detail::avx2_float_kernel();
+    double_kernel = detail::generic_double_kernel();
+  } else if (wanted == "generic") {
+    float_kernel = detail::generic_float_kernel();
+    double_kernel = detail::generic_double_kernel();
+  }
+  if (float_kernel == nullptr || double_kernel == nullptr) return false;
+  active_kernel<float>().store(float_kernel);
+  active_kernel<double>().store(double_kernel);
+  return true;
+}
+
+}  // namespace ember::cpu

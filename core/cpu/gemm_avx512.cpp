@@ -1,0 +1,315 @@
+// AVX-512 GEMM micro-kernels (float and double): an MR x (NV vectors) register tile of FMAs.
+//
+// Register tile (float, MR = 14, NV = 2, so 14 x 32):
+//
+//            b_panel row k:  [ 16 floats | 16 floats ]      <- 2 vector loads
+//   a_panel(0,k)  broadcast  [  acc 0,0  |  acc 0,1  ]
+//   a_panel(1,k)  broadcast  [  acc 1,0  |  acc 1,1  ]      28 zmm accumulators
+//      ...                          ...                      + 2 B vectors + 1 broadcast = 31 of 32
+//   a_panel(13,k) broadcast  [ acc 13,0  | acc 13,1  ]
+//
+// Each k step: 2 loads of B, 14 broadcasts of A, 28 FMAs. Vectors run along N, so a C tile
+// row is NV contiguous vectors and needs no transposition. Edge tiles (fewer rows, fewer
+// vectors, a partial last vector) are separate template instances with masked C access.
+//
+// NOTE: this file is compiled for AVX-512 through a target pragma, so the library itself needs
+// no -march flag; only the selection functions at the bottom (outside the pragma) run on any CPU.
+#include "core/cpu/gemm_kernels.h"
+#include "core/cpu/gemm_pack.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#include <array>
+#include <utility>
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,fma")
+// NOTE: GCC 12 warns "__Y is used uninitialized" inside its own AVX-512 intrinsic headers
+// (their deliberate self-initialized undefined vectors); the warning is about the header.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace ember::cpu::detail {
+namespace {
+
+struct Float32Ops {
+  using T = float;
+  using Vec = __m512;
+  using Mask = __mmask16;
+  static constexpr int kLanes = 16;
+  static Vec zero() { return _mm512_setzero_ps(); }
+  static Vec broadcast(T x) { return _mm512_set1_ps(x); }
+  static Vec load(const T* p) { return _mm512_loadu_ps(p); }
+  static Vec load(Mask m, const T* p) { return _mm512_maskz_loadu_ps(m, p); }
+  static void store(T* p, Mask m, Vec v) { _mm512_mask_storeu_ps(p, m, v); }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+  static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+};
+
+struct Float64Ops {
+  using T = double;
+  using Vec = __m512d;
+  using Mask = __mmask8;
+  static constexpr int kLanes = 8;
+  static Vec zero() { return _mm512_setzero_pd(); }
+  static Vec broadcast(T x) { return _mm512_set1_pd(x); }
+  static Vec load(const T* p) { return _mm512_loadu_pd(p); }
+  static Vec load(Mask m, const T* p) { return _mm512_maskz_loadu_pd(m, p); }
+  static void store(T* p, Mask m, Vec v) { _mm512_mask_storeu_pd(p, m, v); }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_pd(a, b, c); }
+  static Vec mul(Vec a, Vec b) { return _mm512_mul_pd(a, b); }
+};
+
+// One kRows x (kVecs * lanes) tile; the A panel holds kPanelRows rows (kRows <= kPanelRows).
+template <typename Ops, int kRows, int kVecs, int kPanelRows>
+void tile(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typename Ops::T* c,
+          int64_t c_rs, int n_cols, typename Ops::T alpha, typename Ops::T beta) {
+  using Vec = typename Ops::Vec;
+  using Mask = typename Ops::Mask;
+  constexpr int kLanes = Ops::kLanes;
+
+  Vec acc[kRows][kVecs];
+#pragma GCC unroll 32
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = Ops::zero();
+  }
+  // Pull the C tile toward L1 while the FMAs run.
+#pragma GCC unroll 32
+  for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_T0);
+
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < kc; ++k) {
+    Vec b_row[kVecs];
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) b_row[v] = Ops::load(b + v * kLanes);
+#pragma GCC unroll 32
+    for (int r = 0; r < kRows; ++r) {
+      Vec a_value = Ops::broadcast(a[r]);
+#pragma GCC unroll 8
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = Ops::fma(a_value, b_row[v], acc[r][v]);
+    }
+    a += kPanelRows;
+    b += kVecs * kLanes;
+  }
+
+  const Mask all = static_cast<Mask>(~0u);
+  const int last_lanes = n_cols - (kVecs - 1) * kLanes;  // 1..kLanes
+  const Mask last = last_lanes == kLanes ? all : static_cast<Mask>((1u << last_lanes) - 1);
+  const Vec alpha_v = Ops::broadcast(alpha);
+  const Vec beta_v = Ops::broadcast(beta);
+#pragma GCC unroll 32
+  for (int r = 0; r < kRows; ++r) {
+    typename Ops::T* row = c + r * c_rs;
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) {
+      Mask mask = v == kVecs - 1 ? last : all;
+      Vec out = Ops::mul(acc[r][v], alpha_v);
+      if (beta != 0) out = Ops::fma(beta_v, Ops::load(mask, row + v * kLanes), out);
+      Ops::store(row + v * kLanes, mask, out);
+    }
+  }
+}
+
+template <typename Ops>
+using Tile = void (*)(int64_t, const typename Ops::T*, const typename Ops::T*, typename Ops::T*,
+                      int64_t, int, typename Ops::T, typename Ops::T);
+
+// table[rows - 1][vecs - 1] = tile<rows, vecs>.
+template <typename Ops, int kPanelRows, int kRows, int... kVecsMinus1>
+constexpr auto tile_row(std::integer_sequence<int, kVecsMinus1...>) {
+  return std::array<Tile<Ops>, sizeof...(kVecsMinus1)>{&tile<Ops, kRows, kVecsMinus1 + 1, kPanelRows>...};
+}
+template <typename Ops, int kPanelRows, int kMaxVecs, int... kRowsMinus1>
+constexpr auto tile_table(std::integer_sequence<int, kRowsMinus1...>) {
+  return std::array<std::array<Tile<Ops>, kMaxVecs>, sizeof...(kRowsMinus1)>{
+      tile_row<Ops, kPanelRows, kRowsMinus1 + 1>(std::make_integer_sequence<int, kMaxVecs>{})...};
+}
+
+template <typename Ops, int kMR, int kNV>
+void tile_any_size(int64_t kc, const typename Ops::T* a, const typename Ops::T* b,
+                   typename Ops::T* c, int64_t c_rs, int m_rows, int n_cols, typename Ops::T alpha,
+                   typename Ops::T beta) {
+  static constexpr auto table =
+      tile_table<Ops, kMR, kNV>(std::make_integer_sequence<int, kMR>{});
+  int vecs = (n_cols + Ops::kLanes - 1) / Ops::kLanes;
+  table[m_rows - 1][vecs - 1](kc, a, b, c, c_rs, n_cols, alpha, beta);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float packing with 16x16 in-register transposes: the common layouts (row-major A, and B^T)
+// are transposed 256 elements at a time instead of one scalar at a time.
+
+// rows[i][j] -> rows[j][i]. Four shuffle stages, 64 shuffles in all.
+void transpose_16x16(__m512 rows[16]) {
+  __m512 pairs[16], quads[16];
+  // Stage 1, per 128-bit lane L: pairs[2i] = (r2i[4L], r2i+1[4L], r2i[4L+1], r2i+1[4L+1]), ...
+  for (int i = 0; i < 8; ++i) {
+    pairs[2 * i] = _mm512_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
+    pairs[2 * i + 1] = _mm512_unpackhi_ps(rows[2 * i], rows[2 * i + 1]);
+  }
+  // Stage 2: quads[4g + c], lane L = rows 4g..4g+3 of column 4L + c.
+  for (int g = 0; g < 4; ++g) {
+    quads[4 * g + 0] = _mm512_shuffle_ps(pairs[4 * g], pairs[4 * g + 2], 0x44);
+    quads[4 * g + 1] = _mm512_shuffle_ps(pairs[4 * g], pairs[4 * g + 2], 0xEE);
+    quads[4 * g + 2] = _mm512_shuffle_ps(pairs[4 * g + 1], pairs[4 * g + 3], 0x44);
+    quads[4 * g + 3] = _mm512_shuffle_ps(pairs[4 * g + 1], pairs[4 * g + 3], 0xEE);
+  }
+  // Stages 3-4: column 4L + c gathers lane L of quads[c], quads[4 + c], quads[8 + c], quads[12 + c].
+  for (int c = 0; c < 4; ++c) {
+    __m512 low_even = _mm512_shuffle_f32x4(quads[c], quads[4 + c], 0x88);   // lanes 0,2 | 0,2
+    __m512 low_odd = _mm512_shuffle_f32x4(quads[c], quads[4 + c], 0xDD);    // lanes 1,3 | 1,3
+    __m512 high_even = _mm512_shuffle_f32x4(quads[8 + c], quads[12 + c], 0x88);
+    __m512 high_odd = _mm512_shuffle_f32x4(quads[8 + c], quads[12 + c], 0xDD);
+    rows[c] = _mm512_shuffle_f32x4(low_even, high_even, 0x88);
+    rows[8 + c] = _mm512_shuffle_f32x4(low_even, high_even, 0xDD);
+    rows[4 + c] = _mm512_shuffle_f32x4(low_odd, high_odd, 0x88);
+    rows[12 + c] = _mm512_shuffle_f32x4(low_odd, high_odd, 0xDD);
+  }
+}
+
+__mmask16 first_lanes(int64_t count) {
+  return count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1);
+}
+
+template <int kMR>
+void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, float* out) {
+  static_assert(kMR <= 16, "an A micro-panel column must fit one vector");
+  const __mmask16 panel_lanes = first_lanes(kMR);
+  if (a_cs == 1) {  // row-major A: transpose 16 (rows) x 16 (k) blocks
+    for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+      const int64_t rows = std::min<int64_t>(kMR, m - i0);
+      for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+        const int64_t k_count = std::min<int64_t>(16, kc - k0);
+        const __mmask16 k_lanes = first_lanes(k_count);
+        __m512 block[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; ++r) {
+          block[r] = r < rows ? _mm512_maskz_loadu_ps(k_lanes, A + (i0 + r) * a_rs + k0)
+                              : _mm512_setzero_ps();
+        }
+        transpose_16x16(block);
+        for (int64_t k = 0; k < k_count; ++k) {
+          _mm512_mask_storeu_ps(out + (k0 + k) * kMR, panel_lanes, block[k]);
+        }
+      }
+      out += kMR * kc;
+    }
+  } else if (a_rs == 1) {  // column-major A: each k is a contiguous run of rows
+    for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+      const __mmask16 row_lanes = first_lanes(std::min<int64_t>(kMR, m - i0));
+      for (int64_t k = 0; k < kc; ++k) {
+        _mm512_mask_storeu_ps(out + k * kMR, panel_lanes,
+                              _mm512_maskz_loadu_ps(row_lanes, A + i0 + k * a_cs));
+      }
+      out += kMR * kc;
+    }
+  } else {
+    pack_a_generic<float, kMR>(A, a_rs, a_cs, m, kc, out);
+  }
+}
+
+template <int kNR>
+void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, float* out) {
+  static_assert(kNR % 16 == 0, "B micro-panels are whole vectors wide");
+  if (b_cs != 1 && b_rs != 1) {
+    pack_b_generic<float, kNR, 16>(B, b_rs, b_cs, kc, n, out);
+    return;
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += kNR) {
+    const int64_t cols = std::min<int64_t>(kNR, n - j0);
+    const int64_t vectors = (cols + 15) / 16;
+    const int64_t width = vectors * 16;
+    const float* src = B + j0 * b_cs;
+    if (b_cs == 1) {  // row-major B: copy each k's run of columns, zero-filling the padding
+      for (int64_t k = 0; k < kc; ++k) {
+        for (int64_t v = 0; v < vectors; ++v) {
+          const __mmask16 lanes = first_lanes(cols - 16 * v);
+          _mm512_storeu_ps(out + k * width + 16 * v,
+                           _mm512_maskz_loadu_ps(lanes, src + k * b_rs + 16 * v));
+        }
+      }
+    } else {  // B^T (b_rs == 1): transpose 16 (columns) x 16 (k) blocks
+      for (int64_t v = 0; v < vectors; ++v) {
+        const int64_t group_cols = std::min<int64_t>(16, cols - 16 * v);
+        for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+          const int64_t k_count = std::min<int64_t>(16, kc - k0);
+          const __mmask16 k_lanes = first_lanes(k_count);
+          __m512 block[16];
+#pragma GCC unroll 16
+          for (int j = 0; j < 16; ++j) {
+            block[j] = j < group_cols ? _mm512_maskz_loadu_ps(k_lanes, src + (16 * v + j) * b_cs + k0)
+                                      : _mm512_setzero_ps();
+          }
+          transpose_16x16(block);
+          for (int64_t k = 0; k < k_count; ++k) {
+            _mm512_storeu_ps(out + (k0 + k) * width + 16 * v, block[k]);
+          }
+        }
+      }
+    }
+    out += kNR * kc;
+  }
+}
+
+#ifndef EMBER_AVX512_MR
+#define EMBER_AVX512_MR 14
+#endif
+#ifndef EMBER_AVX512_NV
+#define EMBER_AVX512_NV 2
+#endif
+#ifndef EMBER_AVX512_KC
+#define EMBER_AVX512_KC 256
+#endif
+#ifndef EMBER_AVX512_MC
+#define EMBER_AVX512_MC 168
+#endif
+#ifndef EMBER_AVX512_NC
+#define EMBER_AVX512_NC 1024
+#endif
+
+constexpr int kFloatMR = EMBER_AVX512_MR;
+constexpr int kFloatNV = EMBER_AVX512_NV;
+constexpr int kDoubleMR = 14;
+constexpr int kDoubleNV = 2;
+
+}  // namespace
+
+// Kernel descriptions: constant data, safe to build on any CPU.
+const GemmKernel<float> kAvx512Float = {"avx512", kFloatMR, kFloatNV * 16, 16,
+                                        EMBER_AVX512_KC, EMBER_AVX512_MC, EMBER_AVX512_NC,
+                                        &tile_any_size<Float32Ops, kFloatMR, kFloatNV>,
+                                        &pack_a_float<kFloatMR>, &pack_b_float<kFloatNV * 16>};
+const GemmKernel<double> kAvx512Double = {"avx512", kDoubleMR, kDoubleNV * 8, 8, 256, 126, 1024,
+                                          &tile_any_size<Float64Ops, kDoubleMR, kDoubleNV>,
+                                          &pack_a_generic<double, kDoubleMR>,
+                                          &pack_b_generic<double, kDoubleNV * 8, 8>};
+
+}  // namespace ember::cpu::detail
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+namespace ember::cpu::detail {
+
+static bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("fma");
+}
+
+const GemmKernel<float>* avx512_float_kernel() { return cpu_has_avx512() ? &kAvx512Float : nullptr; }
+const GemmKernel<double>* avx512_double_kernel() { return cpu_has_avx512() ? &kAvx512Double : nullptr; }
+
+}  // namespace ember::cpu::detail
+
+#else  // not x86-64 GCC/Clang: no AVX-512 kernels
+
+namespace ember::cpu::detail {
+const GemmKernel<float>* avx512_float_kernel() { return nullptr; }
+const GemmKernel<double>* avx512_double_kernel() { return nullptr; }
+}  // namespace ember::cpu::detail
+
+#endif

@@ -1,0 +1,77 @@
+// Portable GEMM packing routines (any strides), included by each kernel file so they compile for its ISA.
+//
+// Layouts (see gemm_kernels.h):
+//   A block m x kc  -> ceil(m / kMR) micro-panels; panel p element (r, k) at [p*kMR*kc + k*kMR + r]
+//   B block kc x n  -> ceil(n / kNR) micro-panels; panel q is width(q) = min(kNR, round_up(cols, kGranule))
+//                      wide, element (k, j) at [q*kNR*kc + k*width(q) + j]
+// Rows/columns past the matrix are written as zeros.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cpu/gemm_kernels.h"
+
+namespace ember::cpu::detail {
+
+template <typename T, int kMR>
+void pack_a_generic(const T* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, T* out) {
+  for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+    const int rows = static_cast<int>(std::min<int64_t>(kMR, m - i0));
+    const T* src = A + i0 * a_rs;
+    if (a_rs == 1) {  // column-major A: each k is a contiguous run of rows
+      for (int64_t k = 0; k < kc; ++k) {
+        const T* column = src + k * a_cs;
+        T* dst = out + k * kMR;
+        for (int r = 0; r < rows; ++r) dst[r] = column[r];
+        for (int r = rows; r < kMR; ++r) dst[r] = T(0);
+      }
+    } else {  // walk each row contiguously, scatter with stride kMR
+      for (int r = 0; r < rows; ++r) {
+        const T* row = src + r * a_rs;
+        T* dst = out + r;
+        if (a_cs == 1) {
+          for (int64_t k = 0; k < kc; ++k) dst[k * kMR] = row[k];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) dst[k * kMR] = row[k * a_cs];
+        }
+      }
+      for (int r = rows; r < kMR; ++r) {
+        for (int64_t k = 0; k < kc; ++k) out[k * kMR + r] = T(0);
+      }
+    }
+    out += kMR * kc;
+  }
+}
+
+template <typename T, int kNR, int kGranule>
+void pack_b_generic(const T* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, T* out) {
+  for (int64_t j0 = 0; j0 < n; j0 += kNR) {
+    const int cols = static_cast<int>(std::min<int64_t>(kNR, n - j0));
+    const int width = static_cast<int>(std::min<int64_t>(kNR, round_up(cols, kGranule)));
+    const T* src = B + j0 * b_cs;
+    if (b_cs == 1) {  // row-major B: each k is a contiguous run of columns
+      for (int64_t k = 0; k < kc; ++k) {
+        const T* row = src + k * b_rs;
+        T* dst = out + k * width;
+        for (int j = 0; j < cols; ++j) dst[j] = row[j];
+        for (int j = cols; j < width; ++j) dst[j] = T(0);
+      }
+    } else {  // walk each column contiguously, scatter with stride width
+      for (int j = 0; j < cols; ++j) {
+        const T* column = src + j * b_cs;
+        T* dst = out + j;
+        if (b_rs == 1) {
+          for (int64_t k = 0; k < kc; ++k) dst[k * width] = column[k];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) dst[k * width] = column[k * b_rs];
+        }
+      }
+      for (int j = cols; j < width; ++j) {
+        for (int64_t k = 0; k < kc; ++k) out[k * width + j] = T(0);
+      }
+    }
+    out += kNR * kc;
+  }
+}
+
+}  // namespace ember::cpu::detail

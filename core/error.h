@@ -1,0 +1,26 @@
+// Errors: every bad input raises ember::Error with a message that names the op and the shapes.
+#pragma once
+#include <fmt/format.h>
+#include <stdexcept>
+#include <string>
+
+namespace ember {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Throw an ember::Error whose message is formatted with fmt.
+template <typename... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace ember
+
+// EMBER_CHECK(cond, "matmul: {} @ {}: ...", a, b): throws ember::Error when cond is false.
+#define EMBER_CHECK(cond, ...)      \
+  do {                              \
+    if (!(cond)) ::ember::fail(__VA_ARGS__); \
+  } while (0)

@@ -1,0 +1,119 @@
+// Every op of the tensor core, grouped by kind. Each one is defined, forward next to backward,
+// in the core/ops/ file named in its group's heading; its kernels live in core/cpu/ (and cuda/).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/random.h"
+#include "core/tensor.h"
+
+namespace ember {
+
+// ---- Creation (core/ops/creation.cpp)
+Tensor zeros(const Shape& shape, Dtype dtype = Dtype::Float32, Device device = Device::cpu());
+Tensor ones(const Shape& shape, Dtype dtype = Dtype::Float32, Device device = Device::cpu());
+Tensor full(const Shape& shape, double value, Dtype dtype = Dtype::Float32, Device device = Device::cpu());
+Tensor zeros_like(const Tensor& like);
+Tensor ones_like(const Tensor& like);
+Tensor full_like(const Tensor& like, double value);
+Tensor arange(int64_t end, Dtype dtype = Dtype::Int64);
+Tensor arange(int64_t start, int64_t end, int64_t step = 1, Dtype dtype = Dtype::Int64);
+// A tensor holding `values` (row-major) with `shape` ({} means 1-D of values.size()).
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape = {}, Device device = Device::cpu());
+// tensor({1, 2, 3}) or tensor({1, 2, 3, 4}, {2, 2}, Dtype::Float64)
+Tensor tensor(std::initializer_list<double> values, const Shape& shape = {}, Dtype dtype = Dtype::Float32);
+Tensor scalar(double value, Dtype dtype = Dtype::Float32, Device device = Device::cpu());
+
+// ---- Random (core/ops/random.cpp): counter-based, so results do not depend on the thread count
+Tensor rand(const Shape& shape, Generator& gen = default_generator(), Dtype dtype = Dtype::Float32);
+Tensor randn(const Shape& shape, Generator& gen = default_generator(), Dtype dtype = Dtype::Float32);
+Tensor uniform(const Shape& shape, double low, double high, Generator& gen = default_generator(),
+               Dtype dtype = Dtype::Float32);
+Tensor normal(const Shape& shape, double mean, double std, Generator& gen = default_generator(),
+              Dtype dtype = Dtype::Float32);
+Tensor& uniform_(Tensor& t, double low, double high, Generator& gen = default_generator());
+Tensor& normal_(Tensor& t, double mean, double std, Generator& gen = default_generator());
+
+// ---- Element-wise arithmetic with NumPy broadcasting (core/ops/binary.cpp)
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+// Comparisons (not differentiable): bool tensors.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+
+// ---- Element-wise math (core/ops/unary.cpp; the formulas are in core/unary_math.h)
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // erf form: x * Phi(x)
+Tensor abs(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+Tensor add_scalar(const Tensor& x, double value);
+Tensor mul_scalar(const Tensor& x, double value);
+
+// ---- Reductions over `dims` ({} = all dims) (core/ops/reduce.cpp)
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor max(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+// Variance with `correction` (1 = unbiased, like torch.var; 0 = population).
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false, int64_t correction = 1);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // int64, not differentiable
+// Sums a broadcast result back down to `shape` (the gradient of broadcasting).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- Linear algebra (core/ops/matmul.cpp)
+// [.., M, K] @ [.., K, N] -> [.., M, N], batch dims broadcast; 1-D operands like NumPy.
+// Transposed (strided) operands are read in place, never copied.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- Softmax and normalisation (core/ops/softmax.cpp, core/ops/layer_norm.cpp)
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+// Normalises over the last dim: (x - mean) / sqrt(var + eps) * weight + bias. Fused forward and backward.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+// ---- Indexing and joining (core/ops/indexing.cpp, core/ops/join.cpp)
+// Rows of `weight` [V, D] picked by integer `ids` [...] -> [..., D]; backward sums repeated ids.
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+// x where mask is false, `value` where it is true; mask (bool) broadcasts to x.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+// a where cond, else b; all three broadcast together.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim);
+
+// ---- Regularisation (core/ops/dropout.cpp)
+// Zeroes each element with probability p and scales the rest by 1/(1-p) in training; identity otherwise.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());
+
+// ---- Losses (core/ops/cross_entropy.cpp)
+// Mean over rows of -log softmax(logits)[target]; logits [N, C], targets int [N]; rows whose target
+// is ignore_index are left out of the mean.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+
+// ---- In-place (no autograd): used by optimisers and the engine (core/ops/inplace.cpp)
+// t.add_(other) etc. are members of Tensor; these are their free forms.
+
+}  // namespace ember

@@ -1,0 +1,58 @@
+// Element-wise arithmetic with NumPy broadcasting. The gradient of a broadcast input is the
+// output gradient summed back to the input's shape (sum_to), the one place broadcasting is undone.
+#include "autograd/node.h"
+#include "core/cpu/elementwise.h"
+#include "core/ops.h"
+#include "core/unary_math.h"
+
+namespace ember {
+
+// d(a+b) = (dy, dy)
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor y = cpu::map_binary<void>(math::Add{}, a, b, "add");
+  record("add", y, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) -> Grads {
+    return {sum_to(g, sa), sum_to(g, sb)};
+  });
+  return y;
+}
+
+// d(a-b) = (dy, -dy)
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor y = cpu::map_binary<void>(math::Sub{}, a, b, "sub");
+  record("sub", y, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) -> Grads {
+    return {sum_to(g, sa), sum_to(-g, sb)};
+  });
+  return y;
+}
+
+// d(a*b) = (dy * b, dy * a)
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor y = cpu::map_binary<void>(math::Mul{}, a, b, "mul");
+  bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  record("mul", y, {a, b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) -> Grads {
+    return {need_a ? sum_to(g * b, a.shape()) : Tensor(), need_b ? sum_to(g * a, b.shape()) : Tensor()};
+  });
+  return y;
+}
+
+// d(a/b) = (dy / b, -dy * a / b^2)
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor y = cpu::map_binary<void>(math::Div{}, a, b, "div");
+  bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  record("div", y, {a, b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) -> Grads {
+    Tensor ga = g / b;
+    return {need_a ? sum_to(ga, a.shape()) : Tensor(), need_b ? sum_to(-ga * a / b, b.shape()) : Tensor()};
+  });
+  return y;
+}
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+
+Tensor eq(const Tensor& a, const Tensor& b) { return cpu::map_binary<bool>(math::Equal{}, a, b, "eq"); }
+Tensor gt(const Tensor& a, const Tensor& b) { return cpu::map_binary<bool>(math::Greater{}, a, b, "gt"); }
+Tensor lt(const Tensor& a, const Tensor& b) { return cpu::map_binary<bool>(math::Less{}, a, b, "lt"); }
+
+}  // namespace ember

@@ -1,0 +1,97 @@
+// Reductions: sum, mean, max, var over any dims, with keepdim; sum_to undoes broadcasting.
+#include <algorithm>
+
+#include "autograd/node.h"
+#include "core/cpu/reduce.h"
+#include "core/ops.h"
+
+namespace ember {
+namespace {
+
+// Sorted, unique, non-negative dims; {} means every dim.
+std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* op) {
+  std::vector<int64_t> out;
+  if (dims.empty()) {
+    for (int64_t d = 0; d < ndim; ++d) out.push_back(d);
+    return out;
+  }
+  for (int64_t d : dims) out.push_back(normalize_dim(d, ndim, op));
+  std::sort(out.begin(), out.end());
+  EMBER_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), "{}: a dim is repeated", op);
+  return out;
+}
+
+Shape drop_dims(const Shape& keep_shape, const std::vector<int64_t>& dims) {
+  Shape out;
+  for (size_t d = 0; d < keep_shape.size(); ++d)
+    if (!std::binary_search(dims.begin(), dims.end(), int64_t(d))) out.push_back(keep_shape[d]);
+  return out;
+}
+
+int64_t count_over(const Shape& shape, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= shape[size_t(d)];
+  return n;
+}
+
+}  // namespace
+
+// d sum / dx = 1 for every x: the gradient is dy broadcast back over the reduced dims.
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+  auto dims = normalize_dims(dims_in, x.dim(), "sum");
+  Tensor kept = cpu::reduce(x, dims, cpu::ReduceKind::Sum, "sum");
+  Tensor y = keepdim ? kept : kept.view(drop_dims(kept.shape(), dims));
+  record("sum", y, {x}, [in = x.shape(), keep = kept.shape()](const Tensor& g) -> Grads {
+    return {g.reshape(keep).expand(in)};
+  });
+  return y;
+}
+
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  int64_t n = count_over(x.shape(), normalize_dims(dims, x.dim(), "mean"));
+  EMBER_CHECK(n > 0, "mean: no elements to average (shape {})", shape_str(x.shape()));
+  return sum(x, dims, keepdim) * (1.0 / double(n));
+}
+
+// d max / dx = 1 where x equals the max (shared equally between ties), 0 elsewhere.
+Tensor max(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+  auto dims = normalize_dims(dims_in, x.dim(), "max");
+  Tensor kept = cpu::reduce(x, dims, cpu::ReduceKind::Max, "max");
+  Tensor y = keepdim ? kept : kept.view(drop_dims(kept.shape(), dims));
+  record("max", y, {x}, [x = x.detach(), kept, dims](const Tensor& g) -> Grads {
+    Tensor is_max = eq(x, kept).to(x.dtype());
+    Tensor ties = cpu::reduce(is_max, dims, cpu::ReduceKind::Sum, "max");
+    return {is_max * (g.reshape(kept.shape()) / ties)};
+  });
+  return y;
+}
+
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, int64_t correction) {
+  int64_t n = count_over(x.shape(), normalize_dims(dims, x.dim(), "var"));
+  EMBER_CHECK(n - correction > 0, "var: {} elements with correction {} leave no degrees of freedom", n, correction);
+  Tensor centered = x - mean(x, dims, /*keepdim=*/true);
+  return sum(centered * centered, dims, keepdim) * (1.0 / double(n - correction));
+}
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  dim = normalize_dim(dim, x.dim(), "argmax");
+  Tensor kept = cpu::argmax(x, dim);
+  return keepdim ? kept : kept.squeeze(dim);
+}
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  EMBER_CHECK(x.dim() >= int64_t(shape.size()), "sum_to: cannot sum {} to the larger {}", shape_str(x.shape()),
+              shape_str(shape));
+  std::vector<int64_t> dims;
+  size_t lead = x.shape().size() - shape.size();
+  for (size_t d = 0; d < x.shape().size(); ++d) {
+    if (d < lead) dims.push_back(int64_t(d));
+    else if (shape[d - lead] == 1 && x.shape()[d] != 1) dims.push_back(int64_t(d));
+    else EMBER_CHECK(shape[d - lead] == x.shape()[d], "sum_to: {} does not broadcast to {}", shape_str(shape),
+                     shape_str(x.shape()));
+  }
+  return sum(x, dims, /*keepdim=*/true).reshape(shape);
+}
+
+}  // namespace ember

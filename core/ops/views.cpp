@@ -1,0 +1,251 @@
+// Views: new shapes, strides and offsets over the same storage, no data copied. Each is
+// differentiable: its backward maps the gradient back through the inverse view.
+#include <numeric>
+#include <optional>
+
+#include "autograd/node.h"
+#include "core/cpu/elementwise.h"
+#include "core/device_copy.h"
+#include "core/ops.h"
+
+namespace ember {
+namespace {
+
+// Replaces one -1 in `shape` by the size that makes numel match.
+Shape infer_size(const Shape& shape, int64_t total, const char* op) {
+  Shape out = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      EMBER_CHECK(infer < 0, "{}: only one dimension can be -1 in {}", op, shape_str(shape));
+      infer = int64_t(i);
+    } else {
+      EMBER_CHECK(out[i] >= 0, "{}: invalid size {} in {}", op, out[i], shape_str(shape));
+      known *= out[i];
+    }
+  }
+  if (infer >= 0) {
+    EMBER_CHECK(known != 0 && total % known == 0, "{}: cannot infer -1 in {} for {} elements", op, shape_str(shape), total);
+    out[size_t(infer)] = total / known;
+  }
+  EMBER_CHECK(numel(out) == total, "{}: shape {} does not hold {} elements", op, shape_str(shape), total);
+  return out;
+}
+
+// Strides that let `shape` view a tensor of (old_shape, old_strides) without a copy, if any exist:
+// each run of old dims that are contiguous with each other can be re-split freely.
+std::optional<Strides> view_strides(const Shape& old_shape, const Strides& old_strides, const Shape& shape) {
+  if (numel(old_shape) == 0 || old_shape.empty()) return contiguous_strides(shape);
+  Strides strides(shape.size());
+  int64_t view_d = int64_t(shape.size()) - 1;
+  int64_t chunk_base_stride = old_strides.empty() ? 1 : old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = int64_t(old_shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= old_shape[d];
+    // End of a contiguous chunk: lay the view dims over it.
+    if (d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+        strides[view_d] = view_numel * chunk_base_stride;
+        view_numel *= shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = old_strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return strides;
+}
+
+}  // namespace
+
+Tensor Tensor::view(const Shape& requested) const {
+  Shape shape = infer_size(requested, numel(), "view");
+  auto strides = view_strides(this->shape(), this->strides(), shape);
+  EMBER_CHECK(strides.has_value(), "view: shape {} cannot view a tensor of shape {} with strides {} without a copy "
+              "(use reshape)", shape_str(shape), shape_str(this->shape()), shape_str(this->strides()));
+  Tensor out = make_view(*this, shape, *strides, offset());
+  record("view", out, {*this}, [in = this->shape()](const Tensor& g) -> Grads { return {g.reshape(in)}; });
+  return out;
+}
+
+Tensor Tensor::reshape(const Shape& requested) const {
+  Shape shape = infer_size(requested, numel(), "reshape");
+  if (view_strides(this->shape(), this->strides(), shape)) return view(shape);
+  return contiguous().view(shape);
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  EMBER_CHECK(int64_t(dims.size()) == dim(), "permute: {} dims given for a tensor of shape {}", dims.size(),
+              shape_str(shape()));
+  Shape shape(dims.size());
+  Strides strides(dims.size());
+  std::vector<int64_t> inverse(dims.size(), -1);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = normalize_dim(dims[i], dim(), "permute");
+    EMBER_CHECK(inverse[size_t(d)] < 0, "permute: dim {} appears twice", d);
+    inverse[size_t(d)] = int64_t(i);
+    shape[i] = this->shape()[size_t(d)];
+    strides[i] = this->strides()[size_t(d)];
+  }
+  Tensor out = make_view(*this, shape, strides, offset());
+  record("permute", out, {*this}, [inverse](const Tensor& g) -> Grads { return {g.permute(inverse)}; });
+  return out;
+}
+
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  std::vector<int64_t> dims(static_cast<size_t>(this->dim()));
+  std::iota(dims.begin(), dims.end(), 0);
+  std::swap(dims[size_t(normalize_dim(dim0, dim(), "transpose"))], dims[size_t(normalize_dim(dim1, dim(), "transpose"))]);
+  return permute(dims);
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  d = normalize_dim(d, dim(), "narrow");
+  int64_t size = shape()[size_t(d)];
+  EMBER_CHECK(start >= 0 && length >= 0 && start + length <= size,
+              "narrow: [{}, {}) is outside dim {} of size {} (shape {})", start, start + length, d, size,
+              shape_str(shape()));
+  Shape shape = this->shape();
+  shape[size_t(d)] = length;
+  Tensor out = make_view(*this, shape, strides(), offset() + start * strides()[size_t(d)]);
+  record("narrow", out, {*this}, [in = this->shape(), dtype = dtype(), d, start, length](const Tensor& g) -> Grads {
+    Tensor grad = zeros(in, dtype, g.device());
+    grad.narrow(d, start, length).copy_(g);
+    return {grad};
+  });
+  return out;
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end) const {
+  d = normalize_dim(d, dim(), "slice");
+  int64_t size = shape()[size_t(d)];
+  if (start < 0) start += size;
+  if (end < 0) end += size;
+  start = std::clamp<int64_t>(start, 0, size);
+  end = std::clamp<int64_t>(end, start, size);
+  return narrow(d, start, end - start);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  d = normalize_dim(d, dim(), "select");
+  int64_t size = shape()[size_t(d)];
+  EMBER_CHECK(index >= -size && index < size, "select: index {} out of range for dim {} of size {}", index, d, size);
+  if (index < 0) index += size;
+  return narrow(d, index, 1).squeeze(d);
+}
+
+Tensor Tensor::expand(const Shape& target) const {
+  EMBER_CHECK(target.size() >= shape().size(), "expand: cannot expand {} to fewer dims {}", shape_str(shape()),
+              shape_str(target));
+  Shape shape(target.size());
+  Strides strides(target.size(), 0);
+  size_t lead = target.size() - this->shape().size();
+  for (size_t i = 0; i < target.size(); ++i) {
+    int64_t want = target[i];
+    if (i < lead) {
+      EMBER_CHECK(want >= 0, "expand: invalid size {} in {}", want, shape_str(target));
+      shape[i] = want;
+      continue;
+    }
+    int64_t have = this->shape()[i - lead];
+    if (want == -1) want = have;
+    EMBER_CHECK(have == want || have == 1, "expand: dim {} of size {} cannot expand to {} ({} -> {})", i - lead, have,
+                want, shape_str(this->shape()), shape_str(target));
+    shape[i] = want;
+    strides[i] = have == want ? this->strides()[i - lead] : 0;
+  }
+  Tensor out = make_view(*this, shape, strides, offset());
+  record("expand", out, {*this}, [in = this->shape()](const Tensor& g) -> Grads { return {sum_to(g, in)}; });
+  return out;
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  d = normalize_dim(d, dim(), "squeeze");
+  if (shape()[size_t(d)] != 1) return *this;
+  Shape shape = this->shape();
+  Strides strides = this->strides();
+  shape.erase(shape.begin() + d);
+  strides.erase(strides.begin() + d);
+  Tensor out = make_view(*this, shape, strides, offset());
+  record("squeeze", out, {*this}, [in = this->shape()](const Tensor& g) -> Grads { return {g.reshape(in)}; });
+  return out;
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = normalize_dim(d, dim() + 1, "unsqueeze");
+  Shape shape = this->shape();
+  Strides strides = this->strides();
+  int64_t stride = size_t(d) < strides.size() ? strides[size_t(d)] * this->shape()[size_t(d)] : 1;
+  shape.insert(shape.begin() + d, 1);
+  strides.insert(strides.begin() + d, stride);
+  Tensor out = make_view(*this, shape, strides, offset());
+  record("unsqueeze", out, {*this}, [in = this->shape()](const Tensor& g) -> Grads { return {g.reshape(in)}; });
+  return out;
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::clone() const {
+  Tensor out = Tensor::empty(shape(), dtype(), device());
+  cpu::copy(*this, out);
+  record("clone", out, {*this}, [](const Tensor& g) -> Grads { return {g}; });
+  return out;
+}
+
+Tensor Tensor::to(Dtype target) const {
+  if (target == dtype()) return *this;
+  Tensor out = Tensor::empty(shape(), target, device());
+  cpu::copy(*this, out);
+  if (is_floating(target) && is_floating(dtype()))
+    record("to", out, {*this}, [source = dtype()](const Tensor& g) -> Grads { return {g.to(source)}; });
+  return out;
+}
+
+Tensor Tensor::to(Device target) const {
+  if (target == device()) return *this;
+  Tensor source = contiguous();
+  Tensor out = Tensor::empty(shape(), dtype(), target);
+  copy_bytes_across_devices(out.raw_data(), target, source.raw_data(), device(), numel() * dtype_size(dtype()));
+  record("to", out, {*this}, [source_device = device()](const Tensor& g) -> Grads { return {g.to(source_device)}; });
+  return out;
+}
+
+namespace {
+void check_inplace(const char* op, const Tensor& t) {
+  EMBER_CHECK(!grad_enabled() || !t.requires_grad(),
+              "{}: in-place update of a tensor that requires grad; wrap it in NoGradGuard", op);
+}
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& source) {
+  check_inplace("copy_", *this);
+  cpu::copy(source, *this);
+  return *this;
+}
+Tensor& Tensor::fill_(double value) {
+  check_inplace("fill_", *this);
+  if (device().is_cuda()) {
+    EMBER_CHECK(dtype() == Dtype::Float32 && is_contiguous(), "fill_: on CUDA only contiguous float32 so far");
+    cuda_fill_float(raw_data(), numel(), float(value));
+    return *this;
+  }
+  cpu::fill(*this, value);
+  return *this;
+}
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  check_inplace("add_", *this);
+  cpu::add_into(*this, other, alpha);
+  return *this;
+}
+Tensor& Tensor::mul_(double value) {
+  check_inplace("mul_", *this);
+  cpu::scale(*this, value);
+  return *this;
+}
+
+}  // namespace ember

@@ -1,0 +1,19 @@
+// The CPU thread pool: parallel_for over an index range, with a user-settable thread count.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+namespace ember {
+
+// Number of threads CPU kernels use (default: the number of cores, or EMBER_NUM_THREADS).
+int num_threads();
+void set_num_threads(int n);
+
+// Runs fn(begin_i, end_i) over [begin, end) split into contiguous chunks of at least `grain`
+// indices. The split depends only on (begin, end, grain, num_threads()), never on timing,
+// so results are reproducible for a given thread count. Runs inline when the range is small
+// or when called from inside a pool worker (no nested parallelism).
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace ember

@@ -1,0 +1,48 @@
+// Random numbers: a seeded, counter-based generator, so the same seed gives the same numbers
+// whatever the thread count (and, later, on any device).
+#pragma once
+#include <cstdint>
+
+#include "core/hd.h"
+
+namespace ember {
+
+// The i-th 64 random bits of the stream `seed`: splitmix64 of (seed, i). Pure, so any thread
+// (or GPU lane) can compute any element without a shared state.
+EMBER_HD inline uint64_t random_bits(uint64_t seed, uint64_t index) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + index * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z = (z ^ (z >> 31));
+  // A second round decorrelates neighbouring indices of nearby seeds.
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [0, 1) with 53 random bits.
+EMBER_HD inline double random_uniform(uint64_t seed, uint64_t index) {
+  return double(random_bits(seed, index) >> 11) * 0x1.0p-53;
+}
+
+// A generator is a seed plus a counter of numbers handed out; each op takes a fresh range.
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0) : seed_(seed) {}
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
+  // Reserves `count` numbers: returns the first index of the range.
+  uint64_t take(uint64_t count) { uint64_t first = offset_; offset_ += count; return first; }
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+// The generator used when none is passed (seed 0 until manual_seed).
+Generator& default_generator();
+void manual_seed(uint64_t seed);
+
+}  // namespace ember

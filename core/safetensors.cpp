@@ -1,0 +1,302 @@
+// safetensors reading and writing: header JSON via nlohmann::json, data as raw bytes, atomic save.
+#include "core/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace ember::safetensors {
+
+namespace {
+
+constexpr uint64_t max_header_bytes = 100'000'000;  // the limit python's safetensors uses too
+constexpr const char* metadata_key = "__metadata__";
+
+struct DtypeInfo {
+  const char* name;
+  int64_t size;
+};
+
+// The dtypes of the format (not all of them are tensor types in Ember).
+constexpr DtypeInfo known_dtypes[] = {
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+    {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"I64", 8},     {"U64", 8}, {"F64", 8},
+};
+
+// Size in bytes of a tensor, or -1 if the element count overflows int64.
+int64_t byte_size(const std::vector<int64_t>& shape, int64_t element_size) {
+  int64_t bytes = element_size;
+  for (int64_t dim : shape) {
+    if (dim != 0 && bytes > INT64_MAX / dim) return -1;
+    bytes *= dim;
+  }
+  return bytes;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// Writes all bytes to fd (write() may write fewer than asked); false on error.
+bool write_all(int fd, const void* data, size_t size) {
+  const auto* bytes = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t written = ::write(fd, bytes, size);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return false;
+    bytes += written;
+    size -= size_t(written);
+  }
+  return true;
+}
+
+// A non-negative JSON integer (as int64), or -1 if `value` is anything else.
+int64_t non_negative_integer(const nlohmann::json& value) {
+  if (!value.is_number_unsigned()) return -1;  // nlohmann stores 0, 1, 2, ... as unsigned
+  uint64_t number = value.get<uint64_t>();
+  return number <= uint64_t(INT64_MAX) ? int64_t(number) : -1;
+}
+
+// Reads and checks one tensor's header entry (everything except overlaps).
+Entry parse_entry(const std::string& path, const std::string& name, const nlohmann::json& info,
+                  uint64_t data_section_size, int64_t& begin, int64_t& end) {
+  auto bad = [&](const std::string& problem) {
+    fail("safetensors file '{}': tensor '{}': {}", path, name, problem);
+  };
+  if (!info.is_object()) bad("header entry is a JSON " + std::string(info.type_name()) + ", expected an object");
+  for (const char* field : {"dtype", "shape", "data_offsets"}) {
+    if (!info.contains(field)) bad(std::string("header entry has no \"") + field + "\"");
+  }
+
+  Entry entry;
+  entry.name = name;
+  const auto& dtype = info["dtype"];
+  if (!dtype.is_string()) bad("\"dtype\" is not a string");
+  entry.dtype = dtype.get<std::string>();
+  int64_t element_size = 0;
+  for (const DtypeInfo& known : known_dtypes) {
+    if (entry.dtype == known.name) element_size = known.size;
+  }
+  if (element_size == 0) bad("unknown dtype \"" + entry.dtype + "\"");
+
+  const auto& shape = info["shape"];
+  if (!shape.is_array()) bad("\"shape\" is not an array");
+  for (const auto& dim : shape) {
+    int64_t size = non_negative_integer(dim);
+    if (size < 0) bad("\"shape\" " + shape.dump() + " has an entry that is not a non-negative integer");
+    entry.shape.push_back(size);
+  }
+
+  const auto& offsets = info["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2) bad("\"data_offsets\" is not [begin, end]");
+  begin = non_negative_integer(offsets[0]);
+  end = non_negative_integer(offsets[1]);
+  if (begin < 0 || end < 0 || begin > end) bad("\"data_offsets\" " + offsets.dump() + " is not a valid [begin, end]");
+  if (uint64_t(end) > data_section_size) {
+    bad(fmt::format("data_offsets {} go past the end of the data section ({} bytes; file truncated?)", offsets.dump(),
+                    data_section_size));
+  }
+  int64_t expected = byte_size(entry.shape, element_size);
+  if (expected < 0) bad("shape " + shape_text(entry.shape) + " has too many elements (overflow)");
+  if (expected != end - begin) {
+    bad(fmt::format("shape {} of {} needs {} bytes but data_offsets {} hold {}", shape_text(entry.shape), entry.dtype,
+                    expected, offsets.dump(), end - begin));
+  }
+  return entry;
+}
+
+}  // namespace
+
+int64_t dtype_size(const std::string& dtype) {
+  for (const DtypeInfo& known : known_dtypes) {
+    if (dtype == known.name) return known.size;
+  }
+  fail("safetensors: unknown dtype \"{}\"", dtype);
+}
+
+void save(const std::string& path, const std::vector<Entry>& entries,
+          const std::map<std::string, std::string>& metadata) {
+  // Check everything before creating any file.
+  // NOTE: ordered_json keeps insertion order, so the header reads like python's:
+  // "__metadata__" first, then the tensors in data order, each as dtype, shape, data_offsets.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header[metadata_key] = metadata;
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const Entry& entry : entries) {
+    EMBER_CHECK(!entry.name.empty(), "safetensors save '{}': a tensor has an empty name", path);
+    EMBER_CHECK(entry.name != metadata_key, "safetensors save '{}': '{}' is reserved, not a tensor name", path,
+                metadata_key);
+    EMBER_CHECK(names.insert(entry.name).second, "safetensors save '{}': tensor '{}' appears twice", path, entry.name);
+    bool known = std::any_of(std::begin(known_dtypes), std::end(known_dtypes),
+                             [&](const DtypeInfo& info) { return entry.dtype == info.name; });
+    EMBER_CHECK(known, "safetensors save '{}': tensor '{}': unknown dtype \"{}\"", path, entry.name, entry.dtype);
+    for (int64_t dim : entry.shape) {
+      EMBER_CHECK(dim >= 0, "safetensors save '{}': tensor '{}': negative dimension in shape {}", path, entry.name,
+                  shape_text(entry.shape));
+    }
+    int64_t expected = byte_size(entry.shape, dtype_size(entry.dtype));
+    EMBER_CHECK(expected >= 0, "safetensors save '{}': tensor '{}': shape {} has too many elements (overflow)", path,
+                entry.name, shape_text(entry.shape));
+    EMBER_CHECK(uint64_t(expected) == entry.data.size(),
+                "safetensors save '{}': tensor '{}': shape {} of {} needs {} bytes but data has {}", path, entry.name,
+                shape_text(entry.shape), entry.dtype, expected, entry.data.size());
+    header[entry.name] = {{"dtype", entry.dtype},
+                          {"shape", entry.shape},
+                          {"data_offsets", {offset, offset + entry.data.size()}}};
+    offset += entry.data.size();
+  }
+  std::string header_text;
+  try {
+    header_text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // e.g. a name or metadata string that is not UTF-8
+    fail("safetensors save '{}': cannot encode the header: {}", path, e.what());
+  }
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  unsigned char length_bytes[8];
+  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(uint64_t(header_text.size()) >> (8 * i));
+
+  // Write a temporary file next to the target, then rename it over the target.
+  std::string temp_path = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  EMBER_CHECK(fd >= 0, "safetensors save '{}': cannot create temporary file '{}': {}", path, temp_path,
+              std::strerror(errno));
+  auto give_up = [&](const char* step) {
+    std::string reason = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    ::unlink(temp_path.c_str());
+    fail("safetensors save '{}': {} failed: {} (the previous file, if any, is unchanged)", path, step, reason);
+  };
+  if (!write_all(fd, length_bytes, 8) || !write_all(fd, header_text.data(), header_text.size())) give_up("write");
+  for (const Entry& entry : entries) {
+    if (!write_all(fd, entry.data.data(), entry.data.size())) give_up("write");
+  }
+  if (::fsync(fd) != 0) give_up("fsync");
+  int close_result = ::close(fd);
+  fd = -1;
+  if (close_result != 0) give_up("close");
+  if (::rename(temp_path.c_str(), path.c_str()) != 0) give_up("rename");
+}
+
+File load(const std::string& path) {
+  std::error_code error;
+  EMBER_CHECK(std::filesystem::exists(path, error), "safetensors file '{}' does not exist", path);
+  EMBER_CHECK(std::filesystem::is_regular_file(path, error), "safetensors file '{}' is not a regular file", path);
+  uint64_t file_size = std::filesystem::file_size(path, error);
+  EMBER_CHECK(!error, "safetensors file '{}': cannot get its size: {}", path, error.message());
+  std::ifstream in(path, std::ios::binary);
+  EMBER_CHECK(in.good(), "safetensors file '{}' cannot be opened for reading", path);
+  EMBER_CHECK(file_size >= 8, "safetensors file '{}' is {} bytes, too small to be a safetensors file", path,
+              file_size);
+
+  unsigned char length_bytes[8];
+  in.read(reinterpret_cast<char*>(length_bytes), 8);
+  EMBER_CHECK(in.good(), "safetensors file '{}': cannot read the header length", path);
+  uint64_t header_size = 0;
+  for (int i = 0; i < 8; ++i) header_size |= uint64_t(length_bytes[i]) << (8 * i);
+  EMBER_CHECK(header_size <= max_header_bytes, "safetensors file '{}': header length {} is over the {} byte limit "
+              "(not a safetensors file?)", path, header_size, max_header_bytes);
+  EMBER_CHECK(header_size <= file_size - 8, "safetensors file '{}': header length {} but only {} bytes follow "
+              "(truncated?)", path, header_size, file_size - 8);
+
+  std::string header_text(header_size, '\0');
+  in.read(header_text.data(), std::streamsize(header_size));
+  EMBER_CHECK(in.good(), "safetensors file '{}': cannot read the {}-byte header", path, header_size);
+  EMBER_CHECK(!header_text.empty() && header_text[0] == '{',
+              "safetensors file '{}': header does not start with '{{' (not a safetensors file?)", path);
+
+  // Parse, noticing tensor names given twice (nlohmann would silently keep the last one).
+  std::set<std::string> top_level_keys;
+  std::string duplicate_key;
+  auto notice_duplicates = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
+        !top_level_keys.insert(parsed.get<std::string>()).second) {
+      duplicate_key = parsed.get<std::string>();
+    }
+    return true;
+  };
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(header_text, notice_duplicates);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("safetensors file '{}': header is not valid JSON: {}", path, e.what());
+  }
+  EMBER_CHECK(header.is_object(), "safetensors file '{}': header is a JSON {}, expected an object", path,
+              header.type_name());
+  EMBER_CHECK(duplicate_key.empty(), "safetensors file '{}': tensor '{}' appears twice in the header", path,
+              duplicate_key);
+
+  File file;
+  uint64_t data_section_size = file_size - 8 - header_size;
+  struct Span {
+    int64_t begin, end;
+    size_t entry;
+  };
+  std::vector<Span> spans;
+  for (const auto& [name, info] : header.items()) {
+    if (name == metadata_key) {
+      EMBER_CHECK(info.is_object(), "safetensors file '{}': \"__metadata__\" is not an object", path);
+      for (const auto& [key, value] : info.items()) {
+        EMBER_CHECK(value.is_string(), "safetensors file '{}': metadata '{}' is not a string", path, key);
+        file.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    int64_t begin = 0, end = 0;
+    file.entries.push_back(parse_entry(path, name, info, data_section_size, begin, end));
+    spans.push_back(Span{begin, end, file.entries.size() - 1});
+  }
+
+  // No two tensors may share bytes. Sorted by begin, each non-empty tensor must start at or
+  // after the furthest end so far (empty tensors hold no bytes and are skipped).
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  const Span* furthest = nullptr;
+  for (const Span& span : spans) {
+    if (span.begin == span.end) continue;
+    EMBER_CHECK(furthest == nullptr || span.begin >= furthest->end,
+                "safetensors file '{}': tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", path,
+                file.entries[furthest->entry].name, furthest->begin, furthest->end, file.entries[span.entry].name,
+                span.begin, span.end);
+    furthest = &span;
+  }
+
+  // Header checked: now read each tensor's bytes, in data order.
+  std::vector<Entry> ordered;
+  ordered.reserve(spans.size());
+  for (const Span& span : spans) {
+    Entry& entry = file.entries[span.entry];
+    entry.data.resize(size_t(span.end - span.begin));
+    in.seekg(std::streamoff(8 + header_size + uint64_t(span.begin)));
+    in.read(reinterpret_cast<char*>(entry.data.data()), std::streamsize(entry.data.size()));
+    EMBER_CHECK(in.good(), "safetensors file '{}': tensor '{}': cannot read its {} bytes", path, entry.name,
+                entry.data.size());
+    ordered.push_back(std::move(entry));
+  }
+  file.entries = std::move(ordered);
+  return file;
+}
+
+const Entry& File::at(const std::string& name) const {
+  for (const Entry& entry : entries) {
+    if (entry.name == name) return entry;
+  }
+  std::string names;  // the first few names, to help spot a typo
+  for (size_t i = 0; i < entries.size() && i < 20; ++i) names += (i ? ", " : "") + entries[i].name;
+  if (entries.size() > 20) names += fmt::format(", ... ({} in all)", entries.size());
+  fail("safetensors: no tensor named '{}' (the file has: {})", name, names.empty() ? "no tensors" : names);
+}
+
+}  // namespace ember::safetensors

@@ -1,0 +1,94 @@
+// Element-wise math: each op's value f(x) and derivative df(x, y) (y = f(x)) side by side.
+// EMBER_HD: the same functor runs in the CPU loop and in the CUDA kernel.
+// To add an element-wise op: a functor here, one line in EMBER_UNARY_OPS, a test. That is all.
+#pragma once
+#include <cmath>
+
+#include "core/hd.h"
+
+namespace ember::math {
+
+struct Neg {
+  template <typename T> EMBER_HD T f(T x) const { return -x; }
+  template <typename T> EMBER_HD T df(T, T) const { return T(-1); }
+};
+struct Exp {
+  template <typename T> EMBER_HD T f(T x) const { return std::exp(x); }
+  template <typename T> EMBER_HD T df(T, T y) const { return y; }  // d/dx e^x = e^x
+};
+struct Log {
+  template <typename T> EMBER_HD T f(T x) const { return std::log(x); }
+  template <typename T> EMBER_HD T df(T x, T) const { return T(1) / x; }
+};
+struct Sqrt {
+  template <typename T> EMBER_HD T f(T x) const { return std::sqrt(x); }
+  template <typename T> EMBER_HD T df(T, T y) const { return T(0.5) / y; }
+};
+struct Rsqrt {
+  template <typename T> EMBER_HD T f(T x) const { return T(1) / std::sqrt(x); }
+  template <typename T> EMBER_HD T df(T, T y) const { return T(-0.5) * y * y * y; }  // -1/2 x^(-3/2)
+};
+struct Tanh {
+  template <typename T> EMBER_HD T f(T x) const { return std::tanh(x); }
+  template <typename T> EMBER_HD T df(T, T y) const { return T(1) - y * y; }
+};
+struct Sigmoid {
+  template <typename T> EMBER_HD T f(T x) const { return T(1) / (T(1) + std::exp(-x)); }
+  template <typename T> EMBER_HD T df(T, T y) const { return y * (T(1) - y); }
+};
+struct Relu {
+  template <typename T> EMBER_HD T f(T x) const { return x > T(0) ? x : T(0); }
+  template <typename T> EMBER_HD T df(T x, T) const { return x > T(0) ? T(1) : T(0); }
+};
+// GELU, erf form: x * Phi(x), Phi the standard normal CDF. d/dx = Phi(x) + x * phi(x).
+struct Gelu {
+  template <typename T> EMBER_HD T f(T x) const { return T(0.5) * x * (T(1) + std::erf(x * T(M_SQRT1_2))); }
+  template <typename T> EMBER_HD T df(T x, T) const {
+    T cdf = T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2)));
+    T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);  // 1/sqrt(2 pi)
+    return cdf + x * pdf;
+  }
+};
+struct Abs {
+  template <typename T> EMBER_HD T f(T x) const { return x < T(0) ? -x : x; }
+  template <typename T> EMBER_HD T df(T x, T) const { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)); }
+};
+struct Pow {
+  double exponent;
+  template <typename T> EMBER_HD T f(T x) const { return std::pow(x, T(exponent)); }
+  template <typename T> EMBER_HD T df(T x, T) const { return T(exponent) * std::pow(x, T(exponent - 1)); }
+};
+struct AddScalar {
+  double value;
+  template <typename T> EMBER_HD T f(T x) const { return x + T(value); }
+  template <typename T> EMBER_HD T df(T, T) const { return T(1); }
+};
+struct MulScalar {
+  double value;
+  template <typename T> EMBER_HD T f(T x) const { return x * T(value); }
+  template <typename T> EMBER_HD T df(T, T) const { return T(value); }
+};
+
+// name, functor: one line per parameterless op. (pow, add_scalar, mul_scalar take a parameter.)
+#define EMBER_UNARY_OPS(X) \
+  X(neg, Neg)              \
+  X(exp, Exp)              \
+  X(log, Log)              \
+  X(sqrt, Sqrt)            \
+  X(rsqrt, Rsqrt)          \
+  X(tanh, Tanh)            \
+  X(sigmoid, Sigmoid)      \
+  X(relu, Relu)            \
+  X(gelu, Gelu)            \
+  X(abs, Abs)
+
+// Binary arithmetic: value and the partial derivatives d/da, d/db.
+struct Add { template <typename T> EMBER_HD T f(T a, T b) const { return a + b; } };
+struct Sub { template <typename T> EMBER_HD T f(T a, T b) const { return a - b; } };
+struct Mul { template <typename T> EMBER_HD T f(T a, T b) const { return a * b; } };
+struct Div { template <typename T> EMBER_HD T f(T a, T b) const { return a / b; } };
+struct Equal { template <typename T> EMBER_HD bool f(T a, T b) const { return a == b; } };
+struct Greater { template <typename T> EMBER_HD bool f(T a, T b) const { return a > b; } };
+struct Less { template <typename T> EMBER_HD bool f(T a, T b) const { return a < b; } };
+
+}  // namespace ember::math

@@ -1,0 +1,68 @@
+// Batches of encoded reviews: seeded per-epoch shuffling, dynamic padding and key-padding masks.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace ember::imdb {
+
+// One batch, padded to its own longest review.
+struct Batch {
+  int64_t batch = 0;               // B: reviews in this batch (the last batch may be smaller)
+  int64_t seq_len = 0;             // T: length of the longest review in this batch
+  std::vector<int64_t> tokens;     // B*T row-major token ids; 0 (= [PAD]) after a review ends
+  std::vector<uint8_t> key_mask;   // B*T; 1 = real token, 0 = padding
+  std::vector<int64_t> labels;     // B
+  int64_t real_tokens = 0;         // number of 1s in key_mask (B*T counts padding too)
+};
+
+// SplitMix64 (Steele, Lea, Flood 2014): a tiny generator whose output is the same on every
+// platform and compiler, unlike std::shuffle and the std:: distributions.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next();
+  // Uniform in [0, bound), without modulo bias; bound must be > 0.
+  uint64_t below(uint64_t bound);
+
+ private:
+  uint64_t state_;
+};
+
+// Review order for one training epoch: a Fisher-Yates shuffle of 0..count-1 by a generator
+// seeded from (seed, epoch). The same seed and epoch always give the same order.
+std::vector<int64_t> shuffled_order(int64_t count, uint64_t seed, int64_t epoch);
+
+// 0, 1, ..., count-1: the order for evaluation.
+std::vector<int64_t> in_order(int64_t count);
+
+// Usage:
+//   Batcher batcher(vocabulary.encode_all(split.train), labels_of(split.train), 32);
+//   std::vector<int64_t> order = batcher.shuffled_order(seed, epoch);   // or batcher.in_order()
+//   for (int64_t b = 0; b < batcher.num_batches(); ++b) { Batch batch = batcher.batch(order, b); ... }
+class Batcher {
+ public:
+  // reviews[i] are token ids (not padded), labels[i] its label. Throws ember::Error if the
+  // sizes differ, batch_size < 1, or a token id is negative.
+  Batcher(std::vector<std::vector<int32_t>> reviews, std::vector<int> labels, int64_t batch_size);
+
+  int64_t size() const { return int64_t(reviews_.size()); }
+  int64_t batch_size() const { return batch_size_; }
+  // ceil(size / batch_size): the last, partial batch is kept.
+  int64_t num_batches() const { return (size() + batch_size_ - 1) / batch_size_; }
+
+  std::vector<int64_t> shuffled_order(uint64_t seed, int64_t epoch) const {
+    return imdb::shuffled_order(size(), seed, epoch);
+  }
+  std::vector<int64_t> in_order() const { return imdb::in_order(size()); }
+
+  // Batch number `index` of an epoch whose review order is `order` (a permutation of 0..size-1).
+  // NOTE: a review with no tokens gives an all-zero mask row; seq_len is at least 1.
+  Batch batch(const std::vector<int64_t>& order, int64_t index) const;
+
+ private:
+  std::vector<std::vector<int32_t>> reviews_;
+  std::vector<int> labels_;
+  int64_t batch_size_;
+};
+
+}  // namespace ember::imdb

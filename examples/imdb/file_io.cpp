@@ -1,0 +1,59 @@
+// Whole-file I/O helpers; the atomic write uses POSIX open/write/fsync/rename.
+#include "examples/imdb/file_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace ember::imdb {
+
+std::string read_whole_file(const std::string& path, std::string_view what) {
+  std::error_code error;
+  EMBER_CHECK(std::filesystem::exists(path, error), "{} '{}' does not exist", what, path);
+  EMBER_CHECK(std::filesystem::is_regular_file(path, error), "{} '{}' is not a regular file", what, path);
+  std::ifstream in(path, std::ios::binary);
+  EMBER_CHECK(in.good(), "{} '{}' cannot be opened for reading", what, path);
+  std::string bytes;
+  in.seekg(0, std::ios::end);
+  bytes.resize(size_t(in.tellg()));
+  in.seekg(0, std::ios::beg);
+  in.read(bytes.data(), std::streamsize(bytes.size()));
+  EMBER_CHECK(in.good() && size_t(in.gcount()) == bytes.size(), "{} '{}': read error", what, path);
+  return bytes;
+}
+
+void write_file_atomically(const std::string& path, std::string_view contents) {
+  std::string temp_path = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  EMBER_CHECK(fd >= 0, "cannot write '{}': cannot create temporary file '{}': {}", path, temp_path,
+              std::strerror(errno));
+
+  // Any failure below removes the temporary file and leaves `path` as it was.
+  auto give_up = [&](const char* step) {
+    std::string reason = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    ::unlink(temp_path.c_str());
+    fail("cannot write '{}': {} failed: {}", path, step, reason);
+  };
+  size_t written = 0;
+  while (written < contents.size()) {
+    ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) give_up("write");
+    written += size_t(n);
+  }
+  if (::fsync(fd) != 0) give_up("fsync");
+  int close_result = ::close(fd);
+  fd = -1;
+  if (close_result != 0) give_up("close");
+  if (::rename(temp_path.c_str(), path.c_str()) != 0) give_up("rename");
+}
+
+}  // namespace ember::imdb

@@ -1,0 +1,17 @@
+// Whole-file reading and crash-safe (atomic) whole-file writing for the IMDb example.
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace ember::imdb {
+
+// Reads the whole file as bytes. `what` names the file's role in error messages
+// (e.g. "reviews file"); throws ember::Error if it is missing or unreadable.
+std::string read_whole_file(const std::string& path, std::string_view what);
+
+// Writes `contents` to path + ".tmp.<pid>", fsyncs it, then renames it over `path`.
+// NOTE: rename() within one directory is atomic on POSIX: readers see the old file or
+// the new one, never half of one; if anything fails the old file is left untouched.
+void write_file_atomically(const std::string& path, std::string_view contents);
+
+}  // namespace ember::imdb

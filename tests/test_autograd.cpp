@@ -1,0 +1,86 @@
+// The autograd engine: accumulation, reuse, no-grad, detach, freeing the graph, supplied gradients.
+#include "autograd/node.h"
+#include "helpers.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+TEST_CASE("autograd: a worked example by hand") {
+  // y = sum(a * b + a), dy/da = b + 1, dy/db = a
+  Tensor a = tensor({1, 2, 3}).requires_grad_();
+  Tensor b = tensor({4, 5, 6}).requires_grad_();
+  Tensor y = sum(a * b + a);
+  check_values(y, {1 * 4 + 2 * 5 + 3 * 6 + 6});
+  y.backward();
+  check_values(a.grad(), {5, 6, 7});
+  check_values(b.grad(), {1, 2, 3});
+}
+
+TEST_CASE("autograd: gradients accumulate across backward calls and zero_grad clears them") {
+  Tensor w = tensor({2.0}).requires_grad_();
+  sum(w * 3.0).backward();
+  sum(w * w).backward();
+  check_values(w.grad(), {3 + 4});
+  w.zero_grad();
+  CHECK_FALSE(w.grad().defined());
+}
+
+TEST_CASE("autograd: a diamond graph visits the shared node once with the summed gradient") {
+  Tensor x = tensor({1.5}).requires_grad_();
+  Tensor h = exp(x);           // shared
+  Tensor y = sum(h * h + h);   // dy/dh = 2h + 1, dh/dx = h
+  y.backward();
+  double e = std::exp(1.5);
+  check_values(x.grad(), {(2 * e + 1) * e});
+}
+
+TEST_CASE("autograd: no-grad records nothing; detach cuts history") {
+  Tensor x = ones({2}).requires_grad_();
+  {
+    NoGradGuard guard;
+    Tensor y = x * 2.0;
+    CHECK_FALSE(y.requires_grad());
+    CHECK(y.grad_fn() == nullptr);
+  }
+  CHECK(grad_enabled());
+  Tensor z = (x * 2.0).detach();
+  CHECK_FALSE(z.requires_grad());
+  CHECK((x * 2.0).requires_grad());
+  CHECK((x * 2.0).grad_fn()->name == "mul_scalar");
+}
+
+TEST_CASE("autograd: the graph is freed after backward unless retained") {
+  Tensor x = ones({3}).requires_grad_();
+  Tensor y = sum(exp(x));
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();
+  check_values(x.grad(), {2 * std::exp(1.0), 2 * std::exp(1.0), 2 * std::exp(1.0)});
+  check_error([&] { y.backward(); }, "already freed");
+  // Saved tensors are released: the intermediate's storage is only held by us afterwards.
+  Tensor a = ones({1000}).requires_grad_();
+  Tensor h = exp(a);
+  Tensor loss = sum(h * h);
+  long before = h.impl()->storage.use_count();
+  loss.backward();
+  CHECK(h.impl()->storage.use_count() < before);
+}
+
+TEST_CASE("autograd: backward with a supplied gradient and error cases") {
+  Tensor x = tensor({1, 2, 3}).requires_grad_();
+  Tensor y = x * 2.0;
+  y.backward(tensor({1, 0, -1}));
+  check_values(x.grad(), {2, 0, -2});
+  check_error([&] { (x * 2.0).backward(); }, "must be given for a non-scalar");
+  check_error([&] { (x * 2.0).backward(ones({2})); }, "gradient shape [2]");
+  check_error([] { ones({2}).backward(); }, "does not require grad");
+  check_error([] { arange(3).requires_grad_(); }, "int64 tensors cannot require grad");
+  check_error([&] { x.add_(ones({3})); }, "in-place update of a tensor that requires grad");
+}
+
+TEST_CASE("autograd: a deep chain does not overflow the stack") {
+  Tensor x = tensor({1.0}).requires_grad_();
+  Tensor y = x;
+  for (int i = 0; i < 20000; ++i) y = y * 1.0;
+  sum(y).backward();
+  check_values(x.grad(), {1.0});
+}
