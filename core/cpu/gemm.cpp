@@ -147,6 +147,18 @@ void gemm_block(const GemmKernel<T>& kernel, const Problem<T>& p, int64_t m0, in
       for (int64_t ic = m0; ic < m1; ic += mc_block) {
         const int64_t mc = std::min(mc_block, m1 - ic);
         kernel.pack_a(p.A + ic * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, mc, kc, a_packed);
+#if EMBER_JR_INNER
+        for (int64_t ir = 0; ir < mc; ir += mr) {
+          const int m_rows = static_cast<int>(std::min<int64_t>(mr, mc - ir));
+          for (int64_t jr = 0; jr < nc; jr += nr) {
+            const int n_cols = static_cast<int>(std::min<int64_t>(nr, nc - jr));
+            const T* b_panel = b_packed + jr * kc;
+            T* c_tile = p.C + (ic + ir) * p.c_rs + jc + jr;
+            kernel.tile(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha,
+                        beta);
+          }
+        }
+#else
         for (int64_t jr = 0; jr < nc; jr += nr) {
           const int n_cols = static_cast<int>(std::min<int64_t>(nr, nc - jr));
           const T* b_panel = b_packed + jr * kc;
@@ -157,6 +169,7 @@ void gemm_block(const GemmKernel<T>& kernel, const Problem<T>& p, int64_t m0, in
                         beta);
           }
         }
+#endif
       }
     }
   }

@@ -21,6 +21,9 @@
 #include <immintrin.h>
 
 #include <array>
+#ifndef EMBER_C_PREFETCH
+#define EMBER_C_PREFETCH 3
+#endif
 #include <utility>
 
 #pragma GCC push_options
@@ -78,7 +81,17 @@ void tile(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typena
   }
   // Pull the C tile toward L1 while the FMAs run.
 #pragma GCC unroll 32
-  for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_T0);
+  for (int r = 0; r < kRows; ++r) {
+#if EMBER_C_PREFETCH == 1
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs + kVecs * kLanes - 1), _MM_HINT_T0);
+#elif EMBER_C_PREFETCH == 2
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs + kVecs * kLanes - 1), _MM_HINT_T1);
+#elif EMBER_C_PREFETCH == 3
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_T0);
+#endif
+  }
 
 #pragma GCC unroll 2
   for (int64_t k = 0; k < kc; ++k) {
@@ -143,7 +156,7 @@ void tile_any_size(int64_t kc, const typename Ops::T* a, const typename Ops::T* 
 // are transposed 256 elements at a time instead of one scalar at a time.
 
 // rows[i][j] -> rows[j][i]. Four shuffle stages, 64 shuffles in all.
-void transpose_16x16(__m512 rows[16]) {
+inline __attribute__((always_inline)) void transpose_16x16(__m512 rows[16]) {
   __m512 pairs[16], quads[16];
   // Stage 1, per 128-bit lane L: pairs[2i] = (r2i[4L], r2i+1[4L], r2i[4L+1], r2i+1[4L+1]), ...
   for (int i = 0; i < 8; ++i) {
@@ -214,43 +227,50 @@ void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t
 template <int kNR>
 void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, float* out) {
   static_assert(kNR % 16 == 0, "B micro-panels are whole vectors wide");
-  if (b_cs != 1 && b_rs != 1) {
-    pack_b_generic<float, kNR, 16>(B, b_rs, b_cs, kc, n, out);
-    return;
-  }
-  for (int64_t j0 = 0; j0 < n; j0 += kNR) {
-    const int64_t cols = std::min<int64_t>(kNR, n - j0);
-    const int64_t vectors = (cols + 15) / 16;
-    const int64_t width = vectors * 16;
-    const float* src = B + j0 * b_cs;
-    if (b_cs == 1) {  // row-major B: copy each k's run of columns, zero-filling the padding
-      for (int64_t k = 0; k < kc; ++k) {
-        for (int64_t v = 0; v < vectors; ++v) {
-          const __mmask16 lanes = first_lanes(cols - 16 * v);
-          _mm512_storeu_ps(out + k * width + 16 * v,
-                           _mm512_maskz_loadu_ps(lanes, src + k * b_rs + 16 * v));
+  constexpr int kVectors = kNR / 16;
+  const int64_t full_panels = n / kNR;
+  const int64_t tail_cols = n - full_panels * kNR;  // the last, narrower panel (0: none)
+  const int64_t tail_width = (tail_cols + 15) / 16 * 16;
+  float* tail_out = out + full_panels * kNR * kc;
+  if (b_cs == 1) {
+    // Row-major B: walk each k row contiguously across all panels (rows are far apart, so
+    // one panel at a time would touch a new page per k).
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* row = B + k * b_rs;
+      for (int64_t q = 0; q < full_panels; ++q) {
+#pragma GCC unroll 4
+        for (int v = 0; v < kVectors; ++v) {
+          _mm512_storeu_ps(out + q * kNR * kc + k * kNR + 16 * v, _mm512_loadu_ps(row + q * kNR + 16 * v));
         }
       }
-    } else {  // B^T (b_rs == 1): transpose 16 (columns) x 16 (k) blocks
-      for (int64_t v = 0; v < vectors; ++v) {
-        const int64_t group_cols = std::min<int64_t>(16, cols - 16 * v);
-        for (int64_t k0 = 0; k0 < kc; k0 += 16) {
-          const int64_t k_count = std::min<int64_t>(16, kc - k0);
-          const __mmask16 k_lanes = first_lanes(k_count);
-          __m512 block[16];
-#pragma GCC unroll 16
-          for (int j = 0; j < 16; ++j) {
-            block[j] = j < group_cols ? _mm512_maskz_loadu_ps(k_lanes, src + (16 * v + j) * b_cs + k0)
-                                      : _mm512_setzero_ps();
-          }
-          transpose_16x16(block);
-          for (int64_t k = 0; k < k_count; ++k) {
-            _mm512_storeu_ps(out + (k0 + k) * width + 16 * v, block[k]);
-          }
-        }
+      for (int64_t v = 0; v * 16 < tail_cols; ++v) {
+        const __mmask16 lanes = first_lanes(tail_cols - 16 * v);
+        _mm512_storeu_ps(tail_out + k * tail_width + 16 * v,
+                         _mm512_maskz_loadu_ps(lanes, row + full_panels * kNR + 16 * v));
       }
     }
-    out += kNR * kc;
+  } else if (b_rs == 1) {
+    // B^T: transpose 16 (columns) x 16 (k) blocks; column j of B is contiguous in k.
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+      const int64_t q = j0 / kNR;
+      const int64_t width = q < full_panels ? kNR : tail_width;
+      float* panel = out + q * kNR * kc + (j0 - q * kNR);
+      const int64_t group_cols = std::min<int64_t>(16, n - j0);
+      for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+        const int64_t k_count = std::min<int64_t>(16, kc - k0);
+        const __mmask16 k_lanes = first_lanes(k_count);
+        __m512 block[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) {
+          block[j] = j < group_cols ? _mm512_maskz_loadu_ps(k_lanes, B + (j0 + j) * b_cs + k0)
+                                    : _mm512_setzero_ps();
+        }
+        transpose_16x16(block);
+        for (int64_t k = 0; k < k_count; ++k) _mm512_storeu_ps(panel + (k0 + k) * width, block[k]);
+      }
+    }
+  } else {
+    pack_b_generic<float, kNR, 16>(B, b_rs, b_cs, kc, n, out);
   }
 }
 

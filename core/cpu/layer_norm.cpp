@@ -1,0 +1,193 @@
+// CPU layer norm, forward and backward. See layer_norm.h for the precision and determinism notes.
+#include "core/cpu/layer_norm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace ember::cpu {
+namespace {
+
+constexpr int kLanes = 16;               // independent accumulators, so the row sums vectorise
+constexpr int64_t kGrainElements = 32768;  // about this many elements per parallel task
+
+double lanes_total(const double (&lanes)[kLanes]) {
+  double total = 0;
+  for (int k = 0; k < kLanes; ++k) total += lanes[k];
+  return total;
+}
+
+template <typename T>
+double row_sum(const T* x, int64_t n) {
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += double(x[i + k]);
+  double total = lanes_total(lanes);
+  for (; i < n; ++i) total += double(x[i]);
+  return total;
+}
+
+template <typename T>
+double row_squared_deviation(const T* x, double mean, int64_t n) {
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      double d = double(x[i + k]) - mean;
+      lanes[k] += d * d;
+    }
+  double total = lanes_total(lanes);
+  for (; i < n; ++i) {
+    double d = double(x[i]) - mean;
+    total += d * d;
+  }
+  return total;
+}
+
+template <typename T, bool kHasWeight, bool kHasBias>
+void forward_kernel(const T* x, const T* w, const T* b, T* y, double* mean_out, double* rstd_out, int64_t rows,
+                    int64_t D, double eps) {
+  parallel_for(0, rows, std::max<int64_t>(1, kGrainElements / D), [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      const T* xr = x + r * D;
+      T* yr = y + r * D;
+      double mean = row_sum(xr, D) / double(D);
+      double var = row_squared_deviation(xr, mean, D) / double(D);
+      double rstd = 1.0 / std::sqrt(var + eps);
+      mean_out[r] = mean;
+      rstd_out[r] = rstd;
+      for (int64_t i = 0; i < D; ++i) {
+        double v = (double(xr[i]) - mean) * rstd;
+        if constexpr (kHasWeight) v *= double(w[i]);
+        if constexpr (kHasBias) v += double(b[i]);
+        yr[i] = T(v);
+      }
+    }
+  });
+}
+
+// One chunk of rows: dx for each row (when dx != nullptr), and the chunk's sums of grad * xhat and
+// grad into part_w / part_b (when not null), each of D doubles, overwritten.
+template <typename T, bool kHasWeight>
+void backward_chunk(const T* g, const T* x, const double* mean, const double* rstd, const T* w, T* dx,
+                    double* part_w, double* part_b, int64_t first, int64_t last, int64_t D) {
+  if (part_w) std::fill(part_w, part_w + D, 0.0);
+  if (part_b) std::fill(part_b, part_b + D, 0.0);
+  const double inv_d = 1.0 / double(D);
+  for (int64_t r = first; r < last; ++r) {
+    const T* gr = g + r * D;
+    const T* xr = x + r * D;
+    const double mu = mean[r], rs = rstd[r];
+    if (dx) {
+      // a = sum(gw), c = sum(gw * xhat)
+      double lanes_a[kLanes] = {}, lanes_c[kLanes] = {};
+      int64_t i = 0;
+      for (; i + kLanes <= D; i += kLanes)
+        for (int k = 0; k < kLanes; ++k) {
+          double gw = double(gr[i + k]);
+          if constexpr (kHasWeight) gw *= double(w[i + k]);
+          lanes_a[k] += gw;
+          lanes_c[k] += gw * ((double(xr[i + k]) - mu) * rs);
+        }
+      double a = lanes_total(lanes_a), c = lanes_total(lanes_c);
+      for (; i < D; ++i) {
+        double gw = double(gr[i]);
+        if constexpr (kHasWeight) gw *= double(w[i]);
+        a += gw;
+        c += gw * ((double(xr[i]) - mu) * rs);
+      }
+      a *= inv_d;
+      c *= inv_d;
+      T* dxr = dx + r * D;
+      for (int64_t j = 0; j < D; ++j) {
+        double gw = double(gr[j]);
+        if constexpr (kHasWeight) gw *= double(w[j]);
+        double xhat = (double(xr[j]) - mu) * rs;
+        dxr[j] = T(rs * (gw - a - xhat * c));
+      }
+    }
+    if (part_w)
+      for (int64_t j = 0; j < D; ++j) part_w[j] += double(gr[j]) * ((double(xr[j]) - mu) * rs);
+    if (part_b)
+      for (int64_t j = 0; j < D; ++j) part_b[j] += double(gr[j]);
+  }
+}
+
+// Sums the chunk rows of `parts` ([chunks, D]) in chunk order into out [D].
+template <typename T>
+void combine_chunks(const std::vector<double>& parts, int64_t chunks, int64_t D, T* out) {
+  parallel_for(0, D, std::max<int64_t>(256, kGrainElements / std::max<int64_t>(chunks, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      double total = 0;
+      for (int64_t c = 0; c < chunks; ++c) total += parts[size_t(c * D + j)];
+      out[j] = T(total);
+    }
+  });
+}
+
+}  // namespace
+
+int64_t layer_norm_rows_per_chunk(int64_t D) { return std::max<int64_t>(16, kGrainElements / std::max<int64_t>(D, 1)); }
+
+LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_cpu("layer_norm", x);
+  EMBER_CHECK(x.dim() == 2 && x.is_contiguous(), "layer_norm: the kernel expects a contiguous [rows, D] input, got {}",
+              shape_str(x.shape()));
+  const int64_t rows = x.size(0), D = x.size(1);
+  LayerNormForward out;
+  out.y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  out.mean = Tensor::empty({rows}, Dtype::Float64, x.device());
+  out.rstd = Tensor::empty({rows}, Dtype::Float64, x.device());
+  if (rows == 0 || D == 0) return out;
+  dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* w = weight.defined() ? weight.data<T>() : nullptr;
+    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    auto run = [&](auto kernel) {
+      kernel(x.data<T>(), w, b, out.y.data<T>(), out.mean.data<double>(), out.rstd.data<double>(), rows, D, eps);
+    };
+    if (w && b) run(forward_kernel<T, true, true>);
+    else if (w) run(forward_kernel<T, true, false>);
+    else if (b) run(forward_kernel<T, false, true>);
+    else run(forward_kernel<T, false, false>);
+  });
+  return out;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& weight, bool need_dx, bool need_dweight, bool need_dbias) {
+  EMBER_CHECK(grad.shape() == x.shape() && grad.dtype() == x.dtype() && grad.is_contiguous() && x.is_contiguous() &&
+                  x.dim() == 2,
+              "layer_norm backward: gradient {} ({}) does not match the input {} ({})", shape_str(grad.shape()),
+              dtype_name(grad.dtype()), shape_str(x.shape()), dtype_name(x.dtype()));
+  const int64_t rows = x.size(0), D = x.size(1);
+  LayerNormGrads out;
+  if (need_dx) out.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (need_dweight) out.dweight = Tensor::empty({D}, x.dtype(), x.device());
+  if (need_dbias) out.dbias = Tensor::empty({D}, x.dtype(), x.device());
+  if (D == 0) return out;
+  const int64_t chunk_rows = layer_norm_rows_per_chunk(D);
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  std::vector<double> part_w(need_dweight ? size_t(chunks * D) : 0), part_b(need_dbias ? size_t(chunks * D) : 0);
+  dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* w = weight.defined() ? weight.data<T>() : nullptr;
+    T* dx = need_dx ? out.dx.data<T>() : nullptr;
+    auto chunk = w ? backward_chunk<T, true> : backward_chunk<T, false>;
+    parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c)
+        chunk(grad.data<T>(), x.data<T>(), mean.data<double>(), rstd.data<double>(), w, dx,
+              need_dweight ? part_w.data() + c * D : nullptr, need_dbias ? part_b.data() + c * D : nullptr,
+              c * chunk_rows, std::min(rows, (c + 1) * chunk_rows), D);
+    });
+    if (need_dweight) combine_chunks(part_w, chunks, D, out.dweight.data<T>());
+    if (need_dbias) combine_chunks(part_b, chunks, D, out.dbias.data<T>());
+  });
+  return out;
+}
+
+}  // namespace ember::cpu

@@ -1,0 +1,42 @@
+// CPU layer normalisation over the last dim: fused forward (saving mean and 1/std per row) and
+// fused backward (dx, dweight, dbias).
+//
+// Precision: statistics and the normalisation are computed in double for float32 and float64
+// inputs alike (two passes: mean, then the mean of squared deviations, so no cancellation), and
+// the saved mean / rstd are float64 tensors whatever the input dtype; outputs are rounded to the
+// input dtype once at the end.
+// Determinism: rows are processed by one thread each; dweight and dbias are summed per chunk of
+// layer_norm_rows_per_chunk(D) rows (a fixed split that depends only on D), and the chunk sums
+// are then added in chunk order. Results are bitwise identical for any thread count.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace ember::cpu {
+
+struct LayerNormForward {
+  Tensor y;     // [rows, D], the input dtype
+  Tensor mean;  // [rows], float64
+  Tensor rstd;  // [rows], float64: 1 / sqrt(var + eps), var the biased (population) variance
+};
+
+// x: contiguous [rows, D], floating; weight, bias: contiguous [D] of x's dtype, or undefined.
+LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+
+struct LayerNormGrads {
+  Tensor dx;       // [rows, D]; undefined unless asked for
+  Tensor dweight;  // [D]; undefined unless asked for
+  Tensor dbias;    // [D]; undefined unless asked for
+};
+
+// grad, x: contiguous [rows, D]; mean, rstd: from layer_norm_forward; weight: [D] or undefined.
+//   xhat = (x - mean) * rstd, gw = grad * weight
+//   dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)),  dweight = sum_rows grad * xhat,  dbias = sum_rows grad
+LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& weight, bool need_dx, bool need_dweight, bool need_dbias);
+
+// Rows whose dweight / dbias contributions are summed together before the chunks are combined.
+int64_t layer_norm_rows_per_chunk(int64_t D);
+
+}  // namespace ember::cpu

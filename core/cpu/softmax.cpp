@@ -1,0 +1,282 @@
+// CPU softmax and log-softmax: forward and fused backward (one pass per row for the reductions,
+// one for the outputs). See softmax.h for the layout and determinism notes.
+#include "core/cpu/softmax.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace ember::cpu {
+namespace {
+
+// Independent accumulators per row reduction, so that the compiler vectorises without reassociating.
+constexpr int kLanes = 16;
+// Columns processed together when the softmax dim is not the last one.
+constexpr int64_t kColumnBlock = 256;
+// About this many elements per parallel task.
+constexpr int64_t kGrainElements = 32768;
+
+template <typename T>
+T lanes_total(const T (&lanes)[kLanes]) {
+  T total = 0;
+  for (int k = 0; k < kLanes; ++k) total += lanes[k];
+  return total;
+}
+
+// sum(a * b)
+template <typename T>
+T row_dot(const T* a, const T* b, int64_t n) {
+  T lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += a[i + k] * b[i + k];
+  T total = lanes_total(lanes);
+  for (; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
+template <typename T>
+T row_sum(const T* a, int64_t n) {
+  T lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += a[i + k];
+  T total = lanes_total(lanes);
+  for (; i < n; ++i) total += a[i];
+  return total;
+}
+
+// out = e^(x - shift), returning the sum of the values written.
+template <typename T>
+T row_exp_store_sum(const T* x, T shift, T* out, int64_t n) {
+  T lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      T e = exp_vec(x[i + k] - shift);
+      out[i + k] = e;
+      lanes[k] += e;
+    }
+  T total = lanes_total(lanes);
+  for (; i < n; ++i) {
+    T e = exp_vec(x[i] - shift);
+    out[i] = e;
+    total += e;
+  }
+  return total;
+}
+
+// ---- Forward
+
+template <typename T>
+void forward_rows(const T* x, T* y, int64_t rows, int64_t n, bool log) {
+  parallel_for(0, rows, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* in = x + r * n;
+      T* out = y + r * n;
+      T m = row_max(in, n);
+      if (log) {
+        T lse = m + std::log(row_sum_exp(in, m, n));
+        for (int64_t i = 0; i < n; ++i) out[i] = in[i] - lse;
+      } else {
+        T inv = T(1) / row_exp_store_sum(in, m, out, n);
+        for (int64_t i = 0; i < n; ++i) out[i] *= inv;
+      }
+    }
+  });
+}
+
+// [outer, n, inner], inner > 1: tasks are (outer index, block of up to kColumnBlock columns).
+template <typename Fn>
+void for_each_column_block(int64_t outer, int64_t n, int64_t inner, Fn&& fn) {
+  int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
+  int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(n * std::min(inner, kColumnBlock), 1));
+  parallel_for(0, outer * blocks, grain, [&](int64_t b, int64_t e) {
+    for (int64_t task = b; task < e; ++task) {
+      int64_t o = task / blocks;
+      int64_t i0 = (task % blocks) * kColumnBlock;
+      int64_t width = std::min(kColumnBlock, inner - i0);
+      fn(o * n * inner + i0, width);  // offset of element [o, 0, i0], block width
+    }
+  });
+}
+
+template <typename T>
+void forward_columns(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
+  for_each_column_block(outer, n, inner, [&](int64_t start, int64_t w) {
+    T m[kColumnBlock], s[kColumnBlock];
+    const T* src = x + start;
+    T* dst = y + start;
+    for (int64_t i = 0; i < w; ++i) m[i] = -std::numeric_limits<T>::infinity();
+    for (int64_t r = 0; r < n; ++r) {
+      const T* row = src + r * inner;
+      for (int64_t i = 0; i < w; ++i) m[i] = row[i] > m[i] ? row[i] : m[i];
+    }
+    for (int64_t i = 0; i < w; ++i) s[i] = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      const T* row = src + r * inner;
+      T* out = dst + r * inner;
+      for (int64_t i = 0; i < w; ++i) {
+        T e = exp_vec(row[i] - m[i]);
+        out[i] = e;
+        s[i] += e;
+      }
+    }
+    if (log) {
+      for (int64_t i = 0; i < w; ++i) s[i] = m[i] + std::log(s[i]);
+      for (int64_t r = 0; r < n; ++r) {
+        const T* row = src + r * inner;
+        T* out = dst + r * inner;
+        for (int64_t i = 0; i < w; ++i) out[i] = row[i] - s[i];
+      }
+    } else {
+      for (int64_t i = 0; i < w; ++i) s[i] = T(1) / s[i];
+      for (int64_t r = 0; r < n; ++r) {
+        T* out = dst + r * inner;
+        for (int64_t i = 0; i < w; ++i) out[i] *= s[i];
+      }
+    }
+  });
+}
+
+// ---- Backward: softmax dx = y * (g - sum(g y)); log_softmax dx = g - e^y * sum(g)
+
+template <typename T>
+void backward_rows(const T* g, const T* y, T* dx, int64_t rows, int64_t n, bool log) {
+  parallel_for(0, rows, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* gr = g + r * n;
+      const T* yr = y + r * n;
+      T* out = dx + r * n;
+      if (log) {
+        T total = row_sum(gr, n);
+        for (int64_t i = 0; i < n; ++i) out[i] = gr[i] - exp_vec(yr[i]) * total;
+      } else {
+        T dot = row_dot(gr, yr, n);
+        for (int64_t i = 0; i < n; ++i) out[i] = yr[i] * (gr[i] - dot);
+      }
+    }
+  });
+}
+
+template <typename T>
+void backward_columns(const T* g, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, bool log) {
+  for_each_column_block(outer, n, inner, [&](int64_t start, int64_t w) {
+    T s[kColumnBlock];
+    for (int64_t i = 0; i < w; ++i) s[i] = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      const T* gr = g + start + r * inner;
+      const T* yr = y + start + r * inner;
+      if (log) {
+        for (int64_t i = 0; i < w; ++i) s[i] += gr[i];
+      } else {
+        for (int64_t i = 0; i < w; ++i) s[i] += gr[i] * yr[i];
+      }
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      const T* gr = g + start + r * inner;
+      const T* yr = y + start + r * inner;
+      T* out = dx + start + r * inner;
+      if (log) {
+        for (int64_t i = 0; i < w; ++i) out[i] = gr[i] - exp_vec(yr[i]) * s[i];
+      } else {
+        for (int64_t i = 0; i < w; ++i) out[i] = yr[i] * (gr[i] - s[i]);
+      }
+    }
+  });
+}
+
+struct Layout {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+Layout layout_of(const Shape& shape, int64_t dim) {
+  Layout l;
+  if (shape.empty()) return l;  // a 0-d tensor is one row of one element
+  for (int64_t d = 0; d < int64_t(shape.size()); ++d) {
+    if (d < dim) l.outer *= shape[size_t(d)];
+    else if (d == dim) l.n = shape[size_t(d)];
+    else l.inner *= shape[size_t(d)];
+  }
+  return l;
+}
+
+}  // namespace
+
+// ---- Row building blocks
+
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  T lanes[kLanes];
+  for (int k = 0; k < kLanes; ++k) lanes[k] = -std::numeric_limits<T>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] = x[i + k] > lanes[k] ? x[i + k] : lanes[k];
+  T best = lanes[0];
+  for (int k = 1; k < kLanes; ++k) best = lanes[k] > best ? lanes[k] : best;
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  return best;
+}
+
+template <typename T>
+T row_sum_exp(const T* x, T shift, int64_t n) {
+  T lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += exp_vec(x[i + k] - shift);
+  T total = lanes_total(lanes);
+  for (; i < n; ++i) total += exp_vec(x[i] - shift);
+  return total;
+}
+
+template <typename T>
+void row_exp_scaled(const T* x, T shift, T scale, T* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = exp_vec(x[i] - shift) * scale;
+}
+
+#define EMBER_INSTANTIATE(T)                                      \
+  template T row_max<T>(const T*, int64_t);                       \
+  template T row_sum_exp<T>(const T*, T, int64_t);                \
+  template void row_exp_scaled<T>(const T*, T, T, T*, int64_t);
+EMBER_INSTANTIATE(float)
+EMBER_INSTANTIATE(double)
+#undef EMBER_INSTANTIATE
+
+// ---- Tensor entry points
+
+Tensor softmax_forward(const Tensor& x, int64_t dim, bool log, const char* op) {
+  check_cpu(op, x);
+  Tensor src = x.detach().contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Layout l = layout_of(x.shape(), dim);
+  if (out.numel() == 0) {
+    dispatch_floating(x.dtype(), op, [](auto) {});  // still refuse non-floating dtypes
+    return out;
+  }
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (l.inner == 1) forward_rows<T>(src.data<T>(), out.data<T>(), l.outer, l.n, log);
+    else forward_columns<T>(src.data<T>(), out.data<T>(), l.outer, l.n, l.inner, log);
+  });
+  return out;
+}
+
+Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log, const char* op) {
+  EMBER_CHECK(grad.shape() == y.shape() && grad.dtype() == y.dtype() && y.is_contiguous(),
+              "{} backward: gradient {} ({}) does not match the output {} ({})", op, shape_str(grad.shape()),
+              dtype_name(grad.dtype()), shape_str(y.shape()), dtype_name(y.dtype()));
+  Tensor g = grad.contiguous();
+  Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+  if (dx.numel() == 0) return dx;
+  Layout l = layout_of(y.shape(), dim);
+  dispatch_floating(y.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (l.inner == 1) backward_rows<T>(g.data<T>(), y.data<T>(), dx.data<T>(), l.outer, l.n, log);
+    else backward_columns<T>(g.data<T>(), y.data<T>(), dx.data<T>(), l.outer, l.n, l.inner, log);
+  });
+  return dx;
+}
+
+}  // namespace ember::cpu

@@ -1,0 +1,48 @@
+// Cross-entropy loss: fused log-softmax + negative log-likelihood.
+//   loss = mean over counted rows r of (logsumexp(logits[r]) - logits[r, targets[r]])
+// where a row is counted unless targets[r] == ignore_index.
+// Backward: dlogits[r] = (softmax(logits[r]) - onehot(targets[r])) * g / count; 0 for ignored rows.
+//
+// When every row is ignored (or N == 0) the loss is 0 and the gradient all zeros (PyTorch gives
+// nan here; a batch of padding only should not poison a running sum of losses).
+// Validation: logits 2-D floating [N, C]; targets 1-D int32 or int64 of length N, each in [0, C)
+// or equal to ignore_index; otherwise an ember::Error naming the op, the shapes and the bad value.
+// Kernels: core/cpu/cross_entropy.cpp.
+#include "autograd/node.h"
+#include "core/cpu/cross_entropy.h"
+#include "core/ops.h"
+
+namespace ember {
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  EMBER_CHECK(logits.defined() && targets.defined(), "cross_entropy: an input tensor is undefined");
+  check_same_device("cross_entropy", {&logits, &targets});
+  check_cpu("cross_entropy", logits);
+  EMBER_CHECK(logits.dim() == 2, "cross_entropy: logits must be 2-D [N, C], got {}", shape_str(logits.shape()));
+  EMBER_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be float32 or float64, got {}",
+              dtype_name(logits.dtype()));
+  EMBER_CHECK(is_integer(targets.dtype()), "cross_entropy: targets must be int32 or int64, got {}",
+              dtype_name(targets.dtype()));
+  EMBER_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0),
+              "cross_entropy: targets {} do not match logits {}: expected 1-D targets of length {}",
+              shape_str(targets.shape()), shape_str(logits.shape()), logits.size(0));
+  const int64_t N = logits.size(0), C = logits.size(1);
+  Tensor t = targets.detach().to(Dtype::Int64).contiguous();
+  const int64_t* tp = t.data<int64_t>();
+  for (int64_t r = 0; r < N; ++r)
+    EMBER_CHECK(tp[r] == ignore_index || (tp[r] >= 0 && tp[r] < C),
+                "cross_entropy: target {} at row {} is out of range for {} classes (logits {}, ignore_index {})",
+                tp[r], r, C, shape_str(logits.shape()), ignore_index);
+
+  Tensor x = logits.detach().contiguous();
+  cpu::CrossEntropyForward f = cpu::cross_entropy_forward(x, t, ignore_index);
+  Tensor loss = f.loss;
+  record("cross_entropy", loss, {logits, targets},
+         [x, t, lse = f.lse, count = f.count, ignore_index](const Tensor& g) -> Grads {
+           double scale = count > 0 ? g.item<double>() / double(count) : 0.0;
+           return {cpu::cross_entropy_backward(x, t, lse, ignore_index, scale), Tensor()};
+         });
+  return loss;
+}
+
+}  // namespace ember

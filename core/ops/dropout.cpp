@@ -1,0 +1,61 @@
+// Dropout: y = x * keep / (1 - p), keep drawn per element from the counter-based RNG.
+//
+// Element i (row-major) is kept iff random_uniform(seed, first + i) >= p, where (seed, first)
+// is the range this call takes from the generator. The mask is a pure function of (seed,
+// first, i): the result is the same for any thread count, and backward regenerates the mask
+// instead of saving it (no memory kept per element).
+//
+// p == 0 or !training: returns x itself (no copy, the generator is not advanced).
+// p == 1: every element is dropped; the result (and gradient) is all zeros.
+#include <cmath>
+
+#include "autograd/node.h"
+#include "core/ops.h"
+#include "core/parallel.h"
+
+namespace ember {
+namespace {
+
+// random_uniform(seed, index) >= p  <=>  (random_bits >> 11) >= ceil(p * 2^53): both sides are
+// exact (a 53-bit integer, and p scaled by a power of two), so an integer compare is the same test.
+uint64_t keep_threshold(double p) { return uint64_t(std::ceil(std::ldexp(p, 53))); }
+
+// out[i] = in[i] * (kept(i) ? scale : 0) over contiguous arrays of n elements.
+template <typename T>
+void apply_mask(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, uint64_t threshold, T scale) {
+  parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      bool keep = (random_bits(seed, first + uint64_t(i)) >> 11) >= threshold;
+      out[i] = keep ? in[i] * scale : T(0);
+    }
+  });
+}
+
+Tensor masked_scale(const Tensor& x, uint64_t seed, uint64_t first, double p) {
+  Tensor in = x.detach().contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const uint64_t threshold = keep_threshold(p);
+  const double scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
+  dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    apply_mask<T>(in.data<T>(), out.data<T>(), x.numel(), seed, first, threshold, T(scale));
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  EMBER_CHECK(p >= 0.0 && p <= 1.0, "dropout: p must be in [0, 1], got {}", p);
+  EMBER_CHECK(is_floating(x.dtype()), "dropout: expected a floating tensor (float32 or float64), got {}",
+              dtype_name(x.dtype()));
+  if (!training || p == 0.0) return x;
+  check_cpu("dropout", x);
+  const uint64_t seed = gen.seed(), first = gen.take(uint64_t(x.numel()));
+  Tensor out = masked_scale(x, seed, first, p);
+  // d/dx = mask * scale: the same pass over the gradient with the same (seed, first).
+  record("dropout", out, {x}, [seed, first, p](const Tensor& g) -> Grads { return {masked_scale(g, seed, first, p)}; });
+  return out;
+}
+
+}  // namespace ember

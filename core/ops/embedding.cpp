@@ -1,0 +1,126 @@
+// Embedding lookup: out[..., :] = weight[ids[...], :].
+//
+// Backward scatters the output gradient's rows into a dense [V, D] gradient. Repeated ids must
+// add up, deterministically whatever the thread count: the positions are bucketed by vocabulary
+// row first (a stable counting sort), then each thread owns whole rows and adds their positions'
+// gradients in position order. No two threads ever touch the same row, so there are no races.
+#include <cstring>
+#include <vector>
+
+#include "autograd/node.h"
+#include "core/ops.h"
+#include "core/parallel.h"
+
+namespace ember {
+namespace {
+
+// "[1, 2]": the multi-index of flat position `flat` in `shape`.
+std::string position_str(const Shape& shape, int64_t flat) {
+  Shape index(shape.size(), 0);
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return shape_str(index);
+}
+
+// The ids as int64, contiguous and row-major, each checked against the vocabulary size V.
+std::vector<int64_t> checked_ids(const Tensor& ids, int64_t V) {
+  std::vector<int64_t> out = ids.to_vector<int64_t>();
+  for (size_t i = 0; i < out.size(); ++i)
+    EMBER_CHECK(out[i] >= 0 && out[i] < V, "embedding: id {} at position {} of ids {} is out of range for a vocabulary of {} rows",
+                out[i], position_str(ids.shape(), int64_t(i)), shape_str(ids.shape()), V);
+  return out;
+}
+
+// Rows of `ids` grouped by vocabulary row: positions[starts[k] .. starts[k+1]) are the positions
+// (ascending) whose id is rows[k]; only rows that occur are listed.
+struct RowBuckets {
+  std::vector<int64_t> rows, starts, positions;
+};
+
+RowBuckets bucket_by_row(const std::vector<int64_t>& ids, int64_t V) {
+  std::vector<int64_t> count(size_t(V) + 1, 0);
+  for (int64_t id : ids) ++count[size_t(id) + 1];
+  RowBuckets buckets;
+  for (int64_t v = 0; v < V; ++v) {
+    if (count[size_t(v) + 1] > 0) {
+      buckets.rows.push_back(v);
+      buckets.starts.push_back(count[size_t(v)]);
+    }
+    count[size_t(v) + 1] += count[size_t(v)];  // now the first slot of row v + 1
+  }
+  buckets.starts.push_back(int64_t(ids.size()));
+  buckets.positions.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) buckets.positions[size_t(count[size_t(ids[i])]++)] = int64_t(i);
+  return buckets;
+}
+
+// dweight [V, D] (zeros) += grad rows [n, D] (contiguous) scattered by `ids`.
+template <typename T>
+void scatter_rows(const std::vector<int64_t>& ids, const Tensor& grad, const Tensor& dweight) {
+  const int64_t V = dweight.shape()[0], D = dweight.shape()[1];
+  RowBuckets buckets = bucket_by_row(ids, V);
+  const T* g = grad.data<T>();
+  T* dw = dweight.data<T>();
+  const int64_t nrows = int64_t(buckets.rows.size());
+  const int64_t per_row = std::max<int64_t>(1, D * int64_t(ids.size()) / std::max<int64_t>(nrows, 1));
+  parallel_for(0, nrows, std::max<int64_t>(1, 16384 / per_row), [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k) {
+      T* out = dw + buckets.rows[size_t(k)] * D;
+      for (int64_t p = buckets.starts[size_t(k)]; p < buckets.starts[size_t(k) + 1]; ++p) {
+        const T* in = g + buckets.positions[size_t(p)] * D;
+        for (int64_t j = 0; j < D; ++j) out[j] += in[j];
+      }
+    }
+  });
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  check_same_device("embedding", {&weight, &ids});
+  check_cpu("embedding", weight);
+  EMBER_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [V, D], got shape {}", shape_str(weight.shape()));
+  EMBER_CHECK(is_integer(ids.dtype()), "embedding: ids must be int32 or int64, got {}", dtype_name(ids.dtype()));
+  const int64_t V = weight.shape()[0], D = weight.shape()[1];
+  std::vector<int64_t> id_list = checked_ids(ids, V);
+
+  Shape out_shape = ids.shape();
+  out_shape.push_back(D);
+  Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
+  const int64_t n = int64_t(id_list.size());
+  const int64_t item = dtype_size(weight.dtype());
+  const int64_t w_rs = weight.strides()[0], w_cs = weight.strides()[1];
+  const char* w = static_cast<const char*>(weight.raw_data());
+  char* o = static_cast<char*>(out.raw_data());
+  dispatch_all(weight.dtype(), "embedding", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    parallel_for(0, n, std::max<int64_t>(1, 32768 / std::max<int64_t>(D, 1)), [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        const char* row = w + id_list[size_t(i)] * w_rs * item;
+        char* dst = o + i * D * item;
+        if (w_cs == 1 || D <= 1) {
+          if (D > 0) std::memcpy(dst, row, size_t(D * item));
+        } else {
+          for (int64_t j = 0; j < D; ++j)
+            reinterpret_cast<T*>(dst)[j] = *reinterpret_cast<const T*>(row + j * w_cs * item);
+        }
+      }
+    });
+  });
+
+  record("embedding", out, {weight, ids},
+         [id_list = std::move(id_list), V, D, dtype = weight.dtype()](const Tensor& g) -> Grads {
+           Tensor grad = g.contiguous();
+           Tensor dweight = zeros({V, D}, dtype, g.device());
+           dispatch_floating(dtype, "embedding backward", [&](auto tag) {
+             using T = typename decltype(tag)::type;
+             scatter_rows<T>(id_list, grad, dweight);
+           });
+           return {dweight, Tensor()};
+         });
+  return out;
+}
+
+}  // namespace ember

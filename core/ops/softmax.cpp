@@ -1,0 +1,30 @@
+// Softmax and log-softmax over any dim. Forward: e^(x - max) normalised (the max shift keeps large
+// values finite; -inf entries get probability 0; a row that is all -inf, or holds +inf or NaN,
+// gives NaN like PyTorch). Backward: one fused pass per row from the saved output y:
+//   softmax:     dx = y * (g - sum(g * y, dim))
+//   log_softmax: dx = g - exp(y) * sum(g, dim)
+// Kernels: core/cpu/softmax.cpp.
+#include "autograd/node.h"
+#include "core/cpu/softmax.h"
+#include "core/ops.h"
+
+namespace ember {
+namespace {
+
+Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log) {
+  EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", name);
+  int64_t d = normalize_dim(dim, x.dim(), name);
+  Tensor y = cpu::softmax_forward(x, d, log, name);
+  // NOTE: a detached view of y, never y itself (y's node would own y: a cycle).
+  record(name, y, {x}, [name, d, log, y = y.detach()](const Tensor& g) -> Grads {
+    return {cpu::softmax_backward(g, y, d, log, name)};
+  });
+  return y;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op("softmax", x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op("log_softmax", x, dim, true); }
+
+}  // namespace ember

@@ -1,0 +1,97 @@
+// The single- versus multi-head comparison table.
+#include "examples/imdb/compare.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "examples/imdb/file_io.h"
+
+namespace ember::imdb {
+namespace {
+
+struct Stats {
+  double mean = 0, std = 0;
+};
+Stats stats(const std::vector<double>& xs) {
+  Stats s;
+  if (xs.empty()) return s;
+  for (double x : xs) s.mean += x;
+  s.mean /= double(xs.size());
+  if (xs.size() > 1) {
+    for (double x : xs) s.std += (x - s.mean) * (x - s.mean);
+    s.std = std::sqrt(s.std / double(xs.size() - 1));  // sample standard deviation
+  }
+  return s;
+}
+
+// A finished run's summary, as saved in its folder's result.json.
+nlohmann::json summarize(const RunResult& r) {
+  nlohmann::json j;
+  j["parameters"] = r.parameters;
+  j["test_accuracy"] = nlohmann::json::array();
+  double seconds = 0, tokens = 0;
+  for (const auto& e : r.epochs) {
+    j["test_accuracy"].push_back(e.test_accuracy);
+    seconds += e.seconds;
+    tokens += e.real_tokens_per_s;
+  }
+  j["seconds_per_epoch"] = seconds / double(r.epochs.size());
+  j["real_tokens_per_s"] = tokens / double(r.epochs.size());
+  return j;
+}
+
+}  // namespace
+
+std::string compare(const CompareConfig& config) {
+  namespace fs = std::filesystem;
+  fs::create_directories(config.out);
+  std::unique_ptr<Data> data;  // loaded once, only if some run still has to train
+  std::string table =
+      "| heads | head size | parameters | test accuracy, best epoch | test accuracy, last epoch | time per epoch | "
+      "real tokens/s |\n|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (int64_t heads : config.heads) {
+    std::vector<double> best, last, seconds, tokens;
+    int64_t parameters = 0;
+    for (int64_t seed = 0; seed < config.seeds; ++seed) {
+      std::string folder = fmt::format("{}/heads{}-seed{}", config.out, heads, seed);
+      std::string result_path = folder + "/result.json";
+      nlohmann::json result;
+      if (fs::exists(result_path)) {
+        fmt::print(stderr, "compare: heads {} seed {}: already done ({})\n", heads, seed, result_path);
+        result = nlohmann::json::parse(read_whole_file(result_path, "compare result"), nullptr, false);
+        EMBER_CHECK(!result.is_discarded(), "compare: {} is malformed; delete it to rerun that run", result_path);
+      } else {
+        if (!data) {
+          fmt::print(stderr, "compare: loading IMDb...\n");
+          data = std::make_unique<Data>(prepare_data(config.base));
+        }
+        TrainConfig run = config.base;
+        run.model.heads = heads;
+        run.seed = uint64_t(seed);
+        run.out = folder;
+        fmt::print(stderr, "compare: training heads {} seed {} -> {}\n", heads, seed, folder);
+        result = summarize(train(run, *data));
+        write_file_atomically(result_path, result.dump(2));
+      }
+      std::vector<double> accuracy = result.at("test_accuracy").get<std::vector<double>>();
+      EMBER_CHECK(!accuracy.empty(), "compare: {} has no epochs", result_path);
+      best.push_back(*std::max_element(accuracy.begin(), accuracy.end()));
+      last.push_back(accuracy.back());
+      seconds.push_back(result.at("seconds_per_epoch").get<double>());
+      tokens.push_back(result.at("real_tokens_per_s").get<double>());
+      parameters = result.at("parameters").get<int64_t>();
+    }
+    Stats b = stats(best), l = stats(last), s = stats(seconds), t = stats(tokens);
+    table += fmt::format("| {} | {} | {} | {:.2f} ± {:.2f}% | {:.2f} ± {:.2f}% | {:.0f} s | {:.0f} |\n", heads,
+                         config.base.model.dim / heads, parameters, 100 * b.mean, 100 * b.std, 100 * l.mean,
+                         100 * l.std, s.mean, t.mean);
+  }
+  table += fmt::format("\n{} seeds per row (0..{}); mean ± sample std over seeds; accuracy on all test reviews.\n",
+                       config.seeds, config.seeds - 1);
+  write_file_atomically(config.out + "/compare.md", table);
+  return table;
+}
+
+}  // namespace ember::imdb

@@ -1,0 +1,361 @@
+// The IMDb trainer: data preparation, the training loop, evaluation, checkpoints and prediction.
+#include "examples/imdb/trainer.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "autograd/grad_mode.h"
+#include "core/allocator.h"
+#include "core/parallel.h"
+#include "examples/imdb/dataset.h"
+#include "examples/imdb/progress.h"
+#include "nn/checkpoint.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+namespace ember::imdb {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t(usage.ru_maxrss) * 1024;
+}
+
+// The first n/2 negative and n/2 positive reviews, in their original order.
+std::vector<Review> balanced_prefix(const std::vector<Review>& reviews, int64_t n) {
+  std::vector<Review> out;
+  int64_t want[2] = {n / 2, n - n / 2}, have[2] = {0, 0};
+  for (const Review& r : reviews)
+    if (have[r.label] < want[r.label]) {
+      out.push_back(r);
+      ++have[r.label];
+    }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> encode(const Vocabulary& vocabulary, const std::vector<Review>& reviews,
+                                         int64_t max_len) {
+  auto encoded = vocabulary.encode_all(reviews, max_len);
+  // NOTE: a review with no tokens would leave attention nothing to attend to: give it one [UNK].
+  for (auto& ids : encoded)
+    if (ids.empty()) ids.push_back(Vocabulary::unk_id);
+  return encoded;
+}
+
+// Weight matrices decay; biases, LayerNorm parameters and embeddings do not (the recipe).
+std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double weight_decay) {
+  optim::ParamGroup decay{{}, weight_decay}, no_decay{{}, 0.0};
+  for (auto& [name, p] : model.named_parameters()) {
+    bool is_matrix = p.dim() >= 2 && name.find("embedding") == std::string::npos;
+    (is_matrix ? decay : no_decay).params.push_back(p);
+  }
+  return {decay, no_decay};
+}
+
+std::string json_line(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string out = "{";
+  for (size_t i = 0; i < fields.size(); ++i)
+    out += fmt::format("{}\"{}\": {}", i ? ", " : "", fields[i].first, fields[i].second);
+  return out + "}\n";
+}
+
+std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
+
+void check_output_folder(const std::string& out) {
+  std::error_code error;
+  fs::create_directories(out, error);
+  EMBER_CHECK(!error, "cannot create output folder '{}': {}", out, error.message());
+  std::string probe = out + "/.ember-write-test";
+  {
+    std::ofstream f(probe);
+    EMBER_CHECK(f.good(), "output folder '{}' is not writable", out);
+  }
+  fs::remove(probe, error);
+}
+
+}  // namespace
+
+// ---- Settings <-> checkpoint metadata
+
+std::map<std::string, std::string> TrainConfig::to_metadata() const {
+  return {{"vocab_size", std::to_string(model.vocab_size)}, {"max_len", std::to_string(model.max_len)},
+          {"dim", std::to_string(model.dim)},               {"heads", std::to_string(model.heads)},
+          {"layers", std::to_string(model.layers)},         {"ffn_dim", std::to_string(model.ffn_dim)},
+          {"classes", std::to_string(model.classes)},       {"dropout", num(model.dropout)},
+          {"batch_size", std::to_string(batch_size)},       {"epochs", std::to_string(epochs)},
+          {"lr", num(lr)},                                  {"weight_decay", num(weight_decay)},
+          {"warmup", num(warmup)},                          {"schedule", schedule},
+          {"clip", num(clip)},                              {"seed", std::to_string(seed)},
+          {"limit", std::to_string(limit)},                 {"vocab_words", std::to_string(vocab_words)}};
+}
+
+TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>& m) {
+  auto get = [&](const char* key) -> const std::string& {
+    auto it = m.find(key);
+    EMBER_CHECK(it != m.end(), "checkpoint metadata has no '{}': not a checkpoint written by this trainer", key);
+    return it->second;
+  };
+  auto integer = [&](const char* key) {
+    try {
+      return std::stoll(get(key));
+    } catch (const std::logic_error&) {
+      fail("checkpoint metadata '{}' = '{}' is not an integer", key, get(key));
+    }
+  };
+  auto real = [&](const char* key) {
+    try {
+      return std::stod(get(key));
+    } catch (const std::logic_error&) {
+      fail("checkpoint metadata '{}' = '{}' is not a number", key, get(key));
+    }
+  };
+  TrainConfig c;
+  c.model.vocab_size = integer("vocab_size");
+  c.model.max_len = integer("max_len");
+  c.model.dim = integer("dim");
+  c.model.heads = integer("heads");
+  c.model.layers = integer("layers");
+  c.model.ffn_dim = integer("ffn_dim");
+  c.model.classes = integer("classes");
+  c.model.dropout = real("dropout");
+  c.batch_size = integer("batch_size");
+  c.epochs = integer("epochs");
+  c.lr = real("lr");
+  c.weight_decay = real("weight_decay");
+  c.warmup = real("warmup");
+  c.schedule = get("schedule");
+  c.clip = real("clip");
+  c.seed = uint64_t(integer("seed"));
+  c.limit = integer("limit");
+  c.vocab_words = integer("vocab_words");
+  return c;
+}
+
+// ---- Data
+
+Data prepare_data(const TrainConfig& config) {
+  std::string path = config.data;
+  if (path.empty()) path = ensure_imdb_downloaded(config.data_dir.empty() ? default_data_dir() : config.data_dir);
+  ImdbSplit split = load_imdb(path);
+  if (config.limit > 0) {
+    split.train = balanced_prefix(split.train, config.limit);
+    split.test = balanced_prefix(split.test, config.limit);
+  }
+  Data data{Vocabulary::build(split.train, config.vocab_words), {}, {}, {}, {}};
+  data.train_tokens = encode(data.vocabulary, split.train, config.model.max_len);
+  data.test_tokens = encode(data.vocabulary, split.test, config.model.max_len);
+  data.train_labels = labels_of(split.train);
+  data.test_labels = labels_of(split.test);
+  return data;
+}
+
+BatchTensors to_tensors(const Batch& batch) {
+  BatchTensors t;
+  t.tokens = from_vector(batch.tokens, {batch.batch, batch.seq_len});
+  t.padding_mask = Tensor::empty({batch.batch, batch.seq_len}, Dtype::Bool);
+  bool* mask = t.padding_mask.data<bool>();
+  for (size_t i = 0; i < batch.key_mask.size(); ++i) mask[i] = batch.key_mask[i] == 0;
+  t.labels = from_vector(batch.labels, {batch.batch});
+  return t;
+}
+
+// ---- Evaluation
+
+double evaluate(const nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
+                const std::vector<int>& labels, int64_t batch_size) {
+  if (reviews.empty()) return 0.0;
+  NoGradGuard no_grad;
+  bool was_training = model.is_training();
+  const_cast<nn::TransformerClassifier&>(model).eval();
+  // Sorted by length so that batches carry little padding (padding never changes a prediction).
+  std::vector<int64_t> order = in_order(int64_t(reviews.size()));
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return reviews[a].size() < reviews[b].size(); });
+  Batcher batcher(reviews, labels, batch_size);
+  int64_t correct = 0;
+  for (int64_t b = 0; b < batcher.num_batches(); ++b) {
+    BatchTensors t = to_tensors(batcher.batch(order, b));
+    Tensor predicted = argmax(model.forward(t.tokens, t.padding_mask), 1);
+    correct += int64_t(sum(eq(predicted, t.labels).to(Dtype::Float64)).item<double>());
+  }
+  const_cast<nn::TransformerClassifier&>(model).train(was_training);
+  return double(correct) / double(reviews.size());
+}
+
+// ---- Training
+
+RunResult train(const TrainConfig& config) {
+  check_output_folder(config.out);
+  if (!config.quiet) fmt::print(stderr, "Loading IMDb...\n");
+  Data data = prepare_data(config);
+  return train(config, data);
+}
+
+RunResult train(const TrainConfig& config_in, const Data& data) {
+  TrainConfig config = config_in;
+  config.model.vocab_size = data.vocabulary.size();
+  EMBER_CHECK(config.device == "cpu", "train: --device {} is not supported yet (the CUDA backend is in progress)",
+              config.device);
+  EMBER_CHECK(config.batch_size > 0 && config.epochs > 0, "train: batch size and epochs must be positive");
+  if (config.threads > 0) set_num_threads(config.threads);
+  check_output_folder(config.out);
+  data.vocabulary.save(config.out + "/vocab.txt");
+
+  Generator gen(config.seed);  // initialisation, then dropout masks
+  nn::TransformerClassifier model(config.model, gen);
+  optim::AdamW optimizer(parameter_groups(model, config.weight_decay), config.lr);
+  Batcher batcher(data.train_tokens, data.train_labels, config.batch_size);
+  const int64_t steps_per_epoch = batcher.num_batches();
+  const int64_t total_steps = steps_per_epoch * config.epochs;
+  optim::Schedule schedule{optim::parse_schedule(config.schedule), config.lr,
+                           int64_t(std::llround(config.warmup * double(total_steps))), total_steps};
+
+  RunResult result;
+  result.parameters = model.num_parameters();
+  const std::string checkpoint_path = config.out + "/checkpoint.safetensors";
+  int64_t step = 0;
+  if (config.resume) {
+    nn::Metadata meta;
+    nn::TensorMap state = nn::load_tensors(checkpoint_path, &meta);
+    TrainConfig saved = TrainConfig::from_metadata(meta);
+    EMBER_CHECK(saved.to_metadata() == config.to_metadata(), "resume: {} was written with other settings", checkpoint_path);
+    model.load_state_dict(nn::with_prefix_removed(state, "model."));
+    optimizer.load_state_dict(nn::with_prefix_removed(state, "optim."));
+    step = std::stoll(meta.at("step"));
+    gen.set_state(config.seed, std::stoull(meta.at("generator_offset")));
+  }
+  auto save_checkpoint = [&]() {
+    nn::Metadata meta = config.to_metadata();
+    meta["format"] = "ember-imdb-checkpoint-v1";
+    meta["step"] = std::to_string(step);
+    meta["generator_offset"] = std::to_string(gen.offset());
+    nn::TensorMap state = nn::with_prefix_added(model.state_dict(), "model.");
+    for (auto& [name, t] : nn::with_prefix_added(optimizer.state_dict(), "optim.")) state.emplace(name, t);
+    nn::save_tensors(checkpoint_path, state, meta);
+  };
+
+  std::ofstream metrics(config.out + "/metrics.jsonl", config.resume ? std::ios::app : std::ios::trunc);
+  EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
+  if (!config.quiet)
+    fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {} threads\n",
+               config.model.heads, config.model.layers, config.model.dim, result.parameters, data.train_tokens.size(),
+               data.test_tokens.size(), total_steps, num_threads());
+
+  Progress progress(config.quiet ? Progress::Mode::Silent : Progress::detect(), config.log_every);
+  const auto run_start = Clock::now();
+  while (step < total_steps) {
+    const int64_t epoch = step / steps_per_epoch;
+    std::vector<int64_t> order = batcher.shuffled_order(config.seed, epoch);
+    model.train();
+    reset_peak_memory();
+    double loss_sum = 0;
+    int64_t loss_count = 0, real_tokens = 0, padded_tokens = 0;
+    const auto epoch_start = Clock::now();
+    progress.start_epoch(epoch + 1, config.epochs, steps_per_epoch);
+    for (int64_t b = step % steps_per_epoch; b < steps_per_epoch; ++b) {
+      Batch batch = batcher.batch(order, b);
+      BatchTensors t = to_tensors(batch);
+      optimizer.set_lr(schedule.lr_at(step));
+      Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
+      optimizer.zero_grad();
+      loss.backward();
+      if (config.clip > 0) optim::clip_grad_norm(model.parameters(), config.clip);
+      optimizer.step();
+      ++step;
+
+      double loss_value = loss.item<float>();
+      result.step_losses.push_back(loss_value);
+      loss_sum += loss_value;
+      ++loss_count;
+      real_tokens += batch.real_tokens;
+      padded_tokens += batch.batch * batch.seq_len;
+      double elapsed = seconds_since(epoch_start);
+      progress.update(b + 1, loss_sum / double(loss_count), double(real_tokens) / elapsed, elapsed);
+      metrics << json_line({{"kind", "\"step\""}, {"step", std::to_string(step)}, {"epoch", std::to_string(epoch + 1)},
+                            {"loss", num(loss_value)}, {"lr", num(optimizer.lr())}});
+      if (config.save_every > 0 && step % config.save_every == 0) save_checkpoint();
+      if (config.stop_after > 0 && step >= config.stop_after) break;
+    }
+    const double train_seconds = seconds_since(epoch_start);
+    progress.finish_epoch();
+    if (config.stop_after > 0 && step >= config.stop_after && step % steps_per_epoch != 0) {
+      save_checkpoint();
+      metrics.flush();
+      break;
+    }
+    const auto eval_start = Clock::now();
+    EpochResult er;
+    er.epoch = epoch + 1;
+    er.train_loss = loss_count ? loss_sum / double(loss_count) : NAN;
+    er.test_accuracy = evaluate(model, data.test_tokens, data.test_labels);
+    er.seconds = train_seconds;
+    er.eval_seconds = seconds_since(eval_start);
+    er.real_tokens_per_s = double(real_tokens) / train_seconds;
+    er.padded_tokens_per_s = double(padded_tokens) / train_seconds;
+    er.peak_bytes = memory_stats().peak_allocated;
+    er.peak_rss_bytes = peak_rss_bytes();
+    result.epochs.push_back(er);
+    metrics << json_line({{"kind", "\"epoch\""}, {"epoch", std::to_string(er.epoch)}, {"step", std::to_string(step)},
+                          {"train_loss", num(er.train_loss)}, {"test_accuracy", num(er.test_accuracy)},
+                          {"test_reviews", std::to_string(data.test_tokens.size())},
+                          {"train_seconds", num(er.seconds)}, {"eval_seconds", num(er.eval_seconds)},
+                          {"real_tokens_per_s", num(er.real_tokens_per_s)},
+                          {"padded_tokens_per_s", num(er.padded_tokens_per_s)},
+                          {"peak_tensor_bytes", std::to_string(er.peak_bytes)},
+                          {"peak_rss_bytes", std::to_string(er.peak_rss_bytes)}});
+    metrics.flush();
+    if (!config.quiet)
+      fmt::print(stderr,
+                 "epoch {}/{}: train loss {:.4f} | test accuracy {:.2f}% ({} reviews) | {:.1f}s train + {:.1f}s eval | "
+                 "{:.0f} real tok/s ({:.0f} padded) | peak {:.0f} MiB tensors, {:.0f} MiB RSS\n",
+                 er.epoch, config.epochs, er.train_loss, 100 * er.test_accuracy, data.test_tokens.size(), er.seconds,
+                 er.eval_seconds, er.real_tokens_per_s, er.padded_tokens_per_s, er.peak_bytes / 1048576.0,
+                 er.peak_rss_bytes / 1048576.0);
+    save_checkpoint();
+    nn::save_tensors(config.out + "/model.safetensors", model.state_dict(), config.to_metadata());
+    if (config.stop_after > 0 && step >= config.stop_after) break;
+  }
+  result.steps = step;
+  result.wall_seconds = seconds_since(run_start);
+  return result;
+}
+
+// ---- Using a saved run
+
+SavedRun load_run(const std::string& folder) {
+  nn::Metadata meta;
+  nn::TensorMap weights = nn::load_tensors(folder + "/model.safetensors", &meta);
+  SavedRun run{TrainConfig::from_metadata(meta), Vocabulary::load(folder + "/vocab.txt"), nullptr};
+  EMBER_CHECK(run.vocabulary.size() == run.config.model.vocab_size,
+              "{}: vocab.txt has {} tokens but the model was trained with {}", folder, run.vocabulary.size(),
+              run.config.model.vocab_size);
+  Generator gen(0);
+  run.model = std::make_shared<nn::TransformerClassifier>(run.config.model, gen);
+  run.model->load_state_dict(weights);
+  run.model->eval();
+  return run;
+}
+
+double predict_positive(const SavedRun& run, const std::string& review) {
+  NoGradGuard no_grad;
+  std::vector<int32_t> ids = run.vocabulary.encode(review, run.config.model.max_len);
+  if (ids.empty()) ids.push_back(Vocabulary::unk_id);
+  Tensor tokens = from_vector(std::vector<int64_t>(ids.begin(), ids.end()), {1, int64_t(ids.size())});
+  Tensor padding = zeros({1, int64_t(ids.size())}, Dtype::Bool);
+  Tensor probabilities = softmax(run.model->forward(tokens, padding), 1);
+  return probabilities.to_vector<float>()[1];
+}
+
+}  // namespace ember::imdb

@@ -1,0 +1,96 @@
+// The IMDb trainer: a run's settings, training with per-epoch evaluation, checkpoints that
+// resume exactly, evaluation and prediction from a saved run.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "examples/imdb/batcher.h"
+#include "examples/imdb/vocabulary.h"
+#include "nn/transformer.h"
+
+namespace ember::imdb {
+
+// Every setting of a run. The defaults are the reference recipe (../shared/imdb-recipe.md).
+struct TrainConfig {
+  nn::ClassifierConfig model;       // vocab 20,002; dim 128; 4 heads; 2 layers; FFN 512; max_len 256
+  int64_t vocab_words = 20000;      // most frequent training tokens kept (+ [PAD], [UNK])
+  int64_t batch_size = 32;
+  int64_t epochs = 3;
+  double lr = 5e-4;
+  double weight_decay = 0.01;       // on weight matrices only
+  double warmup = 0.05;             // fraction of all steps
+  std::string schedule = "linear";  // linear | cosine | constant
+  double clip = 1.0;                // global gradient norm; 0 = off
+  uint64_t seed = 0;
+  int threads = 0;                  // 0 = all cores
+  std::string device = "cpu";
+  std::string data;                 // reviews.json or aclImdb folder; empty = download into data_dir
+  std::string data_dir;             // download cache; empty = $EMBER_DATA or ./data
+  std::string out = "runs/imdb";
+  int64_t limit = 0;                // use only the first N train and N test reviews (balanced); 0 = all
+  int64_t save_every = 0;           // also checkpoint every N steps (0 = only at epoch ends)
+  int64_t log_every = 50;           // plain log line every N steps when not on a terminal
+  int64_t stop_after = 0;           // stop (after checkpointing) once this many steps are done; 0 = never
+  bool resume = false;              // continue from out/checkpoint.safetensors
+  bool quiet = false;
+
+  std::map<std::string, std::string> to_metadata() const;
+  static TrainConfig from_metadata(const std::map<std::string, std::string>& metadata);
+};
+
+struct EpochResult {
+  int64_t epoch = 0;
+  double train_loss = 0;
+  double test_accuracy = 0;    // on every test review
+  double seconds = 0;          // training wall time of the epoch
+  double eval_seconds = 0;
+  double real_tokens_per_s = 0;
+  double padded_tokens_per_s = 0;
+  int64_t peak_bytes = 0;      // peak tensor memory (allocator)
+  int64_t peak_rss_bytes = 0;  // peak resident memory of the process
+};
+
+struct RunResult {
+  std::vector<EpochResult> epochs;
+  int64_t parameters = 0;
+  int64_t steps = 0;
+  double wall_seconds = 0;
+  std::vector<double> step_losses;  // every step's loss, in order (this process's steps)
+};
+
+struct Data {
+  Vocabulary vocabulary;
+  std::vector<std::vector<int32_t>> train_tokens, test_tokens;
+  std::vector<int> train_labels, test_labels;
+};
+// Loads (downloading if needed), applies --limit, builds the vocabulary and encodes.
+Data prepare_data(const TrainConfig& config);
+
+// Trains with per-epoch test accuracy, writing metrics.jsonl, checkpoint.safetensors,
+// model.safetensors and vocab.txt into config.out.
+RunResult train(const TrainConfig& config);
+RunResult train(const TrainConfig& config, const Data& data);
+
+// Accuracy of `model` on encoded reviews (eval mode, no grad).
+double evaluate(const nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
+                const std::vector<int>& labels, int64_t batch_size = 64);
+
+// A trained run loaded back from its folder (model.safetensors + vocab.txt).
+struct SavedRun {
+  TrainConfig config;
+  Vocabulary vocabulary;
+  std::shared_ptr<nn::TransformerClassifier> model;
+};
+SavedRun load_run(const std::string& folder);
+// Probability that the review is positive.
+double predict_positive(const SavedRun& run, const std::string& review);
+
+// Batch -> tensors: tokens int64 [B, T], key_padding_mask bool [B, T] (true = padding), labels int64 [B].
+struct BatchTensors {
+  Tensor tokens, padding_mask, labels;
+};
+BatchTensors to_tensors(const Batch& batch);
+
+}  // namespace ember::imdb

@@ -1,0 +1,25 @@
+// Saving and loading named tensors as safetensors files (readable by other tools), atomically.
+#pragma once
+#include <map>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace ember::nn {
+
+using TensorMap = std::map<std::string, Tensor>;
+using Metadata = std::map<std::string, std::string>;
+
+// Writes every tensor (copied to the CPU, contiguous) under its name. Atomic: a crash or error
+// mid-save leaves any previous file at `path` intact.
+void save_tensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata = {});
+
+// Reads every tensor of a safetensors file; errors name the file and the problem (truncated,
+// malformed header, unknown dtype, offsets out of range).
+TensorMap load_tensors(const std::string& path, Metadata* metadata = nullptr);
+
+// The tensors whose names start with `prefix`, with the prefix removed (e.g. "model.").
+TensorMap with_prefix_removed(const TensorMap& tensors, const std::string& prefix);
+TensorMap with_prefix_added(const TensorMap& tensors, const std::string& prefix);
+
+}  // namespace ember::nn

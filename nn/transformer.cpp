@@ -1,0 +1,58 @@
+// The pre-LayerNorm encoder block and the IMDb classifier.
+#include "nn/transformer.h"
+
+namespace ember::nn {
+
+TransformerEncoderLayer::TransformerEncoderLayer(int64_t dim, int64_t heads, int64_t ffn_dim, double dropout,
+                                                 Generator& gen) {
+  ln1 = register_module("ln1", std::make_shared<LayerNorm>(dim));
+  attention = register_module("attention", std::make_shared<MultiHeadAttention>(dim, heads, gen));
+  ln2 = register_module("ln2", std::make_shared<LayerNorm>(dim));
+  fc1 = register_module("fc1", std::make_shared<Linear>(dim, ffn_dim, gen));
+  fc2 = register_module("fc2", std::make_shared<Linear>(ffn_dim, dim, gen));
+  drop1 = register_module("drop1", std::make_shared<Dropout>(dropout, gen));
+  drop2 = register_module("drop2", std::make_shared<Dropout>(dropout, gen));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal,
+                                        Tensor* attention_weights) const {
+  auto attended = attention->forward(ln1->forward(x), key_padding_mask, causal, attention_weights != nullptr);
+  if (attention_weights != nullptr) *attention_weights = attended.weights;
+  Tensor h = x + drop1->forward(attended.out);
+  return h + drop2->forward(fc2->forward(gelu(fc1->forward(ln2->forward(h)))));
+}
+
+TransformerClassifier::TransformerClassifier(const ClassifierConfig& config, Generator& gen) : config(config) {
+  token_embedding = register_module("token_embedding", std::make_shared<Embedding>(config.vocab_size, config.dim, gen));
+  position_embedding = register_module("position_embedding", std::make_shared<Embedding>(config.max_len, config.dim, gen));
+  embedding_dropout = register_module("embedding_dropout", std::make_shared<Dropout>(config.dropout, gen));
+  for (int64_t i = 0; i < config.layers; ++i)
+    blocks.push_back(register_module("blocks." + std::to_string(i),
+                                     std::make_shared<TransformerEncoderLayer>(config.dim, config.heads, config.ffn_dim,
+                                                                               config.dropout, gen)));
+  final_norm = register_module("final_norm", std::make_shared<LayerNorm>(config.dim));
+  head = register_module("head", std::make_shared<Linear>(config.dim, config.classes, gen));
+}
+
+Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& key_padding_mask,
+                                      std::vector<Tensor>* attention_weights) const {
+  EMBER_CHECK(tokens.dim() == 2, "TransformerClassifier: tokens must be [B, T], got {}", shape_str(tokens.shape()));
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  EMBER_CHECK(T <= config.max_len, "TransformerClassifier: sequence length {} exceeds max_len {}", T, config.max_len);
+  Tensor positions = arange(T).view({1, T});
+  Tensor x = embedding_dropout->forward(token_embedding->forward(tokens) + position_embedding->forward(positions));
+  if (attention_weights != nullptr) attention_weights->clear();
+  for (const auto& block : blocks) {
+    Tensor weights;
+    x = block->forward(x, key_padding_mask, /*causal=*/false, attention_weights ? &weights : nullptr);
+    if (attention_weights != nullptr) attention_weights->push_back(weights);
+  }
+  x = final_norm->forward(x);
+  // Mean over real positions: padded positions are left out of the pooling.
+  Tensor keep = key_padding_mask.defined() ? where(key_padding_mask, zeros({1}), ones({1})) : ones({B, T});
+  Tensor counts = sum(keep, {1}, /*keepdim=*/true);  // [B, 1]
+  Tensor pooled = sum(x * keep.view({B, T, 1}), {1}) / counts;  // [B, D]
+  return head->forward(pooled);
+}
+
+}  // namespace ember::nn

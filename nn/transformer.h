@@ -1,0 +1,52 @@
+// The pre-LayerNorm Transformer encoder block and the IMDb recipe's classifier built from it.
+#pragma once
+#include <vector>
+
+#include "nn/attention.h"
+
+namespace ember::nn {
+
+// x = x + Dropout(MHA(LN(x))); x = x + Dropout(FFN(LN(x))), FFN = Linear -> GELU -> Linear.
+class TransformerEncoderLayer : public Module {
+ public:
+  TransformerEncoderLayer(int64_t dim, int64_t heads, int64_t ffn_dim, double dropout, Generator& gen);
+  // Returns the block's output; `attention_weights`, if given, receives [B, H, T, T].
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask, bool causal = false,
+                 Tensor* attention_weights = nullptr) const;
+
+  std::shared_ptr<LayerNorm> ln1, ln2;
+  std::shared_ptr<MultiHeadAttention> attention;
+  std::shared_ptr<Linear> fc1, fc2;
+  std::shared_ptr<Dropout> drop1, drop2;
+};
+
+struct ClassifierConfig {
+  int64_t vocab_size = 20002;
+  int64_t max_len = 256;
+  int64_t dim = 128;
+  int64_t heads = 4;
+  int64_t layers = 2;
+  int64_t ffn_dim = 512;
+  int64_t classes = 2;
+  double dropout = 0.1;
+};
+
+// Token + learned position embeddings -> dropout -> encoder blocks -> final LayerNorm ->
+// mean over real (non-padded) positions -> Linear to class logits.
+class TransformerClassifier : public Module {
+ public:
+  TransformerClassifier(const ClassifierConfig& config, Generator& gen);
+  // tokens: int64 [B, T] (0 = padding); key_padding_mask: bool [B, T], true at padding.
+  // Returns logits [B, classes]; `attention_weights`, if given, receives one [B, H, T, T] per layer.
+  Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask,
+                 std::vector<Tensor>* attention_weights = nullptr) const;
+
+  ClassifierConfig config;
+  std::shared_ptr<Embedding> token_embedding, position_embedding;
+  std::shared_ptr<Dropout> embedding_dropout;
+  std::vector<std::shared_ptr<TransformerEncoderLayer>> blocks;
+  std::shared_ptr<LayerNorm> final_norm;
+  std::shared_ptr<Linear> head;
+};
+
+}  // namespace ember::nn

@@ -1,0 +1,79 @@
+// Optimiser base: parameter groups (each with its own weight decay), a learning rate, a step count,
+// and per-parameter state tensors that a checkpoint can save and restore.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ember::optim {
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  double weight_decay = 0.0;
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<ParamGroup> groups, double lr);
+  virtual ~Optimizer() = default;
+
+  // One update of every parameter that has a gradient (runs under no-grad).
+  virtual void step() = 0;
+  void zero_grad();
+
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  int64_t step_count() const { return steps_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+  // Optimiser state by name ("step", "<i>.exp_avg", ...), for checkpoints. Loading checks
+  // every name and shape first and changes nothing on error.
+  virtual std::map<std::string, Tensor> state_dict() const;
+  virtual void load_state_dict(const std::map<std::string, Tensor>& state);
+
+ protected:
+  // Every parameter of every group, numbered in order, with its group's weight decay.
+  template <typename Fn>
+  void for_each_param(Fn&& fn) {
+    size_t index = 0;
+    for (auto& group : groups_)
+      for (auto& p : group.params) fn(index++, p, group.weight_decay);
+  }
+  // Named state buffers, one per parameter and kind; created (zeros) on first use.
+  Tensor& buffer(const std::string& kind, size_t index, const Tensor& like);
+
+  std::vector<ParamGroup> groups_;
+  double lr_;
+  int64_t steps_ = 0;
+  std::map<std::string, Tensor> buffers_;  // "<index>.<kind>"
+};
+
+// SGD with optional momentum and (L2) weight decay: v = mu v + (g + wd p); p -= lr v.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<ParamGroup> groups, double lr, double momentum = 0.0);
+  void step() override;
+  double momentum;
+};
+
+// Adam (weight decay added to the gradient, L2) or AdamW (decoupled: p -= lr wd p),
+// with bias-corrected moments: m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2,
+// p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<ParamGroup> groups, double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
+       bool decoupled_weight_decay = false);
+  void step() override;
+  double beta1, beta2, eps;
+  bool decoupled;
+};
+
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<ParamGroup> groups, double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8)
+      : Adam(std::move(groups), lr, beta1, beta2, eps, /*decoupled_weight_decay=*/true) {}
+};
+
+}  // namespace ember::optim

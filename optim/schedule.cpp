@@ -1,0 +1,45 @@
+// Learning-rate schedules and global-norm gradient clipping.
+#include "optim/schedule.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace ember::optim {
+
+double Schedule::lr_at(int64_t step) const {
+  if (kind == ScheduleKind::Constant) return base_lr;
+  if (step < warmup_steps) return base_lr * double(step) / double(warmup_steps);
+  int64_t decay_steps = std::max<int64_t>(1, total_steps - warmup_steps);
+  double progress = std::min(1.0, double(step - warmup_steps) / double(decay_steps));
+  if (kind == ScheduleKind::WarmupLinear) return base_lr * (1.0 - progress);
+  return base_lr * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+ScheduleKind parse_schedule(const std::string& name) {
+  if (name == "constant") return ScheduleKind::Constant;
+  if (name == "linear") return ScheduleKind::WarmupLinear;
+  if (name == "cosine") return ScheduleKind::WarmupCosine;
+  fail("unknown schedule '{}': expected constant, linear or cosine", name);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  double total = 0;
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    Tensor g = p.grad().to(Dtype::Float64);
+    total += sum(g * g).item<double>();
+  }
+  double norm = std::sqrt(total);
+  if (norm > max_norm && norm > 0) {
+    double scale = max_norm / (norm + 1e-6);
+    for (const Tensor& p : params)
+      if (p.grad().defined()) p.grad().mul_(scale);
+  }
+  return norm;
+}
+
+}  // namespace ember::optim

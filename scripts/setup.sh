@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what Ember needs to build (from Debian's packages) and configures + builds it.
+# Usage: scripts/setup.sh [build-dir]   (default: build). Safe to run again: it skips what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${1:-build}
+
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v g++ >/dev/null || need+=(g++)
+[ -f /usr/include/fmt/format.h ] || need+=(libfmt-dev)
+[ -f /usr/include/doctest/doctest.h ] || need+=(doctest-dev)
+[ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# CUDA is used when nvcc is found (on PATH or in /usr/local/cuda); CPU-only otherwise.
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${EMBER_CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD_DIR" -j"$(nproc)"

@@ -1,0 +1,76 @@
+// embedding: row lookup against known values, repeated ids summed in the gradient (deterministic
+// for any thread count), gradcheck, and the error for out-of-range ids.
+#include "core/parallel.h"
+#include "helpers.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+TEST_CASE("embedding: picks rows of the weight") {
+  Tensor weight = tensor({0, 1, 10, 11, 20, 21, 30, 31}, {4, 2});
+  Tensor ids = from_vector<int64_t>({3, 0, 3, 1, 2, 2}, {2, 3});
+  Tensor out = embedding(weight, ids);
+  CHECK(out.shape() == Shape{2, 3, 2});
+  CHECK(out.dtype() == Dtype::Float32);
+  check_values(out, {30, 31, 0, 1, 30, 31, 10, 11, 20, 21, 20, 21});
+  // int32 ids, a 0-dim id, a transposed (strided) weight and non-contiguous ids.
+  check_values(embedding(weight, from_vector<int32_t>({2, 1})), {20, 21, 10, 11});
+  Tensor one = embedding(weight, scalar(1, Dtype::Int64));
+  CHECK(one.shape() == Shape{2});
+  check_values(one, {10, 11});
+  Tensor wt = tensor({0, 10, 20, 30, 1, 11, 21, 31}, {2, 4}).transpose(0, 1);  // same values as weight
+  check_values(embedding(wt, ids), {30, 31, 0, 1, 30, 31, 10, 11, 20, 21, 20, 21});
+  check_values(embedding(weight, ids.transpose(0, 1)), {30, 31, 10, 11, 0, 1, 20, 21, 30, 31, 20, 21});
+  Tensor none = embedding(weight, from_vector<int64_t>({}, {0}));
+  CHECK(none.shape() == Shape{0, 2});
+}
+
+TEST_CASE("embedding: gradient sums the rows of repeated ids") {
+  Tensor weight = zeros({5, 3}, Dtype::Float64).requires_grad_();
+  Tensor ids = from_vector<int64_t>({1, 3, 1, 1, 0}, {5});
+  Tensor g = tensor({1, 2, 3, 10, 20, 30, 100, 200, 300, 1000, 2000, 3000, 7, 8, 9}, {5, 3}, Dtype::Float64);
+  embedding(weight, ids).backward(g);
+  REQUIRE(weight.grad().defined());
+  CHECK(weight.grad().shape() == Shape{5, 3});
+  check_values(weight.grad(), {7, 8, 9, 1101, 2202, 3303, 0, 0, 0, 10, 20, 30, 0, 0, 0}, 1e-12);
+}
+
+TEST_CASE("embedding: gradient is identical for 1 and 2 threads") {
+  Generator gen(5);
+  Tensor ids = (rand({4000}, gen, Dtype::Float64) * 37.0).to(Dtype::Int64);  // many repeats
+  Tensor g = randn({4000, 64}, gen);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    Tensor weight = zeros({37, 64}).requires_grad_();
+    embedding(weight, ids).backward(g);
+    return weight.grad().to_vector<float>();
+  };
+  int saved = num_threads();
+  std::vector<float> one = run(1), two = run(2);
+  set_num_threads(saved);
+  CHECK(one == two);  // bit for bit
+  // And equal to a sequential sum in position order.
+  std::vector<int64_t> id = ids.to_vector<int64_t>();
+  std::vector<float> gv = g.to_vector<float>(), expected(37 * 64, 0.0f);
+  for (size_t i = 0; i < id.size(); ++i)
+    for (size_t j = 0; j < 64; ++j) expected[size_t(id[i]) * 64 + j] += gv[i * 64 + j];
+  CHECK(one == expected);
+}
+
+TEST_CASE("gradcheck: embedding") {
+  Tensor ids = from_vector<int64_t>({2, 0, 2, 3, 2, 1}, {3, 2});
+  check_gradient([ids](auto& in) { return embedding(in[0], ids); }, {random64({4, 3}, 1)});
+  check_gradient([ids](auto& in) { return embedding(in[0].transpose(0, 1), ids) * 2.0; }, {random64({3, 4}, 2)});
+  check_gradient([](auto& in) { return embedding(in[0].narrow(1, 1, 2), from_vector<int32_t>({0, 0, 1})); },
+                 {random64({2, 4}, 3)});
+}
+
+TEST_CASE("embedding: errors") {
+  Tensor weight = zeros({50, 4});
+  check_error([&] { embedding(weight, from_vector<int64_t>({1, 2, 3, 70, 5, 6}, {2, 3})); },
+              "embedding: id 70 at position [1, 0] of ids [2, 3] is out of range for a vocabulary of 50 rows");
+  check_error([&] { embedding(weight, from_vector<int32_t>({-1})); }, "id -1 at position [0]");
+  check_error([&] { embedding(weight, from_vector<int64_t>({50})); }, "id 50 at position [0]");
+  check_error([&] { embedding(weight, tensor({1, 2})); }, "embedding: ids must be int32 or int64, got float32");
+  check_error([&] { embedding(zeros({50}), from_vector<int64_t>({1})); }, "embedding: weight must be 2-D [V, D], got shape [50]");
+}

@@ -1,0 +1,112 @@
+// optim/: SGD, Adam, AdamW against steps computed by hand; schedules; clipping; state round trip.
+#include <cmath>
+
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "helpers.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+namespace {
+Tensor param(std::initializer_list<double> values) { return tensor(values, {}, Dtype::Float64).requires_grad_(); }
+void set_grad(Tensor& p, std::initializer_list<double> values) { p.set_grad(tensor(values, {}, Dtype::Float64)); }
+}  // namespace
+
+TEST_CASE("optim: SGD with and without momentum and weight decay") {
+  Tensor p = param({1.0, -2.0});
+  optim::SGD sgd({{{p}, 0.0}}, 0.1);
+  set_grad(p, {0.5, 1.0});
+  sgd.step();
+  check_values(p, {1.0 - 0.05, -2.0 - 0.1});
+
+  Tensor q = param({1.0});
+  optim::SGD momentum({{{q}, 0.1}}, 0.1, 0.9);
+  set_grad(q, {1.0});
+  momentum.step();  // d = 1 + 0.1*1 = 1.1; v = 1.1; q = 1 - 0.11 = 0.89
+  check_values(q, {0.89});
+  set_grad(q, {1.0});
+  momentum.step();  // d = 1 + 0.089 = 1.089; v = 0.9*1.1 + 1.089 = 2.079; q = 0.89 - 0.2079
+  check_values(q, {0.89 - 0.2079}, 1e-9);
+}
+
+TEST_CASE("optim: Adam and AdamW steps by hand") {
+  // Step 1: m = 0.1 g, v = 0.001 g^2; bias-corrected m^ = g, v^ = g^2 -> p -= lr * g / (|g| + eps).
+  Tensor p = param({1.0, 2.0});
+  optim::Adam adam({{{p}, 0.0}}, 0.01);
+  set_grad(p, {0.5, -4.0});
+  adam.step();
+  check_values(p, {1.0 - 0.01 * 0.5 / (0.5 + 1e-8), 2.0 + 0.01 * 4.0 / (4.0 + 1e-8)}, 1e-12);
+  // Step 2 with g = 1: m = 0.9*0.05 + 0.1 = 0.145, v = 0.999*0.00025 + 0.001 = 0.00124975
+  set_grad(p, {1.0, 1.0});
+  adam.step();
+  double m_hat = 0.145 / (1 - 0.81), v_hat = 0.00124975 / (1 - 0.998001);
+  check_values(p.narrow(0, 0, 1), {1.0 - 0.01 - 0.01 * m_hat / (std::sqrt(v_hat) + 1e-8)}, 1e-10);
+
+  // AdamW: decay is decoupled: p = p * (1 - lr*wd) - lr * update.
+  Tensor w = param({2.0});
+  optim::AdamW adamw({{{w}, 0.1}}, 0.01);
+  set_grad(w, {3.0});
+  adamw.step();
+  check_values(w, {2.0 * (1 - 0.001) - 0.01 * 3.0 / (3.0 + 1e-8)}, 1e-12);
+  // Adam (coupled): weight decay joins the gradient: g = 3 + 0.1*2 = 3.2, first step moves by lr.
+  Tensor a = param({2.0});
+  optim::Adam coupled({{{a}, 0.1}}, 0.01);
+  set_grad(a, {3.0});
+  coupled.step();
+  check_values(a, {2.0 - 0.01 * 3.2 / (3.2 + 1e-8)}, 1e-12);
+  // Parameters without a gradient are left alone.
+  Tensor untouched = param({5.0});
+  optim::AdamW idle({{{untouched}, 0.1}}, 0.01);
+  idle.step();
+  check_values(untouched, {5.0});
+}
+
+TEST_CASE("optim: optimiser state round-trips and bad state is rejected") {
+  Tensor p = param({1.0, 2.0});
+  optim::AdamW adam({{{p}, 0.0}}, 0.01);
+  set_grad(p, {0.5, 0.5});
+  adam.step();
+  auto state = adam.state_dict();
+  CHECK(state.count("0.exp_avg") == 1);
+  CHECK(state.at("step").item<int64_t>() == 1);
+  Tensor q = param({1.0, 2.0});
+  optim::AdamW restored({{{q}, 0.0}}, 0.01);
+  restored.load_state_dict(state);
+  CHECK(restored.step_count() == 1);
+  state["0.exp_avg"] = zeros({3}, Dtype::Float64);
+  check_error([&] { restored.load_state_dict(state); }, "'0.exp_avg' has shape [3]");
+  state.erase("step");
+  check_error([&] { restored.load_state_dict(state); }, "'step' is missing");
+}
+
+TEST_CASE("optim: learning-rate schedules") {
+  optim::Schedule constant{optim::ScheduleKind::Constant, 0.1, 5, 100};
+  CHECK(constant.lr_at(0) == 0.1);
+  CHECK(constant.lr_at(99) == 0.1);
+  optim::Schedule linear{optim::ScheduleKind::WarmupLinear, 1.0, 10, 110};
+  CHECK(linear.lr_at(0) == 0.0);
+  CHECK(linear.lr_at(5) == doctest::Approx(0.5));
+  CHECK(linear.lr_at(10) == doctest::Approx(1.0));
+  CHECK(linear.lr_at(60) == doctest::Approx(0.5));
+  CHECK(linear.lr_at(110) == doctest::Approx(0.0));
+  optim::Schedule cosine{optim::ScheduleKind::WarmupCosine, 1.0, 10, 110};
+  CHECK(cosine.lr_at(60) == doctest::Approx(0.5));
+  CHECK(cosine.lr_at(35) == doctest::Approx(0.5 * (1 + std::cos(M_PI * 0.25))));
+  check_error([] { optim::parse_schedule("step"); }, "unknown schedule 'step'");
+}
+
+TEST_CASE("optim: clip_grad_norm scales to the global norm") {
+  Tensor a = param({0, 0}), b = param({0});
+  set_grad(a, {3.0, 0.0});
+  set_grad(b, {4.0});
+  double norm = optim::clip_grad_norm({a, b}, 1.0);
+  CHECK(norm == doctest::Approx(5.0));
+  check_values(a.grad(), {0.6, 0.0}, 1e-5);
+  check_values(b.grad(), {0.8}, 1e-5);
+  // Below the threshold nothing changes.
+  set_grad(a, {0.3, 0.0});
+  set_grad(b, {0.4});
+  CHECK(optim::clip_grad_norm({a, b}, 1.0) == doctest::Approx(0.5));
+  check_values(a.grad(), {0.3, 0.0});
+}

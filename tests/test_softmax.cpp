@@ -1,0 +1,165 @@
+// Softmax and log-softmax: known values, numerical stability (large values, -inf), any dim,
+// non-contiguous inputs, the vectorised float exp, fused backward against a composed reference,
+// float64 gradchecks and errors.
+#include <cmath>
+#include <limits>
+
+#include "core/cpu/softmax.h"
+#include "helpers.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+namespace {
+
+// softmax composed from existing ops (its gradient flows through them): the reference.
+Tensor reference_softmax(const Tensor& x, int64_t dim) {
+  Tensor e = exp(x - max(x, {dim}, true).detach());
+  return e / sum(e, {dim}, true);
+}
+Tensor reference_log_softmax(const Tensor& x, int64_t dim) {
+  Tensor shifted = x - max(x, {dim}, true).detach();
+  return shifted - log(sum(exp(shifted), {dim}, true));
+}
+
+}  // namespace
+
+TEST_CASE("softmax: known values in float32 and float64") {
+  for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
+    Tensor x = tensor({1, 2, 3}, {}, dtype);
+    check_values(softmax(x, 0), {0.0900305732, 0.2447284711, 0.6652409558}, 1e-6);
+    check_values(log_softmax(x, -1), {-2.4076059644, -1.4076059644, -0.4076059644}, 1e-6);
+    CHECK(softmax(x, 0).dtype() == dtype);
+    // Two rows: each is normalised on its own; shifting a row changes nothing.
+    Tensor m = tensor({1, 2, 3, 11, 12, 13}, {2, 3}, dtype);
+    check_values(softmax(m, 1), {0.0900305732, 0.2447284711, 0.6652409558, 0.0900305732, 0.2447284711,
+                                 0.6652409558}, 1e-6);
+    check_values(softmax(tensor({0, 0, 0, 0}, {}, dtype), 0), {0.25, 0.25, 0.25, 0.25});
+  }
+  // A 0-d tensor is a single element: probability 1.
+  check_values(softmax(scalar(3.0), 0), {1.0});
+  check_values(log_softmax(scalar(3.0), -1), {0.0});
+}
+
+TEST_CASE("softmax: large values stay finite, -inf gets probability 0") {
+  for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
+    check_values(softmax(tensor({1000, 1001, 1002}, {}, dtype), 0), {0.0900305732, 0.2447284711, 0.6652409558}, 1e-6);
+    check_values(log_softmax(tensor({1000, 1001, 1002}, {}, dtype), 0), {-2.4076059644, -1.4076059644, -0.4076059644},
+                 1e-6);
+    check_values(softmax(tensor({-1000, -1001, -1002}, {}, dtype), 0), {0.6652409558, 0.2447284711, 0.0900305732},
+                 1e-6);
+    // 1e4 apart: the small one underflows to exactly 0, nothing becomes nan.
+    check_values(softmax(tensor({0, 10000}, {}, dtype), 0), {0, 1});
+    const double inf = std::numeric_limits<double>::infinity();
+    Tensor with_inf = tensor({0, -inf, 0, 5}, {2, 2}, dtype);
+    check_values(softmax(with_inf, 1), {1, 0, 0.0066928509, 0.9933071491}, 1e-6);
+    std::vector<double> logs = log_softmax(with_inf, 1).to_vector<double>();
+    CHECK(logs[0] == 0.0);
+    CHECK(logs[1] == -inf);
+    CHECK(logs[2] == doctest::Approx(-5.0067153485).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("softmax: non-last dims and non-contiguous inputs") {
+  for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
+    Tensor x = tensor({1, 2, 3, 4, 5, 6}, {3, 2}, dtype);
+    // dim 0: columns [1, 3, 5] and [2, 4, 6], each the softmax of [0, 2, 4].
+    const std::vector<double> col = {0.0158762400, 0.1173104340, 0.8668133260};
+    check_values(softmax(x, 0), {col[0], col[0], col[1], col[1], col[2], col[2]}, 1e-6);
+    check_values(log_softmax(x, 0), {std::log(col[0]), std::log(col[0]), std::log(col[1]), std::log(col[1]),
+                                     std::log(col[2]), std::log(col[2])}, 1e-6);
+    // The same columns seen as rows of a transposed (non-contiguous) view.
+    Tensor xt = x.transpose(0, 1);
+    REQUIRE_FALSE(xt.is_contiguous());
+    check_values(softmax(xt, 1), {col[0], col[1], col[2], col[0], col[1], col[2]}, 1e-6);
+    check_values(softmax(xt, 0), {0.2689414214, 0.2689414214, 0.2689414214, 0.7310585786, 0.7310585786,
+                                  0.7310585786}, 1e-6);
+  }
+  // A middle dim with inner > the kernel's column block (256), and a leading dim: against the reference.
+  Generator gen(7);
+  Tensor x = uniform({2, 5, 300}, -4, 4, gen, Dtype::Float32);
+  check_close(softmax(x, 1), reference_softmax(x, 1), 1e-5);
+  check_close(log_softmax(x, 1), reference_log_softmax(x, 1), 1e-5);
+  check_close(softmax(x, 0), reference_softmax(x, 0), 1e-5);
+  check_close(softmax(x, 1), softmax(x.transpose(1, 2), 2).transpose(1, 2), 1e-6);
+  // Empty tensors give empty results.
+  CHECK(softmax(zeros({0, 3}), 1).shape() == Shape{0, 3});
+  CHECK(log_softmax(zeros({4, 0}), 1).shape() == Shape{4, 0});
+}
+
+TEST_CASE("softmax: long rows (vectorised path) against the composed reference") {
+  Generator gen(11);
+  // 1037 = 64 * 16 + 13: full lanes and a tail.
+  Tensor x32 = uniform({3, 1037}, -20, 20, gen, Dtype::Float32);
+  Tensor x64 = x32.to(Dtype::Float64);
+  check_close(softmax(x32, 1), softmax(x64, 1), 1e-5);
+  check_close(log_softmax(x32, 1), log_softmax(x64, 1), 1e-5);
+  check_close(softmax(x64, 1), reference_softmax(x64, 1), 1e-12);
+  check_values(sum(softmax(x32, 1), {1}), {1, 1, 1}, 1e-5);
+}
+
+TEST_CASE("softmax: the vectorised float exp matches std::exp") {
+  double worst = 0, worst_subnormal = 0;
+  int overflow_mismatches = 0;
+  for (int i = -1200000; i <= 900000; ++i) {
+    float x = float(i) * 1e-4f;
+    float got = cpu::exp_vec(x);
+    double expected = std::exp(double(x));
+    if (expected < 1e-37) {  // subnormal range: absolute error in subnormal steps (1.4e-45)
+      worst_subnormal = std::max(worst_subnormal, std::abs(double(got) - expected));
+    } else if (expected > 3.4028234e38) {
+      overflow_mismatches += !std::isinf(got);
+    } else {
+      worst = std::max(worst, std::abs(double(got) - expected) / expected);
+    }
+  }
+  CHECK(worst_subnormal <= 3e-45);
+  CHECK(overflow_mismatches == 0);
+  INFO("worst relative error " << worst);
+  CHECK(worst < 4e-7);  // a few float ulps (1 ulp = 1.2e-7 relative at most)
+  CHECK(cpu::exp_vec(0.0f) == 1.0f);
+  CHECK(cpu::exp_vec(-std::numeric_limits<float>::infinity()) == 0.0f);
+  CHECK(std::isinf(cpu::exp_vec(std::numeric_limits<float>::infinity())));
+  CHECK(std::isnan(cpu::exp_vec(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST_CASE("softmax: fused backward matches the gradient of the composed reference") {
+  Generator gen(21);
+  for (int64_t dim : {1, 0}) {
+    Tensor base = uniform({6, 1037}, -5, 5, gen, Dtype::Float32);
+    Tensor w = uniform({6, 1037}, -1, 1, gen, Dtype::Float32);
+    for (bool log : {false, true}) {
+      Tensor a = base.clone().detach().requires_grad_();
+      Tensor b = base.clone().detach().requires_grad_();
+      Tensor ya = log ? log_softmax(a, dim) : softmax(a, dim);
+      Tensor yb = log ? reference_log_softmax(b, dim) : reference_softmax(b, dim);
+      sum(ya * w).backward();
+      sum(yb * w).backward();
+      INFO("dim " << dim << " log " << log);
+      check_close(a.grad(), b.grad(), 1e-4);
+    }
+  }
+}
+
+TEST_CASE("gradcheck: softmax and log_softmax") {
+  auto x = random64({3, 4, 5}, 40, -3, 3);
+  for (int64_t dim : {0, 1, 2, -1}) {
+    check_gradient([dim](auto& in) { return softmax(in[0], dim); }, {x.clone().detach()});
+    check_gradient([dim](auto& in) { return log_softmax(in[0], dim); }, {x.clone().detach()});
+  }
+  // Non-contiguous inputs.
+  check_gradient([](auto& in) { return softmax(in[0].transpose(0, 2), -1); }, {x.clone().detach()});
+  check_gradient([](auto& in) { return log_softmax(in[0].transpose(1, 2), 1); }, {x.clone().detach()});
+  // Composed with another op, so the incoming gradient is not the gradcheck weight itself.
+  check_gradient([](auto& in) { return sum(softmax(in[0], 1) * in[0], {1}); }, {x.clone().detach()});
+  // Long rows: the vectorised path, with tails.
+  check_gradient([](auto& in) { return log_softmax(in[0], 1); }, {random64({2, 37}, 41, -3, 3)});
+}
+
+TEST_CASE("softmax: errors name the op") {
+  check_error([] { softmax(arange(3), 0); }, "softmax: expected a floating tensor");
+  check_error([] { log_softmax(arange(3), 0); }, "log_softmax: expected a floating tensor");
+  check_error([] { softmax(zeros({2, 3}), 2); }, "softmax: dim 2 out of range for a tensor with 2 dims");
+  check_error([] { log_softmax(zeros({2, 3}), -3); }, "log_softmax: dim -3 out of range");
+  check_error([] { softmax(Tensor(), 0); }, "softmax: the input tensor is undefined");
+}
