@@ -8,7 +8,7 @@
 #   --reps R       timed repetitions per shape inside each run (default 9; each run reports a median)
 #   --transposed   also time A^T B and A B^T
 # Installs python3-torch and libopenblas0-openmp with apt-get when missing, and builds
-# build/matmul_bench when needed.
+# build/matmul_bench when needed (EMBER_BUILD_DIR=dir picks another build folder).
 set -euo pipefail
 
 threads=2
@@ -50,10 +50,12 @@ for dir in /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/
   [[ -d "$dir" ]] && openblas_dir="$dir" && break
 done
 
-if [[ ! -x build/matmul_bench ]] || [[ -n "$(find core bench -newer build/matmul_bench \( -name '*.cpp' -o -name '*.h' \) 2>/dev/null | head -1)" ]]; then
-  echo "building build/matmul_bench ..." >&2
-  [[ -f build/CMakeCache.txt ]] || cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >&2
-  cmake --build build --target matmul_bench -j 2 >&2
+build="${EMBER_BUILD_DIR:-build}"
+bench="$build/matmul_bench"
+if [[ ! -x "$bench" ]] || [[ -n "$(find core bench -newer "$bench" \( -name '*.cpp' -o -name '*.h' \) 2>/dev/null | head -1)" ]]; then
+  echo "building $bench ..." >&2
+  [[ -f "$build/CMakeCache.txt" ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
+  cmake --build "$build" --target matmul_bench -j 2 >&2
 fi
 
 work="$(mktemp -d)"
@@ -63,7 +65,7 @@ for round in $(seq 1 "$rounds"); do
   echo "round $round/$rounds: ember ..." >&2
   round_peak=""
   [[ $round -eq 1 ]] && round_peak="$peak"
-  build/matmul_bench --threads "$threads" --reps "$reps" --json $transposed $round_peak \
+  "$bench" --threads "$threads" --reps "$reps" --json $transposed $round_peak \
     > "$work/ember_$round.json"
   echo "round $round/$rounds: torch ..." >&2
   # OpenBLAS 0.3.21 does not recognize this CPU model on its own: name the core explicitly.

@@ -68,6 +68,7 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // erf form: x * Phi(x)
+Tensor softplus(const Tensor& x);  // log(1 + e^x): the op added in docs/adding-an-op.md
 Tensor abs(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
 Tensor add_scalar(const Tensor& x, double value);

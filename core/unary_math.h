@@ -49,6 +49,11 @@ struct Gelu {
     return cdf + x * pdf;
   }
 };
+// softplus(x) = log(1 + e^x), a smooth relu; d/dx = sigmoid(x). Written to stay finite for large |x|.
+struct Softplus {
+  template <typename T> EMBER_HD T f(T x) const { return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+  template <typename T> EMBER_HD T df(T x, T) const { return T(1) / (T(1) + std::exp(-x)); }
+};
 struct Abs {
   template <typename T> EMBER_HD T f(T x) const { return x < T(0) ? -x : x; }
   template <typename T> EMBER_HD T df(T x, T) const { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)); }
@@ -80,6 +85,7 @@ struct MulScalar {
   X(sigmoid, Sigmoid)      \
   X(relu, Relu)            \
   X(gelu, Gelu)            \
+  X(softplus, Softplus)    \
   X(abs, Abs)
 
 // Binary arithmetic: value and the partial derivatives d/da, d/db.

@@ -42,6 +42,9 @@ TEST_CASE("elementwise: unary ops against known values") {
   // GELU (erf form), values from x * Phi(x).
   check_values(gelu(x), {-0.15865525393, 0.34573123063, 1.95449973610});
   check_values(abs(x), {1, 0.5, 2});
+  // softplus: log(1 + e^x); large inputs must not overflow.
+  check_values(softplus(tensor({-1.0, 0.0, 2.0, 100.0, -100.0}, {}, Dtype::Float64)),
+               {0.31326168752, 0.69314718056, 2.12692801104, 100.0, 3.720075976e-44});
   check_values(pow(tensor({2.0, 3.0}, {}, Dtype::Float64), 3.0), {8, 27});
   check_values(pow(tensor({4.0}, {}, Dtype::Float64), -0.5), {0.5});
 }
@@ -60,6 +63,7 @@ TEST_CASE("gradcheck: unary ops") {
   check_gradient([](auto& in) { return sigmoid(in[0]); }, {x.clone().detach()});
   check_gradient([](auto& in) { return gelu(in[0] * 3.0); }, {x.clone().detach()});
   check_gradient([](auto& in) { return pow(in[0], 2.5); }, {positive.clone().detach()});
+  check_gradient([](auto& in) { return softplus(in[0] * 4.0); }, {x.clone().detach()});
   check_gradient([](auto& in) { return 1.0 / in[0]; }, {positive.clone().detach()});
   Tensor kinked = tensor({-0.7, -0.2, 0.3, 0.9, -1.5, 2.0}, {2, 3}, Dtype::Float64);
   check_gradient([](auto& in) { return relu(in[0]); }, {kinked.clone()});

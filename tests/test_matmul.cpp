@@ -128,7 +128,8 @@ TEST_CASE("matmul: transposed, permuted, sliced and expanded operands") {
     Tensor y = random_tensor({11, 13}, 21, dtype);
     check_against_reference(x.transpose(0, 1), y.transpose(0, 1));          // both column-major
     check_against_reference(y, x);
-    check_against_reference(x.narrow(1, 2, 5).transpose(0, 1), y.narrow(0, 1, 7).transpose(0, 1).narrow(0, 3, 9));
+    check_against_reference(x.narrow(1, 2, 5).transpose(0, 1), y.narrow(0, 1, 7).transpose(0, 1));
+    check_against_reference(x.narrow(0, 3, 9).transpose(0, 1), y.transpose(0, 1).narrow(0, 2, 9).narrow(1, 1, 8));
     check_against_reference(x.narrow(0, 1, 11).narrow(1, 0, 4).transpose(0, 1), x.narrow(0, 1, 11));
     // Neither matrix dim has unit stride: every other element.
     Tensor strided = random_tensor({7, 6, 2}, 22, dtype).select(2, 1);      // [7, 6], strides [12, 2]
@@ -140,6 +141,13 @@ TEST_CASE("matmul: transposed, permuted, sliced and expanded operands") {
     check_against_reference(p, q);
     Tensor r = random_tensor({4, 3, 2, 5}, 27, dtype).permute({2, 1, 3, 0});  // [2, 3, 5, 4], no unit-stride batch
     check_against_reference(r, q);
+    // Three batch dims, none mergeable with its neighbour: two walked by the odometer.
+    Tensor u = random_tensor({2, 2, 3, 5, 4}, 35, dtype).permute({2, 1, 0, 3, 4});  // [3, 2, 2, 5, 4]
+    check_against_reference(u, random_tensor({3, 2, 2, 4, 6}, 36, dtype));
+    check_against_reference(u, random_tensor({2, 1, 4, 6}, 37, dtype));
+    // M == 1 rows that are not K apart (folded with the batch stride as the row stride).
+    check_against_reference(random_tensor({3, 10, 12}, 38, dtype).narrow(1, 2, 1).narrow(2, 0, 6),
+                            random_tensor({6, 8}, 39, dtype));
     // [B, T, C] sliced along C (rows still foldable) and along T (not foldable).
     Tensor w = random_tensor({6, 8}, 28, dtype);
     Tensor big = random_tensor({3, 10, 12}, 29, dtype);
@@ -165,6 +173,19 @@ TEST_CASE("matmul: transposed operands are read in place, never copied") {
   CHECK(extra < 64 * 1024);
   check_close(c, reference_matmul(x.transpose(0, 1), y), 2e-5);
   check_close(d, reference_matmul(y.transpose(0, 1), w.transpose(0, 1)), 2e-5);
+}
+
+TEST_CASE("matmul: the weight gradient of [B, T, C] @ [C, N] is one GEMM, not a batch and a sum") {
+  Tensor x = random64({256, 8, 16}, 45);
+  Tensor w = random64({16, 8}, 46).requires_grad_();
+  Tensor y = matmul(x, w);
+  Tensor g = random64({256, 8, 8}, 47);
+  reset_peak_memory();
+  int64_t before = memory_stats().allocated;
+  y.backward(g);
+  // A per-batch [256, 16, 8] product before summing would take 256 KiB.
+  CHECK(memory_stats().peak_allocated - before < 64 * 1024);
+  check_close(w.grad(), reference_matmul(x.reshape({-1, 16}).transpose(0, 1), g.reshape({-1, 8})), 1e-12);
 }
 
 TEST_CASE("gradcheck: matmul") {

@@ -1,12 +1,14 @@
 // The GEMM driver: picks a micro-kernel, splits C across threads, blocks for the caches, packs A and B.
 //
-// Loop nest run by each thread on its own block of C (BLIS order; the kernel sets the sizes):
-//   for jc in N step nc:               B block  kc x nc  packed into nr-wide micro-panels (L2/L3)
-//     for pc in K step kc:
-//       for ic in M step mc:           A block  mc x kc  packed into mr-tall micro-panels (L2)
-//         for jr in nc step nr:        one B micro-panel stays in L1 ...
-//           for ir in mc step mr:      ... while the A micro-panels stream past it
+// Loop nest run by each thread on its own block of C (the kernel sets the sizes):
+//   for jc in N step nc:
+//     for pc in K step kc:             B block  kc x nc  packed into nr-wide micro-panels (L2)
+//       for ic in M step mc:           A block  mc x kc  packed into mr-tall micro-panels
+//         for ir in mc step mr:        one A micro-panel stays in L1 ...
+//           for jr in nc step nr:      ... while the B micro-panels stream past it from L2
 //             tile(kc, A panel, B panel, C[ic+ir : +mr, jc+jr : +nr])
+// NOTE: jr innermost walks C along its rows (contiguous), which the prefetchers follow far better
+// than walking down a column of tiles; measured a few percent faster at the model's shapes.
 // Packing reads A and B through their strides, so transposed operands cost nothing extra.
 #include "core/cpu/gemm.h"
 
@@ -147,7 +149,6 @@ void gemm_block(const GemmKernel<T>& kernel, const Problem<T>& p, int64_t m0, in
       for (int64_t ic = m0; ic < m1; ic += mc_block) {
         const int64_t mc = std::min(mc_block, m1 - ic);
         kernel.pack_a(p.A + ic * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, mc, kc, a_packed);
-#if EMBER_JR_INNER
         for (int64_t ir = 0; ir < mc; ir += mr) {
           const int m_rows = static_cast<int>(std::min<int64_t>(mr, mc - ir));
           for (int64_t jr = 0; jr < nc; jr += nr) {
@@ -158,25 +159,13 @@ void gemm_block(const GemmKernel<T>& kernel, const Problem<T>& p, int64_t m0, in
                         beta);
           }
         }
-#else
-        for (int64_t jr = 0; jr < nc; jr += nr) {
-          const int n_cols = static_cast<int>(std::min<int64_t>(nr, nc - jr));
-          const T* b_panel = b_packed + jr * kc;
-          for (int64_t ir = 0; ir < mc; ir += mr) {
-            const int m_rows = static_cast<int>(std::min<int64_t>(mr, mc - ir));
-            T* c_tile = p.C + (ic + ir) * p.c_rs + jc + jr;
-            kernel.tile(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha,
-                        beta);
-          }
-        }
-#endif
       }
     }
   }
 }
 
 // Below this much work (M*N*K multiply-adds) per thread, another thread costs more than it saves.
-constexpr int64_t kMinWorkPerThread = int64_t{1} << 18;
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 19;
 
 int threads_for(int64_t M, int64_t N, int64_t K, int available) {
   int64_t work = M * N * std::max<int64_t>(K, 1);

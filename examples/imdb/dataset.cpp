@@ -9,7 +9,7 @@
 #include <filesystem>
 
 // nlohmann::json: Debian-packaged (nlohmann-json3-dev), header-only and well kept.
-// simdjson would parse faster, but parsing (~1 s for 66 MB) is not the bottleneck here.
+// simdjson would parse faster, but parsing (~0.5 s for 66 MB) is not the bottleneck here.
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets up, builds, downloads IMDb (first run only) and trains the multi-head classifier with the
+# reference recipe. Extra arguments go to `imdb train` (e.g. --heads 1, --limit 2000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v npm >/dev/null; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq npm >/dev/null
+fi
+bash scripts/setup.sh build
+exec build/imdb train "$@"
