@@ -3,18 +3,19 @@
 
 namespace ember {
 
-bool any_requires_grad(std::initializer_list<Tensor> inputs) {
+bool any_requires_grad(const Tensor* inputs, size_t count) {
   if (!grad_enabled()) return false;
-  for (const Tensor& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
+  for (size_t i = 0; i < count; ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) return true;
   return false;
 }
 
-void attach_node(const char* name, Tensor& output, std::initializer_list<Tensor> inputs, BackwardFn backward) {
+void attach_node(const char* name, Tensor& output, const Tensor* inputs, size_t count, BackwardFn backward) {
   auto node = std::make_shared<Node>();
   node->name = name;
   node->backward = std::move(backward);
-  for (const Tensor& t : inputs) {
+  for (size_t i = 0; i < count; ++i) {
+    const Tensor& t = inputs[i];
     Edge edge;
     if (t.defined() && t.requires_grad()) {
       if (t.is_leaf()) edge.leaf = t.impl_ptr();

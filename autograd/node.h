@@ -32,16 +32,27 @@ class Node {
   BackwardFn backward;        // grad of the output -> grads of the inputs; reset once used
 };
 
-// True when grad mode is on and any of `inputs` requires grad: then the op must record.
-bool any_requires_grad(std::initializer_list<Tensor> inputs);
+// True when grad mode is on and any of the inputs requires grad: then the op must record.
+bool any_requires_grad(const Tensor* inputs, size_t count);
+inline bool any_requires_grad(std::initializer_list<Tensor> inputs) {
+  return any_requires_grad(inputs.begin(), inputs.size());
+}
 
-// Attaches a Node to `output` so that backward() reaches `inputs` through `backward`.
-// Does nothing (and never builds the std::function) when no input needs a gradient.
-void attach_node(const char* name, Tensor& output, std::initializer_list<Tensor> inputs, BackwardFn backward);
+// Attaches a Node to `output` so that backward() reaches the inputs through `backward`.
+void attach_node(const char* name, Tensor& output, const Tensor* inputs, size_t count, BackwardFn backward);
 
+// What every op calls after its forward: records the backward, unless no input needs a
+// gradient (then it does nothing, and never builds the std::function).
 template <typename Fn>
 void record(const char* name, Tensor& output, std::initializer_list<Tensor> inputs, Fn&& backward) {
-  if (any_requires_grad(inputs)) attach_node(name, output, inputs, BackwardFn(std::forward<Fn>(backward)));
+  if (any_requires_grad(inputs.begin(), inputs.size()))
+    attach_node(name, output, inputs.begin(), inputs.size(), BackwardFn(std::forward<Fn>(backward)));
+}
+// The same for ops with a variable number of inputs (cat, stack).
+template <typename Fn>
+void record(const char* name, Tensor& output, const std::vector<Tensor>& inputs, Fn&& backward) {
+  if (any_requires_grad(inputs.data(), inputs.size()))
+    attach_node(name, output, inputs.data(), inputs.size(), BackwardFn(std::forward<Fn>(backward)));
 }
 
 }  // namespace ember

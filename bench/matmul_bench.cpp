@@ -1,7 +1,9 @@
 // Times ember::cpu::gemm at the model's matmul shapes and prints GFLOP/s (median of several runs).
 //
 // Usage: matmul_bench [--threads N] [--reps R] [--json] [--transposed] [--peak] [--kernel NAME]
+//                     [--only TEXT]
 //   --transposed  also time A^T B and A B^T (the backward-pass layouts)
+//   --only TEXT   time only the shapes whose name contains TEXT (e.g. "8192", "attn")
 //   --peak        also measure the FP32 FMA peak of this machine with N threads
 //   --kernel      force a micro-kernel: avx512, avx2, generic (default: the best available)
 // Shapes are kept in sync with bench/matmul_torch.py.
@@ -136,16 +138,18 @@ int main(int argc, char** argv) {
   int threads = 0, reps = 9;
   bool json = false, transposed = false, peak = false;
   const char* kernel = nullptr;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (arg == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (arg == "--kernel" && i + 1 < argc) kernel = argv[++i];
+    else if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else if (arg == "--json") json = true;
     else if (arg == "--transposed") transposed = true;
     else if (arg == "--peak") peak = true;
     else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--reps R] [--json] [--transposed] [--peak] [--kernel NAME]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads N] [--reps R] [--json] [--transposed] [--peak] [--kernel NAME] [--only TEXT]\n", argv[0]);
       return 2;
     }
   }
@@ -166,7 +170,8 @@ int main(int argc, char** argv) {
                 ember::num_threads());
     if (peak) std::printf("FP32 FMA peak: %.1f GFLOP/s\n", peak_gflops);
   }
-  const std::vector<Shape> list = shapes(transposed);
+  std::vector<Shape> list = shapes(transposed);
+  std::erase_if(list, [&](const Shape& s) { return s.name.find(only) == std::string::npos; });
   for (size_t i = 0; i < list.size(); ++i) {
     const Shape& s = list[i];
     const double seconds = time_shape(s, reps);

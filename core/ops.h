@@ -95,7 +95,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // Normalises over the last dim: (x - mean) / sqrt(var + eps) * weight + bias. Fused forward and backward.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 
-// ---- Indexing and joining (core/ops/indexing.cpp, core/ops/join.cpp)
+// ---- Indexing, masking and joining (core/ops/embedding.cpp, core/ops/masking.cpp, core/ops/join.cpp)
 // Rows of `weight` [V, D] picked by integer `ids` [...] -> [..., D]; backward sums repeated ids.
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 // x where mask is false, `value` where it is true; mask (bool) broadcasts to x.

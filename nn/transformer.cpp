@@ -49,7 +49,8 @@ Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& key_pa
   }
   x = final_norm->forward(x);
   // Mean over real positions: padded positions are left out of the pooling.
-  Tensor keep = key_padding_mask.defined() ? where(key_padding_mask, zeros({1}), ones({1})) : ones({B, T});
+  Tensor keep = key_padding_mask.defined() ? where(key_padding_mask, zeros({1}, x.dtype()), ones({1}, x.dtype()))
+                                           : ones({B, T}, x.dtype());
   Tensor counts = sum(keep, {1}, /*keepdim=*/true);  // [B, 1]
   Tensor pooled = sum(x * keep.view({B, T, 1}), {1}) / counts;  // [B, D]
   return head->forward(pooled);

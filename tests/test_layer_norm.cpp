@@ -105,10 +105,11 @@ TEST_CASE("layer_norm: float32 stays accurate far from zero (two-pass statistics
 
 TEST_CASE("layer_norm: dweight and dbias do not depend on the thread count") {
   Generator gen(8);
-  Tensor x = uniform({1000, 48}, -1, 1, gen);
-  Tensor w = uniform({48}, 0.5, 1.5, gen);
-  Tensor b = uniform({48}, -1, 1, gen);
-  Tensor probe = uniform({1000, 48}, -1, 1, gen);
+  // float64, so that a different summation order would show in the last bits.
+  Tensor x = uniform({1000, 48}, -1, 1, gen, Dtype::Float64);
+  Tensor w = uniform({48}, 0.5, 1.5, gen, Dtype::Float64);
+  Tensor b = uniform({48}, -1, 1, gen, Dtype::Float64);
+  Tensor probe = uniform({1000, 48}, -1, 1, gen, Dtype::Float64);
   const int saved = num_threads();
   std::vector<Run> runs;
   for (int threads : {1, 2, 3}) {
@@ -117,10 +118,10 @@ TEST_CASE("layer_norm: dweight and dbias do not depend on the thread count") {
   }
   set_num_threads(saved);
   for (size_t k = 1; k < runs.size(); ++k) {
-    CHECK(runs[k].y.to_vector<float>() == runs[0].y.to_vector<float>());
-    CHECK(runs[k].dx.to_vector<float>() == runs[0].dx.to_vector<float>());
-    CHECK(runs[k].dw.to_vector<float>() == runs[0].dw.to_vector<float>());
-    CHECK(runs[k].db.to_vector<float>() == runs[0].db.to_vector<float>());
+    CHECK(runs[k].y.to_vector<double>() == runs[0].y.to_vector<double>());
+    CHECK(runs[k].dx.to_vector<double>() == runs[0].dx.to_vector<double>());
+    CHECK(runs[k].dw.to_vector<double>() == runs[0].dw.to_vector<double>());
+    CHECK(runs[k].db.to_vector<double>() == runs[0].db.to_vector<double>());
   }
 }
 

@@ -1,6 +1,7 @@
 // nn/: every module's output on small known inputs, gradchecks in float64, and errors.
 #include <cmath>
 
+#include "autograd/grad_mode.h"
 #include "nn/transformer.h"
 #include "helpers.h"
 

@@ -121,7 +121,4 @@ TEST_CASE("device: parsing and clear errors without CUDA") {
   CHECK(Device::parse("cuda").str() == "cuda:0");
   check_error([] { Device::parse("gpu"); }, "unknown device 'gpu'");
   check_error([] { Device::parse("cuda:x"); }, "unknown device");
-  if (cuda_device_count() == 0) {
-    check_error([] { zeros({2}, Dtype::Float32, Device::cuda(0)); }, "");
-  }
 }

@@ -1,5 +1,6 @@
-// CPU cross-entropy kernels: per row, lse = max + log(sum(e^(x - max))) and loss = lse - x[target];
-// backward e^(x - lse) * scale with scale subtracted at the target. Row helpers from softmax.h.
+// CPU cross-entropy kernels: per row, m = max, s = sum(e^(x - m)), loss = log(s) - (x[target] - m)
+// (accumulated in double); backward e^(x - m) * (scale / s), with scale subtracted at the target.
+// Row helpers from softmax.h.
 #include "core/cpu/cross_entropy.h"
 
 #include <algorithm>
@@ -27,28 +28,32 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
   const int64_t N = logits.size(0), C = logits.size(1);
   const int64_t* t = targets.data<int64_t>();
   CrossEntropyForward out;
-  out.lse = Tensor::empty({N}, logits.dtype(), logits.device());
+  out.row_max = Tensor::empty({N}, logits.dtype(), logits.device());
+  out.sum_exp = Tensor::empty({N}, logits.dtype(), logits.device());
   for (int64_t r = 0; r < N; ++r) out.count += t[r] != ignore_index;
   const int64_t chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
   std::vector<double> partial(size_t(chunks), 0.0);
   dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = logits.data<T>();
-    T* lse = out.lse.data<T>();
+    T* maxes = out.row_max.data<T>();
+    T* sums = out.sum_exp.data<T>();
     int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(kRowsPerChunk * C, 1));
     parallel_for(0, chunks, grain, [&](int64_t b, int64_t e) {
       for (int64_t c = b; c < e; ++c) {
         double total = 0;
         for (int64_t r = c * kRowsPerChunk; r < std::min(N, (c + 1) * kRowsPerChunk); ++r) {
           if (t[r] == ignore_index) {
-            lse[r] = T(0);
+            maxes[r] = T(0);
+            sums[r] = T(1);
             continue;
           }
           const T* row = x + r * C;
-          T m = row_max(row, C);
-          T l = m + std::log(row_sum_exp(row, m, C));
-          lse[r] = l;
-          total += double(l) - double(row[t[r]]);
+          const T m = row_max(row, C);
+          const T s = row_sum_exp(row, m, C);
+          maxes[r] = m;
+          sums[r] = s;
+          total += std::log(double(s)) - (double(row[t[r]]) - double(m));
         }
         partial[size_t(c)] = total;
       }
@@ -61,15 +66,16 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
   return out;
 }
 
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
-                              double scale) {
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyForward& saved,
+                              int64_t ignore_index, double scale) {
   const int64_t N = logits.size(0), C = logits.size(1);
   Tensor dx = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   const int64_t* t = targets.data<int64_t>();
   dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = logits.data<T>();
-    const T* l = lse.data<T>();
+    const T* maxes = saved.row_max.data<T>();
+    const T* sums = saved.sum_exp.data<T>();
     T* d = dx.data<T>();
     const T s = T(scale);
     parallel_for(0, N, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
@@ -79,7 +85,7 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
           std::fill(out, out + C, T(0));
           continue;
         }
-        row_exp_scaled(x + r * C, l[r], s, out, C);
+        row_exp_scaled(x + r * C, maxes[r], T(s / sums[r]), out, C);
         out[t[r]] -= s;
       }
     });

@@ -1,4 +1,5 @@
-// CPU cross-entropy: fused log-softmax + negative log-likelihood over rows of [N, C] logits.
+// CPU cross-entropy: fused log-softmax + negative log-likelihood over rows of [N, C] logits:
+// loss per row = log(s) - (x[target] - m), m the row max and s = sum(e^(x - m)).
 #pragma once
 #include <cstdint>
 
@@ -7,8 +8,11 @@
 namespace ember::cpu {
 
 struct CrossEntropyForward {
-  Tensor loss;       // 0-d, the logits' dtype: mean over counted rows of lse - logit[target]; 0 if none
-  Tensor lse;        // [N], the logits' dtype: log(sum(exp(row))) per row (0 for ignored rows)
+  Tensor loss;       // 0-d, the logits' dtype: mean over counted rows; 0 if no row counts
+  // Per row (the logits' dtype; 0 and 1 for ignored rows): the max m and s = sum(e^(x - m)), so that
+  // log_softmax = (x - m) - log(s) and softmax = e^(x - m) / s without rounding m + log(s).
+  Tensor row_max;   // [N]
+  Tensor sum_exp;   // [N]
   int64_t count = 0; // rows whose target is not ignore_index
 };
 
@@ -19,7 +23,7 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
 
 // dlogits = (softmax(row) - onehot(target)) * scale for counted rows, 0 for ignored rows.
 // scale = grad / count (the caller passes it).
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
-                              double scale);
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyForward& saved,
+                              int64_t ignore_index, double scale);
 
 }  // namespace ember::cpu

@@ -20,14 +20,15 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #ifndef EMBER_C_PREFETCH
-#define EMBER_C_PREFETCH 3
+#define EMBER_C_PREFETCH 4
 #endif
 #include <utility>
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,fma")
+#pragma GCC target("avx512f,avx512vl,fma,prfchw")
 // NOTE: GCC 12 warns "__Y is used uninitialized" inside its own AVX-512 intrinsic headers
 // (their deliberate self-initialized undefined vectors); the warning is about the header.
 #pragma GCC diagnostic push
@@ -90,6 +91,9 @@ void tile(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typena
     _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs + kVecs * kLanes - 1), _MM_HINT_T1);
 #elif EMBER_C_PREFETCH == 3
     _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_T0);
+#elif EMBER_C_PREFETCH == 4
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_ET0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs + kVecs * kLanes - 1), _MM_HINT_ET0);
 #endif
   }
 

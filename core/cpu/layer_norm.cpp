@@ -14,37 +14,18 @@ namespace {
 constexpr int kLanes = 16;               // independent accumulators, so the row sums vectorise
 constexpr int64_t kGrainElements = 32768;  // about this many elements per parallel task
 
-double lanes_total(const double (&lanes)[kLanes]) {
+// sum of term(i) for i in [0, n), in kLanes independent double accumulators (so that the compiler
+// vectorises without reassociating), combined in a fixed order. One accumulator array per call:
+// GCC does not vectorise two interleaved ones.
+template <typename Term>
+inline double lane_sum(int64_t n, Term term) {
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += term(i + k);
   double total = 0;
   for (int k = 0; k < kLanes; ++k) total += lanes[k];
-  return total;
-}
-
-template <typename T>
-double row_sum(const T* x, int64_t n) {
-  double lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) lanes[k] += double(x[i + k]);
-  double total = lanes_total(lanes);
-  for (; i < n; ++i) total += double(x[i]);
-  return total;
-}
-
-template <typename T>
-double row_squared_deviation(const T* x, double mean, int64_t n) {
-  double lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) {
-      double d = double(x[i + k]) - mean;
-      lanes[k] += d * d;
-    }
-  double total = lanes_total(lanes);
-  for (; i < n; ++i) {
-    double d = double(x[i]) - mean;
-    total += d * d;
-  }
+  for (; i < n; ++i) total += term(i);
   return total;
 }
 
@@ -55,8 +36,11 @@ void forward_kernel(const T* x, const T* w, const T* b, T* y, double* mean_out, 
     for (int64_t r = first; r < last; ++r) {
       const T* xr = x + r * D;
       T* yr = y + r * D;
-      double mean = row_sum(xr, D) / double(D);
-      double var = row_squared_deviation(xr, mean, D) / double(D);
+      double mean = lane_sum(D, [&](int64_t i) { return double(xr[i]); }) / double(D);
+      double var = lane_sum(D, [&](int64_t i) {
+                     double d = double(xr[i]) - mean;
+                     return d * d;
+                   }) / double(D);
       double rstd = 1.0 / std::sqrt(var + eps);
       mean_out[r] = mean;
       rstd_out[r] = rstd;
@@ -83,31 +67,19 @@ void backward_chunk(const T* g, const T* x, const double* mean, const double* rs
     const T* xr = x + r * D;
     const double mu = mean[r], rs = rstd[r];
     if (dx) {
-      // a = sum(gw), c = sum(gw * xhat)
-      double lanes_a[kLanes] = {}, lanes_c[kLanes] = {};
-      int64_t i = 0;
-      for (; i + kLanes <= D; i += kLanes)
-        for (int k = 0; k < kLanes; ++k) {
-          double gw = double(gr[i + k]);
-          if constexpr (kHasWeight) gw *= double(w[i + k]);
-          lanes_a[k] += gw;
-          lanes_c[k] += gw * ((double(xr[i + k]) - mu) * rs);
-        }
-      double a = lanes_total(lanes_a), c = lanes_total(lanes_c);
-      for (; i < D; ++i) {
-        double gw = double(gr[i]);
-        if constexpr (kHasWeight) gw *= double(w[i]);
-        a += gw;
-        c += gw * ((double(xr[i]) - mu) * rs);
-      }
+      // a = sum(gw), c = sum(gw * xhat), gw = g * w
+      auto gw_at = [&](int64_t i) {
+        if constexpr (kHasWeight) return double(gr[i]) * double(w[i]);
+        else return double(gr[i]);
+      };
+      double a = lane_sum(D, gw_at);
+      double c = lane_sum(D, [&](int64_t i) { return gw_at(i) * (double(xr[i]) - mu) * rs; });
       a *= inv_d;
       c *= inv_d;
       T* dxr = dx + r * D;
       for (int64_t j = 0; j < D; ++j) {
-        double gw = double(gr[j]);
-        if constexpr (kHasWeight) gw *= double(w[j]);
         double xhat = (double(xr[j]) - mu) * rs;
-        dxr[j] = T(rs * (gw - a - xhat * c));
+        dxr[j] = T(rs * (gw_at(j) - a - xhat * c));
       }
     }
     if (part_w)
@@ -117,15 +89,17 @@ void backward_chunk(const T* g, const T* x, const double* mean, const double* rs
   }
 }
 
-// Sums the chunk rows of `parts` ([chunks, D]) in chunk order into out [D].
+// Sums the chunk rows of `parts` ([chunks, D]) into out [D], for every column in chunk order
+// (whatever the split of the columns over threads), streaming the rows.
 template <typename T>
 void combine_chunks(const std::vector<double>& parts, int64_t chunks, int64_t D, T* out) {
   parallel_for(0, D, std::max<int64_t>(256, kGrainElements / std::max<int64_t>(chunks, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) {
-      double total = 0;
-      for (int64_t c = 0; c < chunks; ++c) total += parts[size_t(c * D + j)];
-      out[j] = T(total);
+    std::vector<double> total(size_t(e - b), 0.0);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const double* row = parts.data() + c * D;
+      for (int64_t j = b; j < e; ++j) total[size_t(j - b)] += row[j];
     }
+    for (int64_t j = b; j < e; ++j) out[j] = T(total[size_t(j - b)]);
   });
 }
 

@@ -78,8 +78,9 @@ void forward_rows(const T* x, T* y, int64_t rows, int64_t n, bool log) {
       T* out = y + r * n;
       T m = row_max(in, n);
       if (log) {
-        T lse = m + std::log(row_sum_exp(in, m, n));
-        for (int64_t i = 0; i < n; ++i) out[i] = in[i] - lse;
+        // (x - m) - log(s), not x - (m + log(s)): m + log(s) would round to the spacing of m.
+        T log_sum = std::log(row_sum_exp(in, m, n));
+        for (int64_t i = 0; i < n; ++i) out[i] = (in[i] - m) - log_sum;
       } else {
         T inv = T(1) / row_exp_store_sum(in, m, out, n);
         for (int64_t i = 0; i < n; ++i) out[i] *= inv;
@@ -118,18 +119,22 @@ void forward_columns(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, 
     for (int64_t r = 0; r < n; ++r) {
       const T* row = src + r * inner;
       T* out = dst + r * inner;
-      for (int64_t i = 0; i < w; ++i) {
-        T e = exp_vec(row[i] - m[i]);
-        out[i] = e;
-        s[i] += e;
+      if (log) {
+        for (int64_t i = 0; i < w; ++i) s[i] += exp_vec(row[i] - m[i]);
+      } else {
+        for (int64_t i = 0; i < w; ++i) {
+          T e = exp_vec(row[i] - m[i]);
+          out[i] = e;
+          s[i] += e;
+        }
       }
     }
     if (log) {
-      for (int64_t i = 0; i < w; ++i) s[i] = m[i] + std::log(s[i]);
+      for (int64_t i = 0; i < w; ++i) s[i] = std::log(s[i]);
       for (int64_t r = 0; r < n; ++r) {
         const T* row = src + r * inner;
         T* out = dst + r * inner;
-        for (int64_t i = 0; i < w; ++i) out[i] = row[i] - s[i];
+        for (int64_t i = 0; i < w; ++i) out[i] = (row[i] - m[i]) - s[i];
       }
     } else {
       for (int64_t i = 0; i < w; ++i) s[i] = T(1) / s[i];

@@ -37,11 +37,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor x = logits.detach().contiguous();
   cpu::CrossEntropyForward f = cpu::cross_entropy_forward(x, t, ignore_index);
   Tensor loss = f.loss;
-  record("cross_entropy", loss, {logits, targets},
-         [x, t, lse = f.lse, count = f.count, ignore_index](const Tensor& g) -> Grads {
-           double scale = count > 0 ? g.item<double>() / double(count) : 0.0;
-           return {cpu::cross_entropy_backward(x, t, lse, ignore_index, scale), Tensor()};
-         });
+  f.loss = Tensor();  // NOTE: the closure must not hold the output (its own node would own it: a cycle)
+  record("cross_entropy", loss, {logits, targets}, [x, t, f, ignore_index](const Tensor& g) -> Grads {
+    double scale = f.count > 0 ? g.item<double>() / double(f.count) : 0.0;
+    return {cpu::cross_entropy_backward(x, t, f, ignore_index, scale), Tensor()};
+  });
   return loss;
 }
 

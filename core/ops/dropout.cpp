@@ -18,7 +18,7 @@ namespace {
 
 // random_uniform(seed, index) >= p  <=>  (random_bits >> 11) >= ceil(p * 2^53): both sides are
 // exact (a 53-bit integer, and p scaled by a power of two), so an integer compare is the same test.
-uint64_t keep_threshold(double p) { return uint64_t(std::ceil(std::ldexp(p, 52))); }
+uint64_t keep_threshold(double p) { return uint64_t(std::ceil(std::ldexp(p, 53))); }
 
 // out[i] = in[i] * (kept(i) ? scale : 0) over contiguous arrays of n elements.
 template <typename T>

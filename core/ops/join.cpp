@@ -7,30 +7,6 @@
 namespace ember {
 namespace {
 
-// record() for an op with a runtime-sized list of inputs (record takes an initializer_list):
-// builds the same Node that attach_node would, and nothing when no input needs a gradient.
-template <typename Fn>
-void record_list(const char* name, Tensor& output, const std::vector<Tensor>& inputs, Fn&& backward) {
-  if (!grad_enabled()) return;
-  bool any = false;
-  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
-  if (!any) return;
-  auto node = std::make_shared<Node>();
-  node->name = name;
-  node->backward = BackwardFn(std::forward<Fn>(backward));
-  for (const Tensor& t : inputs) {
-    Edge edge;
-    if (t.defined() && t.requires_grad()) {
-      if (t.is_leaf()) edge.leaf = t.impl_ptr();
-      else edge.node = t.grad_fn();
-      edge.shape = t.shape();
-    }
-    node->inputs.push_back(std::move(edge));
-  }
-  output.impl()->grad_fn = std::move(node);
-  output.impl()->requires_grad = true;
-}
-
 // Same dtype and device as input 0, and defined; names the op and the offending input.
 void check_list(const std::vector<Tensor>& tensors, const char* op) {
   EMBER_CHECK(!tensors.empty(), "{}: expected a non-empty list of tensors", op);
@@ -77,7 +53,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     needs.push_back(t.requires_grad());
     start += length;
   }
-  record_list("cat", out, tensors, [dim, starts, lengths, needs](const Tensor& g) -> Grads {
+  record("cat", out, tensors, [dim, starts, lengths, needs](const Tensor& g) -> Grads {
     Grads grads(needs.size());
     for (size_t i = 0; i < needs.size(); ++i)
       if (needs[i]) grads[i] = g.narrow(dim, starts[i], lengths[i]);

@@ -58,7 +58,7 @@ Tensor max(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   auto dims = normalize_dims(dims_in, x.dim(), "max");
   Tensor kept = cpu::reduce(x, dims, cpu::ReduceKind::Max, "max");
   Tensor y = keepdim ? kept : kept.view(drop_dims(kept.shape(), dims));
-  record("max", y, {x}, [x = x.detach(), kept, dims](const Tensor& g) -> Grads {
+  record("max", y, {x}, [x = x.detach(), kept = kept.detach(), dims](const Tensor& g) -> Grads {
     Tensor is_max = eq(x, kept).to(x.dtype());
     Tensor ties = cpu::reduce(is_max, dims, cpu::ReduceKind::Sum, "max");
     return {is_max * (g.reshape(kept.shape()) / ties)};

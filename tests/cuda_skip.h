@@ -1,0 +1,20 @@
+// GPU tests skip cleanly without a CUDA device: they print why, and under ctest they exit with
+// code 77, which CMake's test properties turn into "Skipped" in ctest's summary.
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/device.h"
+
+namespace ember::testing {
+
+// Returns true (after printing the reason) when there is no GPU; the caller returns at once.
+inline bool skip_without_cuda() {
+  if (cuda_device_count() > 0) return false;
+  std::printf("skipped: no CUDA device\n");
+  std::fflush(stdout);
+  if (std::getenv("EMBER_CTEST_SKIP") != nullptr) std::_Exit(77);
+  return true;
+}
+
+}  // namespace ember::testing
