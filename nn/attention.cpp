@@ -22,7 +22,8 @@ MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x, const Te
   Tensor qkv_heads = qkv->forward(x).view({B, T, 3, H, Dh}).permute({2, 0, 3, 1, 4});
   Tensor q = qkv_heads.select(0, 0), k = qkv_heads.select(0, 1), v = qkv_heads.select(0, 2);
 
-  Tensor scores = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(Dh)));  // [B, H, T, T]
+  // NOTE: the 1/sqrt(Dh) scale is applied to q ([B, H, T, Dh]), not to the T/Dh times larger scores.
+  Tensor scores = matmul(q * (1.0 / std::sqrt(double(Dh))), k.transpose(-2, -1));  // [B, H, T, T]
   if (key_padding_mask.defined()) {
     EMBER_CHECK(key_padding_mask.dtype() == Dtype::Bool && key_padding_mask.shape() == Shape({B, T}),
                 "MultiHeadAttention: key_padding_mask must be bool [{}, {}], got {} {}", B, T,

@@ -1,6 +1,7 @@
 // The IMDb trainer on the shipped small data: the loss falls, and a resumed run matches an uninterrupted one.
 #include <filesystem>
 
+#include "examples/imdb/compare.h"
 #include "examples/imdb/trainer.h"
 #include "helpers.h"
 
@@ -78,4 +79,22 @@ TEST_CASE("train: bad settings and unwritable folders are clear errors before tr
   config = tiny_config("bad2");
   config.out = "/proc/ember-cannot-write-here";
   ember::testing::check_error([&] { train(config); }, "/proc/ember-cannot-write-here");
+}
+
+TEST_CASE("compare: trains every head count and seed once, writes the table, and skips finished runs") {
+  CompareConfig config;
+  config.base = tiny_config("compare");
+  config.base.epochs = 1;
+  config.heads = {1, 2};
+  config.seeds = 2;
+  config.out = config.base.out;
+  std::string table = compare(config);
+  for (const char* run : {"heads1-seed0", "heads2-seed0", "heads1-seed1", "heads2-seed1"})
+    CHECK(fs::exists(config.out + "/" + run + "/result.json"));
+  CHECK(table.find("| 1 | 16 |") != std::string::npos);
+  CHECK(table.find("| 2 | 8 |") != std::string::npos);
+  // A second call trains nothing (the model files are untouched) and gives the same table.
+  auto stamp = fs::last_write_time(config.out + "/heads2-seed1/model.safetensors");
+  CHECK(compare(config) == table);
+  CHECK(fs::last_write_time(config.out + "/heads2-seed1/model.safetensors") == stamp);
 }

@@ -44,52 +44,70 @@ nlohmann::json summarize(const RunResult& r) {
 
 }  // namespace
 
-std::string compare(const CompareConfig& config) {
-  namespace fs = std::filesystem;
-  fs::create_directories(config.out);
-  std::unique_ptr<Data> data;  // loaded once, only if some run still has to train
+namespace {
+
+// The Markdown table over every finished run (result.json) in the compare folder.
+std::string table_of_finished_runs(const CompareConfig& config) {
   std::string table =
-      "| heads | head size | parameters | test accuracy, best epoch | test accuracy, last epoch | time per epoch | "
-      "real tokens/s |\n|---:|---:|---:|---:|---:|---:|---:|\n";
+      "| heads | head size | parameters | seeds done | test accuracy, best epoch | test accuracy, last epoch | "
+      "train time per epoch | real tokens/s |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (int64_t heads : config.heads) {
     std::vector<double> best, last, seconds, tokens;
     int64_t parameters = 0;
     for (int64_t seed = 0; seed < config.seeds; ++seed) {
-      std::string folder = fmt::format("{}/heads{}-seed{}", config.out, heads, seed);
-      std::string result_path = folder + "/result.json";
-      nlohmann::json result;
-      if (fs::exists(result_path)) {
-        fmt::print(stderr, "compare: heads {} seed {}: already done ({})\n", heads, seed, result_path);
-        result = nlohmann::json::parse(read_whole_file(result_path, "compare result"), nullptr, false);
-        EMBER_CHECK(!result.is_discarded(), "compare: {} is malformed; delete it to rerun that run", result_path);
-      } else {
-        if (!data) {
-          fmt::print(stderr, "compare: loading IMDb...\n");
-          data = std::make_unique<Data>(prepare_data(config.base));
-        }
-        TrainConfig run = config.base;
-        run.model.heads = heads;
-        run.seed = uint64_t(seed);
-        run.out = folder;
-        fmt::print(stderr, "compare: training heads {} seed {} -> {}\n", heads, seed, folder);
-        result = summarize(train(run, *data));
-        write_file_atomically(result_path, result.dump(2));
-      }
+      std::string path = fmt::format("{}/heads{}-seed{}/result.json", config.out, heads, seed);
+      if (!std::filesystem::exists(path)) continue;
+      nlohmann::json result = nlohmann::json::parse(read_whole_file(path, "compare result"), nullptr, false);
+      EMBER_CHECK(!result.is_discarded() && result.contains("test_accuracy"),
+                  "compare: {} is malformed; delete it to rerun that run", path);
       std::vector<double> accuracy = result.at("test_accuracy").get<std::vector<double>>();
-      EMBER_CHECK(!accuracy.empty(), "compare: {} has no epochs", result_path);
+      EMBER_CHECK(!accuracy.empty(), "compare: {} has no epochs", path);
       best.push_back(*std::max_element(accuracy.begin(), accuracy.end()));
       last.push_back(accuracy.back());
       seconds.push_back(result.at("seconds_per_epoch").get<double>());
       tokens.push_back(result.at("real_tokens_per_s").get<double>());
       parameters = result.at("parameters").get<int64_t>();
     }
+    if (best.empty()) continue;
     Stats b = stats(best), l = stats(last), s = stats(seconds), t = stats(tokens);
-    table += fmt::format("| {} | {} | {} | {:.2f} ± {:.2f}% | {:.2f} ± {:.2f}% | {:.0f} s | {:.0f} |\n", heads,
-                         config.base.model.dim / heads, parameters, 100 * b.mean, 100 * b.std, 100 * l.mean,
-                         100 * l.std, s.mean, t.mean);
+    table += fmt::format("| {} | {} | {} | {} | {:.2f} ± {:.2f}% | {:.2f} ± {:.2f}% | {:.0f} s | {:.0f} |\n", heads,
+                         config.base.model.dim / heads, parameters, best.size(), 100 * b.mean, 100 * b.std,
+                         100 * l.mean, 100 * l.std, s.mean, t.mean);
   }
-  table += fmt::format("\n{} seeds per row (0..{}); mean ± sample std over seeds; accuracy on all test reviews.\n",
-                       config.seeds, config.seeds - 1);
+  return table + fmt::format("\nMean ± sample std over the seeds done (of 0..{}); accuracy on every test review.\n",
+                             config.seeds - 1);
+}
+
+}  // namespace
+
+std::string compare(const CompareConfig& config) {
+  namespace fs = std::filesystem;
+  fs::create_directories(config.out);
+  std::unique_ptr<Data> data;  // loaded once, only if some run still has to train
+  // Seed-major order, so that a comparison stopped part-way has every head count at seed 0 first.
+  for (int64_t seed = 0; seed < config.seeds; ++seed) {
+    for (int64_t heads : config.heads) {
+      std::string folder = fmt::format("{}/heads{}-seed{}", config.out, heads, seed);
+      std::string result_path = folder + "/result.json";
+      if (fs::exists(result_path)) {
+        fmt::print(stderr, "compare: heads {} seed {}: already done ({})\n", heads, seed, result_path);
+        continue;
+      }
+      if (!data) {
+        fmt::print(stderr, "compare: loading IMDb...\n");
+        data = std::make_unique<Data>(prepare_data(config.base));
+      }
+      TrainConfig run = config.base;
+      run.model.heads = heads;
+      run.seed = uint64_t(seed);
+      run.out = folder;
+      fmt::print(stderr, "compare: training heads {} seed {} -> {}\n", heads, seed, folder);
+      write_file_atomically(result_path, summarize(train(run, *data)).dump(2));
+      // The table so far, after every run: a long comparison can be read (and stopped) part-way.
+      write_file_atomically(config.out + "/compare.md", table_of_finished_runs(config));
+    }
+  }
+  std::string table = table_of_finished_runs(config);
   write_file_atomically(config.out + "/compare.md", table);
   return table;
 }
