@@ -126,18 +126,6 @@ void scale_c(const Problem<T>& p) {
   }
 }
 
-#ifndef EMBER_DRIVER_PREFETCH
-#define EMBER_DRIVER_PREFETCH 0
-#endif
-// Asks for a C tile's cache lines ahead of the micro-kernel that will write them.
-template <typename T>
-inline void prefetch_tile(const T* c, int64_t c_rs, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    __builtin_prefetch(c + r * c_rs, 1, 3);
-    __builtin_prefetch(c + r * c_rs + cols - 1, 1, 3);
-  }
-}
-
 // C[m0:m1, n0:n1] on the calling thread.
 template <typename T>
 void gemm_block(const GemmKernel<T>& kernel, const Problem<T>& p, int64_t m0, int64_t m1,
@@ -161,39 +149,16 @@ void gemm_block(const GemmKernel<T>& kernel, const Problem<T>& p, int64_t m0, in
       for (int64_t ic = m0; ic < m1; ic += mc_block) {
         const int64_t mc = std::min(mc_block, m1 - ic);
         kernel.pack_a(p.A + ic * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, mc, kc, a_packed);
-#ifndef EMBER_ORDER
-#define EMBER_ORDER 1
-#endif
-#if EMBER_ORDER == 0
         for (int64_t ir = 0; ir < mc; ir += mr) {
           const int m_rows = static_cast<int>(std::min<int64_t>(mr, mc - ir));
           for (int64_t jr = 0; jr < nc; jr += nr) {
             const int n_cols = static_cast<int>(std::min<int64_t>(nr, nc - jr));
             const T* b_panel = b_packed + jr * kc;
             T* c_tile = p.C + (ic + ir) * p.c_rs + jc + jr;
-#if EMBER_DRIVER_PREFETCH
-            if (jr + nr < nc) prefetch_tile(c_tile + nr, p.c_rs, m_rows, std::min<int64_t>(nr, nc - jr - nr));
-            else if (ir + mr < mc) prefetch_tile(p.C + (ic + ir + mr) * p.c_rs + jc, p.c_rs, std::min<int64_t>(mr, mc - ir - mr), std::min<int64_t>(nr, nc));
-#endif
             kernel.tile(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha,
                         beta);
           }
         }
-#else
-        for (int64_t jr = 0; jr < nc; jr += nr) {
-          const int n_cols = static_cast<int>(std::min<int64_t>(nr, nc - jr));
-          const T* b_panel = b_packed + jr * kc;
-          for (int64_t ir = 0; ir < mc; ir += mr) {
-            const int m_rows = static_cast<int>(std::min<int64_t>(mr, mc - ir));
-            T* c_tile = p.C + (ic + ir) * p.c_rs + jc + jr;
-#if EMBER_DRIVER_PREFETCH
-            if (ir + mr < mc) prefetch_tile(c_tile + mr * p.c_rs, p.c_rs, std::min<int64_t>(mr, mc - ir - mr), n_cols);
-#endif
-            kernel.tile(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha,
-                        beta);
-          }
-        }
-#endif
       }
     }
   }

@@ -22,9 +22,6 @@
 
 #include <algorithm>
 #include <array>
-#ifndef EMBER_C_PREFETCH
-#define EMBER_C_PREFETCH 4
-#endif
 #include <utility>
 
 #pragma GCC push_options
@@ -80,21 +77,11 @@ void tile(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typena
 #pragma GCC unroll 8
     for (int v = 0; v < kVecs; ++v) acc[r][v] = Ops::zero();
   }
-  // Pull the C tile toward L1 while the FMAs run.
+  // Pull the C tile into L1, for writing (prefetchw), while the FMAs run.
 #pragma GCC unroll 32
   for (int r = 0; r < kRows; ++r) {
-#if EMBER_C_PREFETCH == 1
-    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs + kVecs * kLanes - 1), _MM_HINT_T0);
-#elif EMBER_C_PREFETCH == 2
-    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_T1);
-    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs + kVecs * kLanes - 1), _MM_HINT_T1);
-#elif EMBER_C_PREFETCH == 3
-    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_T0);
-#elif EMBER_C_PREFETCH == 4
     _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_ET0);
     _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs + kVecs * kLanes - 1), _MM_HINT_ET0);
-#endif
   }
 
 #pragma GCC unroll 2
@@ -306,7 +293,7 @@ const GemmKernel<float> kAvx512Float = {"avx512", kFloatMR, kFloatNV * 16, 16,
                                         EMBER_AVX512_KC, EMBER_AVX512_MC, EMBER_AVX512_NC,
                                         &tile_any_size<Float32Ops, kFloatMR, kFloatNV>,
                                         &pack_a_float<kFloatMR>, &pack_b_float<kFloatNV * 16>};
-const GemmKernel<double> kAvx512Double = {"avx512", kDoubleMR, kDoubleNV * 8, 8, 256, 126, 1024,
+const GemmKernel<double> kAvx512Double = {"avx512", kDoubleMR, kDoubleNV * 8, 8, 256, 126, 512,
                                           &tile_any_size<Float64Ops, kDoubleMR, kDoubleNV>,
                                           &pack_a_generic<double, kDoubleMR>,
                                           &pack_b_generic<double, kDoubleNV * 8, 8>};

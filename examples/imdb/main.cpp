@@ -180,7 +180,11 @@ TrainConfig parse_train_flags(Flags& f, const std::string& default_out) {
   c.quiet = f.flag("quiet");
   if (c.model.dim % c.model.heads != 0)
     throw UsageError(fmt::format("--dim {} is not divisible by --heads {}", c.model.dim, c.model.heads));
-  Device::parse(c.device);  // a clear error for a malformed device name
+  try {
+    Device::parse(c.device);
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("--device: {}", e.what()));
+  }
   return c;
 }
 
@@ -244,18 +248,10 @@ int run(int argc, char** argv) {
     TrainConfig data_config = saved.config;
     data_config.data = overrides.data;
     data_config.data_dir = overrides.data_dir;
-    Data data = prepare_data(data_config);
-    // Encode the test set with the run's own vocabulary (not one rebuilt from the data).
-    std::vector<std::vector<int32_t>> test;
-    for (const auto& ids : data.test_tokens) {
-      std::string text;
-      for (int32_t id : ids) text += data.vocabulary.token(id) + " ";
-      auto encoded = saved.vocabulary.encode(text, saved.config.model.max_len);
-      if (encoded.empty()) encoded.push_back(Vocabulary::unk_id);
-      test.push_back(std::move(encoded));
-    }
-    double accuracy = evaluate(*saved.model, test, data.test_labels);
-    fmt::print("test accuracy {:.2f}% on {} reviews ({})\n", 100 * accuracy, test.size(), folder);
+    data_config.limit = 0;  // always every test review
+    Data data = prepare_data(data_config, &saved.vocabulary);  // encoded with the run's own vocabulary
+    double accuracy = evaluate(*saved.model, data.test_tokens, data.test_labels);
+    fmt::print("test accuracy {:.2f}% on {} reviews ({})\n", 100 * accuracy, data.test_tokens.size(), folder);
   } else if (command == "predict") {
     std::string folder = flags.text("run", "runs/imdb");
     std::string text = flags.text("text", "");

@@ -146,7 +146,7 @@ TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>&
 
 // ---- Data
 
-Data prepare_data(const TrainConfig& config) {
+Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary) {
   std::string path = config.data;
   if (path.empty()) path = ensure_imdb_downloaded(config.data_dir.empty() ? default_data_dir() : config.data_dir);
   ImdbSplit split = load_imdb(path);
@@ -154,7 +154,7 @@ Data prepare_data(const TrainConfig& config) {
     split.train = balanced_prefix(split.train, config.limit);
     split.test = balanced_prefix(split.test, config.limit);
   }
-  Data data{Vocabulary::build(split.train, config.vocab_words), {}, {}, {}, {}};
+  Data data{vocabulary ? *vocabulary : Vocabulary::build(split.train, config.vocab_words), {}, {}, {}, {}};
   data.train_tokens = encode(data.vocabulary, split.train, config.model.max_len);
   data.test_tokens = encode(data.vocabulary, split.test, config.model.max_len);
   data.train_labels = labels_of(split.train);

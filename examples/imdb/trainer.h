@@ -65,8 +65,9 @@ struct Data {
   std::vector<std::vector<int32_t>> train_tokens, test_tokens;
   std::vector<int> train_labels, test_labels;
 };
-// Loads (downloading if needed), applies --limit, builds the vocabulary and encodes.
-Data prepare_data(const TrainConfig& config);
+// Loads (downloading if needed), applies --limit, builds the vocabulary (or uses the one
+// given, e.g. a saved run's) and encodes.
+Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary = nullptr);
 
 // Trains with per-epoch test accuracy, writing metrics.jsonl, checkpoint.safetensors,
 // model.safetensors and vocab.txt into config.out.
