@@ -1,8 +1,11 @@
 // The CPU allocator: 64-byte aligned blocks, cached by size class so that a training step
 // (which frees and re-asks for the same sizes every step) does not go back to the system.
+// A request takes the smallest cached block that fits within 1.5x, so the varying sequence
+// lengths of dynamic padding reuse blocks instead of piling up new ones.
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <new>
 #include <vector>
 
@@ -14,7 +17,7 @@ namespace ember {
 namespace {
 
 constexpr size_t kAlignment = 64;
-constexpr size_t kMaxCachedBytes = size_t(4) << 30;  // past this, cached blocks are released
+constexpr size_t kMaxCachedBytes = size_t(1) << 30;  // past this, cached blocks are released
 
 // Rounds up to a size class: multiples of 64 bytes below 4 KiB, then 8 classes per power
 // of two (at most 12.5% waste), so slightly different shapes share blocks.
@@ -33,8 +36,11 @@ class CpuAllocator final : public Allocator {
     size_t size = size_class(std::max<size_t>(nbytes, 1));
     std::lock_guard<std::mutex> lock(mutex_);
     void* ptr = nullptr;
-    auto it = free_.find(size);
-    if (it != free_.end() && !it->second.empty()) {
+    // The smallest cached block that fits, if it wastes at most a third of itself.
+    auto it = free_.lower_bound(size);
+    while (it != free_.end() && it->second.empty()) ++it;
+    if (it != free_.end() && it->first <= size + size / 2) {
+      size = it->first;
       ptr = it->second.back();
       it->second.pop_back();
       cached_ -= size;
@@ -50,12 +56,15 @@ class CpuAllocator final : public Allocator {
     }
     stats_.allocated += size;
     stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+    block_sizes_[ptr] = size;
     return ptr;
   }
 
-  void deallocate(void* ptr, size_t nbytes) override {
-    size_t size = size_class(std::max<size_t>(nbytes, 1));
+  void deallocate(void* ptr, size_t) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    auto found = block_sizes_.find(ptr);
+    size_t size = found->second;
+    block_sizes_.erase(found);
     stats_.allocated -= size;
     free_[size].push_back(ptr);
     cached_ += size;
@@ -86,7 +95,8 @@ class CpuAllocator final : public Allocator {
   }
 
   mutable std::mutex mutex_;
-  std::map<size_t, std::vector<void*>> free_;
+  std::map<size_t, std::vector<void*>> free_;      // size class -> cached free blocks
+  std::unordered_map<void*, size_t> block_sizes_;  // live block -> its size class
   size_t cached_ = 0;
   MemoryStats stats_;
 };
