@@ -1,9 +1,6 @@
 // safetensors reading and writing: header JSON via nlohmann::json, data as raw bytes, atomic save.
 #include "core/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace ember::safetensors {
 
@@ -47,19 +45,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + "]";
-}
-
-// Writes all bytes to fd (write() may write fewer than asked); false on error.
-bool write_all(int fd, const void* data, size_t size) {
-  const auto* bytes = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t written = ::write(fd, bytes, size);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return false;
-    bytes += written;
-    size -= size_t(written);
-  }
-  return true;
 }
 
 // A non-negative JSON integer (as int64), or -1 if `value` is anything else.
@@ -168,26 +153,10 @@ void save(const std::string& path, const std::vector<Entry>& entries,
   unsigned char length_bytes[8];
   for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(uint64_t(header_text.size()) >> (8 * i));
 
-  // Write a temporary file next to the target, then rename it over the target.
-  std::string temp_path = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  EMBER_CHECK(fd >= 0, "safetensors save '{}': cannot create temporary file '{}': {}", path, temp_path,
-              std::strerror(errno));
-  auto give_up = [&](const char* step) {
-    std::string reason = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    ::unlink(temp_path.c_str());
-    fail("safetensors save '{}': {} failed: {} (the previous file, if any, is unchanged)", path, step, reason);
-  };
-  if (!write_all(fd, length_bytes, 8) || !write_all(fd, header_text.data(), header_text.size())) give_up("write");
-  for (const Entry& entry : entries) {
-    if (!write_all(fd, entry.data.data(), entry.data.size())) give_up("write");
-  }
-  if (::fsync(fd) != 0) give_up("fsync");
-  int close_result = ::close(fd);
-  fd = -1;
-  if (close_result != 0) give_up("close");
-  if (::rename(temp_path.c_str(), path.c_str()) != 0) give_up("rename");
+  std::vector<std::string_view> pieces{{reinterpret_cast<const char*>(length_bytes), 8}, header_text};
+  for (const Entry& entry : entries)
+    pieces.emplace_back(reinterpret_cast<const char*>(entry.data.data()), entry.data.size());
+  write_file_atomically(path, pieces);  // temporary file, fsync, rename: the old file survives any failure
 }
 
 File load(const std::string& path) {

@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "examples/imdb/batcher.h"
 #include "examples/imdb/dataset.h"
-#include "examples/imdb/file_io.h"
+#include "core/file_io.h"
 #include "examples/imdb/vocabulary.h"
 
 using namespace ember::imdb;
@@ -87,7 +87,7 @@ TEST_CASE("dataset: bad reviews files give clear errors naming the file") {
   std::string four_reviews = R"([{"t":"a","s":0},{"t":"b","s":0},{"t":"c","s":1},{"t":"d","s":1}])";
   expect_error("", "not valid JSON");
   expect_error(four_reviews.substr(0, four_reviews.size() - 9), "not valid JSON");
-  expect_error(read_whole_file(small_json, "test data").substr(0, 100000), "not valid JSON");
+  expect_error(ember::read_whole_file(small_json, "test data").substr(0, 100000), "not valid JSON");
   expect_error("[{\"t\":\"a\",\"s\":0}]]", "not valid JSON");
   expect_error(R"({"t":"a","s":0})", "expected an array");
   expect_error("[]", "has 0 reviews");

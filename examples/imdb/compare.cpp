@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "examples/imdb/file_io.h"
+#include "core/file_io.h"
 
 namespace ember::imdb {
 namespace {

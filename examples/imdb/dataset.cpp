@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "examples/imdb/file_io.h"
+#include "core/file_io.h"
 #include "examples/imdb/sha1.h"
 
 namespace fs = std::filesystem;

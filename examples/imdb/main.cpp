@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "examples/imdb/compare.h"
-#include "examples/imdb/file_io.h"
+#include "core/file_io.h"
 #include "examples/imdb/trainer.h"
 
 using namespace ember;

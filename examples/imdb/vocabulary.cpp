@@ -6,7 +6,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
-#include "examples/imdb/file_io.h"
+#include "core/file_io.h"
 #include "examples/imdb/tokenizer.h"
 
 namespace ember::imdb {

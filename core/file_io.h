@@ -1,9 +1,10 @@
-// Whole-file reading and crash-safe (atomic) whole-file writing for the IMDb example.
+// Whole-file reading and crash-safe (atomic) whole-file writing: checkpoints, vocabularies, results.
 #pragma once
 #include <string>
 #include <string_view>
+#include <vector>
 
-namespace ember::imdb {
+namespace ember {
 
 // Reads the whole file as bytes. `what` names the file's role in error messages
 // (e.g. "reviews file"); throws ember::Error if it is missing or unreadable.
@@ -13,5 +14,7 @@ std::string read_whole_file(const std::string& path, std::string_view what);
 // NOTE: rename() within one directory is atomic on POSIX: readers see the old file or
 // the new one, never half of one; if anything fails the old file is left untouched.
 void write_file_atomically(const std::string& path, std::string_view contents);
+// The same for a file written in pieces (a header, then each tensor's bytes), without joining them.
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& pieces);
 
-}  // namespace ember::imdb
+}  // namespace ember

@@ -1,5 +1,5 @@
 // Whole-file I/O helpers; the atomic write uses POSIX open/write/fsync/rename.
-#include "examples/imdb/file_io.h"
+#include "core/file_io.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 
-namespace ember::imdb {
+namespace ember {
 
 std::string read_whole_file(const std::string& path, std::string_view what) {
   std::error_code error;
@@ -30,6 +30,10 @@ std::string read_whole_file(const std::string& path, std::string_view what) {
 }
 
 void write_file_atomically(const std::string& path, std::string_view contents) {
+  write_file_atomically(path, std::vector<std::string_view>{contents});
+}
+
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& pieces) {
   std::string temp_path = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   EMBER_CHECK(fd >= 0, "cannot write '{}': cannot create temporary file '{}': {}", path, temp_path,
@@ -40,14 +44,16 @@ void write_file_atomically(const std::string& path, std::string_view contents) {
     std::string reason = std::strerror(errno);
     if (fd >= 0) ::close(fd);
     ::unlink(temp_path.c_str());
-    fail("cannot write '{}': {} failed: {}", path, step, reason);
+    fail("cannot write '{}': {} failed: {} (the previous file, if any, is unchanged)", path, step, reason);
   };
-  size_t written = 0;
-  while (written < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) give_up("write");
-    written += size_t(n);
+  for (std::string_view contents : pieces) {
+    size_t written = 0;
+    while (written < contents.size()) {
+      ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) give_up("write");
+      written += size_t(n);
+    }
   }
   if (::fsync(fd) != 0) give_up("fsync");
   int close_result = ::close(fd);
@@ -56,4 +62,4 @@ void write_file_atomically(const std::string& path, std::string_view contents) {
   if (::rename(temp_path.c_str(), path.c_str()) != 0) give_up("rename");
 }
 
-}  // namespace ember::imdb
+}  // namespace ember
