@@ -61,6 +61,8 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
+# Other processes on the machine skew both sides: the load averages go into the table header.
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq 1 "$rounds"); do
   echo "round $round/$rounds: ember ..." >&2
   round_peak=""
@@ -75,10 +77,12 @@ for round in $(seq 1 "$rounds"); do
       > "$work/torch_$round.json"
 done
 
-"$python" - "$work" "$rounds" <<'EOF'
+load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+"$python" - "$work" "$rounds" "$load_before" "$load_after" <<'EOF'
 import json, statistics, sys
 
-work, rounds = sys.argv[1], int(sys.argv[2])
+work, rounds, load_before, load_after = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 ember_runs = [json.load(open(f"{work}/ember_{r}.json")) for r in range(1, rounds + 1)]
 torch_runs = [json.load(open(f"{work}/torch_{r}.json")) for r in range(1, rounds + 1)]
 
@@ -100,6 +104,8 @@ if blas:
 peak = ember_runs[0].get("fma_peak_gflops")
 if peak:
     print(f"measured FP32 FMA peak: {peak:.0f} GFLOP/s with {ember_runs[0]['threads']} threads")
+print(f"load average (1/5/15 min) before: {load_before}, after: {load_after} "
+      f"(anything near or above the thread count means the numbers are contaminated)")
 print(f"GFLOP/s, median of {rounds} alternating runs (each run: median of its repetitions)\n")
 print(f"{'shape':<26} {'ember':>9} {'torch':>9} {'ratio':>7}" + (f" {'%peak':>6}" if peak else ""))
 for result in ember_runs[0]["results"]:

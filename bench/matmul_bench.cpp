@@ -45,6 +45,10 @@ std::vector<Shape> shapes(bool transposed) {
       list.push_back({s.name + " AtB", 1, s.M, s.N, s.K, true, false});
       list.push_back({s.name + " ABt", 1, s.M, s.N, s.K, false, true});
     }
+    // Weight gradients of the 8192-row layers, X^T dY: a small output and a long K.
+    list.push_back({"dW 128x384x8192 AtB", 1, 128, 384, 8192, true, false});
+    list.push_back({"dW 128x512x8192 AtB", 1, 128, 512, 8192, true, false});
+    list.push_back({"dW 512x128x8192 AtB", 1, 512, 128, 8192, true, false});
   }
   list.push_back({"attn 128x(256x256x32)", 128, 256, 256, 32, false, false});
   list.push_back({"attn 128x(256x32x256)", 128, 256, 32, 256, false, false});

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-# (name, batch, M, N, K, transpose_a, transpose_b); keep in sync with bench/matmul_bench.cpp.
+# (name, batch, M, N, K); keep in sync with bench/matmul_bench.cpp.
 MAIN_SHAPES = [
     ("8192x384x128", 1, 8192, 384, 128),
     ("8192x128x128", 1, 8192, 128, 128),
@@ -33,6 +33,10 @@ def shape_list(transposed):
         for name, b, m, n, k in MAIN_SHAPES:
             shapes.append((name + " AtB", b, m, n, k, True, False))
             shapes.append((name + " ABt", b, m, n, k, False, True))
+        # Weight gradients of the 8192-row layers, X^T dY: a small output and a long K.
+        shapes += [("dW 128x384x8192 AtB", 1, 128, 384, 8192, True, False),
+                   ("dW 128x512x8192 AtB", 1, 128, 512, 8192, True, False),
+                   ("dW 512x128x8192 AtB", 1, 512, 128, 8192, True, False)]
     shapes += [(name, b, m, n, k, False, False) for name, b, m, n, k in ATTENTION_SHAPES]
     return shapes
 

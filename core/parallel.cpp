@@ -71,7 +71,8 @@ class ThreadPool {
     if (begin >= end) return;
     int64_t length = end - begin;
     grain = grain < 1 ? 1 : grain;
-    int64_t chunks = std::min<int64_t>(thread_count(), (length + grain - 1) / grain);
+    // Rounding down keeps every chunk at least `grain` long (length < 2 * grain: one chunk).
+    int64_t chunks = std::min<int64_t>(thread_count(), length / grain);
     // Inline: a single chunk, a nested call, or another thread is using the pool right now.
     if (chunks <= 1 || t_inside_parallel_region || busy_.exchange(true, std::memory_order_acquire)) {
       fn(begin, end);
@@ -116,6 +117,9 @@ class ThreadPool {
     stop_.store(false, std::memory_order_relaxed);
     int count = thread_count() - 1;
     workers_.reserve(count);
+    // More threads than cores: a spinning thread would only take time from one doing work.
+    const unsigned cores = std::thread::hardware_concurrency();
+    spin_iterations_ = cores != 0 && static_cast<unsigned>(thread_count()) > cores ? 0 : kSpinIterations;
     // NOTE: a worker must know the generation from before its first job: reading it on its
     // own, after the caller has already published that job, would make it miss the job.
     uint32_t current = generation_.load(std::memory_order_relaxed);
@@ -137,7 +141,7 @@ class ThreadPool {
     t_inside_parallel_region = true;
     while (true) {
       uint32_t now = seen;
-      for (int spin = 0; spin < kSpinIterations && now == seen; ++spin) {
+      for (int spin = 0; spin < spin_iterations_ && now == seen; ++spin) {
         EMBER_CPU_RELAX();
         now = generation_.load(std::memory_order_acquire);
       }
@@ -161,7 +165,7 @@ class ThreadPool {
 
   void wait_for_workers() {
     int left = pending_.load(std::memory_order_acquire);
-    for (int spin = 0; spin < kSpinIterations && left != 0; ++spin) {
+    for (int spin = 0; spin < spin_iterations_ && left != 0; ++spin) {
       EMBER_CPU_RELAX();
       left = pending_.load(std::memory_order_acquire);
     }
@@ -173,6 +177,7 @@ class ThreadPool {
 
   std::atomic<int> thread_count_;
   std::vector<std::thread> workers_;
+  int spin_iterations_ = kSpinIterations;  // set before the workers start, then only read
   std::atomic<bool> busy_{false};  // one parallel_for at a time uses the workers
   std::atomic<bool> stop_{false};
   std::atomic<uint32_t> generation_{0};  // bumped once per job (and to stop)

@@ -204,6 +204,14 @@ TEST_CASE("parallel_for chunking is deterministic and respects grain and thread 
     }
     CHECK(expected_begin == 1001);
   }
+  ember::set_num_threads(2);
+  int calls = 0;
+  ember::parallel_for(0, 150, 100, [&](int64_t first, int64_t last) {  // two chunks would be < grain
+    ++calls;
+    CHECK(first == 0);
+    CHECK(last == 150);
+  });
+  CHECK(calls == 1);
 }
 
 TEST_CASE("parallel_for uses several threads, runs small ranges and nested calls inline") {
@@ -292,13 +300,14 @@ TEST_CASE("gemm double matches the reference: odd shapes, all layouts, alpha/bet
   }
 }
 
-TEST_CASE("gemm gives bit-identical results for 1, 2 and 3 threads") {
+TEST_CASE("gemm gives bit-identical results for 1 to 4 threads (row, column and 2 x 2 splits)") {
   PoolGuard guard;
   std::mt19937 rng(5);
-  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{300, 200, 600}, {64, 700, 100}, {1000, 33, 64}}) {
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{300, 200, 600}, {64, 700, 100},
+                         {1000, 33, 64}, {1024, 1024, 64}}) {
     std::vector<float> A = random_values<float>(M * K, rng), B = random_values<float>(K * N, rng);
     std::vector<std::vector<float>> results;
-    for (int threads : {1, 2, 3}) {
+    for (int threads : {1, 2, 3, 4}) {
       ember::set_num_threads(threads);
       std::vector<float> C(M * N);
       ember::cpu::gemm(M, N, K, 1.0f, A.data(), K, 1, B.data(), N, 1, 0.0f, C.data(), N);
@@ -306,6 +315,7 @@ TEST_CASE("gemm gives bit-identical results for 1, 2 and 3 threads") {
     }
     CHECK(results[0] == results[1]);
     CHECK(results[0] == results[2]);
+    CHECK(results[0] == results[3]);
   }
 }
 

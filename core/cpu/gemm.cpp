@@ -179,20 +179,29 @@ struct ThreadGrid {
   int col_groups;
 };
 
+// What packing one element costs, in multiply-adds: packing streams A and B from memory at
+// about an element per cycle, while the AVX-512 kernel retires 32 multiply-adds per cycle.
+constexpr double kPackCostInMultiplyAdds = 32.0;
+
 // Picks the grid with the least work on the busiest thread: its multiply-adds (edge tiles
-// counted whole) plus the packing it does (its A rows and its B columns).
-ThreadGrid choose_grid(int64_t M, int64_t N, int64_t K, int mr, int nr, int threads) {
-  const int64_t m_tiles = (M + mr - 1) / mr;
-  const int64_t n_tiles = (N + nr - 1) / nr;
+// counted whole) plus its packing: its B columns once, its A rows once per nc-wide block of
+// its columns. E.g. 1024^3 on 2 threads splits N (each thread packs half of B and all of A
+// once) rather than M (all of B, and half of A twice).
+template <typename T>
+ThreadGrid choose_grid(const GemmKernel<T>& kernel, int64_t M, int64_t N, int64_t K, int threads) {
+  const int64_t m_tiles = (M + kernel.mr - 1) / kernel.mr;
+  const int64_t n_tiles = (N + kernel.nr - 1) / kernel.nr;
   ThreadGrid best{threads, 1};
   double best_cost = -1;
   for (int rows = 1; rows <= threads; ++rows) {
     if (threads % rows != 0) continue;
     const int cols = threads / rows;
     if (rows > m_tiles || cols > n_tiles) continue;
-    const double m = static_cast<double>((m_tiles + rows - 1) / rows * mr);
-    const double n = static_cast<double>((n_tiles + cols - 1) / cols * nr);
-    const double cost = m * n * K + 4.0 * (m * K + n * K);
+    const int64_t m = (m_tiles + rows - 1) / rows * kernel.mr;
+    const int64_t n = (n_tiles + cols - 1) / cols * kernel.nr;
+    const int64_t n_blocks = (n + kernel.nc - 1) / kernel.nc;
+    const double packed = static_cast<double>(m * K * n_blocks + n * K);
+    const double cost = static_cast<double>(m) * n * K + kPackCostInMultiplyAdds * packed;
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best = {rows, cols};
@@ -207,19 +216,29 @@ void gemm_threaded(const GemmKernel<T>& kernel, const Problem<T>& p, int threads
     gemm_block(kernel, p, 0, p.M, 0, p.N);
     return;
   }
-  const ThreadGrid grid = choose_grid(p.M, p.N, p.K, kernel.mr, kernel.nr, threads);
-  const int64_t m_tiles = (p.M + kernel.mr - 1) / kernel.mr;
-  const int64_t n_tiles = (p.N + kernel.nr - 1) / kernel.nr;
-  // NOTE: the lambda captures only references (16 bytes), so std::function does not allocate.
-  parallel_for(0, int64_t{grid.row_groups} * grid.col_groups, 1, [&](int64_t first, int64_t last) {
+  // Everything the chunks need, so the lambda captures a single reference.
+  // NOTE: a lambda of at most 16 trivially copyable bytes fits inside std::function, which then
+  // does not allocate; a [&] lambda naming several variables would be bigger.
+  struct Split {
+    const GemmKernel<T>& kernel;
+    const Problem<T>& p;
+    ThreadGrid grid;
+    int64_t m_tiles, n_tiles;
+  } split{kernel, p, choose_grid(kernel, p.M, p.N, p.K, threads),
+          (p.M + kernel.mr - 1) / kernel.mr, (p.N + kernel.nr - 1) / kernel.nr};
+  const int64_t groups = int64_t{split.grid.row_groups} * split.grid.col_groups;
+  parallel_for(0, groups, 1, [&split](int64_t first, int64_t last) {
+    const ThreadGrid& grid = split.grid;
+    const int mr = split.kernel.mr, nr = split.kernel.nr;
+    const int64_t M = split.p.M, N = split.p.N;
     for (int64_t t = first; t < last; ++t) {
       const int64_t row_group = t / grid.col_groups;
       const int64_t col_group = t % grid.col_groups;
-      const int64_t m0 = std::min(p.M, m_tiles * row_group / grid.row_groups * kernel.mr);
-      const int64_t m1 = std::min(p.M, m_tiles * (row_group + 1) / grid.row_groups * kernel.mr);
-      const int64_t n0 = std::min(p.N, n_tiles * col_group / grid.col_groups * kernel.nr);
-      const int64_t n1 = std::min(p.N, n_tiles * (col_group + 1) / grid.col_groups * kernel.nr);
-      if (m0 < m1 && n0 < n1) gemm_block(kernel, p, m0, m1, n0, n1);
+      const int64_t m0 = std::min(M, split.m_tiles * row_group / grid.row_groups * mr);
+      const int64_t m1 = std::min(M, split.m_tiles * (row_group + 1) / grid.row_groups * mr);
+      const int64_t n0 = std::min(N, split.n_tiles * col_group / grid.col_groups * nr);
+      const int64_t n1 = std::min(N, split.n_tiles * (col_group + 1) / grid.col_groups * nr);
+      if (m0 < m1 && n0 < n1) gemm_block(split.kernel, split.p, m0, m1, n0, n1);
     }
   });
 }
@@ -260,7 +279,7 @@ void gemm_batched_any(int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, c
   const bool split_batch = threads > 1 && work >= 2 * kMinWorkPerThread &&
                            (batch % threads == 0 || batch >= 4 * threads);
   if (split_batch) {
-    parallel_for(0, batch, 1, [&](int64_t first, int64_t last) {
+    parallel_for(0, batch, 1, [&product](int64_t first, int64_t last) {  // one capture: no allocation
       for (int64_t i = first; i < last; ++i) gemm_one(product(i), 1);
     });
   } else {

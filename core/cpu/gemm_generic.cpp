@@ -9,16 +9,18 @@ namespace ember::cpu::detail {
 namespace {
 
 template <typename T, int kMR, int kNR>
-void generic_tile(int64_t kc, const T* a, const T* b, T* c, int64_t c_rs, int m_rows, int n_cols,
-                  T alpha, T beta) {
+void generic_tile(int64_t kc, const T* __restrict a, const T* __restrict b, T* c, int64_t c_rs,
+                  int m_rows, int n_cols, T alpha, T beta) {
   T acc[kMR][kNR] = {};
   for (int64_t k = 0; k < kc; ++k) {
+    const T* a_column = a + k * kMR;
+    const T* b_row = b + k * kNR;
+#pragma GCC unroll 8
     for (int r = 0; r < kMR; ++r) {
-      T a_value = a[r];
-      for (int j = 0; j < kNR; ++j) acc[r][j] += a_value * b[j];
+      const T a_value = a_column[r];
+#pragma GCC unroll 32
+      for (int j = 0; j < kNR; ++j) acc[r][j] += a_value * b_row[j];
     }
-    a += kMR;
-    b += kNR;
   }
   for (int r = 0; r < m_rows; ++r) {
     T* row = c + r * c_rs;
