@@ -74,6 +74,7 @@ TEST_CASE("autograd: backward with a supplied gradient and error cases") {
   check_error([&] { (x * 2.0).backward(ones({2})); }, "gradient shape [2]");
   check_error([] { ones({2}).backward(); }, "does not require grad");
   check_error([] { arange(3).requires_grad_(); }, "int64 tensors cannot require grad");
+  check_error([&] { (x * 2.0).requires_grad_(false); }, "this tensor was made by mul_scalar");
   check_error([&] { x.add_(ones({3})); }, "in-place update of a tensor that requires grad");
 }
 
