@@ -345,6 +345,7 @@ TEST_CASE("gemm edge cases: empty sizes, K = 0, alpha = 0") {
   CHECK(c1[0] == -6.0);
 
   CHECK_THROWS(ember::cpu::gemm(-1, 2, 2, 1.0f, A.data(), 2, 1, B.data(), 2, 1, 0.0f, C.data(), 2));
+  CHECK_THROWS(ember::cpu::gemm(2, 2, 2, 1.0f, A.data(), 2, 1, B.data(), 2, 1, 0.0f, C.data(), 1));
 }
 
 TEST_CASE("gemm_batched matches per-product reference, split over the batch or inside products") {

@@ -259,6 +259,7 @@ template <typename T>
 void gemm_any(int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_rs, int64_t a_cs,
               const T* B, int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_rs) {
   EMBER_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
+  EMBER_CHECK(M <= 1 || c_rs >= N, "gemm: C rows overlap: row stride {} < N={}", c_rs, N);
   gemm_one(Problem<T>{M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs}, num_threads());
 }
 
@@ -268,6 +269,7 @@ void gemm_batched_any(int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, c
                       int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_bs, int64_t c_rs) {
   EMBER_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0,
               "gemm_batched: negative size batch={} M={} N={} K={}", batch, M, N, K);
+  EMBER_CHECK(M <= 1 || c_rs >= N, "gemm_batched: C rows overlap: row stride {} < N={}", c_rs, N);
   if (batch == 0 || M == 0 || N == 0) return;
   auto product = [&](int64_t i) {
     return Problem<T>{M, N, K, alpha, A + i * a_bs, a_rs, a_cs, B + i * b_bs, b_rs, b_cs,

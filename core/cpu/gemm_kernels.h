@@ -46,8 +46,13 @@ const GemmKernel<float>* avx2_float_kernel();
 const GemmKernel<float>* generic_float_kernel();
 const GemmKernel<double>* generic_double_kernel();
 
-inline int64_t round_up(int64_t value, int64_t multiple) {
+// NOTE: helpers in headers that kernel files include go in an unnamed namespace (one copy per
+// file): an ordinary inline function compiled under gemm_avx512.cpp's AVX-512 target could be
+// the copy the linker keeps for everyone, and fault on a CPU without AVX-512.
+namespace {
+constexpr int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
+}  // namespace
 
 }  // namespace ember::cpu::detail

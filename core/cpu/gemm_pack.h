@@ -12,6 +12,9 @@
 #include "core/cpu/gemm_kernels.h"
 
 namespace ember::cpu::detail {
+// NOTE: unnamed namespace, so each kernel file gets its own copy compiled for its own ISA
+// (see the note in gemm_kernels.h).
+namespace {
 
 template <typename T, int kMR>
 void pack_a_generic(const T* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, T* out) {
@@ -74,4 +77,5 @@ void pack_b_generic(const T* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t 
   }
 }
 
+}  // namespace
 }  // namespace ember::cpu::detail
