@@ -201,14 +201,17 @@ void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t
       }
       out += kMR * kc;
     }
-  } else if (a_rs == 1) {  // column-major A: each k is a contiguous run of rows
-    for (int64_t i0 = 0; i0 < m; i0 += kMR) {
-      const __mmask16 row_lanes = first_lanes(std::min<int64_t>(kMR, m - i0));
-      for (int64_t k = 0; k < kc; ++k) {
-        _mm512_mask_storeu_ps(out + k * kMR, panel_lanes,
-                              _mm512_maskz_loadu_ps(row_lanes, A + i0 + k * a_cs));
+  } else if (a_rs == 1) {
+    // Column-major A (A^T of a row-major matrix): each k is a contiguous run of all m rows.
+    // k outermost reads that run once, front to back, for every panel; panel by panel would
+    // jump a_cs (often many KiB) per k and fetch each cache line twice.
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* column = A + k * a_cs;
+      for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+        const __mmask16 row_lanes = first_lanes(std::min<int64_t>(kMR, m - i0));
+        _mm512_mask_storeu_ps(out + i0 * kc + k * kMR, panel_lanes,
+                              _mm512_maskz_loadu_ps(row_lanes, column + i0));
       }
-      out += kMR * kc;
     }
   } else {
     pack_a_generic<float, kMR>(A, a_rs, a_cs, m, kc, out);

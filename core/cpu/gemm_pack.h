@@ -18,29 +18,31 @@ namespace {
 
 template <typename T, int kMR>
 void pack_a_generic(const T* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, T* out) {
-  for (int64_t i0 = 0; i0 < m; i0 += kMR) {
-    const int rows = static_cast<int>(std::min<int64_t>(kMR, m - i0));
-    const T* src = A + i0 * a_rs;
-    if (a_rs == 1) {  // column-major A: each k is a contiguous run of rows
-      for (int64_t k = 0; k < kc; ++k) {
-        const T* column = src + k * a_cs;
-        T* dst = out + k * kMR;
-        for (int r = 0; r < rows; ++r) dst[r] = column[r];
+  if (a_rs == 1) {  // column-major A: read each k's run of all m rows once, front to back
+    for (int64_t k = 0; k < kc; ++k) {
+      const T* column = A + k * a_cs;
+      for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+        const int rows = static_cast<int>(std::min<int64_t>(kMR, m - i0));
+        T* dst = out + i0 * kc + k * kMR;
+        for (int r = 0; r < rows; ++r) dst[r] = column[i0 + r];
         for (int r = rows; r < kMR; ++r) dst[r] = T(0);
       }
-    } else {  // walk each row contiguously, scatter with stride kMR
-      for (int r = 0; r < rows; ++r) {
-        const T* row = src + r * a_rs;
-        T* dst = out + r;
-        if (a_cs == 1) {
-          for (int64_t k = 0; k < kc; ++k) dst[k * kMR] = row[k];
-        } else {
-          for (int64_t k = 0; k < kc; ++k) dst[k * kMR] = row[k * a_cs];
-        }
+    }
+    return;
+  }
+  for (int64_t i0 = 0; i0 < m; i0 += kMR) {  // otherwise walk each row, scatter with stride kMR
+    const int rows = static_cast<int>(std::min<int64_t>(kMR, m - i0));
+    for (int r = 0; r < rows; ++r) {
+      const T* row = A + (i0 + r) * a_rs;
+      T* dst = out + r;
+      if (a_cs == 1) {
+        for (int64_t k = 0; k < kc; ++k) dst[k * kMR] = row[k];
+      } else {
+        for (int64_t k = 0; k < kc; ++k) dst[k * kMR] = row[k * a_cs];
       }
-      for (int r = rows; r < kMR; ++r) {
-        for (int64_t k = 0; k < kc; ++k) out[k * kMR + r] = T(0);
-      }
+    }
+    for (int r = rows; r < kMR; ++r) {
+      for (int64_t k = 0; k < kc; ++k) out[k * kMR + r] = T(0);
     }
     out += kMR * kc;
   }
