@@ -114,7 +114,6 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = defaul
 // is ignore_index are left out of the mean.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
-// ---- In-place (no autograd): used by optimisers and the engine (core/ops/inplace.cpp)
-// t.add_(other) etc. are members of Tensor; these are their free forms.
+// In-place updates outside autograd (copy_, fill_, add_, mul_) are members of Tensor (core/tensor.h).
 
 }  // namespace ember

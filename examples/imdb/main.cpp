@@ -3,17 +3,18 @@
 //   imdb compare [flags]     imdb <command> --help
 #include <fmt/format.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/parallel.h"
 #include "examples/imdb/compare.h"
-#include "core/file_io.h"
 #include "examples/imdb/trainer.h"
 
 using namespace ember;
@@ -100,28 +101,14 @@ class Flags {
   int64_t integer(const std::string& name, int64_t fallback, int64_t min = 0) {
     auto v = take(name);
     if (!v) return fallback;
-    size_t used = 0;
-    int64_t x = 0;
-    try {
-      x = std::stoll(*v, &used);
-    } catch (const std::logic_error&) {
-      used = 0;
-    }
-    if (used == 0 || used != v->size()) throw UsageError(fmt::format("--{} expects an integer, got '{}'", name, *v));
+    int64_t x = parse_number<int64_t>(name, *v, "an integer");
     if (x < min) throw UsageError(fmt::format("--{} must be at least {}, got {}", name, min, x));
     return x;
   }
   double real(const std::string& name, double fallback, double min, double max) {
     auto v = take(name);
     if (!v) return fallback;
-    size_t used = 0;
-    double x = 0;
-    try {
-      x = std::stod(*v, &used);
-    } catch (const std::logic_error&) {
-      used = 0;
-    }
-    if (used == 0 || used != v->size()) throw UsageError(fmt::format("--{} expects a number, got '{}'", name, *v));
+    double x = parse_number<double>(name, *v, "a number");
     if (!(x >= min && x <= max)) throw UsageError(fmt::format("--{} must be in [{}, {}], got {}", name, min, max, x));
     return x;
   }
@@ -138,6 +125,20 @@ class Flags {
   }
 
  private:
+  // The whole of `text` as a T (std::stoll or std::stod), else a usage error naming the flag.
+  template <typename T>
+  static T parse_number(const std::string& name, const std::string& text, const char* what) {
+    size_t used = 0;
+    T x{};
+    try {
+      if constexpr (std::is_integral_v<T>) x = std::stoll(text, &used);
+      else x = std::stod(text, &used);
+    } catch (const std::logic_error&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size()) throw UsageError(fmt::format("--{} expects {}, got '{}'", name, what, text));
+    return x;
+  }
   std::optional<std::string> take(const std::string& name) {
     auto it = values_.find(name);
     if (it == values_.end()) return std::nullopt;

@@ -174,12 +174,12 @@ BatchTensors to_tensors(const Batch& batch) {
 
 // ---- Evaluation
 
-double evaluate(const nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
+double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
                 const std::vector<int>& labels, int64_t batch_size) {
   if (reviews.empty()) return 0.0;
   NoGradGuard no_grad;
   bool was_training = model.is_training();
-  const_cast<nn::TransformerClassifier&>(model).eval();
+  model.eval();
   // Sorted by length so that batches carry little padding (padding never changes a prediction).
   std::vector<int64_t> order = in_order(int64_t(reviews.size()));
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return reviews[a].size() < reviews[b].size(); });
@@ -190,7 +190,7 @@ double evaluate(const nn::TransformerClassifier& model, const std::vector<std::v
     Tensor predicted = argmax(model.forward(t.tokens, t.padding_mask), 1);
     correct += int64_t(sum(eq(predicted, t.labels).to(Dtype::Float64)).item<double>());
   }
-  const_cast<nn::TransformerClassifier&>(model).train(was_training);
+  model.train(was_training);
   return double(correct) / double(reviews.size());
 }
 

@@ -74,8 +74,8 @@ Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary = null
 RunResult train(const TrainConfig& config);
 RunResult train(const TrainConfig& config, const Data& data);
 
-// Accuracy of `model` on encoded reviews (eval mode, no grad).
-double evaluate(const nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
+// Accuracy of `model` on encoded reviews (switched to eval mode and back, no grad).
+double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
                 const std::vector<int>& labels, int64_t batch_size = 64);
 
 // A trained run loaded back from its folder (model.safetensors + vocab.txt).
