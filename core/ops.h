@@ -84,16 +84,30 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // int64, no
 // Sums a broadcast result back down to `shape` (the gradient of broadcasting).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 
-// ---- Linear algebra (core/ops/matmul.cpp)
+// ---- Linear algebra (core/ops/matmul.cpp, core/ops/linear.cpp)
 // [.., M, K] @ [.., K, N] -> [.., M, N], batch dims broadcast; 1-D operands like NumPy.
 // Transposed (strided) operands are read in place, never copied.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// x [..., K] @ weight^T + bias, weight [N, K], bias [N] or undefined -> [..., N]: a Linear layer
+// as one op, the bias added inside the GEMM (core/ops/linear.cpp).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // ---- Softmax and normalisation (core/ops/softmax.cpp, core/ops/layer_norm.cpp)
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 // Normalises over the last dim: (x - mean) / sqrt(var + eps) * weight + bias. Fused forward and backward.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+// ---- Attention (core/ops/attention.cpp)
+// Multi-head self-attention on a fused projection qkv [B, T, 3 D] (q | k | v, each `heads` heads of
+// D / heads): per head softmax(q k^T / sqrt(D / heads) + masks) v, the heads side by side -> [B, T, D].
+// key_padding_mask: bool [B, T], true = padding (or undefined); causal: key j > query i is masked.
+// `weights`, if given, receives the probabilities [B, heads, T, T] (read-only, not differentiable).
+// attention is one fused kernel per (batch, head); attention_reference composes the ops above.
+Tensor attention(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal = false,
+                 Tensor* weights = nullptr);
+Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal = false,
+                           Tensor* weights = nullptr);
 
 // ---- Indexing, masking and joining (core/ops/embedding.cpp, core/ops/masking.cpp, core/ops/join.cpp)
 // Rows of `weight` [V, D] picked by integer `ids` [...] -> [..., D]; backward sums repeated ids.

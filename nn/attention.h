@@ -2,7 +2,7 @@
 //
 //   B = batch, T = sequence length, D = embed_dim, H = heads, Dh = D / H (head size)
 //   qkv = x @ Wqkv^T + b          [B, T, 3D] -> q, k, v as [B, H, T, Dh] (strided views, no copy)
-//   scores = (q / sqrt(Dh)) @ k^T [B, H, T, T], padded keys (and future keys if causal) set to -inf
+//   scores = q @ k^T / sqrt(Dh)   [B, H, T, T], padded keys (and future keys if causal) set to -inf
 //   weights = softmax(scores)     each query's distribution over keys
 //   out = (weights @ v) merged    [B, T, D] -> output projection
 #pragma once

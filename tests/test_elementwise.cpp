@@ -1,5 +1,8 @@
 // Element-wise ops: values against known numbers, broadcasting, and float64 gradchecks
 // (including broadcast and non-contiguous inputs).
+#include <limits>
+
+#include "core/unary_math.h"
 #include "helpers.h"
 
 using namespace ember;
@@ -99,4 +102,28 @@ TEST_CASE("gradcheck: views") {
   check_gradient([](auto& in) { return in[0].expand({3, 4}) * in[1]; }, {row.clone(), random64({3, 4}, 22)});
   check_gradient([](auto& in) { return in[0].to(Dtype::Float32).to(Dtype::Float64) * 1.0; }, {row.clone()},
                  {1e-3, 1e-3, 1e-3});
+}
+
+TEST_CASE("elementwise: the vectorised float erf and GELU match the float64 library versions") {
+  double worst_erf = 0, worst_gelu = 0, worst_dgelu = 0;
+  for (int i = -100000; i <= 100000; ++i) {
+    float x = float(i) * 1e-4f;  // [-10, 10]
+    double xd = double(x);
+    worst_erf = std::max(worst_erf, std::abs(double(math::erf_vec(x)) - std::erf(xd)));
+    double gelu = 0.5 * xd * (1 + std::erf(xd * M_SQRT1_2));
+    double dgelu = 0.5 * (1 + std::erf(xd * M_SQRT1_2)) + xd * std::exp(-0.5 * xd * xd) / std::sqrt(2 * M_PI);
+    worst_gelu = std::max(worst_gelu, std::abs(double(math::Gelu{}.f(x)) - gelu) / (1 + std::abs(gelu)));
+    worst_dgelu = std::max(worst_dgelu, std::abs(double(math::Gelu{}.df(x, 0.0f)) - dgelu));
+  }
+  INFO("worst errors: erf " << worst_erf << ", gelu " << worst_gelu << ", gelu' " << worst_dgelu);
+  CHECK(worst_erf < 3e-7);    // Abramowitz-Stegun 7.1.26 promises 1.5e-7, plus float rounding
+  CHECK(worst_gelu < 3e-7);
+  CHECK(worst_dgelu < 5e-7);
+  CHECK(math::erf_vec(0.0f) == 0.0f);
+  CHECK(math::erf_vec(std::numeric_limits<float>::infinity()) == 1.0f);
+  CHECK(math::erf_vec(-std::numeric_limits<float>::infinity()) == -1.0f);
+  CHECK(std::isnan(math::erf_vec(std::numeric_limits<float>::quiet_NaN())));
+  // The tensor op takes the same float path: float32 gelu agrees with float64 gelu.
+  Tensor x = uniform({1000}, -6, 6, default_generator(), Dtype::Float64);
+  check_close(gelu(x.to(Dtype::Float32)), gelu(x), 3e-7);
 }

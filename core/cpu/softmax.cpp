@@ -25,6 +25,8 @@ T lanes_total(const T (&lanes)[kLanes]) {
   return total;
 }
 
+}  // namespace
+
 // sum(a * b)
 template <typename T>
 T row_dot(const T* a, const T* b, int64_t n) {
@@ -67,6 +69,9 @@ T row_exp_store_sum(const T* x, T shift, T* out, int64_t n) {
   }
   return total;
 }
+
+namespace {
+
 
 // ---- Forward
 
@@ -244,7 +249,10 @@ void row_exp_scaled(const T* x, T shift, T scale, T* out, int64_t n) {
 #define EMBER_INSTANTIATE(T)                                      \
   template T row_max<T>(const T*, int64_t);                       \
   template T row_sum_exp<T>(const T*, T, int64_t);                \
-  template void row_exp_scaled<T>(const T*, T, T, T*, int64_t);
+  template void row_exp_scaled<T>(const T*, T, T, T*, int64_t);  \
+  template T row_dot<T>(const T*, const T*, int64_t);             \
+  template T row_sum<T>(const T*, int64_t);                       \
+  template T row_exp_store_sum<T>(const T*, T, T*, int64_t);
 EMBER_INSTANTIATE(float)
 EMBER_INSTANTIATE(double)
 #undef EMBER_INSTANTIATE

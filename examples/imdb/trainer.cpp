@@ -55,7 +55,8 @@ std::vector<std::vector<int32_t>> encode(const Vocabulary& vocabulary, const std
   return encoded;
 }
 
-// Weight matrices decay; biases, LayerNorm parameters and embeddings do not (the recipe).
+}  // namespace
+
 std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double weight_decay) {
   optim::ParamGroup decay{{}, weight_decay}, no_decay{{}, 0.0};
   for (auto& [name, p] : model.named_parameters()) {
@@ -64,6 +65,8 @@ std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double 
   }
   return {decay, no_decay};
 }
+
+namespace {
 
 std::string json_line(const std::vector<std::pair<std::string, std::string>>& fields) {
   std::string out = "{";

@@ -9,6 +9,7 @@
 #include "examples/imdb/batcher.h"
 #include "examples/imdb/vocabulary.h"
 #include "nn/transformer.h"
+#include "optim/optimizer.h"
 
 namespace ember::imdb {
 
@@ -73,6 +74,10 @@ Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary = null
 // model.safetensors and vocab.txt into config.out.
 RunResult train(const TrainConfig& config);
 RunResult train(const TrainConfig& config, const Data& data);
+
+// AdamW's parameter groups of the recipe: weight matrices decay, biases, LayerNorm parameters
+// and embeddings do not.
+std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double weight_decay);
 
 // Accuracy of `model` on encoded reviews (switched to eval mode and back, no grad).
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,

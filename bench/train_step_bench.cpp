@@ -1,0 +1,213 @@
+// Ember's half of bench/train_step.sh: one training step, inference and a short real run of the
+// IMDb recipe's model, timed; prints one JSON object. bench/train_step_torch.py is the PyTorch half
+// and reads the same files, so both start from the same weights and see the same batches.
+//
+// Usage:
+//   train_step_bench --write-init FILE [--heads H] [--seed S]
+//       initial weights ("model.*") and one full 32 x 256 batch ("batch.tokens", "batch.labels")
+//   train_step_bench --write-batches FILE --count N [--data PATH]
+//       the first N batches of the recipe's epoch 1 on IMDb ("<i>.tokens", "<i>.mask", "<i>.labels")
+//   train_step_bench --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
+//                    [--batches FILE] [--run-steps N]
+//       times S training steps and S forward passes after W warm-up steps, then (with --batches)
+//       trains N steps on the real batches from fresh copies of the same weights
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "autograd/grad_mode.h"
+#include "core/allocator.h"
+#include "core/ops.h"
+#include "core/parallel.h"
+#include "core/random.h"
+#include "examples/imdb/trainer.h"
+#include "nn/checkpoint.h"
+#include "optim/schedule.h"
+
+namespace {
+
+using namespace ember;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t(usage.ru_maxrss) * 1024;
+}
+
+struct Flags {
+  std::string write_init, write_batches, init, batches, data;
+  int64_t heads = 4, threads = 2, steps = 20, warmup = 3, run_steps = 0, count = 200;
+  uint64_t seed = 0;
+};
+
+Flags parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    EMBER_CHECK(i + 1 < argc, "train_step_bench: {} needs a value", flag);
+    std::string value = argv[++i];
+    if (flag == "--write-init") f.write_init = value;
+    else if (flag == "--write-batches") f.write_batches = value;
+    else if (flag == "--init") f.init = value;
+    else if (flag == "--batches") f.batches = value;
+    else if (flag == "--data") f.data = value;
+    else if (flag == "--heads") f.heads = std::stoll(value);
+    else if (flag == "--threads") f.threads = std::stoll(value);
+    else if (flag == "--steps") f.steps = std::stoll(value);
+    else if (flag == "--warmup") f.warmup = std::stoll(value);
+    else if (flag == "--run-steps") f.run_steps = std::stoll(value);
+    else if (flag == "--count") f.count = std::stoll(value);
+    else if (flag == "--seed") f.seed = std::stoull(value);
+    else fail("train_step_bench: unknown flag {}", flag);
+  }
+  return f;
+}
+
+nn::ClassifierConfig model_config(int64_t heads) {
+  nn::ClassifierConfig config;  // the recipe: vocab 20,002, dim 128, 2 layers, FFN 512, max_len 256
+  config.heads = heads;
+  return config;
+}
+
+void write_init(const Flags& f) {
+  Generator gen(f.seed);
+  nn::TransformerClassifier model(model_config(f.heads), gen);
+  nn::TensorMap tensors = nn::with_prefix_added(model.state_dict(), "model.");
+  const int64_t B = 32, T = 256;
+  std::vector<int64_t> tokens(B * T), labels(B);
+  imdb::SplitMix64 rng(f.seed + 1);
+  for (auto& t : tokens) t = 2 + int64_t(rng.below(uint64_t(model.config.vocab_size - 2)));
+  for (auto& l : labels) l = int64_t(rng.below(2));
+  tensors["batch.tokens"] = from_vector(tokens, {B, T});
+  tensors["batch.labels"] = from_vector(labels, {B});
+  nn::save_tensors(f.write_init, tensors);
+}
+
+void write_batches(const Flags& f) {
+  imdb::TrainConfig config;
+  config.data = f.data;
+  config.quiet = true;
+  imdb::Data data = imdb::prepare_data(config);
+  imdb::Batcher batcher(data.train_tokens, data.train_labels, config.batch_size);
+  std::vector<int64_t> order = batcher.shuffled_order(config.seed, 0);
+  nn::TensorMap tensors;
+  for (int64_t b = 0; b < std::min(f.count, batcher.num_batches()); ++b) {
+    imdb::Batch batch = batcher.batch(order, b);
+    imdb::BatchTensors t = imdb::to_tensors(batch);
+    std::string i = std::to_string(b);
+    tensors[i + ".tokens"] = t.tokens;
+    tensors[i + ".mask"] = t.padding_mask;
+    tensors[i + ".labels"] = t.labels;
+  }
+  nn::save_tensors(f.write_batches, tensors);
+}
+
+struct Trainee {
+  Generator gen;
+  nn::TransformerClassifier model;
+  optim::AdamW optimizer;
+
+  Trainee(int64_t heads, const nn::TensorMap& init)
+      : gen(0), model(model_config(heads), gen), optimizer(imdb::parameter_groups(model, 0.01), 5e-4) {
+    model.load_state_dict(nn::with_prefix_removed(init, "model."));
+  }
+  // Forward, backward, clipping and AdamW: the trainer's step.
+  double step(const Tensor& tokens, const Tensor& mask, const Tensor& labels) {
+    Tensor loss = cross_entropy(model.forward(tokens, mask), labels);
+    optimizer.zero_grad();
+    loss.backward();
+    optim::clip_grad_norm(model.parameters(), 1.0);
+    optimizer.step();
+    return loss.item<float>();
+  }
+};
+
+void run(const Flags& f) {
+  set_num_threads(int(f.threads));
+  nn::TensorMap init = nn::load_tensors(f.init);
+  Tensor tokens = init.at("batch.tokens"), labels = init.at("batch.labels");
+  Tensor mask = zeros(tokens.shape(), Dtype::Bool);  // a full batch: no padding
+  Trainee trainee(f.heads, init);
+
+  // The first loss, without dropout, from the shared weights: both frameworks must agree.
+  double first_loss = 0;
+  {
+    trainee.model.eval();
+    NoGradGuard no_grad;
+    first_loss = cross_entropy(trainee.model.forward(tokens, mask), labels).item<float>();
+  }
+
+  trainee.model.train();
+  std::vector<double> step_ms, forward_ms;
+  for (int64_t i = 0; i < f.warmup + f.steps; ++i) {
+    auto start = Clock::now();
+    trainee.step(tokens, mask, labels);
+    if (i >= f.warmup) step_ms.push_back(1e3 * seconds_since(start));
+  }
+  trainee.model.eval();
+  for (int64_t i = 0; i < f.warmup + f.steps; ++i) {
+    NoGradGuard no_grad;
+    auto start = Clock::now();
+    Tensor logits = trainee.model.forward(tokens, mask);
+    if (i >= f.warmup) forward_ms.push_back(1e3 * seconds_since(start));
+  }
+
+  double run_tokens_per_s = 0, run_seconds = 0;
+  int64_t run_steps = 0;
+  double run_last_loss = 0;
+  if (!f.batches.empty() && f.run_steps > 0) {
+    nn::TensorMap batches = nn::load_tensors(f.batches);
+    Trainee fresh(f.heads, init);
+    fresh.model.train();
+    int64_t real_tokens = 0;
+    auto start = Clock::now();
+    for (; run_steps < f.run_steps && batches.count(std::to_string(run_steps) + ".tokens"); ++run_steps) {
+      std::string i = std::to_string(run_steps);
+      const Tensor& m = batches.at(i + ".mask");
+      run_last_loss = fresh.step(batches.at(i + ".tokens"), m, batches.at(i + ".labels"));
+      const bool* padding = m.data<bool>();
+      for (int64_t j = 0; j < m.numel(); ++j) real_tokens += padding[j] ? 0 : 1;
+    }
+    run_seconds = seconds_since(start);
+    run_tokens_per_s = double(real_tokens) / run_seconds;
+  }
+
+  fmt::print(
+      "{{\"framework\": \"ember\", \"heads\": {}, \"threads\": {}, \"first_loss\": {:.8f}, "
+      "\"step_ms\": {:.3f}, \"step_ms_all\": [{:.2f}], \"forward_ms\": {:.3f}, "
+      "\"run_steps\": {}, \"run_seconds\": {:.3f}, \"run_tokens_per_s\": {:.1f}, \"run_last_loss\": {:.6f}, "
+      "\"peak_rss_bytes\": {}, \"peak_tensor_bytes\": {}}}\n",
+      f.heads, num_threads(), first_loss, median(step_ms), fmt::join(step_ms, ", "), median(forward_ms), run_steps,
+      run_seconds, run_tokens_per_s, run_last_loss, peak_rss_bytes(), memory_stats().peak_allocated);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Flags f = parse(argc, argv);
+    if (!f.write_init.empty()) write_init(f);
+    else if (!f.write_batches.empty()) write_batches(f);
+    else if (!f.init.empty()) run(f);
+    else fail("train_step_bench: give --write-init FILE, --write-batches FILE or --init FILE");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

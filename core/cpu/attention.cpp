@@ -1,0 +1,137 @@
+// CPU fused multi-head self-attention; see attention.h for the layout and the formulas.
+#include "core/cpu/attention.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/cpu/gemm.h"
+#include "core/cpu/softmax.h"
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace ember::cpu {
+namespace {
+
+struct Dims {
+  int64_t B, T, D, H, Dh;
+  int64_t row() const { return 3 * D; }  // row stride of qkv
+};
+
+Dims dims_of(const Tensor& qkv, int64_t heads) {
+  EMBER_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, "attention: qkv must be [B, T, 3 * D], got {}",
+              shape_str(qkv.shape()));
+  const int64_t D = qkv.size(2) / 3;
+  EMBER_CHECK(heads > 0 && D % heads == 0, "attention: model width {} is not divisible by heads {}", D, heads);
+  return {qkv.size(0), qkv.size(1), D, heads, D / heads};
+}
+
+// A [T, T] scratch block per thread, for the probabilities when they are not kept and for dS.
+template <typename T>
+T* scratch(int64_t count) {
+  thread_local std::vector<T> buffer;
+  if (int64_t(buffer.size()) < count) buffer.resize(size_t(count));
+  return buffer.data();
+}
+
+// Masked scores -> probabilities, in place, row by row. Masked entries become exactly 0.
+template <typename T>
+void masked_softmax_rows(T* s, int64_t n, const bool* padding, bool causal) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    T* row = s + i * n;
+    if (padding != nullptr)
+      for (int64_t j = 0; j < n; ++j) row[j] = padding[j] ? neg_inf : row[j];
+    if (causal)
+      for (int64_t j = i + 1; j < n; ++j) row[j] = neg_inf;
+    T m = row_max(row, n);
+    T inv = T(1) / row_exp_store_sum(row, m, row, n);
+    for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+  }
+}
+
+template <typename T>
+void forward_kernel(const Dims& d, const T* qkv, const bool* padding, bool causal, T* out, T* probs) {
+  const T scale = T(1) / std::sqrt(T(d.Dh));
+  parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / d.H, h = task % d.H;
+      const T* q = qkv + b * d.T * d.row() + h * d.Dh;
+      const T* k = q + d.D;
+      const T* v = q + 2 * d.D;
+      T* p = probs != nullptr ? probs + task * d.T * d.T : scratch<T>(d.T * d.T);
+      // S = scale Q K^T: K^T is K read with swapped strides.
+      gemm(d.T, d.T, d.Dh, scale, q, d.row(), 1, k, 1, d.row(), T(0), p, d.T);
+      masked_softmax_rows(p, d.T, padding != nullptr ? padding + b * d.T : nullptr, causal);
+      // O = P V, written as head h's columns of the merged [B, T, D] output.
+      gemm(d.T, d.Dh, d.T, T(1), p, d.T, 1, v, d.row(), 1, T(0), out + b * d.T * d.D + h * d.Dh, d.D);
+    }
+  });
+}
+
+template <typename T>
+void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs, T* dqkv) {
+  const T scale = T(1) / std::sqrt(T(d.Dh));
+  parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / d.H, h = task % d.H;
+      const int64_t offset = b * d.T * d.row() + h * d.Dh;
+      const T* q = qkv + offset;
+      const T* k = q + d.D;
+      const T* v = q + 2 * d.D;
+      T* dq = dqkv + offset;
+      T* dk = dq + d.D;
+      T* dv = dq + 2 * d.D;
+      const T* p = probs + task * d.T * d.T;
+      const T* go = grad + b * d.T * d.D + h * d.Dh;  // dO of this head, row stride D
+      T* ds = scratch<T>(d.T * d.T);
+      gemm(d.T, d.Dh, d.T, T(1), p, 1, d.T, go, d.D, 1, T(0), dv, d.row());   // dV = P^T dO
+      gemm(d.T, d.T, d.Dh, T(1), go, d.D, 1, v, 1, d.row(), T(0), ds, d.T);   // dP = dO V^T
+      for (int64_t i = 0; i < d.T; ++i) {                                     // dS = P (dP - rowsum(dP P))
+        T* row = ds + i * d.T;
+        const T* prow = p + i * d.T;
+        const T dot = row_dot(row, prow, d.T);
+        for (int64_t j = 0; j < d.T; ++j) row[j] = prow[j] * (row[j] - dot);
+      }
+      gemm(d.T, d.Dh, d.T, scale, ds, d.T, 1, k, d.row(), 1, T(0), dq, d.row());  // dQ = scale dS K
+      gemm(d.T, d.Dh, d.T, scale, ds, 1, d.T, q, d.row(), 1, T(0), dk, d.row());  // dK = scale dS^T Q
+    }
+  });
+}
+
+}  // namespace
+
+AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
+                                   bool keep_probs) {
+  const Dims d = dims_of(qkv, heads);
+  EMBER_CHECK(qkv.is_contiguous(), "attention: qkv must be contiguous");
+  if (key_padding_mask.defined())
+    EMBER_CHECK(key_padding_mask.dtype() == Dtype::Bool && key_padding_mask.shape() == Shape({d.B, d.T}) &&
+                    key_padding_mask.is_contiguous(),
+                "attention: key_padding_mask must be a contiguous bool [{}, {}], got {} {}", d.B, d.T,
+                dtype_name(key_padding_mask.dtype()), shape_str(key_padding_mask.shape()));
+  AttentionForward result;
+  result.out = Tensor::empty({d.B, d.T, d.D}, qkv.dtype());
+  if (keep_probs) result.probs = Tensor::empty({d.B, d.H, d.T, d.T}, qkv.dtype());
+  const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
+  dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    forward_kernel<T>(d, qkv.data<T>(), padding, causal, result.out.data<T>(),
+                      keep_probs ? result.probs.data<T>() : nullptr);
+  });
+  return result;
+}
+
+Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads) {
+  const Dims d = dims_of(qkv, heads);
+  EMBER_CHECK(grad_out.is_contiguous() && grad_out.shape() == Shape({d.B, d.T, d.D}),
+              "attention backward: the gradient must be a contiguous [{}, {}, {}]", d.B, d.T, d.D);
+  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
+  dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    backward_kernel<T>(d, grad_out.data<T>(), qkv.data<T>(), probs.data<T>(), dqkv.data<T>());
+  });
+  return dqkv;
+}
+
+}  // namespace ember::cpu

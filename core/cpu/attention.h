@@ -1,0 +1,38 @@
+// CPU multi-head self-attention, fused per (batch, head): the scores, their masks, the softmax and
+// the product with V are computed for one head at a time, so that its [T, T] block stays in cache
+// and the [B, H, T, T] intermediates of the composed version (scores, masked scores, probabilities,
+// and their gradients) are never written out. The composed, readable version is
+// attention_reference() in core/ops/attention.cpp; the tests compare the two.
+//
+// Layout: qkv is the fused projection [B, T, 3 * D], D = H * Dh: row t holds q (heads side by
+// side), then k, then v. Head h of q is the [T, Dh] strided block at column h * Dh; the GEMMs read
+// these blocks in place (row stride 3 D), so no permute or copy is needed, and the output and the
+// gradient are written straight into the [B, T, D] and [B, T, 3 D] layouts.
+//
+// Forward per (b, h):   P = softmax(scale Q K^T + mask)   O = P V
+// Backward per (b, h):  dV = P^T dO   dP = dO V^T   dS = P * (dP - rowsum(dP * P))
+//                       dQ = scale dS K   dK = scale dS^T Q
+// Each (b, h) is one task on one thread, every sum in a fixed order: results do not depend on the
+// thread count.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace ember::cpu {
+
+struct AttentionForward {
+  Tensor out;          // [B, T, D]
+  Tensor probs;        // [B, H, T, T]; defined only when asked for (backward or weights)
+};
+
+// qkv: contiguous [B, T, 3 D] floating; key_padding_mask: contiguous bool [B, T] (true = padding)
+// or undefined; causal: key j > query i is masked. A query row whose keys are all masked gives NaN.
+AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
+                                   bool keep_probs);
+
+// The gradient of qkv [B, T, 3 D] from the output gradient [B, T, D] (contiguous) and the saved
+// probabilities.
+Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads);
+
+}  // namespace ember::cpu

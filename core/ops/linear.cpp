@@ -1,0 +1,86 @@
+// The affine map of a Linear layer as one op: y = x W^T + b, for x [..., K], W [N, K], b [N].
+// It is matmul(x, W^T) + b, fused: the bias is written into the output rows first and the GEMM
+// accumulates onto them (beta = 1), so there is no separate pass over y and no temporary.
+// Backward (x seen as [rows, K], g as [rows, N]):
+//   dx = g W      dW = g^T x      db = sum over rows of g
+// W^T and g^T are strided views read in place by the GEMM; db uses the deterministic row sum.
+#include <algorithm>
+
+#include "autograd/node.h"
+#include "core/cpu/gemm.h"
+#include "core/ops.h"
+#include "core/parallel.h"
+
+namespace ember {
+namespace {
+
+template <typename T>
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
+                    int64_t N) {
+  T* out = y.data<T>();
+  T beta = T(0);
+  if (b.defined()) {
+    const T* bias = b.data<T>();
+    parallel_for(0, rows, std::max<int64_t>(1, 16384 / N), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        for (int64_t j = 0; j < N; ++j) out[r * N + j] = bias[j];
+    });
+    beta = T(1);
+  }
+  cpu::gemm(rows, N, K, T(1), x.data<T>(), K, 1, w.data<T>(), 1, K, beta, out, N);  // W^T(k, n) = W[n, k]
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  EMBER_CHECK(x.defined() && weight.defined(), "linear: the input or the weight is undefined");
+  EMBER_CHECK(weight.dim() == 2, "linear: weight must be [out_features, in_features], got {}",
+              shape_str(weight.shape()));
+  const int64_t N = weight.size(0), K = weight.size(1);
+  EMBER_CHECK(x.dim() >= 1 && x.size(-1) == K, "linear: input {} does not end in in_features {}",
+              shape_str(x.shape()), K);
+  EMBER_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == N),
+              "linear: bias must be [{}], got {}", N, bias.defined() ? shape_str(bias.shape()) : "");
+  EMBER_CHECK(is_floating(x.dtype()) && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+              "linear: input, weight and bias must share one floating dtype, got {} and {}", dtype_name(x.dtype()),
+              dtype_name(weight.dtype()));
+  check_same_device("linear", {&x, &weight});
+  check_cpu("linear", x);
+
+  const int64_t rows = x.numel() / K;
+  // Detached, contiguous operands: the kernels read raw memory (a transposed weight is copied once).
+  Tensor x2 = x.detach().contiguous(), w = weight.detach().contiguous();
+  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor y = Tensor::empty(out_shape, x.dtype());
+  if (y.numel() > 0)
+    dispatch_floating(x.dtype(), "linear", [&](auto tag) {
+      linear_forward<typename decltype(tag)::type>(x2, w, b, y, rows, K, N);
+    });
+
+  const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad();
+  const bool need_db = bias.defined() && bias.requires_grad();
+  // Only what backward will read is kept: x for dW, W for dx.
+  record("linear", y, {x, weight, bias},
+         [x2 = need_dw ? x2 : Tensor(), w = need_dx ? w : Tensor(), rows, K, N, need_dx, need_dw, need_db, x_shape = x.shape()](const Tensor& g) -> Grads {
+           Tensor g2 = g.contiguous().view({rows, N});
+           Tensor dx, dw, db;
+           dispatch_floating(g2.dtype(), "linear", [&](auto tag) {
+             using T = typename decltype(tag)::type;
+             if (need_dx) {
+               dx = Tensor::empty(x_shape, g2.dtype());
+               cpu::gemm(rows, K, N, T(1), g2.data<T>(), N, 1, w.data<T>(), K, 1, T(0), dx.data<T>(), K);
+             }
+             if (need_dw) {  // g^T: element (n, r) of g^T is g[r, n]
+               dw = Tensor::empty({N, K}, g2.dtype());
+               cpu::gemm(N, K, rows, T(1), g2.data<T>(), 1, N, x2.data<T>(), K, 1, T(0), dw.data<T>(), K);
+             }
+           });
+           if (need_db) db = sum(g2, {0});
+           return {dx, dw, db};
+         });
+  return y;
+}
+
+}  // namespace ember

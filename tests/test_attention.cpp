@@ -1,0 +1,123 @@
+// The attention op: known numbers, the fused kernel against the composed reference (values, weights
+// and gradients, with padding and causal masks), float64 gradchecks, and bad inputs.
+#include "core/parallel.h"
+#include "tests/helpers.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+namespace {
+
+Tensor random_qkv(int64_t B, int64_t T, int64_t D, uint64_t seed, Dtype dtype = Dtype::Float32) {
+  Generator gen(seed);
+  return uniform({B, T, 3 * D}, -2.0, 2.0, gen, dtype);
+}
+
+// Padding at the end of each review: review b keeps T - b % T_pad tokens.
+Tensor tail_padding(int64_t B, int64_t T) {
+  std::vector<uint8_t> pad(size_t(B * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) pad[size_t(b * T + t)] = t >= T - (b % 3);
+  Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
+  for (int64_t i = 0; i < B * T; ++i) mask.data<bool>()[i] = pad[size_t(i)] != 0;
+  return mask;
+}
+
+}  // namespace
+
+TEST_CASE("attention: known numbers for one head of two tokens") {
+  // q = k = v rows: token 0 = [1, 0], token 1 = [0, 1]; scores / sqrt(2): diag 1/sqrt(2), off 0.
+  // softmax([a, 0]) with a = 1/sqrt(2): p = e^a / (e^a + 1) = 0.66976..., the other 0.33023...
+  Tensor qkv = tensor({1, 0, 1, 0, 1, 0, 0, 1, 0, 1, 0, 1}, {1, 2, 6});
+  Tensor weights;
+  Tensor out = attention(qkv, 1, Tensor(), false, &weights);
+  const double p = std::exp(M_SQRT1_2) / (std::exp(M_SQRT1_2) + 1);
+  check_values(weights, {p, 1 - p, 1 - p, p});
+  check_values(out, {p, 1 - p, 1 - p, p});
+  // Causal: token 0 sees only itself; token 1 as before.
+  out = attention(qkv, 1, Tensor(), true, &weights);
+  check_values(weights, {1, 0, 1 - p, p});
+  check_values(out, {1, 0, 1 - p, p});
+  // Padding token 1: both queries see only token 0.
+  Tensor pad = Tensor::empty({1, 2}, Dtype::Bool);
+  pad.data<bool>()[0] = false;
+  pad.data<bool>()[1] = true;
+  out = attention(qkv, 1, pad, false, &weights);
+  check_values(weights, {1, 0, 1, 0});
+  check_values(out, {1, 0, 1, 0});
+}
+
+TEST_CASE("attention: the fused kernel matches the composed reference, values and gradients") {
+  struct Case {
+    int64_t B, T, D, heads;
+    bool padded, causal;
+  };
+  for (Case c : {Case{2, 5, 8, 1, false, false}, Case{3, 7, 8, 2, true, false}, Case{2, 6, 12, 4, true, true},
+                 Case{4, 33, 16, 8, true, false}, Case{1, 17, 6, 3, false, true}}) {
+    CAPTURE(c.B);
+    CAPTURE(c.T);
+    CAPTURE(c.heads);
+    CAPTURE(c.causal);
+    Tensor mask = c.padded ? tail_padding(c.B, c.T) : Tensor();
+    Tensor a = random_qkv(c.B, c.T, c.D, 7 + c.T).requires_grad_();
+    Tensor b = a.detach().clone().requires_grad_();
+    Tensor wa, wb;
+    Tensor fused = attention(a, c.heads, mask, c.causal, &wa);
+    Tensor reference = attention_reference(b, c.heads, mask, c.causal, &wb);
+    check_close(fused, reference, 1e-5);
+    check_close(wa, wb, 1e-5);
+    Generator gen(3);
+    Tensor g = uniform(fused.shape(), -1, 1, gen);
+    sum(fused * g).backward();
+    sum(reference * g).backward();
+    check_close(a.grad(), b.grad(), 2e-5);
+  }
+}
+
+TEST_CASE("attention: a non-contiguous qkv (a transposed view) gives the same result") {
+  Tensor qkv = random_qkv(2, 5, 4, 11);
+  Tensor transposed = qkv.transpose(0, 1).contiguous().transpose(0, 1);  // same values, other strides
+  REQUIRE_FALSE(transposed.is_contiguous());
+  check_close(attention(transposed, 2, Tensor()), attention(qkv, 2, Tensor()), 1e-6);
+}
+
+TEST_CASE("gradcheck: attention (fused) in float64 with padding and causal masks") {
+  Tensor mask = tail_padding(3, 5);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    check_gradient([&](const std::vector<Tensor>& in) { return attention(in[0], 2, mask, causal); },
+                   {random_qkv(3, 5, 4, 21, Dtype::Float64)});
+    check_gradient([&](const std::vector<Tensor>& in) { return attention_reference(in[0], 2, mask, causal); },
+                   {random_qkv(3, 5, 4, 22, Dtype::Float64)});
+  }
+}
+
+TEST_CASE("attention: fused results do not depend on the thread count") {
+  Tensor qkv = random_qkv(4, 40, 16, 5).requires_grad_();
+  Tensor mask = tail_padding(4, 40);
+  std::vector<std::vector<float>> outs, grads;
+  const int before = num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    qkv.zero_grad();
+    Tensor out = attention(qkv, 4, mask);
+    sum(out * out).backward();
+    outs.push_back(out.detach().to_vector<float>());
+    grads.push_back(qkv.grad().to_vector<float>());
+  }
+  set_num_threads(before);
+  CHECK(outs[0] == outs[1]);
+  CHECK(outs[0] == outs[2]);
+  CHECK(grads[0] == grads[1]);
+  CHECK(grads[0] == grads[2]);
+}
+
+TEST_CASE("attention: bad inputs are clear errors") {
+  Tensor qkv = random_qkv(2, 3, 4, 1);
+  check_error([&] { attention(qkv, 3, Tensor()); }, "not divisible by heads 3");
+  check_error([&] { attention(zeros({2, 3, 7}), 1, Tensor()); }, "qkv must be [B, T, 3 * D]");
+  check_error([&] { attention(zeros({6, 12}), 1, Tensor()); }, "qkv must be [B, T, 3 * D]");
+  check_error([&] { attention(qkv, 2, zeros({2, 3})); }, "key_padding_mask must be bool [2, 3]");
+  check_error([&] { attention(qkv, 2, zeros({3, 2}, Dtype::Bool)); }, "key_padding_mask must be bool [2, 3]");
+  check_error([&] { attention(qkv.to(Dtype::Int64), 2, Tensor()); }, "attention");
+}
