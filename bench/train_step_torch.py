@@ -135,12 +135,13 @@ def main():
         first_loss = F.cross_entropy(model(tokens, padding), labels).item()
 
     model.train()
-    step_ms = []
+    step_ms, step_cpu_ms = [], []
     for i in range(args.warmup + args.steps):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         step(model, optimizer, tokens, padding, labels)
         if i >= args.warmup:
             step_ms.append(1e3 * (time.perf_counter() - start))
+            step_cpu_ms.append(1e3 * (time.process_time() - cpu_start))
     model.eval()
     forward_ms = []
     with torch.no_grad():
@@ -176,6 +177,7 @@ def main():
                 "first_loss": first_loss,
                 "step_ms": statistics.median(step_ms),
                 "step_ms_all": [round(x, 2) for x in step_ms],
+                "step_cpu_ms": statistics.median(step_cpu_ms),
                 "forward_ms": statistics.median(forward_ms),
                 "run_steps": run_steps,
                 "run_seconds": run_seconds,

@@ -400,3 +400,36 @@ TEST_CASE("gemm_batched matches per-product reference, split over the batch or i
                            C.data(), 117, 13);
   for (size_t i = 0; i < C.size(); ++i) CHECK(C[i] == doctest::Approx(expected[i]).epsilon(1e-12));
 }
+
+TEST_CASE("gemm with a bias adds it to every row once: beta 0 and 1, several K blocks, 1 and 2 threads") {
+  PoolGuard guard;
+  std::mt19937 rng(77);
+  struct Shape3 {
+    int64_t M, N, K;
+  };
+  for (int threads : {1, 2}) {
+    ember::set_num_threads(threads);
+    for (Shape3 s : {Shape3{1, 1, 1}, Shape3{15, 33, 7}, Shape3{200, 70, 600}, Shape3{30, 17, 0}}) {
+      for (float beta : {0.0f, 1.0f}) {
+        CAPTURE(threads);
+        CAPTURE(s.M);
+        CAPTURE(s.N);
+        CAPTURE(s.K);
+        CAPTURE(beta);
+        std::vector<float> A = random_values<float>(s.M * std::max<int64_t>(s.K, 1), rng);
+        std::vector<float> B = random_values<float>(std::max<int64_t>(s.K, 1) * s.N, rng);
+        std::vector<float> bias = random_values<float>(s.N, rng);
+        std::vector<float> C = random_values<float>(s.M * s.N, rng);
+        std::vector<float> expected = C;
+        ember::cpu::gemm_reference(s.M, s.N, s.K, 1.0f, A.data(), s.K, 1, B.data(), s.N, 1, beta, expected.data(),
+                                   s.N);
+        for (int64_t i = 0; i < s.M; ++i)
+          for (int64_t j = 0; j < s.N; ++j) expected[i * s.N + j] += bias[j];
+        ember::cpu::gemm(s.M, s.N, s.K, 1.0f, A.data(), s.K, 1, B.data(), s.N, 1, beta, C.data(), s.N, bias.data());
+        int64_t bad = 0;
+        for (size_t i = 0; i < C.size(); ++i) bad += !(std::abs(C[i] - expected[i]) <= tolerance<float>(s.K, 1, 2));
+        CHECK(bad == 0);
+      }
+    }
+  }
+}

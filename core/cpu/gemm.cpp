@@ -105,6 +105,7 @@ struct Problem {
   T beta;
   T* C;
   int64_t c_rs;
+  const T* bias = nullptr;  // added to every row of C once, or nullptr
 };
 
 // Splits `length` into equal blocks of at most `block` (a multiple of `step`): returns the size.
@@ -113,15 +114,21 @@ int64_t balanced_block(int64_t length, int64_t block, int64_t step) {
   return std::min(block, round_up((length + blocks - 1) / blocks, step));
 }
 
-// C = beta * C over M x N (beta == 0 writes zeros without reading C).
+// C = beta * C (+ bias) over rows x cols of C starting at column `col` (beta == 0 writes without
+// reading C).
 template <typename T>
-void scale_c(const Problem<T>& p) {
-  for (int64_t i = 0; i < p.M; ++i) {
-    T* row = p.C + i * p.c_rs;
+void scale_c(const Problem<T>& p, T* c, int64_t rows, int64_t cols, int64_t col) {
+  for (int64_t i = 0; i < rows; ++i) {
+    T* row = c + i * p.c_rs;
+    const T* bias = p.bias != nullptr ? p.bias + col : nullptr;
     if (p.beta == T(0)) {
-      std::fill(row, row + p.N, T(0));
-    } else if (p.beta != T(1)) {
-      for (int64_t j = 0; j < p.N; ++j) row[j] *= p.beta;
+      if (bias != nullptr) std::copy(bias, bias + cols, row);
+      else std::fill(row, row + cols, T(0));
+    } else {
+      if (p.beta != T(1))
+        for (int64_t j = 0; j < cols; ++j) row[j] *= p.beta;
+      if (bias != nullptr)
+        for (int64_t j = 0; j < cols; ++j) row[j] += bias[j];
     }
   }
 }
@@ -155,8 +162,13 @@ void gemm_block(const GemmKernel<T>& kernel, const Problem<T>& p, int64_t m0, in
             const int n_cols = static_cast<int>(std::min<int64_t>(nr, nc - jr));
             const T* b_panel = b_packed + jr * kc;
             T* c_tile = p.C + (ic + ir) * p.c_rs + jc + jr;
+            T tile_beta = beta;
+            if (pc == 0 && p.bias != nullptr) {  // C = beta C + bias while the tile is in cache
+              scale_c(p, c_tile, m_rows, n_cols, jc + jr);
+              tile_beta = T(1);
+            }
             kernel.tile(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha,
-                        beta);
+                        tile_beta);
           }
         }
       }
@@ -248,7 +260,7 @@ template <typename T>
 void gemm_one(const Problem<T>& p, int threads) {
   if (p.M <= 0 || p.N <= 0) return;
   if (p.K <= 0 || p.alpha == T(0)) {  // nothing to multiply: C = beta * C, A and B unread
-    scale_c(p);
+    scale_c(p, p.C, p.M, p.N, 0);
     return;
   }
   const GemmKernel<T>& kernel = *active_kernel<T>().load(std::memory_order_relaxed);
@@ -257,10 +269,10 @@ void gemm_one(const Problem<T>& p, int threads) {
 
 template <typename T>
 void gemm_any(int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_rs, int64_t a_cs,
-              const T* B, int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_rs) {
+              const T* B, int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_rs, const T* bias) {
   EMBER_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
   EMBER_CHECK(M <= 1 || c_rs >= N, "gemm: C rows overlap: row stride {} < N={}", c_rs, N);
-  gemm_one(Problem<T>{M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs}, num_threads());
+  gemm_one(Problem<T>{M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, bias}, num_threads());
 }
 
 template <typename T>
@@ -292,14 +304,15 @@ void gemm_batched_any(int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, c
 }  // namespace
 
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
-          const float* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs) {
-  gemm_any(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs);
+          const float* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs,
+          const float* bias) {
+  gemm_any(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, bias);
 }
 
 void gemm(int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t a_rs,
           int64_t a_cs, const double* B, int64_t b_rs, int64_t b_cs, double beta, double* C,
-          int64_t c_rs) {
-  gemm_any(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs);
+          int64_t c_rs, const double* bias) {
+  gemm_any(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, bias);
 }
 
 void gemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

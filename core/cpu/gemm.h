@@ -9,11 +9,14 @@ namespace ember::cpu {
 // Any strides work for A and B (a transpose is just swapped strides, never a copy); C rows are
 // contiguous. beta == 0 means C is overwritten and never read (NaN garbage in C is fine).
 // K == 0 gives C = beta * C. Threads come from core/parallel.h (num_threads()).
+// bias (N values, or nullptr) is added to every row: C[i,j] += bias[j], once, tile by tile while the
+// tile is in cache (a Linear layer's bias without a pass of its own).
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
-          const float* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs);
+          const float* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs,
+          const float* bias = nullptr);
 void gemm(int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t a_rs,
           int64_t a_cs, const double* B, int64_t b_rs, int64_t b_cs, double beta, double* C,
-          int64_t c_rs);
+          int64_t c_rs, const double* bias = nullptr);
 
 // `batch` independent products; product i uses A + i*a_bs, B + i*b_bs, C + i*c_bs.
 // Threads split over the batch when it is large enough, else inside each product.

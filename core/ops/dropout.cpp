@@ -20,14 +20,21 @@ namespace {
 // exact (a 53-bit integer, and p scaled by a power of two), so an integer compare is the same test.
 uint64_t keep_threshold(double p) { return uint64_t(std::ceil(std::ldexp(p, 53))); }
 
-// out[i] = in[i] * (kept(i) ? scale : 0) over contiguous arrays of n elements.
+// out[i] = in[i] * (kept(i) ? scale : 0) for i in [begin, end). `__restrict` (out is a new
+// tensor) lets the compiler vectorise the hash's 64-bit multiplies (AVX-512DQ: 8 lanes at once).
+template <typename T>
+void mask_range(const T* __restrict in, T* __restrict out, int64_t begin, int64_t end, uint64_t seed, uint64_t first,
+                uint64_t threshold, T scale) {
+  for (int64_t i = begin; i < end; ++i) {
+    bool keep = (random_bits(seed, first + uint64_t(i)) >> 11) >= threshold;
+    out[i] = keep ? in[i] * scale : T(0);
+  }
+}
+
 template <typename T>
 void apply_mask(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, uint64_t threshold, T scale) {
   parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      bool keep = (random_bits(seed, first + uint64_t(i)) >> 11) >= threshold;
-      out[i] = keep ? in[i] * scale : T(0);
-    }
+    mask_range(in, out, begin, end, seed, first, threshold, scale);
   });
 }
 

@@ -1,15 +1,12 @@
 // The affine map of a Linear layer as one op: y = x W^T + b, for x [..., K], W [N, K], b [N].
-// It is matmul(x, W^T) + b, fused: the bias is written into the output rows first and the GEMM
-// accumulates onto them (beta = 1), so there is no separate pass over y and no temporary.
+// It is matmul(x, W^T) + b, fused: the GEMM adds the bias to each tile of y while the tile is in
+// cache (core/cpu/gemm.h), so there is no separate pass over y and no temporary.
 // Backward (x seen as [rows, K], g as [rows, N]):
 //   dx = g W      dW = g^T x      db = sum over rows of g
 // W^T and g^T are strided views read in place by the GEMM; db uses the deterministic row sum.
-#include <algorithm>
-
 #include "autograd/node.h"
 #include "core/cpu/gemm.h"
 #include "core/ops.h"
-#include "core/parallel.h"
 
 namespace ember {
 namespace {
@@ -17,17 +14,9 @@ namespace {
 template <typename T>
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
                     int64_t N) {
-  T* out = y.data<T>();
-  T beta = T(0);
-  if (b.defined()) {
-    const T* bias = b.data<T>();
-    parallel_for(0, rows, std::max<int64_t>(1, 16384 / N), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r)
-        for (int64_t j = 0; j < N; ++j) out[r * N + j] = bias[j];
-    });
-    beta = T(1);
-  }
-  cpu::gemm(rows, N, K, T(1), x.data<T>(), K, 1, w.data<T>(), 1, K, beta, out, N);  // W^T(k, n) = W[n, k]
+  // W^T(k, n) = W[n, k]: the weight read with swapped strides.
+  cpu::gemm(rows, N, K, T(1), x.data<T>(), K, 1, w.data<T>(), 1, K, T(0), y.data<T>(), N,
+            b.defined() ? b.data<T>() : nullptr);
 }
 
 }  // namespace
