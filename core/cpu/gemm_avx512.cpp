@@ -110,7 +110,7 @@ void tile(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typena
 #pragma GCC unroll 8
     for (int v = 0; v < kVecs; ++v) {
       Mask mask = v == kVecs - 1 ? last : all;
-      Vec out = Ops::mul(acc[r][v], alpha_v);
+      Vec out = alpha == 1 ? acc[r][v] : Ops::mul(acc[r][v], alpha_v);
       if (beta != 0) out = Ops::fma(beta_v, Ops::load(mask, row + v * kLanes), out);
       Ops::store(row + v * kLanes, mask, out);
     }
