@@ -108,7 +108,9 @@ std::string head_maps(const AttentionExample& ex, size_t review, size_t layer, i
 
 const char* kMapNote =
     "Each map is one head's attention weights: row = query token, column = key token, darker = more weight "
-    "(each row sums to 1; shading is relative to the map's largest weight, given in its title).";
+    "(each row sums to 1). One fixed scale for every map: white = 0, darkest = 1, shading = square root of the "
+    "weight, so a head that spreads its attention evenly over n keys is pale (1/n each) and one that picks a few "
+    "keys is dark. The title gives the map's largest weight.";
 
 }  // namespace
 

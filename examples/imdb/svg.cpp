@@ -10,14 +10,16 @@
 namespace ember::imdb::svg {
 namespace {
 
-// About `count` round tick values (1, 2 or 5 times a power of ten) covering [low, high].
-std::vector<double> ticks(double low, double high, int count) {
+// About `count` round tick values (1, 2 or 5 times a power of ten, at least min_step apart) in [low, high].
+std::vector<double> ticks(double low, double high, int count, double min_step = 0) {
   double span = high - low;
   if (!(span > 0)) return {low};
   double raw = span / count, power = std::pow(10.0, std::floor(std::log10(raw)));
   double step = raw / power < 1.5 ? power : raw / power < 3.5 ? 2 * power : raw / power < 7.5 ? 5 * power : 10 * power;
+  step = std::max(step, min_step);
   std::vector<double> out;
-  for (double t = std::ceil(low / step) * step; t <= high + step * 1e-9; t += step) out.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  // NOTE: k * step, not repeated += step, so that ticks land exactly on round numbers.
+  for (double k = std::ceil(low / step); k * step <= high + step * 1e-9; k += 1) out.push_back(k * step + 0.0);  // + 0.0: no "-0" label
   return out;
 }
 
@@ -75,8 +77,7 @@ std::string line_chart(const Chart& chart, const std::vector<Series>& series) {
     out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n", left - 6,
                        py(t) + 4, escape(fmt::format(fmt::runtime(chart.y_format), t)));
   }
-  for (double t : ticks(x0, x1, 6)) {
-    if (chart.integer_x && t != std::round(t)) continue;
+  for (double t : ticks(x0, x1, 6, chart.integer_x ? 1.0 : 0.0)) {
     out += fmt::format("<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" class=\"axis\"/>", px(t), px(t),
                        top + plot_h, top + plot_h + 4);
     out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", px(t),
@@ -122,11 +123,13 @@ std::string heat_map(const HeatMap& map) {
   const double size = cell * double(n), width = label_w + size + 4, height = title_h + label_w + size + 4;
   double peak = 0;
   for (double v : map.values) peak = std::max(peak, v);
+  // One fixed scale for every map, so that maps compare: opacity sqrt(weight), white 0 to darkest 1.
+  // (A uniform row over 32 keys, 1/32 each, is pale: 0.18; a head that picks one key is dark.)
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"{}\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\"",
       escape(map.css_class), width, height, width, height);
   for (const auto& [key, value] : map.data) out += fmt::format(" data-{}=\"{}\"", escape(key), escape(value));
-  out += fmt::format(">\n<text x=\"0\" y=\"13\" class=\"map-title\">{} (darkest = {:.2f})</text>\n", escape(map.title), peak);
+  out += fmt::format(">\n<text x=\"0\" y=\"13\" class=\"map-title\">{} (max {:.2f})</text>\n", escape(map.title), peak);
   auto short_label = [](const std::string& l) { return l.size() > 14 ? l.substr(0, 13) + "…" : l; };
   const double x0 = label_w, y0 = title_h + label_w;
   for (size_t i = 0; i < n; ++i) {  // key labels, rotated, above the columns; query labels left of the rows
@@ -140,7 +143,7 @@ std::string heat_map(const HeatMap& map) {
                      x0, y0, size, size);
   for (size_t r = 0; r < n; ++r)
     for (size_t c = 0; c < n; ++c) {
-      double v = peak > 0 ? map.values[r * n + c] / peak : 0;
+      double v = std::sqrt(std::clamp(map.values[r * n + c], 0.0, 1.0));
       if (v < 0.01) continue;  // white anyway: keeps the page small
       out += fmt::format("<rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"{}\" height=\"{}\" fill-opacity=\"{:.2f}\"/>",
                          x0 + cell * double(c), y0 + cell * double(r), map.cell, map.cell, v);

@@ -40,8 +40,8 @@ struct HeatMap {
   int cell = 9;                     // pixels per cell
 };
 
-// Rows = query tokens, columns = key tokens; darker = more weight. Cells are scaled by the
-// map's largest value (stated in the title), so a map's structure shows even when spread thin.
+// Rows = query tokens, columns = key tokens; darker = more weight, on one fixed scale for every
+// map (opacity = sqrt(weight)), so maps compare across heads and models; the title gives the max.
 std::string heat_map(const HeatMap& map);
 
 }  // namespace ember::imdb::svg
