@@ -85,8 +85,8 @@ std::string review_heading(const AttentionExample& ex, size_t index) {
   std::string cut = ex.shown < int64_t(ex.tokens.size())
                         ? fmt::format(" Maps show the first {} of its {} tokens.", ex.shown, ex.tokens.size())
                         : "";
-  return fmt::format("<h3>Review {}: {} ({} tokens), predicted {} (p positive = {:.3f}).{}</h3>\n<div class=\"review\">{}</div>\n",
-                     index + 1, ex.label ? "positive" : "negative", ex.tokens.size(),
+  return fmt::format("<h3 id=\"review-{}\">Review {}: {} ({} tokens), predicted {} (p positive = {:.3f}).{}</h3>\n<div class=\"review\">{}</div>\n",
+                     index + 1, index + 1, ex.label ? "positive" : "negative", ex.tokens.size(),
                      ex.p_positive >= 0.5 ? "positive" : "negative", ex.p_positive, escape(cut), escape(text));
 }
 
