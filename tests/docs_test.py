@@ -2,7 +2,7 @@
 """The docs' code cannot rot: every C++ block in docs/*.md must be a verbatim quote of a file in
 the tree, named just above it as <!-- from: path -->, and that file is compiled (and, for
 docs/snippets/*.cpp, run) by CI. Any other block may carry the same marker and is checked too.
-docs/architecture.md's file tour must name only files that exist.
+docs/architecture.md's file tour must name only files that exist, and every source file.
 Usage: docs_test.py <repository root>"""
 import pathlib
 import re
@@ -49,6 +49,13 @@ if tour.is_file():
     for path in sorted(set(re.findall(r"`((?:[\w.-]+/)+[\w.-]+\.(?:h|cpp|cu|md|sh|py|txt|json))`", tour.read_text()))):
         if not (root / path).exists():
             failures.append(f"docs/architecture.md names {path}, which does not exist")
+
+    # ... and every source file of the framework and its examples, so the tour stays complete.
+    named = tour.read_text()
+    for folder in ("core", "autograd", "nn", "optim", "cuda", "examples"):
+        for source in sorted((root / folder).rglob("*")):
+            if source.suffix in (".h", ".cpp", ".cu") and f"`{source.relative_to(root)}`" not in named:
+                failures.append(f"docs/architecture.md's tour does not name {source.relative_to(root)}")
 
 for f in failures:
     print("FAIL:", f)
