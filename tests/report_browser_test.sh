@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The training report in a real browser: a tiny real training run on the shipped small data
 # writes report.html; `imdb report` rebuilds it; headless Chromium loads it, and the test
-# asserts that the charts and one heat map per (review, layer, head) are in the rendered page,
+# asserts that the charts and one heat map per (review, layer, head) are in the rendered page
+# (and the same for compare.html from a tiny `imdb compare` of h = 1 and 2),
 # that the page logged nothing to the console (no errors), and saves a screenshot.
 # Usage: report_browser_test.sh <imdb binary> <imdb_small.json> <screenshot.png>
 # Exits 77 (ctest: skipped) when /usr/bin/chromium is not installed.
@@ -30,7 +31,7 @@ console_messages "$OUT/broken" | grep -q "Uncaught ReferenceError" || fail "the 
 
 # 2 layers x 2 heads on 4 reviews = 16 heat maps.
 "$IMDB" train --data "$DATA" --dim 16 --heads 2 --layers 2 --ffn 32 --max-len 64 --batch-size 16 --epochs 2 \
-  --quiet --out "$OUT/run" || fail "training failed"
+  --quiet --out "$OUT/run" >/dev/null || fail "training failed"
 [ -s "$OUT/run/report.html" ] || fail "train wrote no report.html"
 mv "$OUT/run/report.html" "$OUT/from-train.html"
 "$IMDB" report --run "$OUT/run" --data "$DATA" | grep -q "report.html" || fail "imdb report failed"
@@ -59,6 +60,25 @@ for review in 0 1 2 3; do
 done
 grep -q 'class="tok"' "$dom" || fail "the heat maps have no token labels"
 
+# The compare page: h = 1 and h = 2, 2 layers, 2 reviews -> 2 x 2 x (1 + 2) = 12 heat maps.
+"$IMDB" compare --data "$DATA" --heads-list 1,2 --seeds 1 --dim 16 --layers 2 --ffn 32 --max-len 64 \
+  --batch-size 16 --epochs 1 --quiet --out "$OUT/compare" >/dev/null 2>&1 || fail "imdb compare failed"
+[ -s "$OUT/compare/compare.html" ] || fail "compare wrote no compare.html"
+browse "$OUT/compare-page" --dump-dom "file://$OUT/compare/compare.html"
+if console_messages "$OUT/compare-page"; then fail "the compare page logged to the console (above)"; fi
+grep -q 'data-charts="2"' "$OUT/compare-page.dom" || fail "compare.html: expected 2 charts"
+grep -q 'data-heatmaps="12"' "$OUT/compare-page.dom" || fail "compare.html: expected 12 heat maps"
+for review in 0 1; do
+  for layer in 0 1; do
+    grep -q "data-review=\"$review\" data-layer=\"$layer\" data-head=\"0\" data-model-heads=\"1\"" "$OUT/compare-page.dom" ||
+      fail "compare.html: no h = 1 map for review $review layer $layer"
+    for head in 0 1; do
+      grep -q "data-review=\"$review\" data-layer=\"$layer\" data-head=\"$head\" data-model-heads=\"2\"" "$OUT/compare-page.dom" ||
+        fail "compare.html: no h = 2 map for review $review layer $layer head $head"
+    done
+  done
+done
+
 browse "$OUT/shot" --screenshot="$SHOT" --window-size=1400,2400 --hide-scrollbars "$page"
 [ "$(head -c 8 "$SHOT" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || fail "no PNG screenshot at $SHOT"
-echo "ok: report.html rendered in $($CHROMIUM --version 2>/dev/null) with 3 charts, 16 heat maps, no console messages; screenshot $SHOT"
+echo "ok: report.html (3 charts, 16 heat maps) and compare.html (2 charts, 12 heat maps) rendered in $($CHROMIUM --version 2>/dev/null), no console messages; screenshot $SHOT"
