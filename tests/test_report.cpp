@@ -41,8 +41,9 @@ TEST_CASE("report svg: text is escaped, heat maps label every token and shade by
   CHECK(count(s, ">&lt;i&gt;</text>") == 2);  // each token labels a row and a column
   CHECK(count(s, ">don&#39;t</text>") == 2);
   CHECK(s.find("(max 1.00)") != std::string::npos);
-  // Cells: opacity sqrt(weight); weights below 1e-4 are left white.
-  CHECK(count(s, "fill-opacity=") == 5);
+  // Cells: opacity sqrt(weight), one path per shade; weights below 0.5e-4 are left white.
+  CHECK(count(s, "h9v9h-9z") == 5);
+  CHECK(count(s, "fill-opacity=") == 4);  // 1 and 0.9999 share the shade 1.00
   CHECK(s.find("fill-opacity=\"0.50\"") != std::string::npos);  // sqrt(0.25)
   CHECK(s.find("fill-opacity=\"0.87\"") != std::string::npos);  // sqrt(0.75)
 

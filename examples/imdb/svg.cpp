@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 namespace ember::imdb::svg {
 namespace {
@@ -141,13 +142,17 @@ std::string heat_map(const HeatMap& map) {
   }
   out += fmt::format("<rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"{:.0f}\" height=\"{:.0f}\" fill=\"#fff\" stroke=\"#999\"/>\n<g fill=\"#08306b\">",
                      x0, y0, size, size);
+  // Cells grouped by shade (opacity to 2 decimals): one <path> per shade keeps the page small.
+  std::map<int, std::string> cells_by_shade;
   for (size_t r = 0; r < n; ++r)
     for (size_t c = 0; c < n; ++c) {
-      double v = std::sqrt(std::clamp(map.values[r * n + c], 0.0, 1.0));
-      if (v < 0.01) continue;  // white anyway: keeps the page small
-      out += fmt::format("<rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"{}\" height=\"{}\" fill-opacity=\"{:.2f}\"/>",
-                         x0 + cell * double(c), y0 + cell * double(r), map.cell, map.cell, v);
+      int shade = int(std::lround(100 * std::sqrt(std::clamp(map.values[r * n + c], 0.0, 1.0))));
+      if (shade < 1) continue;  // white anyway
+      cells_by_shade[shade] += fmt::format("M{:.0f} {:.0f}h{}v{}h-{}z", x0 + cell * double(c), y0 + cell * double(r),
+                                           map.cell, map.cell, map.cell);
     }
+  for (const auto& [shade, cells] : cells_by_shade)
+    out += fmt::format("<path fill-opacity=\"{:.2f}\" d=\"{}\"/>", shade / 100.0, cells);
   return out + "</g>\n</svg>\n";
 }
 
