@@ -30,6 +30,7 @@ expect "a report that cannot be written is a warning" 0 "warning: could not writ
 expect "report needs a run" 2 "exactly one of --run or --compare" -- "$IMDB" report
 expect "compare page of no runs" 1 "no finished runs" -- "$IMDB" report --compare "$OUT/none" --data "$DATA"
 expect "stop part-way" 0 "trained 3 steps" -- "$IMDB" train "${small[@]}" --epochs 2 --stop-after 3 --out "$OUT/part"
+expect "report of a run stopped before its first epoch ended (checkpoint only)" 0 "report.html" -- "$IMDB" report --run "$OUT/part" --data "$DATA"
 expect "resume" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --epochs 2 --resume --out "$OUT/part"
 expect "resume with other settings" 1 "written with other settings" -- "$IMDB" train "${small[@]}" --epochs 3 --resume --out "$OUT/part"
 expect "help" 0 "Usage: imdb" -- "$IMDB" --help
@@ -45,5 +46,5 @@ expect "missing run" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/none" 
 head -c 100 "$OUT/run/model.safetensors" > "$OUT/run/cut.safetensors" && mv "$OUT/run/cut.safetensors" "$OUT/run/model.safetensors"
 expect "corrupt checkpoint" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/run" --text hi
 expect "predict needs a review" 2 "exactly one of --text or --file" -- "$IMDB" predict --run "$OUT/run"
-echo "$((22 - fails)) passed, $fails failed"
+echo "$((23 - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]
