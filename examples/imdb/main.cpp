@@ -26,7 +26,8 @@ namespace {
 const char* kUsage = R"(Usage: imdb <command> [flags]
 
 Commands:
-  train     train a classifier (the reference recipe by default) and report test accuracy per epoch
+  train     train a classifier (the reference recipe by default), report test accuracy per epoch,
+            and write report.html (loss and accuracy curves, every head's attention maps)
   eval      accuracy of a trained run on all test reviews
   predict   classify one review given as --text or --file
   compare   train heads 1, 4, 8 over several seeds and write a Markdown table and compare.html
