@@ -4,10 +4,11 @@
 # asserts that the charts and one heat map per (review, layer, head) are in the rendered page
 # (and the same for compare.html from a tiny `imdb compare` of h = 1 and 2),
 # that the page logged nothing to the console (no errors), and saves a screenshot.
-# Usage: report_browser_test.sh <imdb binary> <imdb_small.json> <screenshot.png>
+# Then the same checks on the committed page of the real h = 4 run (full IMDb, 3 epochs).
+# Usage: report_browser_test.sh <imdb binary> <imdb_small.json> <screenshot.png> [real report.html]
 # Exits 77 (ctest: skipped) when /usr/bin/chromium is not installed.
 set -u
-IMDB=$1 DATA=$2 SHOT=$3
+IMDB=$1 DATA=$2 SHOT=$3 REAL=${4:-}
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 if [ ! -x "$CHROMIUM" ]; then
   echo "skipped: $CHROMIUM is not installed (scripts/test.sh installs Debian's chromium)"
@@ -79,6 +80,15 @@ for review in 0 1; do
   done
 done
 
+# The real run's page: 2 layers x 4 heads on 4 reviews = 32 heat maps.
+if [ -n "$REAL" ]; then
+  browse "$OUT/real" --dump-dom "file://$REAL"
+  if console_messages "$OUT/real"; then fail "the real run's page logged to the console (above)"; fi
+  grep -q 'data-charts="3"' "$OUT/real.dom" || fail "$REAL: expected 3 charts"
+  grep -q 'data-heatmaps="32"' "$OUT/real.dom" || fail "$REAL: expected 32 heat maps"
+  grep -q 'test accuracy after the last epoch 86.07%' "$OUT/real.dom" || fail "$REAL: not the 86.07% run"
+fi
+
 browse "$OUT/shot" --screenshot="$SHOT" --window-size=1400,2400 --hide-scrollbars "$page"
 [ "$(head -c 8 "$SHOT" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || fail "no PNG screenshot at $SHOT"
-echo "ok: report.html (3 charts, 16 heat maps) and compare.html (2 charts, 12 heat maps) rendered in $($CHROMIUM --version 2>/dev/null), no console messages; screenshot $SHOT"
+echo "ok: report.html (3 charts, 16 heat maps) and compare.html (2 charts, 12 heat maps)${REAL:+, and the real h = 4 run page (3 charts, 32 heat maps)} rendered in $($CHROMIUM --version 2>/dev/null), no console messages; screenshot $SHOT"
