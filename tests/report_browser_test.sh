@@ -5,10 +5,10 @@
 # (and the same for compare.html from a tiny `imdb compare` of h = 1 and 2),
 # that the page logged nothing to the console (no errors), and saves a screenshot.
 # Then the same checks on the committed page of the real h = 4 run (full IMDb, 3 epochs).
-# Usage: report_browser_test.sh <imdb binary> <imdb_small.json> <screenshot.png> [real report.html]
+# Usage: report_browser_test.sh <imdb binary> <imdb_small.json> <screenshot.png> [real report.html [real compare.html]]
 # Exits 77 (ctest: skipped) when /usr/bin/chromium is not installed.
 set -u
-IMDB=$1 DATA=$2 SHOT=$3 REAL=${4:-}
+IMDB=$1 DATA=$2 SHOT=$3 REAL=${4:-} REAL_COMPARE=${5:-}
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 if [ ! -x "$CHROMIUM" ]; then
   echo "skipped: $CHROMIUM is not installed (scripts/test.sh installs Debian's chromium)"
@@ -88,7 +88,14 @@ if [ -n "$REAL" ]; then
   grep -q 'data-heatmaps="32"' "$OUT/real.dom" || fail "$REAL: expected 32 heat maps"
   grep -q 'test accuracy after the last epoch 86.07%' "$OUT/real.dom" || fail "$REAL: not the 86.07% run"
 fi
+# The real compare page: h = 1, 4, 8, 2 layers, 2 reviews = 2 x 2 x 13 = 52 heat maps.
+if [ -n "$REAL_COMPARE" ]; then
+  browse "$OUT/real-compare" --dump-dom "file://$REAL_COMPARE"
+  if console_messages "$OUT/real-compare"; then fail "the real compare page logged to the console (above)"; fi
+  grep -q 'data-charts="2"' "$OUT/real-compare.dom" || fail "$REAL_COMPARE: expected 2 charts"
+  grep -q 'data-heatmaps="52"' "$OUT/real-compare.dom" || fail "$REAL_COMPARE: expected 52 heat maps"
+fi
 
 browse "$OUT/shot" --screenshot="$SHOT" --window-size=1400,2400 --hide-scrollbars "$page"
 [ "$(head -c 8 "$SHOT" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || fail "no PNG screenshot at $SHOT"
-echo "ok: report.html (3 charts, 16 heat maps) and compare.html (2 charts, 12 heat maps)${REAL:+, and the real h = 4 run page (3 charts, 32 heat maps)} rendered in $($CHROMIUM --version 2>/dev/null), no console messages; screenshot $SHOT"
+echo "ok: report.html (3 charts, 16 heat maps) and compare.html (2 charts, 12 heat maps)${REAL:+, the real h = 4 run page (3 charts, 32 heat maps)}${REAL_COMPARE:+, the real compare page (2 charts, 52 heat maps)} rendered in $($CHROMIUM --version 2>/dev/null), no console messages; screenshot $SHOT"
