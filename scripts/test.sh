@@ -4,6 +4,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 bash scripts/setup.sh "$BUILD_DIR"
+# The training report's browser test (tests/report_browser_test.sh) loads the page in Debian's
+# headless Chromium; without it that one test is skipped.
+if [ ! -x /usr/bin/chromium ]; then
+  echo "test: installing chromium"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
 cd "$BUILD_DIR"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The imdb program end to end on the shipped small data: train, eval, predict, resume,
+# The imdb program end to end on the shipped small data: train, eval, predict, report, resume,
 # and bad input (flags, files) giving usage or a clear error and a non-zero exit.
 set -u
 IMDB=$1
@@ -23,7 +23,14 @@ expect "eval a saved run" 0 "test accuracy" -- "$IMDB" eval --run "$OUT/run" --d
 expect "predict from text" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --text "a wonderful film"
 echo "an awful, boring film" > "$OUT/review.txt"
 expect "predict from a file" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --file "$OUT/review.txt"
+expect "rebuild the report" 0 "report.html" -- "$IMDB" report --run "$OUT/run" --data "$DATA"
+grep -q 'class="heatmap"' "$OUT/run/report.html" || { echo "FAIL: report.html has no heat maps"; fails=$((fails+1)); }
+mkdir -p "$OUT/blocked/report.html"  # a folder where the page should go: writing it fails
+expect "a report that cannot be written is a warning" 0 "warning: could not write" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/blocked"
+expect "report needs a run" 2 "exactly one of --run or --compare" -- "$IMDB" report
+expect "compare page of no runs" 1 "no finished runs" -- "$IMDB" report --compare "$OUT/none" --data "$DATA"
 expect "stop part-way" 0 "trained 3 steps" -- "$IMDB" train "${small[@]}" --epochs 2 --stop-after 3 --out "$OUT/part"
+expect "report of a run stopped before its first epoch ended (checkpoint only)" 0 "report.html" -- "$IMDB" report --run "$OUT/part" --data "$DATA"
 expect "resume" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --epochs 2 --resume --out "$OUT/part"
 expect "resume with other settings" 1 "written with other settings" -- "$IMDB" train "${small[@]}" --epochs 3 --resume --out "$OUT/part"
 expect "help" 0 "Usage: imdb" -- "$IMDB" --help
@@ -39,5 +46,5 @@ expect "missing run" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/none" 
 head -c 100 "$OUT/run/model.safetensors" > "$OUT/run/cut.safetensors" && mv "$OUT/run/cut.safetensors" "$OUT/run/model.safetensors"
 expect "corrupt checkpoint" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/run" --text hi
 expect "predict needs a review" 2 "exactly one of --text or --file" -- "$IMDB" predict --run "$OUT/run"
-echo "$((18 - fails)) passed, $fails failed"
+echo "$((23 - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

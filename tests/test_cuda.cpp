@@ -24,3 +24,49 @@ TEST_CASE("cuda: without a GPU, asking for one is a clear error") {
   if (cuda_device_count() > 0) return;
   check_error([] { zeros({2}).to(Device::cuda(0)); }, "CUDA");
 }
+
+// The element-wise kernels of cuda/unary_kernels.cu against the CPU loop: same functors, so the
+// values and the gradients must agree to rounding, for float32 and float64.
+TEST_CASE("cuda: every element-wise math op and its backward match the CPU") {
+  if (skip_without_cuda()) return;
+  struct Case {
+    const char* name;
+    Tensor (*op)(const Tensor&);
+    double low, high;
+  };
+  const Case cases[] = {
+      {"neg", [](const Tensor& x) { return neg(x); }, -3, 3},
+      {"exp", [](const Tensor& x) { return exp(x); }, -3, 3},
+      {"log", [](const Tensor& x) { return log(x); }, 0.1, 3},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }, 0.1, 3},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, 0.1, 3},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, -3, 3},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, -3, 3},
+      {"relu", [](const Tensor& x) { return relu(x); }, -3, 3},
+      {"gelu", [](const Tensor& x) { return gelu(x); }, -3, 3},
+      {"softplus", [](const Tensor& x) { return softplus(x); }, -30, 30},
+      {"abs", [](const Tensor& x) { return abs(x); }, -3, 3},
+      {"pow", [](const Tensor& x) { return pow(x, 1.5); }, 0.1, 3},
+      {"add_scalar", [](const Tensor& x) { return add_scalar(x, 0.25); }, -3, 3},
+      {"mul_scalar", [](const Tensor& x) { return mul_scalar(x, -1.5); }, -3, 3},
+  };
+  for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
+    for (const Case& c : cases) {
+      INFO(c.name << " " << dtype_name(dtype));
+      Generator gen(11);
+      Tensor x = uniform({3, 1001}, c.low, c.high, gen, dtype);
+      Tensor grad = uniform({3, 1001}, -1, 1, gen, dtype);
+      Tensor x_cpu = x.clone().requires_grad_();
+      Tensor y_cpu = c.op(x_cpu);
+      y_cpu.backward(grad);
+
+      Tensor x_gpu = x.to(Device::cuda(0)).requires_grad_();
+      Tensor y_gpu = c.op(x_gpu);
+      CHECK(y_gpu.device() == Device::cuda(0));
+      y_gpu.backward(grad.to(Device::cuda(0)));
+      double tol = dtype == Dtype::Float32 ? 1e-5 : 1e-12;
+      check_close(y_gpu.to(Device::cpu()), y_cpu, tol);
+      check_close(x_gpu.grad().to(Device::cpu()), x_cpu.grad(), tol);
+    }
+  }
+}

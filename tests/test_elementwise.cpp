@@ -127,3 +127,21 @@ TEST_CASE("elementwise: the vectorised float erf and GELU match the float64 libr
   Tensor x = uniform({1000}, -6, 6, default_generator(), Dtype::Float64);
   check_close(gelu(x.to(Dtype::Float32)), gelu(x), 3e-7);
 }
+
+// softplus is the op docs/adding-an-op.md adds step by step; this is the test that walkthrough quotes.
+TEST_CASE("softplus: values, large inputs, and gradients on plain, broadcast and strided inputs") {
+  // log(1 + e^x) by hand: log 2 = 0.693147..., log(1 + e^2) = 2.126928..., and for large |x|
+  // softplus(x) = x (x >> 0) or e^x (x << 0), where a naive log(1 + exp(x)) gives inf or 0.
+  check_values(softplus(tensor({-1.0, 0.0, 2.0, 100.0, -100.0}, {}, Dtype::Float64)),
+               {0.31326168752, 0.69314718056, 2.12692801104, 100.0, 3.720075976e-44});
+  check_values(softplus(tensor({1000.0, -1000.0})), {1000.0, 0.0});  // float32: still finite
+  // d/dx softplus = sigmoid(x): at 0 it is exactly 1/2.
+  Tensor zero = tensor({0.0}, {}, Dtype::Float64).requires_grad_();
+  softplus(zero).backward(ones({1}, Dtype::Float64));
+  check_values(zero.grad(), {0.5});
+  // Float64 finite differences against the backward: plain, broadcast into a sum, transposed view.
+  Tensor x = random64({3, 4}, 21, -4.0, 4.0), row = random64({4}, 22, -4.0, 4.0);
+  check_gradient([](auto& in) { return softplus(in[0]); }, {x.clone()});
+  check_gradient([](auto& in) { return softplus(in[0] + in[1]); }, {x.clone(), row.clone()});
+  check_gradient([](auto& in) { return softplus(in[0].transpose(0, 1)); }, {x.clone()});
+}

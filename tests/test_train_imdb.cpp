@@ -44,7 +44,7 @@ TEST_CASE("train: a small model's loss falls on the shipped reviews, and outputs
   CHECK(last < first - 0.1);
   REQUIRE(r.epochs.size() == size_t(config.epochs));
   CHECK(r.epochs.back().test_accuracy > 0.5);
-  for (const char* file : {"metrics.jsonl", "model.safetensors", "checkpoint.safetensors", "vocab.txt"})
+  for (const char* file : {"metrics.jsonl", "model.safetensors", "checkpoint.safetensors", "vocab.txt", "report.html"})
     CHECK(fs::exists(config.out + "/" + file));
   // The saved run predicts the same as the trained model evaluated here.
   SavedRun saved = load_run(config.out);
@@ -93,6 +93,8 @@ TEST_CASE("compare: trains every head count and seed once, writes the table, and
     CHECK(fs::exists(config.out + "/" + run + "/result.json"));
   CHECK(table.find("| 1 | 16 |") != std::string::npos);
   CHECK(table.find("| 2 | 8 |") != std::string::npos);
+  CHECK(fs::exists(config.out + "/compare.html"));
+  for (const char* run : {"heads1-seed0", "heads2-seed1"}) CHECK(fs::exists(config.out + "/" + run + "/report.html"));
   // A second call trains nothing (the model files are untouched) and gives the same table.
   auto stamp = fs::last_write_time(config.out + "/heads2-seed1/model.safetensors");
   CHECK(compare(config) == table);

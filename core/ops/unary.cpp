@@ -1,19 +1,44 @@
 // Element-wise math ops. Forward: y = f(x). Backward: dx = dy * f'(x, y), one fused pass.
-// The formulas live in core/unary_math.h; this file only wires them into autograd.
+// The formulas live in core/unary_math.h; this file picks the kernel for the device (the CPU
+// loop, or cuda/unary_kernels.cu for a CUDA tensor) and wires them into autograd.
 #include "autograd/node.h"
 #include "core/cpu/elementwise.h"
+#include "core/cuda_unary.h"
 #include "core/ops.h"
 #include "core/unary_math.h"
 
 namespace ember {
 namespace {
 
+// The forward kernel for x's device: the CPU loop, or the CUDA kernel made from the same functor.
+template <typename F>
+Tensor forward_kernel(const F& f, const Tensor& x, const char* name) {
+  if (x.device().is_cpu()) return cpu::map_unary(f, x, name);
+  EMBER_CHECK(x.is_contiguous() && is_floating(x.dtype()), "{}: on {} only contiguous float32/float64 tensors so far",
+              name, x.device().str());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  cuda::unary_forward(f, x.device().index, x.dtype() == Dtype::Float64, x.raw_data(), y.raw_data(), x.numel());
+  return y;
+}
+
+template <typename F>
+Tensor backward_kernel(const F& f, const Tensor& grad, const Tensor& x, const Tensor& y, const char* name) {
+  if (x.device().is_cpu()) return cpu::map_unary_backward(f, grad, x, y, name);
+  check_same_device(name, {&grad, &x});
+  EMBER_CHECK(grad.is_contiguous() && grad.dtype() == x.dtype(), "{}: backward on {} needs a contiguous {} gradient",
+              name, x.device().str(), dtype_name(x.dtype()));
+  Tensor grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
+  cuda::unary_backward(f, x.device().index, x.dtype() == Dtype::Float64, grad.raw_data(), x.raw_data(), y.raw_data(),
+                       grad_x.raw_data(), x.numel());
+  return grad_x;
+}
+
 template <typename F>
 Tensor unary_op(const char* name, const F& f, const Tensor& x) {
-  Tensor y = cpu::map_unary(f, x, name);
+  Tensor y = forward_kernel(f, x, name);
   // NOTE: the closure keeps a detached view of y: capturing y itself would make y's node own y (a cycle).
   record(name, y, {x}, [f, name, x = x.detach(), y = y.detach()](const Tensor& grad) -> Grads {
-    return {cpu::map_unary_backward(f, grad, x, y, name)};
+    return {backward_kernel(f, grad, x, y, name)};
   });
   return y;
 }

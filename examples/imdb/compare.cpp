@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
+#include "examples/imdb/report.h"
 
 namespace ember::imdb {
 namespace {
@@ -109,6 +110,11 @@ std::string compare(const CompareConfig& config) {
   }
   std::string table = table_of_finished_runs(config);
   write_file_atomically(config.out + "/compare.md", table);
+  try {  // the page is a by-product: a failure is a warning, the table stands
+    fmt::print(stderr, "compare: report {}\n", write_compare_report(config.out, config.heads, 0, config.base));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "warning: could not write {}/compare.html: {}\n", config.out, e.what());
+  }
   return table;
 }
 

@@ -1,6 +1,6 @@
 // imdb: train, evaluate, use and compare Transformer sentiment classifiers on IMDb.
 //   imdb train [flags]       imdb eval --run DIR       imdb predict --run DIR (--text T | --file F)
-//   imdb compare [flags]     imdb <command> --help
+//   imdb compare [flags]     imdb report (--run DIR | --compare DIR)     imdb <command> --help
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "core/file_io.h"
 #include "core/parallel.h"
 #include "examples/imdb/compare.h"
+#include "examples/imdb/report.h"
 #include "examples/imdb/trainer.h"
 
 using namespace ember;
@@ -25,10 +26,12 @@ namespace {
 const char* kUsage = R"(Usage: imdb <command> [flags]
 
 Commands:
-  train     train a classifier (the reference recipe by default) and report test accuracy per epoch
+  train     train a classifier (the reference recipe by default), report test accuracy per epoch,
+            and write report.html (loss and accuracy curves, every head's attention maps)
   eval      accuracy of a trained run on all test reviews
   predict   classify one review given as --text or --file
-  compare   train heads 1, 4, 8 over several seeds and write a Markdown table
+  compare   train heads 1, 4, 8 over several seeds and write a Markdown table and compare.html
+  report    rebuild a run's report.html (--run DIR) or a comparison's compare.html (--compare DIR)
 
 Training flags (train and compare; defaults are the recipe):
   --heads N          attention heads (1 = single-head)                 [4]
@@ -60,8 +63,9 @@ Training flags (train and compare; defaults are the recipe):
 compare only:
   --heads-list L     comma-separated head counts                      [1,4,8]
   --seeds N          seeds 0..N-1 per head count                      [3]
-eval / predict:
+eval / predict / report:
   --run DIR          a train output folder (model.safetensors + vocab.txt)
+  --compare DIR      a compare output folder (report: heads<h>-seed<seed> runs, seed 0; --heads-list)
   --text "..."       the review (predict)
   --file PATH        a file holding the review (predict)
 )";
@@ -237,6 +241,20 @@ int run(int argc, char** argv) {
       if (config.base.model.dim % h != 0)
         throw UsageError(fmt::format("--heads-list: dim {} is not divisible by {}", config.base.model.dim, h));
     fmt::print("{}", compare(config));
+  } else if (command == "report") {
+    std::string run_folder = flags.text("run", ""), compare_folder = flags.text("compare", "");
+    TrainConfig data_config;
+    data_config.data = flags.text("data", "");
+    data_config.data_dir = flags.text("data-dir", "");
+    std::vector<int64_t> heads = parse_list(flags.text("heads-list", "1,4,8"), "heads-list");
+    int64_t seed = flags.integer("seed", 0, 0);
+    int threads = int(flags.integer("threads", 0, 0));
+    flags.reject_unknown();
+    if (run_folder.empty() == compare_folder.empty()) throw UsageError("report needs exactly one of --run or --compare");
+    if (threads > 0) set_num_threads(threads);
+    std::string path = run_folder.empty() ? write_compare_report(compare_folder, heads, seed, data_config)
+                                          : rebuild_run_report(run_folder, data_config);
+    fmt::print("wrote {}\n", path);
   } else if (command == "eval") {
     std::string folder = flags.text("run", "runs/imdb");
     TrainConfig overrides;

@@ -14,6 +14,7 @@
 #include "core/parallel.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/progress.h"
+#include "examples/imdb/report.h"
 #include "nn/checkpoint.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -332,6 +333,14 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
   }
   result.steps = step;
   result.wall_seconds = seconds_since(run_start);
+  metrics.flush();
+  // The report is a by-product: when it cannot be written, the run has still succeeded.
+  try {
+    write_run_report(config.out, config, model, data);
+    if (!config.quiet) fmt::print(stderr, "Report: {}/report.html\n", config.out);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "warning: could not write {}/report.html: {}\n", config.out, e.what());
+  }
   return result;
 }
 

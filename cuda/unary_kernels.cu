@@ -1,0 +1,73 @@
+// Element-wise math on the GPU: a grid-stride forward kernel y = f(x) and a backward kernel
+// grad_x = grad * f'(x, y), instantiated for every functor of core/unary_math.h (EMBER_HD makes
+// each functor __host__ __device__, so the GPU runs the very formulas the CPU tests check).
+// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/adding-an-op.md).
+#include "core/cuda_unary.h"
+#include "cuda/check.h"
+
+namespace ember::cuda {
+namespace {
+
+template <typename T, typename F>
+__global__ void forward_kernel(F f, const T* x, T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = f.f(x[i]);
+}
+
+template <typename T, typename F>
+__global__ void backward_kernel(F f, const T* grad, const T* x, const T* y, T* grad_x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    grad_x[i] = grad[i] * f.df(x[i], y[i]);
+}
+
+constexpr int kThreads = 256;
+int blocks_for(int64_t n) { return int((n + kThreads - 1) / kThreads < 4096 ? (n + kThreads - 1) / kThreads : 4096); }
+
+// Runs on `device`, then waits, so that an error surfaces at the op that caused it.
+void finish() {
+  EMBER_CUDA_CHECK(cudaGetLastError());
+  EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+template <typename F>
+void launch_forward(const F& f, int device, bool float64, const void* x, void* y, int64_t n) {
+  if (n == 0) return;
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  if (float64)
+    forward_kernel<<<blocks_for(n), kThreads>>>(f, static_cast<const double*>(x), static_cast<double*>(y), n);
+  else
+    forward_kernel<<<blocks_for(n), kThreads>>>(f, static_cast<const float*>(x), static_cast<float*>(y), n);
+  finish();
+}
+
+template <typename F>
+void launch_backward(const F& f, int device, bool float64, const void* grad, const void* x, const void* y,
+                     void* grad_x, int64_t n) {
+  if (n == 0) return;
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  if (float64)
+    backward_kernel<<<blocks_for(n), kThreads>>>(f, static_cast<const double*>(grad), static_cast<const double*>(x),
+                                                 static_cast<const double*>(y), static_cast<double*>(grad_x), n);
+  else
+    backward_kernel<<<blocks_for(n), kThreads>>>(f, static_cast<const float*>(grad), static_cast<const float*>(x),
+                                                 static_cast<const float*>(y), static_cast<float*>(grad_x), n);
+  finish();
+}
+
+}  // namespace
+
+#define EMBER_DEFINE_CUDA_UNARY(name, Functor)                                                              \
+  void unary_forward(const math::Functor& f, int device, bool float64, const void* x, void* y, int64_t n) { \
+    launch_forward(f, device, float64, x, y, n);                                                            \
+  }                                                                                                         \
+  void unary_backward(const math::Functor& f, int device, bool float64, const void* grad, const void* x,    \
+                      const void* y, void* grad_x, int64_t n) {                                             \
+    launch_backward(f, device, float64, grad, x, y, grad_x, n);                                             \
+  }
+EMBER_UNARY_OPS(EMBER_DEFINE_CUDA_UNARY)
+EMBER_DEFINE_CUDA_UNARY(pow, Pow)
+EMBER_DEFINE_CUDA_UNARY(add_scalar, AddScalar)
+EMBER_DEFINE_CUDA_UNARY(mul_scalar, MulScalar)
+#undef EMBER_DEFINE_CUDA_UNARY
+
+}  // namespace ember::cuda

@@ -1,0 +1,126 @@
+// The training report's pieces: SVG escaping and drawing, reading metrics.jsonl, choosing reviews,
+// attention weights of a real model, and the page holding one heat map per (review, layer, head).
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "examples/imdb/report.h"
+#include "examples/imdb/svg.h"
+#include "helpers.h"
+
+using namespace ember;
+using namespace ember::imdb;
+using namespace ember::testing;
+namespace fs = std::filesystem;
+
+namespace {
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+std::string temp_file(const std::string& name, const std::string& contents) {
+  fs::path dir = fs::temp_directory_path() / ("ember_report_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / name) << contents;
+  return (dir / name).string();
+}
+}  // namespace
+
+TEST_CASE("report svg: text is escaped, heat maps label every token and shade by weight") {
+  CHECK(svg::escape("<b>\"it's\" & more</b>") == "&lt;b&gt;&quot;it&#39;s&quot; &amp; more&lt;/b&gt;");
+  svg::HeatMap map;
+  map.title = "layer 1 head 2";
+  map.labels = {"<i>", "don't", "x"};
+  map.values = {1, 0, 0, 0.25, 0.75, 0, 0.0001, 0, 0.9999};
+  map.data = {{"layer", "0"}, {"head", "1"}};
+  std::string s = svg::heat_map(map);
+  CHECK(s.find("data-layer=\"0\" data-head=\"1\"") != std::string::npos);
+  CHECK(s.find("<i>") == std::string::npos);  // labels are escaped
+  CHECK(count(s, ">&lt;i&gt;</text>") == 2);  // each token labels a row and a column
+  CHECK(count(s, ">don&#39;t</text>") == 2);
+  CHECK(s.find("(max 1.00)") != std::string::npos);
+  // Cells: opacity sqrt(weight), one path per shade; weights below 0.5e-4 are left white.
+  CHECK(count(s, "h9v9h-9z") == 5);
+  CHECK(count(s, "fill-opacity=") == 4);  // 1 and 0.9999 share the shade 1.00
+  CHECK(s.find("fill-opacity=\"0.50\"") != std::string::npos);  // sqrt(0.25)
+  CHECK(s.find("fill-opacity=\"0.87\"") != std::string::npos);  // sqrt(0.75)
+
+  std::string chart = svg::line_chart({"Loss", "step", "loss", "loss-chart"}, {{"a", {1, 2, 3}, {3, 2, 1}, "#123456"}});
+  CHECK(chart.find("id=\"loss-chart\"") != std::string::npos);
+  CHECK(chart.find("points=\"") != std::string::npos);
+  CHECK(count(chart, "<polyline") == 1);
+}
+
+TEST_CASE("report metrics: steps and epochs are read, a resumed step keeps its last line, bad lines are errors") {
+  std::string path = temp_file("metrics.jsonl",
+                               "{\"kind\": \"step\", \"step\": 1, \"epoch\": 1, \"loss\": 0.7, \"lr\": 0}\n"
+                               "{\"kind\": \"step\", \"step\": 2, \"epoch\": 1, \"loss\": 0.6, \"lr\": 1e-4}\n"
+                               "{\"kind\": \"step\", \"step\": 2, \"epoch\": 1, \"loss\": 0.5, \"lr\": 1e-4}\n"
+                               "{\"kind\": \"epoch\", \"epoch\": 1, \"step\": 2, \"train_loss\": 0.55, \"test_accuracy\": 0.8, "
+                               "\"train_seconds\": 3, \"real_tokens_per_s\": 1000}\n");
+  Metrics m = read_metrics(path);
+  REQUIRE(m.steps.size() == 2);
+  CHECK(m.steps[1].loss == doctest::Approx(0.5));
+  REQUIRE(m.epochs.size() == 1);
+  CHECK(m.epochs[0].test_accuracy == doctest::Approx(0.8));
+  CHECK(m.epochs[0].real_tokens_per_s == doctest::Approx(1000));
+  std::string bad = temp_file("bad.jsonl", "{\"kind\": \"step\", \"step\": 1}\nnot json\n");
+  check_error([&] { read_metrics(bad); }, "bad.jsonl:2");
+  check_error([] { read_metrics("/nonexistent/metrics.jsonl"); }, "/nonexistent/metrics.jsonl");
+}
+
+TEST_CASE("report reviews: short ones, half of each label, the shortest when too few are short") {
+  std::vector<std::vector<int32_t>> reviews = {std::vector<int32_t>(50, 2), {2, 3}, {4, 5, 6}, std::vector<int32_t>(45, 2),
+                                               {7}, std::vector<int32_t>(60, 2)};
+  std::vector<int> labels = {0, 0, 1, 1, 1, 0};
+  CHECK(pick_reviews(reviews, labels, 2, 10) == std::vector<size_t>{1, 2});
+  CHECK(pick_reviews(reviews, labels, 4, 10) == std::vector<size_t>{1, 2, 4, 0});  // then the shortest negative
+}
+
+TEST_CASE("report attention: every head's weights, rows summing to 1, and a page with one map per head") {
+  Generator gen(0);
+  nn::ClassifierConfig config;
+  config.vocab_size = 12;
+  config.dim = 8;
+  config.heads = 2;
+  config.layers = 2;
+  config.ffn_dim = 16;
+  config.max_len = 16;
+  nn::TransformerClassifier model(config, gen);
+  Vocabulary vocabulary = Vocabulary::build_from_texts({"a b c d e f g h i j"}, 10);
+  std::vector<int32_t> review = {2, 3, 4, 5, 6, 7};
+  AttentionExample ex = attention_example(model, vocabulary, review, 1, 4);
+  CHECK(model.is_training());  // put back as it was
+  CHECK(ex.tokens == std::vector<std::string>{"a", "b", "c", "d", "e", "f"});
+  CHECK(ex.shown == 4);
+  REQUIRE(ex.maps.size() == 2);
+  REQUIRE(ex.maps[0].size() == 2);
+  REQUIRE(ex.maps[0][0].size() == 16);  // cut to 4 x 4
+  AttentionExample full = attention_example(model, vocabulary, review, 1, 40);
+  for (const auto& layer : full.maps)
+    for (const auto& head : layer)
+      for (size_t row = 0; row < 6; ++row) {
+        double total = 0;
+        for (size_t k = 0; k < 6; ++k) total += head[row * 6 + k];
+        CHECK(total == doctest::Approx(1.0).epsilon(1e-5));
+      }
+  CHECK(ex.p_positive == doctest::Approx(full.p_positive));
+  CHECK(ex.p_positive > 0.0);
+  CHECK(ex.p_positive < 1.0);
+
+  RunReport report;
+  report.title = "test <run>";
+  report.settings = {{"heads", "2"}, {"layers", "2"}};
+  report.metrics.steps = {{1, 0.7, 0}, {2, 0.6, 1e-4}};
+  report.metrics.epochs = {{1, 2, 0.65, 0.75, 1.0, 100}};
+  report.examples = {ex, full};
+  std::string page = render_run_report(report);
+  CHECK(page.find("test &lt;run&gt;") != std::string::npos);
+  CHECK(count(page, "class=\"heatmap\"") == 2 * 2 * 2);  // reviews x layers x heads
+  CHECK(page.find("data-review=\"1\" data-layer=\"1\" data-head=\"1\"") != std::string::npos);
+  CHECK(page.find("Maps show the first 4 of its 6 tokens") != std::string::npos);
+  CHECK(page.find("75.00%") != std::string::npos);
+  CHECK(page.find("http") == page.find("http://www.w3.org/2000/svg"));  // nothing fetched: only the SVG namespace
+}
