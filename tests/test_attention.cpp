@@ -121,3 +121,49 @@ TEST_CASE("attention: bad inputs are clear errors") {
   check_error([&] { attention(qkv, 2, zeros({3, 2}, Dtype::Bool)); }, "key_padding_mask must be bool [2, 3]");
   check_error([&] { attention(qkv.to(Dtype::Int64), 2, Tensor()); }, "attention");
 }
+
+TEST_CASE("attention: masks anywhere, trailing padding skipped exactly, fully masked rows NaN like the reference") {
+  const int64_t B = 3, T = 9, D = 8;
+  Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
+  bool* m = mask.data<bool>();
+  for (int64_t t = 0; t < T; ++t) {
+    m[0 * T + t] = t == 2 || t == 5 || t >= 7;  // holes and trailing padding
+    m[1 * T + t] = t == 0;                      // leading padding only
+    m[2 * T + t] = true;                        // nothing to attend to
+  }
+  Tensor a = random_qkv(B, T, D, 31).requires_grad_();
+  Tensor b = a.detach().clone().requires_grad_();
+  Tensor wa, wb;
+  Tensor fused = attention(a, 2, mask, false, &wa);
+  Tensor reference = attention_reference(b, 2, mask, false, &wb);
+  std::vector<float> f = fused.detach().to_vector<float>(), r = reference.detach().to_vector<float>();
+  for (size_t i = 0; i < f.size(); ++i) {
+    const bool nan_row = i >= size_t(2 * T * D);  // review 2
+    CAPTURE(i);
+    if (nan_row) {
+      CHECK(std::isnan(f[i]));
+      CHECK(std::isnan(r[i]));
+    } else {
+      CHECK(f[i] == doctest::Approx(r[i]).epsilon(1e-5));
+    }
+  }
+  // Review 0's weights on its padded keys are exactly zero; the others sum to one.
+  std::vector<float> w = wa.to_vector<float>();
+  for (int64_t i = 0; i < T; ++i) {
+    double total = 0;
+    for (int64_t j = 0; j < T; ++j) {
+      float p = w[size_t(i * T + j)];  // head 0 of review 0
+      if (m[j]) CHECK(p == 0.0f);
+      total += p;
+    }
+    CHECK(total == doctest::Approx(1.0).epsilon(1e-6));
+  }
+  // Gradients of the reviews with something to attend to match the reference.
+  Tensor keep = ones({B, 1, 1});
+  keep.data<float>()[2] = 0;
+  Generator gen(9);
+  Tensor g = uniform(fused.shape(), -1, 1, gen) * keep;
+  sum(fused * g).backward();  // the value is NaN (review 2), the gradient reaching review 0 and 1 is not
+  sum(reference * g).backward();
+  check_close(a.grad().narrow(0, 0, 2), b.grad().narrow(0, 0, 2), 2e-5);
+}

@@ -34,19 +34,31 @@ T* scratch(int64_t count) {
   return buffer.data();
 }
 
-// Masked scores -> probabilities, in place, row by row. Masked entries become exactly 0.
+// Keys past the last unmasked one get probability exactly 0 from every query: the products skip
+// them (with trailing padding, a review of L tokens costs L, not T, keys). A row with no unmasked
+// key keeps all T, so that it still comes out NaN like the composed version.
+int64_t key_extent(const bool* padding, int64_t T) {
+  if (padding == nullptr) return T;
+  int64_t extent = T;
+  while (extent > 0 && padding[extent - 1]) --extent;
+  return extent == 0 ? T : extent;
+}
+
+// Masked scores -> probabilities, in place, row by row, over the first `cols` columns of rows
+// `ld` apart; columns cols..ld-1 are set to 0. Masked entries become exactly 0.
 template <typename T>
-void masked_softmax_rows(T* s, int64_t n, const bool* padding, bool causal) {
+void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const bool* padding, bool causal) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  for (int64_t i = 0; i < n; ++i) {
-    T* row = s + i * n;
+  for (int64_t i = 0; i < rows; ++i) {
+    T* row = s + i * ld;
     if (padding != nullptr)
-      for (int64_t j = 0; j < n; ++j) row[j] = padding[j] ? neg_inf : row[j];
+      for (int64_t j = 0; j < cols; ++j) row[j] = padding[j] ? neg_inf : row[j];
     if (causal)
-      for (int64_t j = i + 1; j < n; ++j) row[j] = neg_inf;
-    T m = row_max(row, n);
-    T inv = T(1) / row_exp_store_sum(row, m, row, n);
-    for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+      for (int64_t j = i + 1; j < cols; ++j) row[j] = neg_inf;
+    T m = row_max(row, cols);
+    T inv = T(1) / row_exp_store_sum(row, m, row, cols);
+    for (int64_t j = 0; j < cols; ++j) row[j] *= inv;
+    for (int64_t j = cols; j < ld; ++j) row[j] = T(0);
   }
 }
 
@@ -56,25 +68,28 @@ void forward_kernel(const Dims& d, const T* qkv, const bool* padding, bool causa
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / d.H, h = task % d.H;
+      const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
+      const int64_t L = key_extent(pad, d.T);  // keys that can get any weight
       const T* q = qkv + b * d.T * d.row() + h * d.Dh;
       const T* k = q + d.D;
       const T* v = q + 2 * d.D;
       T* p = probs != nullptr ? probs + task * d.T * d.T : scratch<T>(d.T * d.T);
       // S = scale Q K^T: K^T is K read with swapped strides.
-      gemm(d.T, d.T, d.Dh, scale, q, d.row(), 1, k, 1, d.row(), T(0), p, d.T);
-      masked_softmax_rows(p, d.T, padding != nullptr ? padding + b * d.T : nullptr, causal);
+      gemm(d.T, L, d.Dh, scale, q, d.row(), 1, k, 1, d.row(), T(0), p, d.T);
+      masked_softmax_rows(p, d.T, L, d.T, pad, causal);
       // O = P V, written as head h's columns of the merged [B, T, D] output.
-      gemm(d.T, d.Dh, d.T, T(1), p, d.T, 1, v, d.row(), 1, T(0), out + b * d.T * d.D + h * d.Dh, d.D);
+      gemm(d.T, d.Dh, L, T(1), p, d.T, 1, v, d.row(), 1, T(0), out + b * d.T * d.D + h * d.Dh, d.D);
     }
   });
 }
 
 template <typename T>
-void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs, T* dqkv) {
+void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs, const bool* padding, T* dqkv) {
   const T scale = T(1) / std::sqrt(T(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / d.H, h = task % d.H;
+      const int64_t L = key_extent(padding != nullptr ? padding + b * d.T : nullptr, d.T);
       const int64_t offset = b * d.T * d.row() + h * d.Dh;
       const T* q = qkv + offset;
       const T* k = q + d.D;
@@ -85,16 +100,18 @@ void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs,
       const T* p = probs + task * d.T * d.T;
       const T* go = grad + b * d.T * d.D + h * d.Dh;  // dO of this head, row stride D
       T* ds = scratch<T>(d.T * d.T);
-      gemm(d.T, d.Dh, d.T, T(1), p, 1, d.T, go, d.D, 1, T(0), dv, d.row());   // dV = P^T dO
-      gemm(d.T, d.T, d.Dh, T(1), go, d.D, 1, v, 1, d.row(), T(0), ds, d.T);   // dP = dO V^T
-      for (int64_t i = 0; i < d.T; ++i) {                                     // dS = P (dP - rowsum(dP P))
+      gemm(L, d.Dh, d.T, T(1), p, 1, d.T, go, d.D, 1, T(0), dv, d.row());  // dV = P^T dO
+      gemm(d.T, L, d.Dh, T(1), go, d.D, 1, v, 1, d.row(), T(0), ds, d.T);  // dP = dO V^T
+      for (int64_t i = 0; i < d.T; ++i) {                                  // dS = P (dP - rowsum(dP P))
         T* row = ds + i * d.T;
         const T* prow = p + i * d.T;
-        const T dot = row_dot(row, prow, d.T);
-        for (int64_t j = 0; j < d.T; ++j) row[j] = prow[j] * (row[j] - dot);
+        const T dot = row_dot(row, prow, L);
+        for (int64_t j = 0; j < L; ++j) row[j] = prow[j] * (row[j] - dot);
       }
-      gemm(d.T, d.Dh, d.T, scale, ds, d.T, 1, k, d.row(), 1, T(0), dq, d.row());  // dQ = scale dS K
-      gemm(d.T, d.Dh, d.T, scale, ds, 1, d.T, q, d.row(), 1, T(0), dk, d.row());  // dK = scale dS^T Q
+      gemm(d.T, d.Dh, L, scale, ds, d.T, 1, k, d.row(), 1, T(0), dq, d.row());  // dQ = scale dS K
+      gemm(L, d.Dh, d.T, scale, ds, 1, d.T, q, d.row(), 1, T(0), dk, d.row());  // dK = scale dS^T Q
+      for (int64_t j = L; j < d.T; ++j)  // keys no query attends to: no gradient
+        for (int64_t c = 0; c < d.Dh; ++c) dk[j * d.row() + c] = dv[j * d.row() + c] = T(0);
     }
   });
 }
@@ -122,14 +139,16 @@ AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tenso
   return result;
 }
 
-Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads) {
+Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
+                          const Tensor& key_padding_mask) {
   const Dims d = dims_of(qkv, heads);
   EMBER_CHECK(grad_out.is_contiguous() && grad_out.shape() == Shape({d.B, d.T, d.D}),
               "attention backward: the gradient must be a contiguous [{}, {}, {}]", d.B, d.T, d.D);
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
   dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    backward_kernel<T>(d, grad_out.data<T>(), qkv.data<T>(), probs.data<T>(), dqkv.data<T>());
+    backward_kernel<T>(d, grad_out.data<T>(), qkv.data<T>(), probs.data<T>(),
+                       key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr, dqkv.data<T>());
   });
   return dqkv;
 }

@@ -13,7 +13,8 @@
 // Backward per (b, h):  dV = P^T dO   dP = dO V^T   dS = P * (dP - rowsum(dP * P))
 //                       dQ = scale dS K   dK = scale dS^T Q
 // Each (b, h) is one task on one thread, every sum in a fixed order: results do not depend on the
-// thread count.
+// thread count. Keys after a review's last real token (trailing padding) get probability 0 from
+// every query, so the products stop there: a batch padded to T costs each review its own length.
 #pragma once
 #include <cstdint>
 
@@ -31,8 +32,9 @@ struct AttentionForward {
 AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
                                    bool keep_probs);
 
-// The gradient of qkv [B, T, 3 D] from the output gradient [B, T, D] (contiguous) and the saved
-// probabilities.
-Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads);
+// The gradient of qkv [B, T, 3 D] from the output gradient [B, T, D] (contiguous), the saved
+// probabilities and the forward's key_padding_mask.
+Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
+                          const Tensor& key_padding_mask);
 
 }  // namespace ember::cpu

@@ -55,8 +55,8 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
   if (weights != nullptr) *weights = forward.probs;
   // NOTE: detached views of the saved tensors, so that the node does not own its own output's graph.
   record("attention", forward.out, {qkv_in},
-         [heads, qkv = qkv.detach(), probs = forward.probs](const Tensor& g) -> Grads {
-           return {cpu::attention_backward(g.contiguous(), qkv, probs, heads)};
+         [heads, qkv = qkv.detach(), probs = forward.probs, mask](const Tensor& g) -> Grads {
+           return {cpu::attention_backward(g.contiguous(), qkv, probs, heads, mask)};
          });
   return forward.out;
 }
