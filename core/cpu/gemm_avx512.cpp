@@ -47,6 +47,7 @@ struct Float32Ops {
   static void store(T* p, Mask m, Vec v) { _mm512_mask_storeu_ps(p, m, v); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 };
 
 struct Float64Ops {
@@ -61,12 +62,19 @@ struct Float64Ops {
   static void store(T* p, Mask m, Vec v) { _mm512_mask_storeu_pd(p, m, v); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_pd(a, b, c); }
   static Vec mul(Vec a, Vec b) { return _mm512_mul_pd(a, b); }
+  static Vec add(Vec a, Vec b) { return _mm512_add_pd(a, b); }
 };
 
+// How a tile's sums are written: C = sums (alpha 1, beta 0), C += sums (alpha 1, beta 1), or the
+// general C = alpha sums + beta C. The two common cases get their own copy of the loop, which then
+// keeps no alpha in a register: 28 accumulators, 2 B vectors and 1 broadcast fill all 32 zmm
+// registers, and one more live value would push an accumulator out to the stack.
+enum class Store { Overwrite, Accumulate, General };
+
 // One kRows x (kVecs * lanes) tile; the A panel holds kPanelRows rows (kRows <= kPanelRows).
-template <typename Ops, int kRows, int kVecs, int kPanelRows>
-void tile(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typename Ops::T* c,
-          int64_t c_rs, int n_cols, typename Ops::T alpha, typename Ops::T beta) {
+template <typename Ops, int kRows, int kVecs, int kPanelRows, Store kStore>
+void tile_with(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typename Ops::T* c,
+               int64_t c_rs, int n_cols, typename Ops::T alpha, typename Ops::T beta) {
   using Vec = typename Ops::Vec;
   using Mask = typename Ops::Mask;
   constexpr int kLanes = Ops::kLanes;
@@ -102,19 +110,33 @@ void tile(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typena
   const Mask all = static_cast<Mask>(~0u);
   const int last_lanes = n_cols - (kVecs - 1) * kLanes;  // 1..kLanes
   const Mask last = last_lanes == kLanes ? all : static_cast<Mask>((1u << last_lanes) - 1);
-  const Vec alpha_v = Ops::broadcast(alpha);
-  const Vec beta_v = Ops::broadcast(beta);
 #pragma GCC unroll 32
   for (int r = 0; r < kRows; ++r) {
     typename Ops::T* row = c + r * c_rs;
 #pragma GCC unroll 8
     for (int v = 0; v < kVecs; ++v) {
       Mask mask = v == kVecs - 1 ? last : all;
-      Vec out = alpha == 1 ? acc[r][v] : Ops::mul(acc[r][v], alpha_v);
-      if (beta != 0) out = Ops::fma(beta_v, Ops::load(mask, row + v * kLanes), out);
+      Vec out = acc[r][v];
+      if constexpr (kStore == Store::Accumulate) {
+        out = Ops::add(out, Ops::load(mask, row + v * kLanes));
+      } else if constexpr (kStore == Store::General) {
+        out = Ops::mul(out, Ops::broadcast(alpha));
+        if (beta != 0) out = Ops::fma(Ops::broadcast(beta), Ops::load(mask, row + v * kLanes), out);
+      }
       Ops::store(row + v * kLanes, mask, out);
     }
   }
+}
+
+template <typename Ops, int kRows, int kVecs, int kPanelRows>
+void tile(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typename Ops::T* c,
+          int64_t c_rs, int n_cols, typename Ops::T alpha, typename Ops::T beta) {
+  if (alpha == 1 && beta == 0)
+    tile_with<Ops, kRows, kVecs, kPanelRows, Store::Overwrite>(kc, a, b, c, c_rs, n_cols, alpha, beta);
+  else if (alpha == 1 && beta == 1)
+    tile_with<Ops, kRows, kVecs, kPanelRows, Store::Accumulate>(kc, a, b, c, c_rs, n_cols, alpha, beta);
+  else
+    tile_with<Ops, kRows, kVecs, kPanelRows, Store::General>(kc, a, b, c, c_rs, n_cols, alpha, beta);
 }
 
 template <typename Ops>
