@@ -30,25 +30,7 @@ done
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
-# NOTE: Debian's torch is built for the system interpreter, not a pyenv `python3` on PATH.
-python=/usr/bin/python3
-
-missing=()
-for package in python3-torch libopenblas0-openmp; do
-  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
-done
-if [[ ${#missing[@]} -gt 0 ]]; then
-  echo "installing ${missing[*]} ..." >&2
-  sudo_cmd=""
-  [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >&2
-fi
-
-openblas_dir=""
-for dir in /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp; do
-  [[ -d "$dir" ]] && openblas_dir="$dir" && break
-done
+source bench/rival_env.sh  # python, torch_env; installs PyTorch when missing
 
 build="${EMBER_BUILD_DIR:-build}"
 bench="$build/matmul_bench"
@@ -70,10 +52,7 @@ for round in $(seq 1 "$rounds"); do
   "$bench" --threads "$threads" --reps "$reps" --json $transposed $round_peak \
     > "$work/ember_$round.json"
   echo "round $round/$rounds: torch ..." >&2
-  # OpenBLAS 0.3.21 does not recognize this CPU model on its own: name the core explicitly.
-  env LD_LIBRARY_PATH="${openblas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      OPENBLAS_CORETYPE=SkylakeX OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" \
-      "$python" bench/matmul_torch.py --threads "$threads" --reps "$reps" $transposed \
+  "${torch_env[@]}" "$python" bench/matmul_torch.py --threads "$threads" --reps "$reps" $transposed \
       > "$work/torch_$round.json"
 done
 
