@@ -8,7 +8,7 @@ import sys
 
 # First match wins: (group, pattern on the symbol name).
 GROUPS = [
-    ("GEMM micro-kernel", r"gemm.*tile|::tile<|tile_any_size"),
+    ("GEMM micro-kernel", r"tile_with|::tile<|tile_any_size"),
     ("GEMM packing", r"pack_a|pack_b|gemm_block|scale_c"),
     ("attention outside GEMMs (masks, softmax, where)",
      r"cpu::.*attention|Dims const|row_exp_store_sum|row_max|row_dot|masked_softmax|softmax|select_kernel|masked_fill|forward_rows|backward_rows"),
