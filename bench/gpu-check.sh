@@ -49,13 +49,27 @@ nvidia-smi >> "$log" 2>&1
 
 # ---- 1. Build (only the targets used here)
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+# C++ dependencies carried in .deps/ (scripts/bundle-gpu-deps.sh) when the image lacks them; cuDNN
+# from the nvidia-cudnn pip package when /usr/local/cuda has none.
+if [[ -d .deps/usr ]]; then
+  export CMAKE_PREFIX_PATH="$repo/.deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export LD_LIBRARY_PATH="$repo/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "using the dependencies in .deps/" >> "$log"
+fi
+if [[ -z "${CUDNN_ROOT:-}" && ! -f /usr/local/cuda/include/cudnn.h ]]; then
+  cudnn_dir=$(python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null || true)
+  if [[ -n "$cudnn_dir" && -f "$cudnn_dir/include/cudnn.h" ]]; then
+    export CUDNN_ROOT="$cudnn_dir" LD_LIBRARY_PATH="$cudnn_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "cuDNN from $cudnn_dir" >> "$log"
+  fi
+fi
 jobs=${JOBS:-$(nproc)}
 arch=${EMBER_CUDA_ARCHITECTURES:-90}
 build_status="skipped"
 t0=$(date +%s)
 if [[ $skip_build -eq 0 ]]; then
   if run cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON "-DEMBER_CUDA_ARCHITECTURES=$arch" &&
-     run cmake --build "$build" -j "$jobs" --target ember_tests train_step_bench imdb; then
+     run cmake --build "$build" -j "$jobs" --target ember_tests train_step_bench imdb softmax_gpu_bench; then
     build_status="ok"
   else
     build_status="FAILED"
@@ -102,6 +116,11 @@ done
 [[ -z "$torch_json" && "$torch_note" == "not run" ]] && torch_note="no CUDA build of torch found (python3 and /usr/bin/python3 tried)"
 echo "torch: $torch_json" >> "$log"
 
+# ---- 3b. Softmax: the own kernel against cuDNN (the IMDb model's attention-score shapes)
+softmax_table="$work/softmax.txt"
+"$build/softmax_gpu_bench" > "$softmax_table" 2>> "$log" || echo "softmax_gpu_bench failed" >> "$softmax_table"
+cat "$softmax_table" >> "$log"
+
 # ---- 4. The trainer end to end on the shipped small data, GPU and CPU: same losses?
 small=(--data tests/data/imdb_small.json --epochs 1 --batch-size 32 --log-every 1000)
 t0=$(date +%s)
@@ -146,6 +165,8 @@ total_s=$(( $(date +%s) - start_all ))
   printf "%-34s %s\n" "trainer on small data, --device cuda" "$gpu_train (${train_s}s with the CPU run)"
   printf "%-34s %s\n" "GPU vs CPU training losses" "${loss_gap:-n/a}"
   printf "%-34s %s\n" "trainer's GPU memory report" "${gpu_mem_line:-none}"
+  echo "softmax, own kernel vs cuDNN (float32):"
+  sed 's/^/  /' "$softmax_table"
   printf "%-34s %s\n" "total time" "${total_s}s"
   echo "full log: $log"
 } | tee -a "$log"

@@ -59,6 +59,14 @@ void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t ro
 void softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log);
 void softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
                       bool log);
+// The same through cuDNN (cuda/cudnn_softmax.cu): used by core/gpu.cpp instead of the kernels above
+// when softmax_cudnn() is on (set_softmax_cudnn(true), or EMBER_SOFTMAX=cudnn in the environment).
+bool cudnn_available();  // built with cuDNN
+void set_softmax_cudnn(bool on);
+bool softmax_cudnn();
+void cudnn_softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log);
+void cudnn_softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows,
+                            int64_t n, bool log);
 // Statistics in double like the CPU kernel (core/cpu/layer_norm.h); mean and rstd are float64 [rows].
 void layer_norm_forward(int device, bool float64, const void* x, const void* weight, const void* bias, void* y,
                         double* mean, double* rstd, int64_t rows, int64_t D, double eps);

@@ -23,6 +23,15 @@ void reduce_rows(int, int, ReduceKind, const void*, void*, int64_t, int64_t) { n
 void argmax_rows(int, int, const void*, int64_t*, int64_t, int64_t) { no_cuda("argmax"); }
 void softmax_forward(int, bool, const void*, void*, int64_t, int64_t, bool) { no_cuda("softmax"); }
 void softmax_backward(int, bool, const void*, const void*, void*, int64_t, int64_t, bool) { no_cuda("softmax"); }
+bool cudnn_available() { return false; }
+void set_softmax_cudnn(bool on) {
+  if (on) no_cuda("softmax (cuDNN)");
+}
+bool softmax_cudnn() { return false; }
+void cudnn_softmax_forward(int, bool, const void*, void*, int64_t, int64_t, bool) { no_cuda("softmax (cuDNN)"); }
+void cudnn_softmax_backward(int, bool, const void*, const void*, void*, int64_t, int64_t, bool) {
+  no_cuda("softmax (cuDNN)");
+}
 void layer_norm_forward(int, bool, const void*, const void*, const void*, void*, double*, double*, int64_t, int64_t,
                         double) {
   no_cuda("layer_norm");

@@ -180,7 +180,10 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, bool log) {
   Tensor in = last_dim_contiguous(x, dim);
   Tensor y = Tensor::empty(in.shape(), x.dtype(), x.device());
   const int64_t n = x.dim() == 0 ? 1 : x.shape()[size_t(dim)];
-  if (y.numel() > 0) cuda::softmax_forward(device_of(x), is_f64(x), in.raw_data(), y.raw_data(), y.numel() / n, n, log);
+  if (y.numel() > 0 && cuda::softmax_cudnn())
+    cuda::cudnn_softmax_forward(device_of(x), is_f64(x), in.raw_data(), y.raw_data(), y.numel() / n, n, log);
+  else if (y.numel() > 0)
+    cuda::softmax_forward(device_of(x), is_f64(x), in.raw_data(), y.raw_data(), y.numel() / n, n, log);
   if (x.dim() > 0 && dim != x.dim() - 1) y = y.transpose(dim, -1).contiguous();
   return y;
 }
@@ -193,7 +196,10 @@ Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool l
               dtype_name(yt.dtype()));
   Tensor dx = Tensor::empty(g.shape(), y.dtype(), y.device());
   const int64_t n = y.dim() == 0 ? 1 : y.shape()[size_t(dim)];
-  if (dx.numel() > 0)
+  if (dx.numel() > 0 && cuda::softmax_cudnn())
+    cuda::cudnn_softmax_backward(device_of(y), is_f64(y), g.raw_data(), yt.raw_data(), dx.raw_data(), dx.numel() / n, n,
+                                 log);
+  else if (dx.numel() > 0)
     cuda::softmax_backward(device_of(y), is_f64(y), g.raw_data(), yt.raw_data(), dx.raw_data(), dx.numel() / n, n, log);
   if (y.dim() > 0 && dim != y.dim() - 1) dx = dx.transpose(dim, -1).contiguous();
   return dx;

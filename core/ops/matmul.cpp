@@ -99,7 +99,8 @@ void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c) {
     return;
   }
   // One shared B and A's batch laid out like extra rows: a single [batch*M, K] @ [K, N] product.
-  if (dims.size() == 1 && dims[0].b == 0 && (M == 1 || dims[0].a == M * la.rs)) {
+  // (On a GPU only for a row-major A: cuBLAS needs one leading dimension for the tall matrix.)
+  if (dims.size() == 1 && dims[0].b == 0 && (M == 1 || dims[0].a == M * la.rs) && (device < 0 || la.cs == 1)) {
     int64_t a_rs = M == 1 ? dims[0].a : la.rs;
     gemm_on(device, dims[0].size * M, N, K, A, a_rs, la.cs, B, lb.rs, lb.cs, C, N);
     return;
