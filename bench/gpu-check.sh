@@ -103,6 +103,9 @@ if run "$build/train_step_bench" --write-init "$init" --heads 4; then
   ember_json=$("$build/train_step_bench" --init "$init" --heads 4 --steps "$steps" --warmup 3 --device cuda 2>> "$log" | tail -1)
 fi
 echo "ember: $ember_json" >> "$log"
+# The same with the fused attention kernels (cuda/attention_kernels.cu) instead of the composed version.
+ember_fused_json=$(EMBER_ATTENTION=fused "$build/train_step_bench" --init "$init" --heads 4 --steps "$steps" --warmup 3 --device cuda 2>> "$log" | tail -1)
+echo "ember, EMBER_ATTENTION=fused: $ember_fused_json" >> "$log"
 
 torch_json=""
 torch_note="not run"
@@ -146,6 +149,7 @@ gpu_mem_line=$(grep -h "memory:" "$log" | grep "cuda" | tail -1)
 # ---- 5. The table
 e_ms=$(json_field "$ember_json" step_ms); e_fwd=$(json_field "$ember_json" forward_ms)
 e_peak=$(json_field "$ember_json" peak_gpu_bytes); e_loss=$(json_field "$ember_json" first_loss)
+ef_ms=$(json_field "$ember_fused_json" step_ms); ef_peak=$(json_field "$ember_fused_json" peak_gpu_bytes)
 t_ms=$(json_field "$torch_json" step_ms); t_fwd=$(json_field "$torch_json" forward_ms)
 t_peak=$(json_field "$torch_json" peak_gpu_bytes); t_loss=$(json_field "$torch_json" first_loss)
 mib() { [[ -n "$1" ]] && python3 -c "print(f'{int($1) / 1048576:.1f} MiB')" || echo "-"; }
@@ -159,7 +163,9 @@ total_s=$(( $(date +%s) - start_all ))
   printf "%-34s %-16s %-16s %s\n" "" "Ember (cuda)" "PyTorch (cuda)" "Ember / PyTorch"
   printf "%-34s %-16s %-16s %s\n" "training step, h=4, 32x256 (ms)" "${e_ms:--}" "${t_ms:--}" "$(ratio "$e_ms" "$t_ms")"
   printf "%-34s %-16s %-16s %s\n" "forward pass (ms)" "${e_fwd:--}" "${t_fwd:--}" "$(ratio "$e_fwd" "$t_fwd")"
+  printf "%-34s %-16s %-16s %s\n" "  with EMBER_ATTENTION=fused (ms)" "${ef_ms:--}" "" "$(ratio "$ef_ms" "$t_ms")"
   printf "%-34s %-16s %-16s\n" "peak GPU memory (tensors)" "$(mib "$e_peak")" "$(mib "$t_peak")"
+  printf "%-34s %-16s\n" "  with EMBER_ATTENTION=fused" "$(mib "$ef_peak")"
   printf "%-34s %-16s %-16s\n" "first loss, same weights" "${e_loss:--}" "${t_loss:--}"
   printf "%-34s %s\n" "PyTorch" "$torch_note"
   printf "%-34s %s\n" "trainer on small data, --device cuda" "$gpu_train (${train_s}s with the CPU run)"

@@ -48,6 +48,17 @@ void cross_entropy_backward(int, bool, const void*, const int64_t*, const void*,
                             int64_t, double) {
   no_cuda("cross_entropy");
 }
+void set_attention_fused(bool) {}
+bool attention_fused() { return false; }
+int64_t attention_max_len() { return 0; }
+void attention_forward(int, bool, const void*, const bool*, int64_t, int64_t, int64_t, int64_t, bool, void*, double*,
+                       void*) {
+  no_cuda("attention");
+}
+void attention_backward(int, bool, const void*, const bool*, int64_t, int64_t, int64_t, int64_t, bool, const void*,
+                        const void*, const double*, double*, void*) {
+  no_cuda("attention");
+}
 void embedding_forward(int, bool, const void*, int64_t, int64_t, const int64_t*, int64_t, int64_t, void*) {
   no_cuda("embedding");
 }

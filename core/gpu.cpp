@@ -328,6 +328,38 @@ void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Te
     cuda::gemm(device, is_f64(g), 1, N, K, rows, g.raw_data(), 1, N, 0, x.raw_data(), K, 1, 0, 0.0, dw->raw_data(), K, 0);
 }
 
+Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, Tensor& lse,
+                         Tensor* weights) {
+  check_cuda("attention", qkv);
+  check_floating("attention", qkv);
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
+  EMBER_CHECK(T <= cuda::attention_max_len(), "attention: sequence length {} exceeds the fused CUDA kernel's {}", T,
+              cuda::attention_max_len());
+  if (mask.defined()) check_same_device("attention", {&qkv, &mask});
+  Tensor out = Tensor::empty({B, T, D}, qkv.dtype(), qkv.device());
+  lse = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
+  Tensor probs;
+  if (weights != nullptr) probs = Tensor::empty({B, heads, T, T}, qkv.dtype(), qkv.device());
+  cuda::attention_forward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B,
+                          T, heads, D, causal, out.raw_data(), lse.data<double>(),
+                          probs.defined() ? probs.raw_data() : nullptr);
+  if (weights != nullptr) *weights = probs;
+  return out;
+}
+
+Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          int64_t heads, const Tensor& mask, bool causal) {
+  check_same_device("attention backward", {&grad_out, &qkv, &out, &lse});
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
+  Tensor g = grad_out.contiguous();
+  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
+  Tensor delta = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
+  cuda::attention_backward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B,
+                           T, heads, D, causal, out.raw_data(), g.raw_data(), lse.data<double>(), delta.data<double>(),
+                           dqkv.raw_data());
+  return dqkv;
+}
+
 void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const cuda::AdamHyper& hyper) {
   if (params.empty()) return;

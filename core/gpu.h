@@ -64,6 +64,13 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
 void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
                      int64_t rows, int64_t K, int64_t N);
 
+// ---- Fused attention (cuda/attention_kernels.cu): qkv contiguous [B, T, 3 D], mask contiguous bool [B, T]
+// or undefined. `lse` receives the per-row log-sum-exp the backward needs.
+Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, Tensor& lse,
+                         Tensor* weights);
+Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          int64_t heads, const Tensor& mask, bool causal);
+
 // ---- Optimisers: one fused Adam / AdamW launch over all the parameters
 void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const cuda::AdamHyper& hyper);

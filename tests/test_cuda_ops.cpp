@@ -308,6 +308,34 @@ TEST_CASE("cuda ops: attention with a key-padding mask (composed on the GPU) mat
   }
 }
 
+TEST_CASE("cuda ops: the fused attention kernels (EMBER_ATTENTION=fused) match the CPU, values, weights and gradients") {
+  if (skip_without_cuda()) return;
+  const int64_t B = 2, T = 37, D = 48;
+  Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) mask.data<bool>()[b * T + t] = t >= T - 5 * (b + 1);
+  cuda::set_attention_fused(true);
+  try {
+    for (int64_t heads : {1, 3}) {
+      check_parity("fused attention heads " + std::to_string(heads), {rnd({B, T, 3 * D}, 133), mask},
+                   [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, v[1]); });
+      check_parity("fused causal attention heads " + std::to_string(heads), {rnd({B, T, 3 * D}, 134)},
+                   [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, Tensor(), true); });
+      check_parity("fused attention float64", {rnd({B, T, 3 * D}, 135, -1, 1, Dtype::Float64), mask},
+                   [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, v[1]); }, 1e-12);
+    }
+    Tensor qkv = rnd({B, T, 3 * D}, 136);
+    Tensor w_cpu, w_gpu;
+    attention(qkv, 4, mask, false, &w_cpu);
+    attention(qkv.to(kGpu), 4, mask.to(kGpu), false, &w_gpu);
+    check_close(w_gpu.to(Device::cpu()), w_cpu, 1e-5);
+  } catch (...) {
+    cuda::set_attention_fused(false);
+    throw;
+  }
+  cuda::set_attention_fused(false);
+}
+
 TEST_CASE("cuda ops: AdamW's fused multi-tensor step and clip_grad_norm match the CPU") {
   if (skip_without_cuda()) return;
   std::vector<Tensor> cpu_params, gpu_params;

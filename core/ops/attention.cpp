@@ -9,6 +9,7 @@
 
 #include "autograd/node.h"
 #include "core/cpu/attention.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -48,9 +49,23 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
 
 Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_mask, bool causal, Tensor* weights) {
   check_attention_inputs("attention", qkv_in, heads, key_padding_mask);
-  // On a GPU, for now: the composed version (cuBLAS strided-batched GEMMs, the masked_fill and softmax
-  // kernels), which writes the [B, H, T, T] scores to memory. A fused kernel is future work (docs/cuda.md).
-  if (qkv_in.device().is_cuda()) return attention_reference(qkv_in, heads, key_padding_mask, causal, weights);
+  // On a GPU: the fused kernels of cuda/attention_kernels.cu when switched on (EMBER_ATTENTION=fused;
+  // no [B, H, T, T] tensor is written), else the composed version (cuBLAS strided-batched GEMMs, the
+  // masked_fill and softmax kernels). The composed one is the default until the fused one has been
+  // checked on a GPU (docs/cuda.md).
+  if (qkv_in.device().is_cuda()) {
+    if (!cuda::attention_fused() || qkv_in.size(1) > cuda::attention_max_len())
+      return attention_reference(qkv_in, heads, key_padding_mask, causal, weights);
+    Tensor qkv = qkv_in.detach().contiguous();
+    Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
+    Tensor lse;
+    Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights);
+    record("attention", out, {qkv_in},
+           [heads, causal, qkv, mask, lse, out_saved = out.detach()](const Tensor& g) -> Grads {
+             return {gpu::attention_backward(g, qkv, out_saved, lse, heads, mask, causal)};
+           });
+    return out;
+  }
   Tensor qkv = qkv_in.contiguous();
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   const bool needs_grad = any_requires_grad({qkv_in});
