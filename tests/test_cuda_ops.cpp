@@ -3,7 +3,9 @@
 // float32 to a relative 1e-5. Then the caching allocator, the optimiser, and one whole training
 // step of the IMDb recipe's model (small sizes) on both devices. Each case is skipped, with the
 // reason printed, where there is no GPU; the last cases check what a machine without one does.
+#include <filesystem>
 #include <functional>
+#include <unistd.h>
 
 #include "core/allocator.h"
 #include "core/cuda_ops.h"
@@ -411,6 +413,62 @@ TEST_CASE("cuda ops: one training step of the recipe's model gives the CPU's los
     INFO("parameter " << cpu_named[i].first);
     check_close(gpu_named[i].second.to(Device::cpu()), cpu_named[i].second, 1e-4);
   }
+}
+
+TEST_CASE("cuda ops: Tensor::to is differentiable across devices") {
+  if (skip_without_cuda()) return;
+  Tensor x = rnd({4, 5}, 150).requires_grad_();
+  Tensor y = (x.to(kGpu) * 3.0).to(Device::cpu());
+  CHECK(y.device() == Device::cpu());
+  y.backward(ones({4, 5}));
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().device() == Device::cpu());
+  check_values(x.grad(), std::vector<double>(20, 3.0), 0);
+}
+
+TEST_CASE("cuda trainer: --device cuda trains the CPU's losses, reports GPU memory, and resumes exactly") {
+  if (skip_without_cuda()) return;
+  namespace fs = std::filesystem;
+  auto config_for = [](const std::string& name, const std::string& device) {
+    imdb::TrainConfig c;
+    c.model.dim = 16;
+    c.model.heads = 2;
+    c.model.layers = 1;
+    c.model.ffn_dim = 32;
+    c.model.max_len = 64;
+    c.batch_size = 16;
+    c.epochs = 2;
+    c.lr = 3e-3;
+    c.device = device;
+    c.data = std::string(EMBER_TEST_DATA) + "/imdb_small.json";
+    c.out = (fs::temp_directory_path() / ("ember_cuda_train_" + std::to_string(::getpid())) / name).string();
+    c.quiet = true;
+    return c;
+  };
+  imdb::TrainConfig cpu_config = config_for("cpu", "cpu"), gpu_config = config_for("gpu", "cuda");
+  imdb::Data data = imdb::prepare_data(cpu_config);
+  imdb::RunResult on_cpu = imdb::train(cpu_config, data);
+  imdb::RunResult on_gpu = imdb::train(gpu_config, data);
+  REQUIRE(on_gpu.step_losses.size() == on_cpu.step_losses.size());
+  for (size_t i = 0; i < on_cpu.step_losses.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(on_gpu.step_losses[i] == doctest::Approx(on_cpu.step_losses[i]).epsilon(1e-3));
+  }
+  REQUIRE(on_gpu.epochs.size() == 2);
+  CHECK(on_gpu.epochs.back().gpu_peak_bytes > 0);
+  CHECK(on_gpu.epochs.back().gpu_peak_bytes >= on_gpu.epochs.back().gpu_allocated_bytes);
+  CHECK(on_cpu.epochs.back().gpu_peak_bytes == 0);
+  CHECK(fs::exists(gpu_config.out + "/report.html"));
+  // Stopped part-way and resumed on the GPU: the same losses, bit for bit, as the whole GPU run.
+  imdb::TrainConfig part = config_for("gpu-parts", "cuda");
+  part.stop_after = 11;
+  imdb::RunResult part1 = imdb::train(part, data);
+  part.stop_after = 0;
+  part.resume = true;
+  imdb::RunResult part2 = imdb::train(part, data);
+  std::vector<double> joined = part1.step_losses;
+  joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
+  CHECK(joined == on_gpu.step_losses);
 }
 
 TEST_CASE("cuda allocator: blocks are reused (no cudaMalloc in a steady loop), statistics and out-of-memory") {
