@@ -86,7 +86,7 @@ fi
 # ---- 2. The CUDA tests (every doctest case whose name starts with cuda)
 t0=$(date +%s)
 ctest_out="$work/ctest.txt"
-ctest --test-dir "$build" -R '^cuda' --output-on-failure --timeout 300 > "$ctest_out" 2>&1
+ctest --test-dir "$build" -R '^cuda' -j 4 --output-on-failure --timeout 300 > "$ctest_out" 2>&1
 cat "$ctest_out" >> "$log"
 tests_s=$(( $(date +%s) - t0 ))
 passed=$(grep -cE "Test +#[0-9]+: .* Passed" "$ctest_out")
