@@ -8,7 +8,7 @@
 //   train_step_bench --write-batches FILE --count N [--data PATH]
 //       the first N batches of the recipe's epoch 1 on IMDb ("<i>.tokens", "<i>.mask", "<i>.labels")
 //   train_step_bench --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
-//                    [--batches FILE] [--run-steps N]
+//                    [--batches FILE] [--run-steps N] [--device cpu|cuda[:N]]
 //       times S training steps and S forward passes after W warm-up steps, then (with --batches)
 //       trains N steps on the real batches from fresh copies of the same weights
 #include <sys/resource.h>
@@ -24,6 +24,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/allocator.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 #include "core/parallel.h"
 #include "core/random.h"
@@ -51,7 +52,7 @@ int64_t peak_rss_bytes() {
 }
 
 struct Flags {
-  std::string write_init, write_batches, init, batches, data;
+  std::string write_init, write_batches, init, batches, data, device = "cpu";
   int64_t heads = 4, threads = 2, steps = 20, warmup = 3, run_steps = 0, count = 200;
   uint64_t seed = 0;
 };
@@ -67,6 +68,7 @@ Flags parse(int argc, char** argv) {
     else if (flag == "--init") f.init = value;
     else if (flag == "--batches") f.batches = value;
     else if (flag == "--data") f.data = value;
+    else if (flag == "--device") f.device = value;
     else if (flag == "--heads") f.heads = std::stoll(value);
     else if (flag == "--threads") f.threads = std::stoll(value);
     else if (flag == "--steps") f.steps = std::stoll(value);
@@ -123,9 +125,10 @@ struct Trainee {
   nn::TransformerClassifier model;
   optim::AdamW optimizer;
 
-  Trainee(int64_t heads, const nn::TensorMap& init)
+  Trainee(int64_t heads, const nn::TensorMap& init, Device device)
       : gen(0), model(model_config(heads), gen), optimizer(imdb::parameter_groups(model, 0.01), 5e-4) {
     model.load_state_dict(nn::with_prefix_removed(init, "model."));
+    model.to(device);
   }
   // Forward, backward, clipping and AdamW: the trainer's step.
   double step(const Tensor& tokens, const Tensor& mask, const Tensor& labels) {
@@ -140,10 +143,12 @@ struct Trainee {
 
 void run(const Flags& f) {
   set_num_threads(int(f.threads));
+  const Device device = imdb::checked_device(f.device);
   nn::TensorMap init = nn::load_tensors(f.init);
-  Tensor tokens = init.at("batch.tokens"), labels = init.at("batch.labels");
-  Tensor mask = zeros(tokens.shape(), Dtype::Bool);  // a full batch: no padding
-  Trainee trainee(f.heads, init);
+  Tensor tokens = init.at("batch.tokens").to(device), labels = init.at("batch.labels").to(device);
+  Tensor mask = zeros(tokens.shape(), Dtype::Bool, device);  // a full batch: no padding
+  Trainee trainee(f.heads, init, device);
+  if (device.is_cuda()) reset_peak_memory(device);
 
   // The first loss, without dropout, from the shared weights: both frameworks must agree.
   double first_loss = 0;
@@ -169,6 +174,7 @@ void run(const Flags& f) {
     NoGradGuard no_grad;
     auto start = Clock::now();
     Tensor logits = trainee.model.forward(tokens, mask);
+    gpu::synchronize(device);  // GPU work is asynchronous: wait before reading the clock
     if (i >= f.warmup) forward_ms.push_back(1e3 * seconds_since(start));
   }
 
@@ -177,14 +183,14 @@ void run(const Flags& f) {
   double run_last_loss = 0;
   if (!f.batches.empty() && f.run_steps > 0) {
     nn::TensorMap batches = nn::load_tensors(f.batches);
-    Trainee fresh(f.heads, init);
+    Trainee fresh(f.heads, init, device);
     fresh.model.train();
     int64_t real_tokens = 0;
     auto start = Clock::now();
     for (; run_steps < f.run_steps && batches.count(std::to_string(run_steps) + ".tokens"); ++run_steps) {
       std::string i = std::to_string(run_steps);
       const Tensor& m = batches.at(i + ".mask");
-      run_last_loss = fresh.step(batches.at(i + ".tokens"), m, batches.at(i + ".labels"));
+      run_last_loss = fresh.step(batches.at(i + ".tokens").to(device), m.to(device), batches.at(i + ".labels").to(device));
       const bool* padding = m.data<bool>();
       for (int64_t j = 0; j < m.numel(); ++j) real_tokens += padding[j] ? 0 : 1;
     }
@@ -196,9 +202,10 @@ void run(const Flags& f) {
       "{{\"framework\": \"ember\", \"heads\": {}, \"threads\": {}, \"first_loss\": {:.8f}, "
       "\"step_ms\": {:.3f}, \"step_ms_all\": [{:.2f}], \"step_cpu_ms\": {:.3f}, \"forward_ms\": {:.3f}, "
       "\"run_steps\": {}, \"run_seconds\": {:.3f}, \"run_tokens_per_s\": {:.1f}, \"run_last_loss\": {:.6f}, "
-      "\"peak_rss_bytes\": {}, \"peak_tensor_bytes\": {}}}\n",
+      "\"peak_rss_bytes\": {}, \"peak_tensor_bytes\": {}, \"device\": \"{}\", \"peak_gpu_bytes\": {}}}\n",
       f.heads, num_threads(), first_loss, median(step_ms), fmt::join(step_ms, ", "), median(step_cpu_ms), median(forward_ms), run_steps,
-      run_seconds, run_tokens_per_s, run_last_loss, peak_rss_bytes(), memory_stats().peak_allocated);
+      run_seconds, run_tokens_per_s, run_last_loss, peak_rss_bytes(), memory_stats().peak_allocated, device.str(),
+      device.is_cuda() ? memory_stats(device).peak_allocated : 0);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@ the weights Ember saved (train_step_bench --write-init) and fed the same batches
 way as bench/train_step_bench.cpp. Prints one JSON object.
 
 Usage: train_step_torch.py --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
-                           [--batches FILE] [--run-steps N]
+                           [--batches FILE] [--run-steps N] [--device cpu|cuda]
+(--device cuda needs a CUDA build of torch: bench/gpu-check.sh checks torch.cuda.is_available() first.)
 """
 import argparse
 import json
@@ -81,7 +82,7 @@ class Classifier(nn.Module):
 
     def forward(self, tokens, padding):
         B, T = tokens.shape
-        positions = torch.arange(T).view(1, T)
+        positions = torch.arange(T, device=tokens.device).view(1, T)
         x = self.embedding_dropout(self.token_embedding(tokens) + self.position_embedding(positions))
         for block in self.blocks:
             x = block(x, padding)
@@ -91,10 +92,11 @@ class Classifier(nn.Module):
         return self.head(pooled)
 
 
-def make_trainee(heads, init):
+def make_trainee(heads, init, device=torch.device("cpu")):
     model = Classifier(heads=heads)
     state = {name[len("model.") :]: t for name, t in init.items() if name.startswith("model.")}
     model.load_state_dict(state, strict=True)
+    model.to(device)
     # The recipe's groups: weight matrices decay, biases, LayerNorm and embeddings do not.
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embedding" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embedding" not in n)]
@@ -122,13 +124,24 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batches")
     parser.add_argument("--run-steps", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+
+    def sync():  # CUDA work is asynchronous: wait before reading the clock
+        if cuda:
+            torch.cuda.synchronize(device)
 
     init = load_safetensors(args.init)
-    tokens, labels = init["batch.tokens"], init["batch.labels"]
-    padding = torch.zeros(tokens.shape, dtype=torch.bool)
-    model, optimizer = make_trainee(args.heads, init)
+    tokens, labels = init["batch.tokens"].to(device), init["batch.labels"].to(device)
+    padding = torch.zeros(tokens.shape, dtype=torch.bool, device=device)
+    model, optimizer = make_trainee(args.heads, init, device)
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False  # like Ember: exact float32 GEMMs
+        torch.backends.cudnn.allow_tf32 = False
+        torch.cuda.reset_peak_memory_stats(device)
 
     model.eval()
     with torch.no_grad():
@@ -139,6 +152,7 @@ def main():
     for i in range(args.warmup + args.steps):
         start, cpu_start = time.perf_counter(), time.process_time()
         step(model, optimizer, tokens, padding, labels)
+        sync()
         if i >= args.warmup:
             step_ms.append(1e3 * (time.perf_counter() - start))
             step_cpu_ms.append(1e3 * (time.process_time() - cpu_start))
@@ -148,20 +162,21 @@ def main():
         for i in range(args.warmup + args.steps):
             start = time.perf_counter()
             model(tokens, padding)
+            sync()
             if i >= args.warmup:
                 forward_ms.append(1e3 * (time.perf_counter() - start))
 
     run_steps, run_seconds, run_tokens_per_s, run_last_loss = 0, 0.0, 0.0, 0.0
     if args.batches and args.run_steps > 0:
         batches = load_safetensors(args.batches)
-        model, optimizer = make_trainee(args.heads, init)
+        model, optimizer = make_trainee(args.heads, init, device)
         model.train()
         real_tokens = 0
         start = time.perf_counter()
         while run_steps < args.run_steps and f"{run_steps}.tokens" in batches:
             i = str(run_steps)
-            mask = batches[i + ".mask"]
-            run_last_loss = step(model, optimizer, batches[i + ".tokens"], mask, batches[i + ".labels"])
+            mask = batches[i + ".mask"].to(device)
+            run_last_loss = step(model, optimizer, batches[i + ".tokens"].to(device), mask, batches[i + ".labels"].to(device))
             real_tokens += int((~mask).sum())
             run_steps += 1
         run_seconds = time.perf_counter() - start
@@ -184,6 +199,8 @@ def main():
                 "run_tokens_per_s": run_tokens_per_s,
                 "run_last_loss": run_last_loss,
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                "device": str(device),
+                "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if cuda else 0,
             }
         )
     )

@@ -6,6 +6,4 @@
 
 namespace ember {
 void copy_bytes_across_devices(void* dst, Device dst_device, const void* src, Device src_device, int64_t nbytes);
-// The CUDA backend's one kernel so far: n floats set to value.
-void cuda_fill_float(void* data, int64_t n, float value);
 }  // namespace ember

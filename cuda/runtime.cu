@@ -1,41 +1,102 @@
-// CUDA device plumbing: device count, a plain allocator, copies between host and device, and
-// one trivial kernel (fill). The full backend (caching allocator, every op) is a later step.
+// CUDA device plumbing: the device count, a current stream per device, the caching allocator and
+// copies between host and device.
+//
+// The allocator keeps freed blocks by size class and hands them out again, so that a training step
+// (which frees and asks for the same sizes every step) makes no cudaMalloc / cudaFree calls once
+// the first step has run. All work of a device is ordered on its one stream, so a block freed by
+// one op and handed to the next cannot still be in use. When cudaMalloc fails, the cache is given
+// back to the driver and the allocation retried once; then the error names the bytes asked for and
+// the bytes in use.
+// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/device_copy.h"
-#include "cuda/check.h"
+#include "cuda/launch.h"
 
 namespace ember {
+namespace cuda {
 namespace {
 
-class CudaAllocator final : public Allocator {
+constexpr int kMaxDevices = 16;
+
+void check_index(int index) {
+  int count = cuda_device_count();
+  if (index < 0 || index >= count) {
+    char message[200];
+    std::snprintf(message, sizeof message,
+                  "cuda:%d is not available: %d CUDA device%s found%s", index, count, count == 1 ? "" : "s",
+                  count == 0 ? " (no NVIDIA GPU or driver on this machine)" : "");
+    raise_message(message);
+  }
+}
+
+// Size classes: multiples of 512 bytes up to 1 MiB, then 8 classes per power of two (at most
+// 12.5% waste), so slightly different shapes (dynamic padding) share blocks.
+size_t size_class(size_t nbytes) {
+  constexpr size_t kSmall = 512;
+  if (nbytes <= (size_t(1) << 20)) return (nbytes + kSmall - 1) / kSmall * kSmall;
+  size_t power = size_t(1) << (63 - __builtin_clzll(nbytes));
+  size_t step = power / 8;
+  return (nbytes + step - 1) / step * step;
+}
+
+class CachingAllocator final : public Allocator {
  public:
-  explicit CudaAllocator(int index) : index_(index) {}
+  explicit CachingAllocator(int index) : index_(index) {}
+
   void* allocate(size_t nbytes) override {
-    EMBER_CHECK(index_ < cuda_device_count(), "cuda:{} is not available ({} CUDA devices found)", index_,
-                cuda_device_count());
-    EMBER_CUDA_CHECK(cudaSetDevice(index_));
-    void* ptr = nullptr;
-    cudaError_t status = cudaMalloc(&ptr, nbytes == 0 ? 1 : nbytes);
-    if (status == cudaErrorMemoryAllocation) {
-      cudaGetLastError();  // clear the sticky error
-      fail("out of GPU memory on cuda:{}: asked for {} bytes with {} bytes in use", index_, nbytes, stats_.allocated);
-    }
-    EMBER_CUDA_CHECK(status);
+    check_index(index_);
+    size_t size = size_class(nbytes == 0 ? 1 : nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.allocated += int64_t(nbytes);
-    stats_.reserved += int64_t(nbytes);
-    stats_.peak_allocated = stats_.peak_allocated > stats_.allocated ? stats_.peak_allocated : stats_.allocated;
+    void* ptr = nullptr;
+    // The smallest cached block that fits, if it wastes at most a third of itself.
+    auto it = free_.lower_bound(size);
+    while (it != free_.end() && it->second.empty()) ++it;
+    if (it != free_.end() && it->first <= size + size / 2) {
+      size = it->first;
+      ptr = it->second.back();
+      it->second.pop_back();
+    } else {
+      EMBER_CUDA_CHECK(cudaSetDevice(index_));
+      cudaError_t status = cudaMalloc(&ptr, size);
+      if (status == cudaErrorMemoryAllocation) {
+        cudaGetLastError();  // clear the error, give the cache back, try once more
+        release_cached_locked();
+        status = cudaMalloc(&ptr, size);
+      }
+      if (status == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        raise_out_of_memory(index_, nbytes, stats_.allocated, stats_.reserved, free_bytes, total_bytes);
+      }
+      EMBER_CUDA_CHECK(status);
+      stats_.reserved += int64_t(size);
+      ++mallocs_;
+    }
+    stats_.allocated += int64_t(size);
+    if (stats_.allocated > stats_.peak_allocated) stats_.peak_allocated = stats_.allocated;
+    block_sizes_[ptr] = size;
     return ptr;
   }
-  void deallocate(void* ptr, size_t nbytes) override {
-    cudaFree(ptr);
+
+  void deallocate(void* ptr, size_t) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.allocated -= int64_t(nbytes);
-    stats_.reserved -= int64_t(nbytes);
+    auto found = block_sizes_.find(ptr);
+    if (found == block_sizes_.end()) return;
+    size_t size = found->second;
+    block_sizes_.erase(found);
+    stats_.allocated -= int64_t(size);
+    free_[size].push_back(ptr);  // reused by later work on the same stream: stream order keeps it safe
   }
+
   MemoryStats stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
@@ -44,52 +105,118 @@ class CudaAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.peak_allocated = stats_.allocated;
   }
-  void release_cached() override {}
+  void release_cached() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_cached_locked();
+  }
+  int64_t malloc_count() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return mallocs_;
+  }
 
  private:
+  void release_cached_locked() {
+    cudaSetDevice(index_);
+    cudaDeviceSynchronize();  // nothing queued may still use a block given back
+    for (auto& entry : free_) {
+      for (void* block : entry.second) cudaFree(block);
+      stats_.reserved -= int64_t(entry.first * entry.second.size());
+      entry.second.clear();
+    }
+  }
+
   int index_;
   mutable std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_;      // size class -> cached free blocks
+  std::unordered_map<void*, size_t> block_sizes_;  // live block -> its size class
+  int64_t mallocs_ = 0;                            // cudaMalloc calls so far
   MemoryStats stats_;
 };
 
-// The trivial kernel: every element of a float buffer set to one value (grid-stride loop).
-__global__ void fill_kernel(float* data, int64_t n, float value) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    data[i] = value;
+CachingAllocator& caching_allocator(int index) {
+  check_index(index);
+  static CachingAllocator* allocators[kMaxDevices] = {};
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (index >= kMaxDevices) raise_message("cuda: device index out of range (at most 16 devices)");
+  // NOTE: leaked on purpose: tensors may outlive static destructors.
+  if (allocators[index] == nullptr) allocators[index] = new CachingAllocator(index);
+  return *allocators[index];
 }
 
 }  // namespace
 
-int cuda_device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
+cudaStream_t current_stream(int device) {
+  static cudaStream_t streams[kMaxDevices] = {};
+  static std::mutex mutex;
+  if (device < 0 || device >= kMaxDevices) raise_message("cuda: device index out of range (at most 16 devices)");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (streams[device] == nullptr) {
+    EMBER_CUDA_CHECK(cudaSetDevice(device));
+    // A blocking stream: it also waits for (and is waited on by) the legacy default stream.
+    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamDefault));
   }
+  return streams[device];
+}
+
+cudaStream_t use_device(int device) {
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  return current_stream(device);
+}
+
+void check_launch(const char* what, const char* file, int line) {
+  cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) raise_error("CUDA", what, file, line, cudaGetErrorString(status));
+  static const bool sync = [] {
+    const char* env = std::getenv("EMBER_CUDA_SYNC");
+    return env != nullptr && env[0] == '1';
+  }();
+  if (sync) {
+    status = cudaDeviceSynchronize();
+    if (status != cudaSuccess) raise_error("CUDA", what, file, line, cudaGetErrorString(status));
+  }
+}
+
+void synchronize(int device) {
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(current_stream(device)));
+}
+
+int64_t cudamalloc_count(int device) { return caching_allocator(device).malloc_count(); }
+
+}  // namespace cuda
+
+int cuda_device_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
   return count;
 }
 
-Allocator& cuda_allocator(int index) {
-  EMBER_CHECK(index >= 0 && index < 16, "cuda:{}: device index out of range", index);
-  static CudaAllocator* allocators[16] = {};
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (allocators[index] == nullptr) allocators[index] = new CudaAllocator(index);
-  return *allocators[index];
-}
+Allocator& cuda_allocator(int index) { return cuda::caching_allocator(index); }
 
 void copy_bytes_across_devices(void* dst, Device dst_device, const void* src, Device src_device, int64_t nbytes) {
-  cudaMemcpyKind kind = src_device.is_cpu() ? cudaMemcpyHostToDevice
-                        : dst_device.is_cpu() ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
-  EMBER_CUDA_CHECK(cudaMemcpy(dst, src, size_t(nbytes), kind));
-}
-
-void cuda_fill_float(void* data, int64_t n, float value) {
-  if (n == 0) return;
-  int blocks = int((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-  fill_kernel<<<blocks, 256>>>(static_cast<float*>(data), n, value);
-  EMBER_CUDA_CHECK(cudaGetLastError());
-  EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+  if (nbytes == 0) return;
+  cudaMemcpyKind kind = src_device.is_cpu()   ? cudaMemcpyHostToDevice
+                        : dst_device.is_cpu() ? cudaMemcpyDeviceToHost
+                                              : cudaMemcpyDeviceToDevice;
+  int device = src_device.is_cuda() ? src_device.index : dst_device.index;
+  if (src_device.is_cuda() && dst_device.is_cuda() && src_device.index != dst_device.index) {
+    // Between two GPUs: both streams drained first, then a peer copy.
+    cuda::synchronize(src_device.index);
+    cuda::synchronize(dst_device.index);
+    EMBER_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, size_t(nbytes)));
+    return;
+  }
+  cudaStream_t stream = cuda::use_device(device);
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(nbytes), kind, stream));
+  // The host side must not be reused (or read) before the copy is done: wait for it.
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace ember

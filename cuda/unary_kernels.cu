@@ -1,9 +1,9 @@
-// Element-wise math on the GPU: a grid-stride forward kernel y = f(x) and a backward kernel
+// Element-wise math on the GPU (contiguous operands; core/ops/unary.cpp makes them so): a grid-stride forward kernel y = f(x) and a backward kernel
 // grad_x = grad * f'(x, y), instantiated for every functor of core/unary_math.h (EMBER_HD makes
 // each functor __host__ __device__, so the GPU runs the very formulas the CPU tests check).
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/adding-an-op.md).
+// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
 #include "core/cuda_unary.h"
-#include "cuda/check.h"
+#include "cuda/launch.h"
 
 namespace ember::cuda {
 namespace {
@@ -20,38 +20,29 @@ __global__ void backward_kernel(F f, const T* grad, const T* x, const T* y, T* g
     grad_x[i] = grad[i] * f.df(x[i], y[i]);
 }
 
-constexpr int kThreads = 256;
-int blocks_for(int64_t n) { return int((n + kThreads - 1) / kThreads < 4096 ? (n + kThreads - 1) / kThreads : 4096); }
-
-// Runs on `device`, then waits, so that an error surfaces at the op that caused it.
-void finish() {
-  EMBER_CUDA_CHECK(cudaGetLastError());
-  EMBER_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
 template <typename F>
 void launch_forward(const F& f, int device, bool float64, const void* x, void* y, int64_t n) {
   if (n == 0) return;
-  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  cudaStream_t stream = use_device(device);
   if (float64)
-    forward_kernel<<<blocks_for(n), kThreads>>>(f, static_cast<const double*>(x), static_cast<double*>(y), n);
+    forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const double*>(x), static_cast<double*>(y), n);
   else
-    forward_kernel<<<blocks_for(n), kThreads>>>(f, static_cast<const float*>(x), static_cast<float*>(y), n);
-  finish();
+    forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const float*>(x), static_cast<float*>(y), n);
+  EMBER_CUDA_LAUNCHED("unary kernel");
 }
 
 template <typename F>
 void launch_backward(const F& f, int device, bool float64, const void* grad, const void* x, const void* y,
                      void* grad_x, int64_t n) {
   if (n == 0) return;
-  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  cudaStream_t stream = use_device(device);
   if (float64)
-    backward_kernel<<<blocks_for(n), kThreads>>>(f, static_cast<const double*>(grad), static_cast<const double*>(x),
+    backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const double*>(grad), static_cast<const double*>(x),
                                                  static_cast<const double*>(y), static_cast<double*>(grad_x), n);
   else
-    backward_kernel<<<blocks_for(n), kThreads>>>(f, static_cast<const float*>(grad), static_cast<const float*>(x),
+    backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const float*>(grad), static_cast<const float*>(x),
                                                  static_cast<const float*>(y), static_cast<float*>(grad_x), n);
-  finish();
+  EMBER_CUDA_LAUNCHED("unary kernel");
 }
 
 }  // namespace

@@ -53,6 +53,20 @@ void Module::to(Dtype dtype) {
   }
 }
 
+void Module::to(Device device) {
+  NoGradGuard no_grad;
+  for (auto& [name, p] : named_parameters()) {
+    if (p.device() == device) continue;
+    // The handle stays the same (optimisers and owners keep it); its storage moves.
+    Tensor moved = p.detach().contiguous().to(device);
+    TensorImpl* impl = p.impl();
+    impl->storage = moved.impl()->storage;
+    impl->strides = moved.strides();
+    impl->offset = moved.offset();
+    impl->grad.reset();
+  }
+}
+
 void Module::train(bool training) {
   training_ = training;
   for (auto& [name, child] : children_) child->train(training);

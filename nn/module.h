@@ -27,6 +27,7 @@ class Module {
   // Converts every parameter to `dtype` in place (float64 for gradchecks); handles held by
   // layers (weight, bias) see the change because they share the parameter's TensorImpl.
   void to(Dtype dtype);
+  void to(Device device);  // moves every parameter's storage (gradients are dropped)
 
   // Training mode switches dropout on; eval() switches it off. Applies to every sub-module.
   void train(bool training = true);

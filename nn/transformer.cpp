@@ -39,7 +39,7 @@ Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& key_pa
   EMBER_CHECK(tokens.dim() == 2, "TransformerClassifier: tokens must be [B, T], got {}", shape_str(tokens.shape()));
   const int64_t B = tokens.size(0), T = tokens.size(1);
   EMBER_CHECK(T <= config.max_len, "TransformerClassifier: sequence length {} exceeds max_len {}", T, config.max_len);
-  Tensor positions = arange(T).view({1, T});
+  Tensor positions = arange(T).view({1, T}).to(tokens.device());
   Tensor x = embedding_dropout->forward(token_embedding->forward(tokens) + position_embedding->forward(positions));
   if (attention_weights != nullptr) attention_weights->clear();
   for (const auto& block : blocks) {
@@ -49,8 +49,8 @@ Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& key_pa
   }
   x = final_norm->forward(x);
   // Mean over real positions: padded positions are left out of the pooling.
-  Tensor keep = key_padding_mask.defined() ? where(key_padding_mask, zeros({1}, x.dtype()), ones({1}, x.dtype()))
-                                           : ones({B, T}, x.dtype());
+  Tensor keep = key_padding_mask.defined() ? where(key_padding_mask, zeros({1}, x.dtype(), x.device()), ones({1}, x.dtype(), x.device()))
+                                           : ones({B, T}, x.dtype(), x.device());
   Tensor counts = sum(keep, {1}, /*keepdim=*/true);  // [B, 1]
   Tensor pooled = sum(x * keep.view({B, T, 1}), {1}) / counts;  // [B, D]
   return head->forward(pooled);

@@ -5,6 +5,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 #include "core/parallel.h"
 
@@ -17,6 +18,12 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : groups_(std::m
       EMBER_CHECK(p.defined() && p.requires_grad() && p.is_leaf(), "optimizer: parameters must be leaves that require grad");
       EMBER_CHECK(p.is_contiguous(), "optimizer: parameters must be contiguous");
     }
+}
+
+bool Optimizer::on_cuda() const {
+  for (const auto& group : groups_)
+    for (const auto& p : group.params) return p.device().is_cuda();
+  return false;
 }
 
 void Optimizer::zero_grad() {
@@ -54,8 +61,8 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
                 shape_str(params[index].shape()));
   }
   buffers_.clear();
-  for (auto& [name, t] : state)
-    if (name != "step") buffers_[name] = t.clone();
+  for (auto& [name, t] : state)  // each buffer on its parameter's device (a checkpoint is read to the CPU)
+    if (name != "step") buffers_[name] = t.to(params[std::stoul(name.substr(0, name.find('.')))].device()).clone();
   steps_ = step->second.item<int64_t>();
 }
 
@@ -110,6 +117,23 @@ void Adam::step() {
   ++steps_;
   const double correction1 = 1 - std::pow(beta1, double(steps_));
   const double correction2 = 1 - std::pow(beta2, double(steps_));
+  if (on_cuda()) {
+    // On a GPU: every parameter in one fused multi-tensor launch (the same update, element by element).
+    std::vector<Tensor> params, grads, ms, vs;
+    std::vector<double> decays;
+    for_each_param([&](size_t index, Tensor& p, double wd) {
+      if (!p.grad().defined()) return;
+      EMBER_CHECK(p.grad().shape() == p.shape(), "{}: gradient shape {} differs from parameter {}",
+                  decoupled ? "AdamW" : "Adam", shape_str(p.grad().shape()), shape_str(p.shape()));
+      params.push_back(p);
+      grads.push_back(p.grad().contiguous());
+      ms.push_back(buffer("exp_avg", index, p));
+      vs.push_back(buffer("exp_avg_sq", index, p));
+      decays.push_back(wd);
+    });
+    gpu::adam_step(params, grads, ms, vs, decays, {lr_, beta1, beta2, eps, correction1, correction2, decoupled});
+    return;
+  }
   for_each_param([&](size_t index, Tensor& p, double wd) {
     if (!p.grad().defined()) return;
     Tensor m = buffer("exp_avg", index, p), v = buffer("exp_avg_sq", index, p);

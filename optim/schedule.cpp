@@ -32,6 +32,11 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   for (const Tensor& p : params) {
     if (!p.grad().defined()) continue;
     Tensor g = p.grad().contiguous();
+    if (g.device().is_cuda()) {  // the GPU's deterministic sum in double, read back per parameter
+      Tensor g64 = g.to(Dtype::Float64);
+      total += sum(g64 * g64).item<double>();
+      continue;
+    }
     check_cpu("clip_grad_norm", g);
     dispatch_floating(g.dtype(), "clip_grad_norm", [&](auto tag) {
       using T = typename decltype(tag)::type;

@@ -39,6 +39,12 @@ expect "unknown flag" 2 "unknown flag --hedas" -- "$IMDB" train --hedas 4
 expect "bad number" 2 "--lr expects a number, got 'fast'" -- "$IMDB" train --lr fast
 expect "heads not dividing dim" 2 "--dim 128 is not divisible by --heads 3" -- "$IMDB" train --heads 3
 expect "bad device" 2 "unknown device 'tpu'" -- "$IMDB" train --device tpu
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  expect "train on the GPU (reports GPU memory)" 0 "MiB peak" -- "$IMDB" train --data "$DATA" --dim 16 --heads 2 --layers 1 \
+    --ffn 32 --max-len 64 --batch-size 16 --log-every 1000 --epochs 1 --device cuda --out "$OUT/gpu"
+else  # no GPU: a clear error, raised before the (here missing) data is even looked for
+  expect "no GPU for --device cuda" 1 "no CUDA device is available" -- "$IMDB" train --device cuda --data /nonexistent.json --out "$OUT/g"
+fi
 expect "missing data file" 1 "/nonexistent.json" -- "$IMDB" train --data /nonexistent.json --out "$OUT/x"
 printf '[{"t": "good", "s": 1}, {"t": "bad"' > "$OUT/broken.json"
 expect "malformed data file" 1 "broken.json" -- "$IMDB" train --data "$OUT/broken.json" --out "$OUT/y"
@@ -46,5 +52,5 @@ expect "missing run" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/none" 
 head -c 100 "$OUT/run/model.safetensors" > "$OUT/run/cut.safetensors" && mv "$OUT/run/cut.safetensors" "$OUT/run/model.safetensors"
 expect "corrupt checkpoint" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/run" --text hi
 expect "predict needs a review" 2 "exactly one of --text or --file" -- "$IMDB" predict --run "$OUT/run"
-echo "$((23 - fails)) passed, $fails failed"
+echo "$((24 - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -118,7 +118,6 @@ int cuda_device_count() { return 0; }
 void copy_bytes_across_devices(void*, Device, const void*, Device, int64_t) {
   fail("this build of Ember has no CUDA backend (configure with nvcc present)");
 }
-void cuda_fill_float(void*, int64_t, float) { fail("this build of Ember has no CUDA backend"); }
 #endif
 
 }  // namespace ember

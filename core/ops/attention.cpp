@@ -9,6 +9,7 @@
 
 #include "autograd/node.h"
 #include "core/cpu/attention.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -17,13 +18,13 @@ namespace {
 void check_attention_inputs(const char* op, const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask) {
   EMBER_CHECK(qkv.defined() && qkv.dim() == 3 && qkv.size(2) % 3 == 0, "{}: qkv must be [B, T, 3 * D], got {}", op,
               qkv.defined() ? shape_str(qkv.shape()) : std::string("undefined"));
-  EMBER_CHECK(qkv.device().is_cpu(), "{}: only CPU tensors are supported, got {}", op, qkv.device().str());
   const int64_t D = qkv.size(2) / 3;
   EMBER_CHECK(heads > 0 && D % heads == 0, "{}: model width {} is not divisible by heads {}", op, D, heads);
   if (key_padding_mask.defined())
     EMBER_CHECK(key_padding_mask.dtype() == Dtype::Bool && key_padding_mask.shape() == Shape({qkv.size(0), qkv.size(1)}),
                 "{}: key_padding_mask must be bool [{}, {}], got {} {}", op, qkv.size(0), qkv.size(1),
                 dtype_name(key_padding_mask.dtype()), shape_str(key_padding_mask.shape()));
+  if (key_padding_mask.defined()) check_same_device(op, {&qkv, &key_padding_mask});
 }
 
 }  // namespace
@@ -38,7 +39,7 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
   Tensor scores = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(Dh)));  // [B, H, T, T]
   if (key_padding_mask.defined()) scores = masked_fill(scores, key_padding_mask.view({B, 1, 1, T}), -INFINITY);
   if (causal) {
-    Tensor future = gt(arange(T).view({1, T}), arange(T).view({T, 1}));  // key index > query index
+    Tensor future = gt(arange(T).view({1, T}), arange(T).view({T, 1})).to(qkv.device());  // key index > query index
     scores = masked_fill(scores, future, -INFINITY);
   }
   Tensor probs = softmax(scores, -1);
@@ -48,6 +49,23 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
 
 Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_mask, bool causal, Tensor* weights) {
   check_attention_inputs("attention", qkv_in, heads, key_padding_mask);
+  // On a GPU: the fused kernels of cuda/attention_kernels.cu when switched on (EMBER_ATTENTION=fused;
+  // no [B, H, T, T] tensor is written), else the composed version (cuBLAS strided-batched GEMMs, the
+  // masked_fill and softmax kernels). The composed one is the default until the fused one has been
+  // checked on a GPU (docs/cuda.md).
+  if (qkv_in.device().is_cuda()) {
+    if (!cuda::attention_fused() || qkv_in.size(1) > cuda::attention_max_len())
+      return attention_reference(qkv_in, heads, key_padding_mask, causal, weights);
+    Tensor qkv = qkv_in.detach().contiguous();
+    Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
+    Tensor lse;
+    Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights);
+    record("attention", out, {qkv_in},
+           [heads, causal, qkv, mask, lse, out_saved = out.detach()](const Tensor& g) -> Grads {
+             return {gpu::attention_backward(g, qkv, out_saved, lse, heads, mask, causal)};
+           });
+    return out;
+  }
   Tensor qkv = qkv_in.contiguous();
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   const bool needs_grad = any_requires_grad({qkv_in});

@@ -10,6 +10,7 @@
 // Kernels: core/cpu/cross_entropy.cpp.
 #include "autograd/node.h"
 #include "core/cpu/cross_entropy.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -17,7 +18,6 @@ namespace ember {
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   EMBER_CHECK(logits.defined() && targets.defined(), "cross_entropy: an input tensor is undefined");
   check_same_device("cross_entropy", {&logits, &targets});
-  check_cpu("cross_entropy", logits);
   EMBER_CHECK(logits.dim() == 2, "cross_entropy: logits must be 2-D [N, C], got {}", shape_str(logits.shape()));
   EMBER_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be float32 or float64, got {}",
               dtype_name(logits.dtype()));
@@ -27,7 +27,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
               "cross_entropy: targets {} do not match logits {}: expected 1-D targets of length {}",
               shape_str(targets.shape()), shape_str(logits.shape()), logits.size(0));
   const int64_t N = logits.size(0), C = logits.size(1);
-  Tensor t = targets.detach().to(Dtype::Int64).contiguous();
+  // Checked on the host (a GPU tensor is copied back first).
+  Tensor t = targets.detach().to(Dtype::Int64).contiguous().to(Device::cpu());
   const int64_t* tp = t.data<int64_t>();
   for (int64_t r = 0; r < N; ++r)
     EMBER_CHECK(tp[r] == ignore_index || (tp[r] >= 0 && tp[r] < C),
@@ -35,11 +36,20 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                 tp[r], r, C, shape_str(logits.shape()), ignore_index);
 
   Tensor x = logits.detach().contiguous();
-  cpu::CrossEntropyForward f = cpu::cross_entropy_forward(x, t, ignore_index);
+  cpu::CrossEntropyForward f;
+  if (logits.device().is_cuda()) {  // targets checked above on a host copy; the kernels read them on the GPU
+    int64_t count = 0;
+    for (int64_t r = 0; r < N; ++r) count += tp[r] != ignore_index;
+    t = t.to(logits.device());
+    f = gpu::cross_entropy_forward(x, t, ignore_index, count);
+  } else {
+    f = cpu::cross_entropy_forward(x, t, ignore_index);
+  }
   Tensor loss = f.loss;
   f.loss = Tensor();  // NOTE: the closure must not hold the output (its own node would own it: a cycle)
   record("cross_entropy", loss, {logits, targets}, [x, t, f, ignore_index](const Tensor& g) -> Grads {
     double scale = f.count > 0 ? g.item<double>() / double(f.count) : 0.0;
+    if (x.device().is_cuda()) return {gpu::cross_entropy_backward(x, t, f, ignore_index, scale), Tensor()};
     return {cpu::cross_entropy_backward(x, t, f, ignore_index, scale), Tensor()};
   });
   return loss;

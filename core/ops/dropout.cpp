@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "autograd/node.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 #include "core/parallel.h"
 
@@ -39,6 +40,8 @@ void apply_mask(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, u
 }
 
 Tensor masked_scale(const Tensor& x, uint64_t seed, uint64_t first, double p) {
+  // On a GPU: the same hash of the same (seed, index), so the same mask as the CPU's.
+  if (x.device().is_cuda()) return gpu::dropout_mask(x, seed, first, keep_threshold(p), p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
   Tensor in = x.detach().contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   const uint64_t threshold = keep_threshold(p);
@@ -57,7 +60,6 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   EMBER_CHECK(is_floating(x.dtype()), "dropout: expected a floating tensor (float32 or float64), got {}",
               dtype_name(x.dtype()));
   if (!training || p == 0.0) return x;
-  check_cpu("dropout", x);
   const uint64_t seed = gen.seed(), first = gen.take(uint64_t(x.numel()));
   Tensor out = masked_scale(x, seed, first, p);
   // d/dx = mask * scale: the same pass over the gradient with the same (seed, first).

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "autograd/node.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 #include "core/parallel.h"
 
@@ -76,11 +77,22 @@ void scatter_rows(const std::vector<int64_t>& ids, const Tensor& grad, const Ten
   });
 }
 
+// The same op on a GPU: the ids were checked on the host; the backward buckets them there too and
+// sums each row's positions in order on the GPU (no atomics, the CPU's order).
+Tensor embedding_cuda(const Tensor& weight, std::vector<int64_t> id_list, const Shape& out_shape, int64_t V, int64_t D) {
+  Tensor out = gpu::embedding_forward(weight, id_list, out_shape);
+  record("embedding", out, {weight}, [id_list = std::move(id_list), V, D](const Tensor& g) -> Grads {
+    RowBuckets buckets = bucket_by_row(id_list, V);
+    Tensor grad = g.contiguous();
+    return {gpu::embedding_backward(grad, V, D, buckets.rows, buckets.starts, buckets.positions)};
+  });
+  return out;
+}
+
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   check_same_device("embedding", {&weight, &ids});
-  check_cpu("embedding", weight);
   EMBER_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [V, D], got shape {}", shape_str(weight.shape()));
   EMBER_CHECK(is_integer(ids.dtype()), "embedding: ids must be int32 or int64, got {}", dtype_name(ids.dtype()));
   const int64_t V = weight.shape()[0], D = weight.shape()[1];
@@ -88,6 +100,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 
   Shape out_shape = ids.shape();
   out_shape.push_back(D);
+  if (weight.device().is_cuda()) return embedding_cuda(weight, std::move(id_list), out_shape, V, D);
   Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
   const int64_t n = int64_t(id_list.size());
   const int64_t item = dtype_size(weight.dtype());

@@ -2,6 +2,7 @@
 // Backward of cat: each input's gradient is the narrow view of the output gradient it came from.
 #include "autograd/node.h"
 #include "core/cpu/elementwise.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -17,7 +18,6 @@ void check_list(const std::vector<Tensor>& tensors, const char* op) {
     EMBER_CHECK(tensors[i].device() == tensors[0].device(), "{}: input {} is on {}, but input 0 is on {}", op, i,
                 tensors[i].device().str(), tensors[0].device().str());
   }
-  check_cpu(op, tensors[0]);
 }
 
 }  // namespace
@@ -46,8 +46,11 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   int64_t start = 0;
   for (const Tensor& t : tensors) {
     int64_t length = t.shape()[size_t(dim)];
-    if (length > 0)
-      cpu::copy(t, make_view(out, t.shape(), out.strides(), out.offset() + start * out.strides()[size_t(dim)]));
+    if (length > 0) {
+      Tensor slot = make_view(out, t.shape(), out.strides(), out.offset() + start * out.strides()[size_t(dim)]);
+      if (out.device().is_cuda()) gpu::copy(t, slot);
+      else cpu::copy(t, slot);
+    }
     starts.push_back(start);
     lengths.push_back(length);
     needs.push_back(t.requires_grad());

@@ -5,6 +5,7 @@
 // summed over rows deterministically, independent of the thread count.
 #include "autograd/node.h"
 #include "core/cpu/layer_norm.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -23,7 +24,6 @@ void check_affine(const char* what, const Tensor& p, const Tensor& x, int64_t D)
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   EMBER_CHECK(x.defined(), "layer_norm: the input tensor is undefined");
-  check_cpu("layer_norm", x);
   EMBER_CHECK(is_floating(x.dtype()), "layer_norm: expected a floating input (float32 or float64), got {}",
               dtype_name(x.dtype()));
   EMBER_CHECK(x.dim() >= 1, "layer_norm: the input must have at least 1 dim, got a 0-d tensor");
@@ -38,7 +38,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor x2 = x.detach().contiguous().view({rows, D});
   Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
-  cpu::LayerNormForward f = cpu::layer_norm_forward(x2, w, b, eps);
+  cpu::LayerNormForward f = x.device().is_cuda() ? gpu::layer_norm_forward(x2, w, b, eps)
+                                                  : cpu::layer_norm_forward(x2, w, b, eps);
   Tensor y = f.y.view(x.shape());
 
   const bool need_dx = x.requires_grad();
@@ -48,7 +49,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
          [x2, w, mean = f.mean, rstd = f.rstd, shape = x.shape(), rows, D, need_dx, need_dw,
           need_db](const Tensor& g) -> Grads {
            Tensor g2 = g.contiguous().view({rows, D});
-           cpu::LayerNormGrads grads = cpu::layer_norm_backward(g2, x2, mean, rstd, w, need_dx, need_dw, need_db);
+           cpu::LayerNormGrads grads =
+               x2.device().is_cuda() ? gpu::layer_norm_backward(g2, x2, mean, rstd, w, need_dx, need_dw, need_db)
+                                     : cpu::layer_norm_backward(g2, x2, mean, rstd, w, need_dx, need_dw, need_db);
            return {need_dx ? grads.dx.view(shape) : Tensor(), grads.dweight, grads.dbias};
          });
   return y;

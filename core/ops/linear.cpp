@@ -6,6 +6,7 @@
 // W^T and g^T are strided views read in place by the GEMM; db uses the deterministic row sum.
 #include "autograd/node.h"
 #include "core/cpu/gemm.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -34,7 +35,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
               "linear: input, weight and bias must share one floating dtype, got {} and {}", dtype_name(x.dtype()),
               dtype_name(weight.dtype()));
   check_same_device("linear", {&x, &weight});
-  check_cpu("linear", x);
+  if (bias.defined()) check_same_device("linear", {&x, &bias});
 
   const int64_t rows = x.numel() / K;
   // Detached, contiguous operands: the kernels read raw memory (a transposed weight is copied once).
@@ -42,8 +43,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Shape out_shape = x.shape();
   out_shape.back() = N;
-  Tensor y = Tensor::empty(out_shape, x.dtype());
-  if (y.numel() > 0)
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  if (y.numel() > 0 && x.device().is_cuda())
+    gpu::linear_forward(x2, w, b, y, rows, K, N);  // cuBLAS; the bias is copied into y first
+  else if (y.numel() > 0)
     dispatch_floating(x.dtype(), "linear", [&](auto tag) {
       linear_forward<typename decltype(tag)::type>(x2, w, b, y, rows, K, N);
     });
@@ -55,6 +58,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
          [x2 = need_dw ? x2 : Tensor(), w = need_dx ? w : Tensor(), rows, K, N, need_dx, need_dw, need_db, x_shape = x.shape()](const Tensor& g) -> Grads {
            Tensor g2 = g.contiguous().view({rows, N});
            Tensor dx, dw, db;
+           if (g2.device().is_cuda()) {
+             if (need_dx) dx = Tensor::empty(x_shape, g2.dtype(), g2.device());
+             if (need_dw) dw = Tensor::empty({N, K}, g2.dtype(), g2.device());
+             gpu::linear_backward(g2, x2, w, need_dx ? &dx : nullptr, need_dw ? &dw : nullptr, rows, K, N);
+             if (need_db) db = sum(g2, {0});
+             return {dx, dw, db};
+           }
            dispatch_floating(g2.dtype(), "linear", [&](auto tag) {
              using T = typename decltype(tag)::type;
              if (need_dx) {

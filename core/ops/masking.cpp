@@ -3,6 +3,7 @@
 // backwards are that kernel: the gradient goes to whichever operand was picked, 0 to the other.
 #include "autograd/node.h"
 #include "core/cpu/elementwise.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -10,6 +11,7 @@ namespace {
 
 // out[i] = cond[i] ? a[i] : b[i] over `shape`, every operand broadcast to it; a and b same dtype.
 Tensor select_kernel(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape, const char* op) {
+  if (a.device().is_cuda()) return gpu::select(cond, a, b, shape);
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   dispatch_all(a.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -49,14 +51,13 @@ void check_mask(const Tensor& mask, const char* op, const char* what) {
 // d/dx = g where mask is false, 0 where it is true.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   check_same_device("masked_fill", {&x, &mask});
-  check_cpu("masked_fill", x);
   check_mask(mask, "masked_fill", "mask");
   Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   EMBER_CHECK(shape == x.shape(), "masked_fill: mask of shape {} does not broadcast to x's shape {}",
               shape_str(mask.shape()), shape_str(x.shape()));
-  Tensor out = select_kernel(mask, scalar(value, x.dtype()), x, shape, "masked_fill");
+  Tensor out = select_kernel(mask, scalar(value, x.dtype(), x.device()), x, shape, "masked_fill");
   record("masked_fill", out, {x}, [mask = mask.detach()](const Tensor& g) -> Grads {
-    return {select_kernel(mask, scalar(0.0, g.dtype()), g, g.shape(), "masked_fill")};
+    return {select_kernel(mask, scalar(0.0, g.dtype(), g.device()), g, g.shape(), "masked_fill")};
   });
   return out;
 }
@@ -64,14 +65,13 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 // da = g where cond (summed to a's shape), db = g where not cond (summed to b's shape).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same_device("where", {&cond, &a, &b});
-  check_cpu("where", a);
   check_mask(cond, "where", "cond");
   EMBER_CHECK(a.dtype() == b.dtype(), "where: dtypes differ ({} and {})", dtype_name(a.dtype()), dtype_name(b.dtype()));
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = select_kernel(cond, a, b, shape, "where");
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   record("where", out, {a, b}, [cond = cond.detach(), sa = a.shape(), sb = b.shape(), need_a, need_b](const Tensor& g) -> Grads {
-    Tensor zero = scalar(0.0, g.dtype());
+    Tensor zero = scalar(0.0, g.dtype(), g.device());
     return {need_a ? sum_to(select_kernel(cond, g, zero, g.shape(), "where"), sa) : Tensor(),
             need_b ? sum_to(select_kernel(cond, zero, g, g.shape(), "where"), sb) : Tensor()};
   });

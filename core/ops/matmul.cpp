@@ -10,6 +10,7 @@
 #include "autograd/node.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/gemm.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -33,8 +34,25 @@ MatrixLayout matrix_layout(const Tensor& x) {
 // True when neither of the last two dims has unit stride (say, every other column of a matrix):
 // the GEMM would still be correct, but packing such an operand gathers element by element.
 bool needs_copy(const Tensor& x) {
+  if (x.device().is_cuda()) return !gpu::gemm_readable(x);  // cuBLAS also needs a valid leading dim
   MatrixLayout m = matrix_layout(x);
   return m.rs != 1 && m.cs != 1;
+}
+
+// One GEMM (or a strided batch of them) on the operands' device: the CPU kernels of
+// core/cpu/gemm.h, or cuBLAS (core/gpu.h) for a CUDA tensor (device >= 0).
+template <typename T>
+void gemm_on(int device, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
+             int64_t b_rs, int64_t b_cs, T* C, int64_t ldc) {
+  if (device >= 0) gpu::gemm<T>(device, 1, M, N, K, A, 0, a_rs, a_cs, B, 0, b_rs, b_cs, T(0), C, 0, ldc);
+  else cpu::gemm(M, N, K, T(1), A, a_rs, a_cs, B, b_rs, b_cs, T(0), C, ldc);
+}
+template <typename T>
+void gemm_batched_on(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_bs,
+                     int64_t a_rs, int64_t a_cs, const T* B, int64_t b_bs, int64_t b_rs, int64_t b_cs, T* C,
+                     int64_t c_bs, int64_t ldc) {
+  if (device >= 0) gpu::gemm<T>(device, batch, M, N, K, A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, T(0), C, c_bs, ldc);
+  else cpu::gemm_batched(batch, M, N, K, T(1), A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, T(0), C, c_bs, ldc);
 }
 
 // One batch dim after merging: its size and each operand's element stride along it (0 = broadcast).
@@ -75,14 +93,16 @@ void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c) {
   const T* A = a.data<T>();
   const T* B = b.data<T>();
   T* C = c.data<T>();
+  const int device = c.device().is_cuda() ? c.device().index : -1;
   if (dims.empty()) {
-    cpu::gemm(M, N, K, T(1), A, la.rs, la.cs, B, lb.rs, lb.cs, T(0), C, N);
+    gemm_on(device, M, N, K, A, la.rs, la.cs, B, lb.rs, lb.cs, C, N);
     return;
   }
   // One shared B and A's batch laid out like extra rows: a single [batch*M, K] @ [K, N] product.
-  if (dims.size() == 1 && dims[0].b == 0 && (M == 1 || dims[0].a == M * la.rs)) {
+  // (On a GPU only for a row-major A: cuBLAS needs one leading dimension for the tall matrix.)
+  if (dims.size() == 1 && dims[0].b == 0 && (M == 1 || dims[0].a == M * la.rs) && (device < 0 || la.cs == 1)) {
     int64_t a_rs = M == 1 ? dims[0].a : la.rs;
-    cpu::gemm(dims[0].size * M, N, K, T(1), A, a_rs, la.cs, B, lb.rs, lb.cs, T(0), C, N);
+    gemm_on(device, dims[0].size * M, N, K, A, a_rs, la.cs, B, lb.rs, lb.cs, C, N);
     return;
   }
   // The innermost batch dim goes to gemm_batched; outer ones are walked like an odometer.
@@ -93,8 +113,8 @@ void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c) {
   std::vector<int64_t> index(dims.size(), 0);
   int64_t a_off = 0, b_off = 0, c_off = 0;
   for (int64_t o = 0; o < outer_count; ++o) {
-    cpu::gemm_batched(inner.size, M, N, K, T(1), A + a_off, inner.a, la.rs, la.cs, B + b_off, inner.b, lb.rs,
-                      lb.cs, T(0), C + c_off, inner.c, N);
+    gemm_batched_on(device, inner.size, M, N, K, A + a_off, inner.a, la.rs, la.cs, B + b_off, inner.b, lb.rs, lb.cs,
+                    C + c_off, inner.c, N);
     for (size_t d = dims.size(); d-- > 0;) {
       a_off += dims[d].a;
       b_off += dims[d].b;
@@ -177,7 +197,6 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
               shape_str(a.shape()), shape_str(b.shape()));
   EMBER_CHECK(a.dtype() == b.dtype(), "matmul: {} @ {}: dtypes differ ({} and {})", shape_str(a.shape()),
               shape_str(b.shape()), dtype_name(a.dtype()), dtype_name(b.dtype()));
-  check_cpu("matmul", a);
   const int64_t ka = a.shape().back();
   const int64_t kb = b.dim() == 1 ? b.shape()[0] : b.shape()[b.shape().size() - 2];
   EMBER_CHECK(ka == kb, "matmul: {} @ {}: inner dimensions {} and {} differ", shape_str(a.shape()),

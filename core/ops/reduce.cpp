@@ -3,6 +3,7 @@
 
 #include "autograd/node.h"
 #include "core/cpu/reduce.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -34,12 +35,19 @@ int64_t count_over(const Shape& shape, const std::vector<int64_t>& dims) {
   return n;
 }
 
+// The reduction kernel for x's device.
+Tensor reduce_kernel(const Tensor& x, const std::vector<int64_t>& dims, cpu::ReduceKind kind, const char* op) {
+  EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", op);
+  if (x.device().is_cuda()) return gpu::reduce(x, dims, kind == cpu::ReduceKind::Sum ? cuda::kSum : cuda::kMax);
+  return cpu::reduce(x, dims, kind, op);
+}
+
 }  // namespace
 
 // d sum / dx = 1 for every x: the gradient is dy broadcast back over the reduced dims.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   auto dims = normalize_dims(dims_in, x.dim(), "sum");
-  Tensor kept = cpu::reduce(x, dims, cpu::ReduceKind::Sum, "sum");
+  Tensor kept = reduce_kernel(x, dims, cpu::ReduceKind::Sum, "sum");
   Tensor y = keepdim ? kept : kept.view(drop_dims(kept.shape(), dims));
   record("sum", y, {x}, [in = x.shape(), keep = kept.shape()](const Tensor& g) -> Grads {
     return {g.reshape(keep).expand(in)};
@@ -56,11 +64,11 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 // d max / dx = 1 where x equals the max (shared equally between ties), 0 elsewhere.
 Tensor max(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   auto dims = normalize_dims(dims_in, x.dim(), "max");
-  Tensor kept = cpu::reduce(x, dims, cpu::ReduceKind::Max, "max");
+  Tensor kept = reduce_kernel(x, dims, cpu::ReduceKind::Max, "max");
   Tensor y = keepdim ? kept : kept.view(drop_dims(kept.shape(), dims));
   record("max", y, {x}, [x = x.detach(), kept = kept.detach(), dims](const Tensor& g) -> Grads {
     Tensor is_max = eq(x, kept).to(x.dtype());
-    Tensor ties = cpu::reduce(is_max, dims, cpu::ReduceKind::Sum, "max");
+    Tensor ties = reduce_kernel(is_max, dims, cpu::ReduceKind::Sum, "max");
     return {is_max * (g.reshape(kept.shape()) / ties)};
   });
   return y;
@@ -75,7 +83,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, int6
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   dim = normalize_dim(dim, x.dim(), "argmax");
-  Tensor kept = cpu::argmax(x, dim);
+  Tensor kept = x.device().is_cuda() ? gpu::argmax(x, dim) : cpu::argmax(x, dim);
   return keepdim ? kept : kept.squeeze(dim);
 }
 

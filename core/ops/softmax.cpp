@@ -6,6 +6,7 @@
 // Kernels: core/cpu/softmax.cpp.
 #include "autograd/node.h"
 #include "core/cpu/softmax.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -14,9 +15,10 @@ namespace {
 Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log) {
   EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", name);
   int64_t d = normalize_dim(dim, x.dim(), name);
-  Tensor y = cpu::softmax_forward(x, d, log, name);
+  Tensor y = x.device().is_cuda() ? gpu::softmax_forward(x, d, log) : cpu::softmax_forward(x, d, log, name);
   // NOTE: a detached view of y, never y itself (y's node would own y: a cycle).
   record(name, y, {x}, [name, d, log, y = y.detach()](const Tensor& g) -> Grads {
+    if (y.device().is_cuda()) return {gpu::softmax_backward(g, y, d, log)};
     return {cpu::softmax_backward(g, y, d, log, name)};
   });
   return y;

@@ -14,10 +14,11 @@ namespace {
 template <typename F>
 Tensor forward_kernel(const F& f, const Tensor& x, const char* name) {
   if (x.device().is_cpu()) return cpu::map_unary(f, x, name);
-  EMBER_CHECK(x.is_contiguous() && is_floating(x.dtype()), "{}: on {} only contiguous float32/float64 tensors so far",
-              name, x.device().str());
+  EMBER_CHECK(is_floating(x.dtype()), "{}: expected a floating tensor (float32 or float64), got {}", name,
+              dtype_name(x.dtype()));
+  Tensor in = x.detach().contiguous();  // the kernel walks contiguous memory: a strided view is copied first
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cuda::unary_forward(f, x.device().index, x.dtype() == Dtype::Float64, x.raw_data(), y.raw_data(), x.numel());
+  cuda::unary_forward(f, x.device().index, x.dtype() == Dtype::Float64, in.raw_data(), y.raw_data(), x.numel());
   return y;
 }
 
@@ -25,10 +26,11 @@ template <typename F>
 Tensor backward_kernel(const F& f, const Tensor& grad, const Tensor& x, const Tensor& y, const char* name) {
   if (x.device().is_cpu()) return cpu::map_unary_backward(f, grad, x, y, name);
   check_same_device(name, {&grad, &x});
-  EMBER_CHECK(grad.is_contiguous() && grad.dtype() == x.dtype(), "{}: backward on {} needs a contiguous {} gradient",
-              name, x.device().str(), dtype_name(x.dtype()));
+  EMBER_CHECK(grad.dtype() == x.dtype(), "{}: backward on {} needs a {} gradient, got {}", name, x.device().str(),
+              dtype_name(x.dtype()), dtype_name(grad.dtype()));
+  Tensor g = grad.detach().contiguous(), xc = x.contiguous(), yc = y.contiguous();
   Tensor grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cuda::unary_backward(f, x.device().index, x.dtype() == Dtype::Float64, grad.raw_data(), x.raw_data(), y.raw_data(),
+  cuda::unary_backward(f, x.device().index, x.dtype() == Dtype::Float64, g.raw_data(), xc.raw_data(), yc.raw_data(),
                        grad_x.raw_data(), x.numel());
   return grad_x;
 }

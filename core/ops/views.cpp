@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "core/cpu/elementwise.h"
 #include "core/device_copy.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -192,7 +193,8 @@ Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::clone() const {
   Tensor out = Tensor::empty(shape(), dtype(), device());
-  cpu::copy(*this, out);
+  if (device().is_cuda()) gpu::copy(*this, out);
+  else cpu::copy(*this, out);
   record("clone", out, {*this}, [](const Tensor& g) -> Grads { return {g}; });
   return out;
 }
@@ -200,7 +202,8 @@ Tensor Tensor::clone() const {
 Tensor Tensor::to(Dtype target) const {
   if (target == dtype()) return *this;
   Tensor out = Tensor::empty(shape(), target, device());
-  cpu::copy(*this, out);
+  if (device().is_cuda()) gpu::copy(*this, out);
+  else cpu::copy(*this, out);
   if (is_floating(target) && is_floating(dtype()))
     record("to", out, {*this}, [source = dtype()](const Tensor& g) -> Grads { return {g.to(source)}; });
   return out;
@@ -224,27 +227,27 @@ void check_inplace(const char* op, const Tensor& t) {
 
 Tensor& Tensor::copy_(const Tensor& source) {
   check_inplace("copy_", *this);
-  cpu::copy(source, *this);
+  if (source.defined() && source.device() != device()) return copy_(source.detach().to(device()));
+  if (device().is_cuda()) gpu::copy(source, *this);
+  else cpu::copy(source, *this);
   return *this;
 }
 Tensor& Tensor::fill_(double value) {
   check_inplace("fill_", *this);
-  if (device().is_cuda()) {
-    EMBER_CHECK(dtype() == Dtype::Float32 && is_contiguous(), "fill_: on CUDA only contiguous float32 so far");
-    cuda_fill_float(raw_data(), numel(), float(value));
-    return *this;
-  }
-  cpu::fill(*this, value);
+  if (device().is_cuda()) gpu::fill(*this, value);
+  else cpu::fill(*this, value);
   return *this;
 }
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_inplace("add_", *this);
-  cpu::add_into(*this, other, alpha);
+  if (device().is_cuda()) gpu::add_into(*this, other, alpha);
+  else cpu::add_into(*this, other, alpha);
   return *this;
 }
 Tensor& Tensor::mul_(double value) {
   check_inplace("mul_", *this);
-  cpu::scale(*this, value);
+  if (device().is_cuda()) gpu::scale(*this, value);
+  else cpu::scale(*this, value);
   return *this;
 }
 

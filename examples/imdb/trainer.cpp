@@ -166,13 +166,30 @@ Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary) {
   return data;
 }
 
-BatchTensors to_tensors(const Batch& batch) {
+Device checked_device(const std::string& name) {
+  Device device = Device::parse(name);
+  if (device.is_cuda()) {
+    const int count = cuda_device_count();
+    EMBER_CHECK(device.index < count, "--device {}: {}", name,
+                count == 0 ? std::string("no CUDA device is available (no NVIDIA GPU or driver here, or Ember was built "
+                                         "without CUDA)")
+                           : fmt::format("there are only {} CUDA devices", count));
+  }
+  return device;
+}
+
+BatchTensors to_tensors(const Batch& batch, Device device) {
   BatchTensors t;
   t.tokens = from_vector(batch.tokens, {batch.batch, batch.seq_len});
   t.padding_mask = Tensor::empty({batch.batch, batch.seq_len}, Dtype::Bool);
   bool* mask = t.padding_mask.data<bool>();
   for (size_t i = 0; i < batch.key_mask.size(); ++i) mask[i] = batch.key_mask[i] == 0;
   t.labels = from_vector(batch.labels, {batch.batch});
+  if (!device.is_cpu()) {
+    t.tokens = t.tokens.to(device);
+    t.padding_mask = t.padding_mask.to(device);
+    t.labels = t.labels.to(device);
+  }
   return t;
 }
 
@@ -188,9 +205,10 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   std::vector<int64_t> order = in_order(int64_t(reviews.size()));
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return reviews[a].size() < reviews[b].size(); });
   Batcher batcher(reviews, labels, batch_size);
+  const Device device = model.parameters().front().device();
   int64_t correct = 0;
   for (int64_t b = 0; b < batcher.num_batches(); ++b) {
-    BatchTensors t = to_tensors(batcher.batch(order, b));
+    BatchTensors t = to_tensors(batcher.batch(order, b), device);
     Tensor predicted = argmax(model.forward(t.tokens, t.padding_mask), 1);
     correct += int64_t(sum(eq(predicted, t.labels).to(Dtype::Float64)).item<double>());
   }
@@ -202,6 +220,7 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
 
 RunResult train(const TrainConfig& config) {
   check_output_folder(config.out);
+  checked_device(config.device);  // before the data is loaded: a missing GPU fails at once
   if (!config.quiet) fmt::print(stderr, "Loading IMDb...\n");
   Data data = prepare_data(config);
   return train(config, data);
@@ -210,8 +229,7 @@ RunResult train(const TrainConfig& config) {
 RunResult train(const TrainConfig& config_in, const Data& data) {
   TrainConfig config = config_in;
   config.model.vocab_size = data.vocabulary.size();
-  EMBER_CHECK(config.device == "cpu", "train: --device {} is not supported yet (the CUDA backend is in progress)",
-              config.device);
+  const Device device = checked_device(config.device);
   EMBER_CHECK(config.batch_size > 0 && config.epochs > 0, "train: batch size and epochs must be positive");
   if (config.threads > 0) set_num_threads(config.threads);
   check_output_folder(config.out);
@@ -219,6 +237,7 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
 
   Generator gen(config.seed);  // initialisation, then dropout masks
   nn::TransformerClassifier model(config.model, gen);
+  model.to(device);  // initialised on the CPU, so the same seed gives the same weights on every device
   optim::AdamW optimizer(parameter_groups(model, config.weight_decay), config.lr);
   Batcher batcher(data.train_tokens, data.train_labels, config.batch_size);
   const int64_t steps_per_epoch = batcher.num_batches();
@@ -235,7 +254,7 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     nn::TensorMap state = nn::load_tensors(checkpoint_path, &meta);
     TrainConfig saved = TrainConfig::from_metadata(meta);
     EMBER_CHECK(saved.to_metadata() == config.to_metadata(), "resume: {} was written with other settings", checkpoint_path);
-    model.load_state_dict(nn::with_prefix_removed(state, "model."));
+    model.load_state_dict(nn::with_prefix_removed(state, "model."));  // copied onto the model's device
     optimizer.load_state_dict(nn::with_prefix_removed(state, "optim."));
     step = std::stoll(meta.at("step"));
     gen.set_state(config.seed, std::stoull(meta.at("generator_offset")));
@@ -264,13 +283,14 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     std::vector<int64_t> order = batcher.shuffled_order(config.seed, epoch);
     model.train();
     reset_peak_memory();
+    if (device.is_cuda()) reset_peak_memory(device);
     double loss_sum = 0;
     int64_t loss_count = 0, real_tokens = 0, padded_tokens = 0;
     const auto epoch_start = Clock::now();
     progress.start_epoch(epoch + 1, config.epochs, steps_per_epoch);
     for (int64_t b = step % steps_per_epoch; b < steps_per_epoch; ++b) {
       Batch batch = batcher.batch(order, b);
-      BatchTensors t = to_tensors(batch);
+      BatchTensors t = to_tensors(batch, device);
       optimizer.set_lr(schedule.lr_at(step));
       Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
       optimizer.zero_grad();
@@ -310,6 +330,12 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     er.padded_tokens_per_s = double(padded_tokens) / train_seconds;
     er.peak_bytes = memory_stats().peak_allocated;
     er.peak_rss_bytes = peak_rss_bytes();
+    if (device.is_cuda()) {
+      MemoryStats gpu = memory_stats(device);
+      er.gpu_allocated_bytes = gpu.allocated;
+      er.gpu_peak_bytes = gpu.peak_allocated;
+      er.gpu_reserved_bytes = gpu.reserved;
+    }
     result.epochs.push_back(er);
     metrics << json_line({{"kind", "\"epoch\""}, {"epoch", std::to_string(er.epoch)}, {"step", std::to_string(step)},
                           {"train_loss", num(er.train_loss)}, {"test_accuracy", num(er.test_accuracy)},
@@ -319,6 +345,12 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
                           {"padded_tokens_per_s", num(er.padded_tokens_per_s)},
                           {"peak_tensor_bytes", std::to_string(er.peak_bytes)},
                           {"peak_rss_bytes", std::to_string(er.peak_rss_bytes)}});
+    if (device.is_cuda())
+      metrics << json_line({{"kind", "\"gpu_memory\""}, {"epoch", std::to_string(er.epoch)},
+                            {"device", "\"" + device.str() + "\""},
+                            {"allocated_bytes", std::to_string(er.gpu_allocated_bytes)},
+                            {"peak_bytes", std::to_string(er.gpu_peak_bytes)},
+                            {"reserved_bytes", std::to_string(er.gpu_reserved_bytes)}});
     metrics.flush();
     if (!config.quiet)
       fmt::print(stderr,
@@ -327,6 +359,10 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
                  er.epoch, config.epochs, er.train_loss, 100 * er.test_accuracy, data.test_tokens.size(), er.seconds,
                  er.eval_seconds, er.real_tokens_per_s, er.padded_tokens_per_s, er.peak_bytes / 1048576.0,
                  er.peak_rss_bytes / 1048576.0);
+    if (!config.quiet && device.is_cuda())
+      fmt::print(stderr, "epoch {}/{}: {} memory: {:.1f} MiB allocated, {:.1f} MiB peak, {:.1f} MiB reserved\n", er.epoch,
+                 config.epochs, device.str(), er.gpu_allocated_bytes / 1048576.0, er.gpu_peak_bytes / 1048576.0,
+                 er.gpu_reserved_bytes / 1048576.0);
     save_checkpoint();
     nn::save_tensors(config.out + "/model.safetensors", model.state_dict(), config.to_metadata());
     if (config.stop_after > 0 && step >= config.stop_after) break;
@@ -336,6 +372,7 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
   metrics.flush();
   // The report is a by-product: when it cannot be written, the run has still succeeded.
   try {
+    model.to(Device::cpu());  // the report's attention maps are computed on the CPU
     write_run_report(config.out, config, model, data);
     if (!config.quiet) fmt::print(stderr, "Report: {}/report.html\n", config.out);
   } catch (const std::exception& e) {

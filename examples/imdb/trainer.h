@@ -51,6 +51,9 @@ struct EpochResult {
   double padded_tokens_per_s = 0;
   int64_t peak_bytes = 0;      // peak tensor memory (allocator)
   int64_t peak_rss_bytes = 0;  // peak resident memory of the process
+  int64_t gpu_allocated_bytes = 0;  // on --device cuda: GPU tensor memory at the epoch's end
+  int64_t gpu_peak_bytes = 0;       // and its peak during the epoch (training and evaluation)
+  int64_t gpu_reserved_bytes = 0;   // held by the caching allocator
 };
 
 struct RunResult {
@@ -97,6 +100,9 @@ double predict_positive(const SavedRun& run, const std::string& review);
 struct BatchTensors {
   Tensor tokens, padding_mask, labels;
 };
-BatchTensors to_tensors(const Batch& batch);
+// On `device` (copied there from the host).
+BatchTensors to_tensors(const Batch& batch, Device device = Device::cpu());
+// The device of a --device flag, checked: cuda:N with no such GPU (or no CUDA build) is an ember::Error.
+Device checked_device(const std::string& name);
 
 }  // namespace ember::imdb

@@ -1,0 +1,133 @@
+// The CUDA kernels of the tensor core, as the .cu files in cuda/ define them: raw pointers, sizes
+// and element strides only, so the .cu files need neither Tensor nor fmt (they compile as C++17).
+// core/gpu.cpp wraps them for tensors; core/cuda_ops_stubs.cpp raises a clear error in a build
+// without CUDA. Every function runs on `device`'s current stream (asynchronously: results are
+// read back through a copy, which waits).
+// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+#pragma once
+#include <cstdint>
+
+namespace ember::cuda {
+
+constexpr int kMaxDims = 8;
+
+// Element types, numbered like ember::Dtype (core/dtype.h; core/gpu.cpp checks they agree).
+enum ScalarType : int { kFloat32 = 0, kFloat64 = 1, kInt32 = 2, kInt64 = 3, kBool = 6 };
+
+// The shape an element-wise kernel walks (row-major), at most kMaxDims dims.
+struct Shape8 {
+  int ndim = 0;
+  int64_t size[kMaxDims] = {};
+};
+// One operand of it: a pointer to element [0, ...], its type, and its stride (in elements) along
+// each dim of the shape; 0 repeats the element (broadcasting).
+struct Operand {
+  void* data = nullptr;
+  int dtype = kFloat32;
+  int64_t stride[kMaxDims] = {};
+};
+
+// ---- Runtime (cuda/runtime.cu)
+void synchronize(int device);            // waits for everything queued on the device's stream
+int64_t cudamalloc_count(int device);    // cudaMalloc calls made by the caching allocator so far
+
+// ---- Element-wise (cuda/elementwise_kernels.cu)
+// dst = src converted to dst's type, element by element over `shape`.
+void copy(int device, const Shape8& shape, const Operand& dst, const Operand& src);
+void fill(int device, const Shape8& shape, const Operand& dst, double value);
+// dst += alpha * src (same type), and dst *= value (floating).
+void add_into(int device, const Shape8& shape, const Operand& dst, const Operand& src, double alpha);
+void scale(int device, const Shape8& shape, const Operand& dst, double value);
+enum BinaryOp : int { kAdd, kSub, kMul, kDiv, kEq, kGt, kLt };
+// out = a (op) b; a and b of one type, out of that type (arithmetic) or bool (comparisons).
+void binary(int device, BinaryOp op, const Shape8& shape, const Operand& out, const Operand& a, const Operand& b);
+// out = cond ? a : b (cond bool; a, b and out of one type).
+void select(int device, const Shape8& shape, const Operand& out, const Operand& cond, const Operand& a,
+            const Operand& b);
+// out[i] = in[i] * scale where (random_bits(seed, first + i) >> 11) >= threshold, else 0 (core/random.h:
+// the same mask as the CPU's for the same seed and index). n contiguous elements.
+void dropout(int device, bool float64, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
+             uint64_t threshold, double scale);
+
+// ---- Rows: reductions, softmax, layer norm, cross-entropy (cuda/row_kernels.cu)
+// Every kernel here gives each row to one block and combines in a fixed order: deterministic.
+enum ReduceKind : int { kSum = 0, kMax = 1 };
+// out[r] = reduce(in[r, 0..n)), in contiguous [rows, n] of `dtype` (float32/float64/int32/int64).
+void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows, int64_t n);
+// out[r] = the first index of the largest in[r, :] (int64).
+void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n);
+void softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log);
+void softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
+                      bool log);
+// The same through cuDNN (cuda/cudnn_softmax.cu): used by core/gpu.cpp instead of the kernels above
+// when softmax_cudnn() is on (set_softmax_cudnn(true), or EMBER_SOFTMAX=cudnn in the environment).
+bool cudnn_available();  // built with cuDNN
+void set_softmax_cudnn(bool on);
+bool softmax_cudnn();
+void cudnn_softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log);
+void cudnn_softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows,
+                            int64_t n, bool log);
+// Statistics in double like the CPU kernel (core/cpu/layer_norm.h); mean and rstd are float64 [rows].
+void layer_norm_forward(int device, bool float64, const void* x, const void* weight, const void* bias, void* y,
+                        double* mean, double* rstd, int64_t rows, int64_t D, double eps);
+// dx, dweight, dbias may each be null (not wanted). `partial` is scratch of 2 * chunks * D doubles,
+// chunks = layer_norm_chunks(rows): dweight / dbias are summed per chunk of rows, then the chunks
+// in order.
+int64_t layer_norm_chunks(int64_t rows);
+void layer_norm_backward(int device, bool float64, const void* grad, const void* x, const double* mean,
+                         const double* rstd, const void* weight, void* dx, void* dweight, void* dbias, int64_t rows,
+                         int64_t D, double* partial);
+// Per row: row_max, sum_exp (the logits' type) and the row's loss (double; 0 for ignored rows).
+void cross_entropy_forward(int device, bool float64, const void* logits, const int64_t* targets, int64_t N, int64_t C,
+                           int64_t ignore_index, void* row_max, void* sum_exp, double* row_loss);
+void cross_entropy_backward(int device, bool float64, const void* logits, const int64_t* targets, const void* row_max,
+                            const void* sum_exp, void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
+                            double scale);
+
+// ---- Fused attention (cuda/attention_kernels.cu), the layout of core/cpu/attention.h: qkv contiguous
+// [B, T, 3 D], key_padding_mask bool [B, T] or null, out [B, T, D]; lse and delta are float64 [B, H, T]
+// scratch saved between forward and backward; probs [B, H, T, T] or null (only when asked for).
+// Used by core/ops/attention.cpp on a GPU when attention_fused() is on (set_attention_fused(true),
+// or EMBER_ATTENTION=fused); otherwise the composed attention_reference runs.
+void set_attention_fused(bool on);
+bool attention_fused();
+int64_t attention_max_len();  // longest T the fused kernels take (their rows live in shared memory)
+void attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                       int64_t heads, int64_t D, bool causal, void* out, double* lse, void* probs);
+// grad_qkv [B, T, 3 D] is written whole (dq by one kernel, dk and dv by another).
+void attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                        int64_t heads, int64_t D, bool causal, const void* out, const void* grad_out, const double* lse,
+                        double* delta, void* grad_qkv);
+
+// ---- Embedding (cuda/embedding_kernels.cu)
+// out[i, :] = weight[ids[i], :] (weight strides in elements), n ids, D columns.
+void embedding_forward(int device, bool float64, const void* weight, int64_t w_rs, int64_t w_cs, const int64_t* ids,
+                       int64_t n, int64_t D, void* out);
+// dweight[rows[k], :] += sum over p in [starts[k], starts[k+1]) of grad[positions[p], :], in order of p:
+// one block per distinct row, no atomics, the same order of additions as the CPU.
+void embedding_backward(int device, bool float64, const void* grad, const int64_t* rows, const int64_t* starts,
+                        const int64_t* positions, int64_t nrows, int64_t D, void* dweight);
+
+// ---- GEMM through cuBLAS (cuda/blas.cu), row-major like the CPU's cpu::gemm:
+// C[b] (M x N, row stride ldc) = A[b] (M x K) @ B[b] (K x N) + beta * C[b] for b < batch, where
+// A(i, k) = A[b * a_bs + i * a_rs + k * a_cs] (one of a_rs, a_cs must be 1; same for B).
+void gemm(int device, bool float64, int64_t batch, int64_t M, int64_t N, int64_t K, const void* A, int64_t a_rs,
+          int64_t a_cs, int64_t a_bs, const void* B, int64_t b_rs, int64_t b_cs, int64_t b_bs, double beta, void* C,
+          int64_t ldc, int64_t c_bs);
+// float32 GEMMs in TF32 (faster, about 1e-3 relative error) when on; off by default.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+// ---- Optimisers (cuda/optim_kernels.cu)
+struct AdamHyper {
+  double lr, beta1, beta2, eps, correction1, correction2;  // correction_k = 1 - beta_k^step
+  bool decoupled;                                          // AdamW: decay the weights, not the gradient
+};
+// Adam / AdamW over `count` tensors, the same update as optim/optimizer.cpp's CPU loop:
+// params[t], grads[t], m[t], v[t] each sizes[t] contiguous elements, weight_decays[t] per tensor.
+// Host arrays; they travel as kernel arguments, up to 32 tensors per launch (one launch for a
+// model of up to 32 parameters, a few for more).
+void adam_step(int device, bool float64, int count, void* const* params, const void* const* grads, void* const* m,
+               void* const* v, const int64_t* sizes, const double* weight_decays, const AdamHyper& hyper);
+
+}  // namespace ember::cuda

@@ -1,0 +1,392 @@
+// Host wrappers of the CUDA kernels (see core/gpu.h): checks, operand layout, result allocation.
+#include "core/gpu.h"
+
+#include <algorithm>
+
+#include "core/cpu/elementwise.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace ember::gpu {
+namespace {
+
+static_assert(int(Dtype::Float32) == cuda::kFloat32 && int(Dtype::Float64) == cuda::kFloat64 &&
+                  int(Dtype::Int32) == cuda::kInt32 && int(Dtype::Int64) == cuda::kInt64 &&
+                  int(Dtype::Bool) == cuda::kBool,
+              "core/cuda_ops.h numbers the dtypes like core/dtype.h");
+
+int scalar_type(Dtype dtype, const char* op) {
+  EMBER_CHECK(dtype != Dtype::BFloat16 && dtype != Dtype::Float16, "{}: dtype {} has no CUDA kernels yet", op,
+              dtype_name(dtype));
+  return int(dtype);
+}
+
+void check_cuda(const char* op, const Tensor& t) {
+  EMBER_CHECK(t.defined(), "{}: an input tensor is undefined", op);
+  EMBER_CHECK(t.device().is_cuda(), "{}: expected a CUDA tensor, got one on {}", op, t.device().str());
+}
+
+int device_of(const Tensor& t) { return t.device().index; }
+bool is_f64(const Tensor& t) { return t.dtype() == Dtype::Float64; }
+
+void check_floating(const char* op, const Tensor& t) {
+  EMBER_CHECK(is_floating(t.dtype()), "{}: expected a floating tensor (float32 or float64), got {}", op,
+              dtype_name(t.dtype()));
+}
+
+// The output shape as the kernels take it (at most 8 dims).
+cuda::Shape8 shape8(const Shape& shape, const char* op) {
+  EMBER_CHECK(shape.size() <= size_t(cuda::kMaxDims), "{}: CUDA kernels take at most {} dims, got shape {}", op,
+              cuda::kMaxDims, shape_str(shape));
+  cuda::Shape8 s;
+  s.ndim = int(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) s.size[d] = shape[d];
+  return s;
+}
+
+// t read over `shape` (t broadcast to it): element strides, 0 along broadcast dims.
+cuda::Operand operand(const Tensor& t, const Shape& shape, const char* op) {
+  cuda::Operand o;
+  o.data = t.raw_data();
+  o.dtype = scalar_type(t.dtype(), op);
+  EMBER_CHECK(t.shape().size() <= shape.size(), "{}: {} does not broadcast to {}", op, shape_str(t.shape()),
+              shape_str(shape));
+  const size_t lead = shape.size() - t.shape().size();
+  for (size_t d = 0; d < t.shape().size(); ++d) o.stride[lead + d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
+  return o;
+}
+
+// x with `dim` moved last, as a contiguous tensor (detached: this is kernel plumbing, not a graph).
+Tensor last_dim_contiguous(const Tensor& x, int64_t dim) {
+  Tensor t = x.detach();
+  if (dim != x.dim() - 1) t = t.transpose(dim, -1);
+  return t.contiguous();
+}
+
+Tensor upload(const std::vector<int64_t>& values, Device device) {
+  if (values.empty()) return Tensor::empty({0}, Dtype::Int64, device);
+  return from_vector(values, {int64_t(values.size())}).to(device);
+}
+
+}  // namespace
+
+void copy(const Tensor& src, const Tensor& dst) {
+  check_same_device("copy", {&src, &dst});
+  check_cuda("copy", dst);
+  broadcast_shapes(src.shape(), dst.shape(), "copy");
+  cuda::copy(device_of(dst), shape8(dst.shape(), "copy"), operand(dst, dst.shape(), "copy"),
+             operand(src, dst.shape(), "copy"));
+}
+
+void fill(const Tensor& dst, double value) {
+  check_cuda("fill_", dst);
+  cuda::fill(device_of(dst), shape8(dst.shape(), "fill_"), operand(dst, dst.shape(), "fill_"), value);
+}
+
+void add_into(const Tensor& dst, const Tensor& src, double alpha) {
+  check_same_device("add_", {&src, &dst});
+  EMBER_CHECK(src.dtype() == dst.dtype(), "add_: dtypes differ ({} and {})", dtype_name(dst.dtype()),
+              dtype_name(src.dtype()));
+  Shape shape = broadcast_shapes(src.shape(), dst.shape(), "add_");
+  EMBER_CHECK(shape == dst.shape(), "add_: {} does not broadcast into {}", shape_str(src.shape()),
+              shape_str(dst.shape()));
+  cuda::add_into(device_of(dst), shape8(shape, "add_"), operand(dst, shape, "add_"), operand(src, shape, "add_"),
+                 alpha);
+}
+
+void scale(const Tensor& dst, double value) {
+  check_cuda("mul_", dst);
+  check_floating("mul_", dst);
+  cuda::scale(device_of(dst), shape8(dst.shape(), "mul_"), operand(dst, dst.shape(), "mul_"), value);
+}
+
+Tensor binary(cuda::BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
+  check_same_device(name, {&a, &b});
+  EMBER_CHECK(a.dtype() == b.dtype(), "{}: dtypes differ ({} and {})", name, dtype_name(a.dtype()),
+              dtype_name(b.dtype()));
+  const bool comparison = op == cuda::kEq || op == cuda::kGt || op == cuda::kLt;
+  EMBER_CHECK(comparison || a.dtype() != Dtype::Bool, "{}: arithmetic on bool tensors is not defined", name);
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = Tensor::empty(shape, comparison ? Dtype::Bool : a.dtype(), a.device());
+  cuda::binary(device_of(a), op, shape8(shape, name), operand(out, shape, name), operand(a, shape, name),
+               operand(b, shape, name));
+  return out;
+}
+
+Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape) {
+  check_same_device("where", {&cond, &a, &b});
+  EMBER_CHECK(a.dtype() == b.dtype(), "where: dtypes differ ({} and {})", dtype_name(a.dtype()), dtype_name(b.dtype()));
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  cuda::select(device_of(a), shape8(shape, "where"), operand(out, shape, "where"), operand(cond, shape, "where"),
+               operand(a, shape, "where"), operand(b, shape, "where"));
+  return out;
+}
+
+Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale) {
+  check_cuda("dropout", x);
+  check_floating("dropout", x);
+  Tensor in = x.detach().contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  cuda::dropout(device_of(x), is_f64(x), in.raw_data(), out.raw_data(), x.numel(), seed, first, threshold, scale);
+  return out;
+}
+
+Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind) {
+  const char* op = kind == cuda::kSum ? "sum" : "max";
+  check_cuda(op, x);
+  // Kept dims first (in order), reduced dims last: the result is [outer] laid out like keepdim.
+  std::vector<int64_t> order;
+  Shape keep_shape = x.shape();
+  int64_t R = 1;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (!std::binary_search(dims.begin(), dims.end(), d)) order.push_back(d);
+  for (int64_t d : dims) {
+    order.push_back(d);
+    R *= x.shape()[size_t(d)];
+    keep_shape[size_t(d)] = 1;
+  }
+  Tensor y = Tensor::empty(keep_shape, x.dtype(), x.device());
+  const int64_t outer = y.numel();
+  if (outer == 0) return y;
+  if (R == 0) {
+    EMBER_CHECK(kind == cuda::kSum, "max: cannot reduce over an empty dim (shape {})", shape_str(x.shape()));
+    fill(y, 0.0);
+    return y;
+  }
+  Tensor in = x.detach().permute(order).contiguous();
+  cuda::reduce_rows(device_of(x), scalar_type(x.dtype(), op), kind, in.raw_data(), y.raw_data(), outer, R);
+  return y;
+}
+
+Tensor argmax(const Tensor& x, int64_t dim) {
+  check_cuda("argmax", x);
+  Shape keep_shape = x.shape();
+  const int64_t n = x.shape()[size_t(dim)];
+  keep_shape[size_t(dim)] = 1;
+  Tensor in = last_dim_contiguous(x, dim);
+  Tensor out = Tensor::empty(keep_shape, Dtype::Int64, x.device());
+  if (out.numel() == 0) return out;
+  EMBER_CHECK(n > 0, "argmax: dim {} of shape {} is empty", dim, shape_str(x.shape()));
+  // Rows of `in` follow x's other dims in order, dim itself last: the same order as keep_shape.
+  cuda::argmax_rows(device_of(x), scalar_type(x.dtype(), "argmax"), in.raw_data(), out.data<int64_t>(), out.numel(), n);
+  return out;
+}
+
+// in is x with dim moved last (contiguous); the result is transposed back and made contiguous.
+Tensor softmax_forward(const Tensor& x, int64_t dim, bool log) {
+  const char* op = log ? "log_softmax" : "softmax";
+  check_cuda(op, x);
+  check_floating(op, x);
+  Tensor in = last_dim_contiguous(x, dim);
+  Tensor y = Tensor::empty(in.shape(), x.dtype(), x.device());
+  const int64_t n = x.dim() == 0 ? 1 : x.shape()[size_t(dim)];
+  if (y.numel() > 0 && cuda::softmax_cudnn())
+    cuda::cudnn_softmax_forward(device_of(x), is_f64(x), in.raw_data(), y.raw_data(), y.numel() / n, n, log);
+  else if (y.numel() > 0)
+    cuda::softmax_forward(device_of(x), is_f64(x), in.raw_data(), y.raw_data(), y.numel() / n, n, log);
+  if (x.dim() > 0 && dim != x.dim() - 1) y = y.transpose(dim, -1).contiguous();
+  return y;
+}
+
+Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log) {
+  const char* op = log ? "log_softmax" : "softmax";
+  check_same_device(op, {&grad, &y});
+  Tensor g = last_dim_contiguous(grad, dim), yt = last_dim_contiguous(y, dim);
+  EMBER_CHECK(g.dtype() == yt.dtype(), "{} backward: gradient dtype {} differs from {}", op, dtype_name(g.dtype()),
+              dtype_name(yt.dtype()));
+  Tensor dx = Tensor::empty(g.shape(), y.dtype(), y.device());
+  const int64_t n = y.dim() == 0 ? 1 : y.shape()[size_t(dim)];
+  if (dx.numel() > 0 && cuda::softmax_cudnn())
+    cuda::cudnn_softmax_backward(device_of(y), is_f64(y), g.raw_data(), yt.raw_data(), dx.raw_data(), dx.numel() / n, n,
+                                 log);
+  else if (dx.numel() > 0)
+    cuda::softmax_backward(device_of(y), is_f64(y), g.raw_data(), yt.raw_data(), dx.raw_data(), dx.numel() / n, n, log);
+  if (y.dim() > 0 && dim != y.dim() - 1) dx = dx.transpose(dim, -1).contiguous();
+  return dx;
+}
+
+cpu::LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_cuda("layer_norm", x);
+  const int64_t rows = x.shape()[0], D = x.shape()[1];
+  cpu::LayerNormForward f;
+  f.y = Tensor::empty({rows, D}, x.dtype(), x.device());
+  f.mean = Tensor::empty({rows}, Dtype::Float64, x.device());
+  f.rstd = Tensor::empty({rows}, Dtype::Float64, x.device());
+  cuda::layer_norm_forward(device_of(x), is_f64(x), x.raw_data(), weight.defined() ? weight.raw_data() : nullptr,
+                           bias.defined() ? bias.raw_data() : nullptr, f.y.raw_data(), f.mean.data<double>(),
+                           f.rstd.data<double>(), rows, D, eps);
+  return f;
+}
+
+cpu::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                        const Tensor& weight, bool need_dx, bool need_dweight, bool need_dbias) {
+  check_same_device("layer_norm", {&grad, &x, &mean, &rstd});
+  const int64_t rows = x.shape()[0], D = x.shape()[1];
+  cpu::LayerNormGrads out;
+  if (need_dx) out.dx = Tensor::empty({rows, D}, x.dtype(), x.device());
+  if (need_dweight) out.dweight = Tensor::empty({D}, x.dtype(), x.device());
+  if (need_dbias) out.dbias = Tensor::empty({D}, x.dtype(), x.device());
+  if (rows == 0) {  // nothing to sum: zero gradients for the affine parameters
+    if (need_dweight) fill(out.dweight, 0.0);
+    if (need_dbias) fill(out.dbias, 0.0);
+    return out;
+  }
+  Tensor partial;
+  if (need_dweight || need_dbias)
+    partial = Tensor::empty({2 * cuda::layer_norm_chunks(rows) * D}, Dtype::Float64, x.device());
+  cuda::layer_norm_backward(device_of(x), is_f64(x), grad.raw_data(), x.raw_data(), mean.data<double>(),
+                            rstd.data<double>(), weight.defined() ? weight.raw_data() : nullptr,
+                            need_dx ? out.dx.raw_data() : nullptr, need_dweight ? out.dweight.raw_data() : nullptr,
+                            need_dbias ? out.dbias.raw_data() : nullptr, rows, D,
+                            partial.defined() ? partial.data<double>() : nullptr);
+  return out;
+}
+
+cpu::CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                               int64_t count) {
+  check_same_device("cross_entropy", {&logits, &targets});
+  const int64_t N = logits.shape()[0], C = logits.shape()[1];
+  const Device device = logits.device();
+  cpu::CrossEntropyForward f;
+  f.row_max = Tensor::empty({N}, logits.dtype(), device);
+  f.sum_exp = Tensor::empty({N}, logits.dtype(), device);
+  f.count = count;
+  Tensor row_loss = Tensor::empty({N}, Dtype::Float64, device);
+  cuda::cross_entropy_forward(device_of(logits), is_f64(logits), logits.raw_data(), targets.data<int64_t>(), N, C,
+                              ignore_index, f.row_max.raw_data(), f.sum_exp.raw_data(), row_loss.data<double>());
+  // The mean in double (one block, fixed order), then rounded once to the logits' dtype.
+  Tensor total = Tensor::empty({}, Dtype::Float64, device);
+  if (N > 0) cuda::reduce_rows(device_of(logits), cuda::kFloat64, cuda::kSum, row_loss.raw_data(), total.raw_data(), 1, N);
+  else fill(total, 0.0);
+  if (count > 0) scale(total, 1.0 / double(count));
+  else fill(total, 0.0);
+  f.loss = Tensor::empty({}, logits.dtype(), device);
+  copy(total, f.loss);
+  return f;
+}
+
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const cpu::CrossEntropyForward& saved,
+                              int64_t ignore_index, double scale) {
+  const int64_t N = logits.shape()[0], C = logits.shape()[1];
+  Tensor dx = Tensor::empty({N, C}, logits.dtype(), logits.device());
+  cuda::cross_entropy_backward(device_of(logits), is_f64(logits), logits.raw_data(), targets.data<int64_t>(),
+                               saved.row_max.raw_data(), saved.sum_exp.raw_data(), dx.raw_data(), N, C, ignore_index,
+                               scale);
+  return dx;
+}
+
+Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, const Shape& out_shape) {
+  check_cuda("embedding", weight);
+  check_floating("embedding", weight);
+  const int64_t D = weight.shape()[1];
+  Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
+  Tensor ids_gpu = upload(ids, weight.device());
+  cuda::embedding_forward(device_of(weight), is_f64(weight), weight.raw_data(), weight.strides()[0],
+                          weight.strides()[1], ids_gpu.data<int64_t>(), int64_t(ids.size()), D, out.raw_data());
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const std::vector<int64_t>& rows,
+                          const std::vector<int64_t>& starts, const std::vector<int64_t>& positions) {
+  check_cuda("embedding backward", grad);
+  Tensor dweight = zeros({V, D}, grad.dtype(), grad.device());
+  if (rows.empty()) return dweight;
+  Tensor r = upload(rows, grad.device()), s = upload(starts, grad.device()), p = upload(positions, grad.device());
+  cuda::embedding_backward(device_of(grad), is_f64(grad), grad.raw_data(), r.data<int64_t>(), s.data<int64_t>(),
+                           p.data<int64_t>(), int64_t(rows.size()), D, dweight.raw_data());
+  return dweight;
+}
+
+bool gemm_readable(const Tensor& x) {
+  const size_t n = x.shape().size();
+  int64_t rows = x.shape()[n - 2], cols = x.shape()[n - 1], rs = x.strides()[n - 2], cs = x.strides()[n - 1];
+  if (rows <= 1) rs = cs == 1 ? std::max<int64_t>(cols, 1) : 1;
+  if (cols <= 1) cs = rs == 1 ? std::max<int64_t>(rows, 1) : 1;
+  return (cs == 1 && rs >= std::max<int64_t>(cols, 1)) || (rs == 1 && cs >= std::max<int64_t>(rows, 1));
+}
+
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
+                    int64_t N) {
+  check_same_device("linear", {&x, &w, &y});
+  const int device = device_of(x);
+  double beta = 0.0;
+  if (b.defined()) {  // y starts as the bias on every row; the GEMM adds x W^T to it
+    check_same_device("linear", {&x, &b});
+    copy(b, y.view({rows, N}));
+    beta = 1.0;
+  }
+  // W^T(k, n) = W[n, k]: the weight read with swapped strides.
+  cuda::gemm(device, is_f64(x), 1, rows, N, K, x.raw_data(), K, 1, 0, w.raw_data(), 1, K, 0, beta, y.raw_data(), N, 0);
+}
+
+void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
+                     int64_t rows, int64_t K, int64_t N) {
+  const int device = device_of(g);
+  if (dx != nullptr)  // dx [rows, K] = g [rows, N] W [N, K]
+    cuda::gemm(device, is_f64(g), 1, rows, K, N, g.raw_data(), N, 1, 0, w.raw_data(), K, 1, 0, 0.0, dx->raw_data(), K, 0);
+  if (dw != nullptr)  // dW [N, K] = g^T [N, rows] x [rows, K]
+    cuda::gemm(device, is_f64(g), 1, N, K, rows, g.raw_data(), 1, N, 0, x.raw_data(), K, 1, 0, 0.0, dw->raw_data(), K, 0);
+}
+
+Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, Tensor& lse,
+                         Tensor* weights) {
+  check_cuda("attention", qkv);
+  check_floating("attention", qkv);
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
+  EMBER_CHECK(T <= cuda::attention_max_len(), "attention: sequence length {} exceeds the fused CUDA kernel's {}", T,
+              cuda::attention_max_len());
+  if (mask.defined()) check_same_device("attention", {&qkv, &mask});
+  Tensor out = Tensor::empty({B, T, D}, qkv.dtype(), qkv.device());
+  lse = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
+  Tensor probs;
+  if (weights != nullptr) probs = Tensor::empty({B, heads, T, T}, qkv.dtype(), qkv.device());
+  cuda::attention_forward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B,
+                          T, heads, D, causal, out.raw_data(), lse.data<double>(),
+                          probs.defined() ? probs.raw_data() : nullptr);
+  if (weights != nullptr) *weights = probs;
+  return out;
+}
+
+Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          int64_t heads, const Tensor& mask, bool causal) {
+  check_same_device("attention backward", {&grad_out, &qkv, &out, &lse});
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
+  Tensor g = grad_out.contiguous();
+  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
+  Tensor delta = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
+  cuda::attention_backward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B,
+                           T, heads, D, causal, out.raw_data(), g.raw_data(), lse.data<double>(), delta.data<double>(),
+                           dqkv.raw_data());
+  return dqkv;
+}
+
+void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
+               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const cuda::AdamHyper& hyper) {
+  if (params.empty()) return;
+  const Device device = params[0].device();
+  const Dtype dtype = params[0].dtype();
+  std::vector<void*> p_ptr, m_ptr, v_ptr;
+  std::vector<const void*> g_ptr;
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < params.size(); ++i) {
+    check_same_device("AdamW", {&params[i], &grads[i], &m[i], &v[i]});
+    EMBER_CHECK(params[i].device() == device && params[i].dtype() == dtype,
+                "AdamW (CUDA): all parameters must share one device and dtype ({} {} and {} {})", device.str(),
+                dtype_name(dtype), params[i].device().str(), dtype_name(params[i].dtype()));
+    EMBER_CHECK(params[i].is_contiguous() && grads[i].is_contiguous(), "AdamW (CUDA): tensors must be contiguous");
+    p_ptr.push_back(params[i].raw_data());
+    g_ptr.push_back(grads[i].raw_data());
+    m_ptr.push_back(m[i].raw_data());
+    v_ptr.push_back(v[i].raw_data());
+    sizes.push_back(params[i].numel());
+  }
+  check_floating("AdamW", params[0]);
+  cuda::adam_step(device.index, dtype == Dtype::Float64, int(params.size()), p_ptr.data(), g_ptr.data(), m_ptr.data(),
+                  v_ptr.data(), sizes.data(), weight_decays.data(), hyper);
+}
+
+void synchronize(Device device) {
+  if (device.is_cuda()) cuda::synchronize(device.index);
+}
+
+}  // namespace ember::gpu

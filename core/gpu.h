@@ -1,0 +1,81 @@
+// The CUDA backend for tensors: host C++ wrappers that check shapes and devices, lay operands out
+// for the raw kernels of core/cuda_ops.h (cuda/*.cu) and allocate the results. The ops in
+// core/ops/*.cpp route a CUDA tensor here in a line or two; CPU tensors never come here.
+// In a build without CUDA every kernel behind these raises "this build of Ember has no CUDA
+// backend" (core/cuda_ops_stubs.cpp); no tensor can be on a GPU there anyway.
+// NOTE: compiled by CI, but not yet run on a GPU (see docs/cuda.md).
+#pragma once
+#include <vector>
+
+#include "core/cpu/cross_entropy.h"
+#include "core/cpu/layer_norm.h"
+#include "core/cuda_ops.h"
+#include "core/tensor.h"
+
+namespace ember::gpu {
+
+// ---- Element-wise (any strides; operands broadcast to the output)
+void copy(const Tensor& src, const Tensor& dst);  // dst = src (broadcast, converted to dst's dtype)
+void fill(const Tensor& dst, double value);
+void add_into(const Tensor& dst, const Tensor& src, double alpha);  // dst += alpha * src
+void scale(const Tensor& dst, double value);                         // dst *= value
+Tensor binary(cuda::BinaryOp op, const Tensor& a, const Tensor& b, const char* name);
+Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape);  // cond ? a : b
+// x * keep / (1 - p) with the CPU's mask (core/ops/dropout.cpp): contiguous result.
+Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale);
+
+// ---- Reductions: the result keeps the reduced dims as size 1 (like cpu::reduce)
+Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind);
+Tensor argmax(const Tensor& x, int64_t dim);  // keepdim, int64
+
+// ---- Softmax over `dim`: contiguous results, like core/cpu/softmax.h
+Tensor softmax_forward(const Tensor& x, int64_t dim, bool log);
+Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log);
+
+// ---- Layer norm over the last dim of contiguous [rows, D] (same contract as core/cpu/layer_norm.h)
+cpu::LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+cpu::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                        const Tensor& weight, bool need_dx, bool need_dweight, bool need_dbias);
+
+// ---- Cross-entropy on contiguous logits [N, C] and int64 targets [N] (on the GPU); `count` rows counted.
+cpu::CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                               int64_t count);
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const cpu::CrossEntropyForward& saved,
+                              int64_t ignore_index, double scale);
+
+// ---- Embedding: ids already checked on the host (`ids` is their host copy, row-major)
+Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, const Shape& out_shape);
+// dweight [V, D] from grad [n, D] (contiguous): the buckets of ids by row, as the CPU builds them.
+Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const std::vector<int64_t>& rows,
+                          const std::vector<int64_t>& starts, const std::vector<int64_t>& positions);
+
+// ---- GEMM (cuBLAS), row-major, strides in elements; see core/cuda_ops.h
+template <typename T>
+void gemm(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_bs, int64_t a_rs,
+          int64_t a_cs, const T* B, int64_t b_bs, int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_bs, int64_t ldc) {
+  cuda::gemm(device, sizeof(T) == 8, batch, M, N, K, A, a_rs, a_cs, a_bs, B, b_rs, b_cs, b_bs, double(beta), C, ldc,
+             c_bs);
+}
+// True when cuBLAS can read x's last two dims in place (unit stride along one, a valid leading dim).
+bool gemm_readable(const Tensor& x);
+// y [rows, N] = x [rows, K] W^T (+ b); dx = g W; dW = g^T x (all contiguous).
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
+                    int64_t N);
+void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
+                     int64_t rows, int64_t K, int64_t N);
+
+// ---- Fused attention (cuda/attention_kernels.cu): qkv contiguous [B, T, 3 D], mask contiguous bool [B, T]
+// or undefined. `lse` receives the per-row log-sum-exp the backward needs.
+Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, Tensor& lse,
+                         Tensor* weights);
+Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          int64_t heads, const Tensor& mask, bool causal);
+
+// ---- Optimisers: one fused Adam / AdamW launch over all the parameters
+void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
+               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const cuda::AdamHyper& hyper);
+
+// Waits for the device's queued work (for timing).
+void synchronize(Device device);
+
+}  // namespace ember::gpu

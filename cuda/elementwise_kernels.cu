@@ -1,0 +1,213 @@
+// Element-wise kernels over strided, broadcast operands: copy (with type conversion), fill,
+// in-place add and scale, binary arithmetic and comparisons, select (where / masked_fill), dropout.
+// Each thread takes linear indices of the output shape (grid-stride), turns one into a multi-index
+// and each operand's offset from its own strides (0 = broadcast), up to 8 dims.
+// The arithmetic is the functors of core/unary_math.h and the dropout hash core/random.h, both
+// EMBER_HD, so the CPU and the GPU compute the very same formulas.
+// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+#include "core/cuda_ops.h"
+#include "core/random.h"
+#include "core/unary_math.h"
+#include "cuda/launch.h"
+
+namespace ember::cuda {
+namespace {
+
+// The offset (in elements) of linear index i of `shape` in an operand with `stride`.
+__device__ __forceinline__ int64_t offset_of(const Shape8& shape, const int64_t* stride, int64_t i) {
+  int64_t offset = 0;
+  for (int d = shape.ndim - 1; d >= 0; --d) {
+    int64_t size = shape.size[d];
+    int64_t index = i % size;
+    i /= size;
+    offset += index * stride[d];
+  }
+  return offset;
+}
+
+int64_t numel(const Shape8& shape) {
+  int64_t n = 1;
+  for (int d = 0; d < shape.ndim; ++d) n *= shape.size[d];
+  return n;
+}
+
+// Calls fn(T{}) for the C++ type of `dtype`.
+template <typename Fn>
+void dispatch(int dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case kFloat32: fn(float{}); return;
+    case kFloat64: fn(double{}); return;
+    case kInt32: fn(int32_t{}); return;
+    case kInt64: fn(int64_t{}); return;
+    case kBool: fn(bool{}); return;
+    default: raise_message(op);
+  }
+}
+
+template <typename D, typename S>
+__global__ void copy_kernel(Shape8 shape, int64_t n, D* dst, Operand d, const S* src, Operand s) {
+  EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] = static_cast<D>(src[offset_of(shape, s.stride, i)]);
+}
+
+template <typename T>
+__global__ void fill_kernel(Shape8 shape, int64_t n, T* dst, Operand d, T value) {
+  EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] = value;
+}
+
+template <typename T>
+__global__ void add_into_kernel(Shape8 shape, int64_t n, T* dst, Operand d, const T* src, Operand s, T alpha) {
+  EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] += alpha * src[offset_of(shape, s.stride, i)];
+}
+
+template <typename T>
+__global__ void scale_kernel(Shape8 shape, int64_t n, T* dst, Operand d, T value) {
+  EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] *= value;
+}
+
+template <typename F, typename T, typename R>
+__global__ void binary_kernel(F f, Shape8 shape, int64_t n, R* out, Operand o, const T* a, Operand oa, const T* b,
+                              Operand ob) {
+  EMBER_CUDA_LOOP(i, n) {
+    out[offset_of(shape, o.stride, i)] = f.f(a[offset_of(shape, oa.stride, i)], b[offset_of(shape, ob.stride, i)]);
+  }
+}
+
+template <typename T>
+__global__ void select_kernel(Shape8 shape, int64_t n, T* out, Operand o, const bool* cond, Operand oc, const T* a,
+                              Operand oa, const T* b, Operand ob) {
+  EMBER_CUDA_LOOP(i, n) {
+    out[offset_of(shape, o.stride, i)] =
+        cond[offset_of(shape, oc.stride, i)] ? a[offset_of(shape, oa.stride, i)] : b[offset_of(shape, ob.stride, i)];
+  }
+}
+
+template <typename T>
+__global__ void dropout_kernel(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, uint64_t threshold,
+                               T scale) {
+  EMBER_CUDA_LOOP(i, n) {
+    bool keep = (random_bits(seed, first + uint64_t(i)) >> 11) >= threshold;
+    out[i] = keep ? in[i] * scale : T(0);
+  }
+}
+
+template <typename F, typename T, typename R>
+void launch_binary(cudaStream_t stream, const F& f, const Shape8& shape, int64_t n, const Operand& out,
+                   const Operand& a, const Operand& b) {
+  binary_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, shape, n, static_cast<R*>(out.data), out,
+                                                        static_cast<const T*>(a.data), a,
+                                                        static_cast<const T*>(b.data), b);
+}
+
+}  // namespace
+
+void copy(int device, const Shape8& shape, const Operand& dst, const Operand& src) {
+  int64_t n = numel(shape);
+  if (n == 0) return;
+  cudaStream_t stream = use_device(device);
+  dispatch(dst.dtype, "copy: unsupported destination dtype on CUDA", [&](auto d_tag) {
+    using D = decltype(d_tag);
+    dispatch(src.dtype, "copy: unsupported source dtype on CUDA", [&](auto s_tag) {
+      using S = decltype(s_tag);
+      copy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<D*>(dst.data), dst,
+                                                          static_cast<const S*>(src.data), src);
+    });
+  });
+  EMBER_CUDA_LAUNCHED("copy_kernel");
+}
+
+void fill(int device, const Shape8& shape, const Operand& dst, double value) {
+  int64_t n = numel(shape);
+  if (n == 0) return;
+  cudaStream_t stream = use_device(device);
+  dispatch(dst.dtype, "fill_: unsupported dtype on CUDA", [&](auto tag) {
+    using T = decltype(tag);
+    fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(dst.data), dst, static_cast<T>(value));
+  });
+  EMBER_CUDA_LAUNCHED("fill_kernel");
+}
+
+void add_into(int device, const Shape8& shape, const Operand& dst, const Operand& src, double alpha) {
+  int64_t n = numel(shape);
+  if (n == 0) return;
+  cudaStream_t stream = use_device(device);
+  dispatch(dst.dtype, "add_: unsupported dtype on CUDA", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same<T, bool>::value) {
+      raise_message("add_: not defined for bool tensors");
+    } else {
+      add_into_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(dst.data), dst,
+                                                              static_cast<const T*>(src.data), src, static_cast<T>(alpha));
+    }
+  });
+  EMBER_CUDA_LAUNCHED("add_into_kernel");
+}
+
+void scale(int device, const Shape8& shape, const Operand& dst, double value) {
+  int64_t n = numel(shape);
+  if (n == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (dst.dtype == kFloat32)
+    scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<float*>(dst.data), dst, float(value));
+  else if (dst.dtype == kFloat64)
+    scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<double*>(dst.data), dst, value);
+  else
+    raise_message("mul_: expected a floating tensor (float32 or float64) on CUDA");
+  EMBER_CUDA_LAUNCHED("scale_kernel");
+}
+
+void binary(int device, BinaryOp op, const Shape8& shape, const Operand& out, const Operand& a, const Operand& b) {
+  int64_t n = numel(shape);
+  if (n == 0) return;
+  cudaStream_t stream = use_device(device);
+  dispatch(a.dtype, "binary op: unsupported dtype on CUDA", [&](auto tag) {
+    using T = decltype(tag);
+    switch (op) {
+      case kEq: launch_binary<math::Equal, T, bool>(stream, math::Equal{}, shape, n, out, a, b); return;
+      case kGt: launch_binary<math::Greater, T, bool>(stream, math::Greater{}, shape, n, out, a, b); return;
+      case kLt: launch_binary<math::Less, T, bool>(stream, math::Less{}, shape, n, out, a, b); return;
+      default: break;
+    }
+    if constexpr (std::is_same<T, bool>::value) {
+      raise_message("arithmetic on bool tensors is not defined");
+    } else {
+      switch (op) {
+        case kAdd: launch_binary<math::Add, T, T>(stream, math::Add{}, shape, n, out, a, b); break;
+        case kSub: launch_binary<math::Sub, T, T>(stream, math::Sub{}, shape, n, out, a, b); break;
+        case kMul: launch_binary<math::Mul, T, T>(stream, math::Mul{}, shape, n, out, a, b); break;
+        case kDiv: launch_binary<math::Div, T, T>(stream, math::Div{}, shape, n, out, a, b); break;
+        default: raise_message("binary op: unknown op");
+      }
+    }
+  });
+  EMBER_CUDA_LAUNCHED("binary_kernel");
+}
+
+void select(int device, const Shape8& shape, const Operand& out, const Operand& cond, const Operand& a,
+            const Operand& b) {
+  int64_t n = numel(shape);
+  if (n == 0) return;
+  cudaStream_t stream = use_device(device);
+  dispatch(out.dtype, "where: unsupported dtype on CUDA", [&](auto tag) {
+    using T = decltype(tag);
+    select_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(out.data), out,
+                                                          static_cast<const bool*>(cond.data), cond,
+                                                          static_cast<const T*>(a.data), a,
+                                                          static_cast<const T*>(b.data), b);
+  });
+  EMBER_CUDA_LAUNCHED("select_kernel");
+}
+
+void dropout(int device, bool float64, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
+             uint64_t threshold, double scale) {
+  if (n == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (float64)
+    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), n,
+                                                           seed, first, threshold, scale);
+  else
+    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), n,
+                                                           seed, first, threshold, float(scale));
+  EMBER_CUDA_LAUNCHED("dropout_kernel");
+}
+
+}  // namespace ember::cuda

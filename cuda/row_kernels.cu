@@ -1,0 +1,379 @@
+// Row kernels: reductions over the last dim, argmax, softmax and log-softmax (forward and backward),
+// layer norm (forward and backward) and cross-entropy (forward and backward).
+// One block of 256 threads per row: each thread accumulates a fixed, strided subset of the row, and
+// the 256 partial results are combined by a tree in shared memory in a fixed order. No atomics:
+// the same input always gives the same bits, whatever the GPU. Floating sums accumulate in double.
+// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+#include <cmath>
+
+#include "core/cuda_ops.h"
+#include "cuda/launch.h"
+
+namespace ember::cuda {
+namespace {
+
+struct SumOp {
+  template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  template <typename T> __device__ T operator()(T a, T b) const { return b > a ? b : a; }
+};
+
+// Combines one value per thread of the block (blockDim.x == kThreads, a power of two) in a fixed
+// tree order; every thread gets the result.
+template <typename Acc, typename Op>
+__device__ Acc block_reduce(Acc value, Op op) {
+  __shared__ Acc shared[kThreads];
+  shared[threadIdx.x] = value;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (int(threadIdx.x) < stride) shared[threadIdx.x] = op(shared[threadIdx.x], shared[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  Acc result = shared[0];
+  __syncthreads();  // the array may be reused by the next call
+  return result;
+}
+
+template <typename T> struct Accum { using type = double; };
+template <> struct Accum<int32_t> { using type = int64_t; };
+template <> struct Accum<int64_t> { using type = int64_t; };
+
+template <typename T>
+__global__ void reduce_kernel(const T* in, T* out, int64_t n, int kind) {
+  using Acc = typename Accum<T>::type;
+  const T* row = in + int64_t(blockIdx.x) * n;
+  if (kind == kSum) {
+    Acc acc = 0;
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) acc += Acc(row[j]);
+    acc = block_reduce(acc, SumOp{});
+    if (threadIdx.x == 0) out[blockIdx.x] = T(acc);
+  } else {
+    T acc = row[0];
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) acc = row[j] > acc ? row[j] : acc;
+    acc = block_reduce(acc, MaxOp{});
+    if (threadIdx.x == 0) out[blockIdx.x] = acc;
+  }
+}
+
+template <typename T>
+__global__ void argmax_kernel(const T* in, int64_t* out, int64_t n) {
+  __shared__ T best_value[kThreads];
+  __shared__ int64_t best_index[kThreads];
+  const T* row = in + int64_t(blockIdx.x) * n;
+  T best = row[0];
+  int64_t index = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads)
+    if (row[j] > best) best = row[j], index = j;
+  best_value[threadIdx.x] = best;
+  best_index[threadIdx.x] = index;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    int t = threadIdx.x;
+    if (t < stride) {
+      T v = best_value[t + stride];
+      int64_t i = best_index[t + stride];
+      if (v > best_value[t] || (v == best_value[t] && i < best_index[t])) best_value[t] = v, best_index[t] = i;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = best_index[0];
+}
+
+template <typename T>
+__device__ T row_max(const T* row, int64_t n) {
+  T m = T(-INFINITY);
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) m = row[j] > m ? row[j] : m;
+  return block_reduce(m, MaxOp{});
+}
+
+template <typename T>
+__global__ void softmax_forward_kernel(const T* x, T* y, int64_t n, bool log) {
+  const T* row = x + int64_t(blockIdx.x) * n;
+  T* out = y + int64_t(blockIdx.x) * n;
+  const T m = row_max(row, n);
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) s += double(std::exp(row[j] - m));
+  s = block_reduce(s, SumOp{});
+  if (log) {
+    const T log_s = T(std::log(s));
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = (row[j] - m) - log_s;
+  } else {
+    const T inv = T(1.0 / s);
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = std::exp(row[j] - m) * inv;
+  }
+}
+
+template <typename T>
+__global__ void softmax_backward_kernel(const T* grad, const T* y, T* dx, int64_t n, bool log) {
+  const int64_t base = int64_t(blockIdx.x) * n;
+  double acc = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads)
+    acc += log ? double(grad[base + j]) : double(grad[base + j]) * double(y[base + j]);
+  const T total = T(block_reduce(acc, SumOp{}));
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) {
+    T g = grad[base + j], v = y[base + j];
+    dx[base + j] = log ? g - std::exp(v) * total : v * (g - total);
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T* y, double* mean_out,
+                                          double* rstd_out, int64_t D, double eps) {
+  const int64_t base = int64_t(blockIdx.x) * D;
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < D; j += kThreads) s += double(x[base + j]);
+  const double mean = block_reduce(s, SumOp{}) / double(D);
+  double q = 0;
+  for (int64_t j = threadIdx.x; j < D; j += kThreads) {
+    double d = double(x[base + j]) - mean;
+    q += d * d;
+  }
+  const double var = block_reduce(q, SumOp{}) / double(D);
+  const double rstd = 1.0 / std::sqrt(var + eps);
+  for (int64_t j = threadIdx.x; j < D; j += kThreads) {
+    double v = (double(x[base + j]) - mean) * rstd;
+    if (w != nullptr) v *= double(w[j]);
+    if (b != nullptr) v += double(b[j]);
+    y[base + j] = T(v);
+  }
+  if (threadIdx.x == 0) {
+    mean_out[blockIdx.x] = mean;
+    rstd_out[blockIdx.x] = rstd;
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_dx_kernel(const T* grad, const T* x, const double* mean, const double* rstd, const T* w,
+                                     T* dx, int64_t D) {
+  const int64_t base = int64_t(blockIdx.x) * D;
+  const double mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
+  double s_gw = 0, s_gwx = 0;
+  for (int64_t j = threadIdx.x; j < D; j += kThreads) {
+    double gw = double(grad[base + j]) * (w != nullptr ? double(w[j]) : 1.0);
+    double xhat = (double(x[base + j]) - mu) * rs;
+    s_gw += gw;
+    s_gwx += gw * xhat;
+  }
+  const double mean_gw = block_reduce(s_gw, SumOp{}) / double(D);
+  const double mean_gwx = block_reduce(s_gwx, SumOp{}) / double(D);
+  for (int64_t j = threadIdx.x; j < D; j += kThreads) {
+    double gw = double(grad[base + j]) * (w != nullptr ? double(w[j]) : 1.0);
+    double xhat = (double(x[base + j]) - mu) * rs;
+    dx[base + j] = T(rs * (gw - mean_gw - xhat * mean_gwx));
+  }
+}
+
+constexpr int64_t kLayerNormChunkRows = 64;
+
+// partial[c, j] = sum over the rows of chunk c (in order) of grad * xhat; partial[chunks + c, j] of grad.
+template <typename T>
+__global__ void layer_norm_partial_kernel(const T* grad, const T* x, const double* mean, const double* rstd,
+                                          int64_t rows, int64_t D, double* partial, int64_t chunks) {
+  const int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t c = blockIdx.y;
+  if (j >= D) return;
+  double pw = 0, pb = 0;
+  const int64_t end = (c + 1) * kLayerNormChunkRows < rows ? (c + 1) * kLayerNormChunkRows : rows;
+  for (int64_t r = c * kLayerNormChunkRows; r < end; ++r) {
+    double g = double(grad[r * D + j]);
+    pw += g * (double(x[r * D + j]) - mean[r]) * rstd[r];
+    pb += g;
+  }
+  partial[c * D + j] = pw;
+  partial[(chunks + c) * D + j] = pb;
+}
+
+template <typename T>
+__global__ void layer_norm_combine_kernel(const double* partial, int64_t chunks, int64_t D, T* dweight, T* dbias) {
+  const int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (j >= D) return;
+  double w = 0, b = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    w += partial[c * D + j];
+    b += partial[(chunks + c) * D + j];
+  }
+  if (dweight != nullptr) dweight[j] = T(w);
+  if (dbias != nullptr) dbias[j] = T(b);
+}
+
+template <typename T>
+__global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, int64_t C, int64_t ignore_index,
+                                             T* row_max_out, T* sum_exp_out, double* row_loss) {
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * C;
+  const int64_t t = targets[r];
+  if (t == ignore_index) {
+    if (threadIdx.x == 0) row_max_out[r] = T(0), sum_exp_out[r] = T(1), row_loss[r] = 0.0;
+    return;  // the whole block returns: no thread reaches a barrier
+  }
+  const T m = row_max(row, C);
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < C; j += kThreads) s += double(std::exp(row[j] - m));
+  s = block_reduce(s, SumOp{});
+  if (threadIdx.x == 0) {
+    row_max_out[r] = m;
+    sum_exp_out[r] = T(s);
+    row_loss[r] = std::log(double(T(s))) - (double(row[t]) - double(m));
+  }
+}
+
+template <typename T>
+__global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* targets, const T* row_max,
+                                              const T* sum_exp, T* dlogits, int64_t N, int64_t C,
+                                              int64_t ignore_index, double scale) {
+  EMBER_CUDA_LOOP(i, N * C) {
+    const int64_t r = i / C, c = i % C;
+    const int64_t t = targets[r];
+    if (t == ignore_index) {
+      dlogits[i] = T(0);
+    } else {
+      T p = std::exp(logits[i] - row_max[r]) / sum_exp[r];
+      dlogits[i] = T((double(p) - (c == t ? 1.0 : 0.0)) * scale);
+    }
+  }
+}
+
+// Rows go to blocks; grids are limited to 2^31 - 1 blocks in x, far above any row count here.
+unsigned grid_rows(int64_t rows) {
+  if (rows > 2147483647) raise_message("CUDA row kernel: more than 2^31 - 1 rows");
+  return unsigned(rows);
+}
+
+}  // namespace
+
+void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows, int64_t n) {
+  if (rows == 0) return;
+  if (n == 0 && kind == kMax) raise_message("max: cannot reduce an empty dim");
+  cudaStream_t stream = use_device(device);
+  unsigned grid = grid_rows(rows);
+  switch (dtype) {
+    case kFloat32: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), n, int(kind)); break;
+    case kFloat64: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), n, int(kind)); break;
+    case kInt32: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), static_cast<int32_t*>(out), n, int(kind)); break;
+    case kInt64: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), static_cast<int64_t*>(out), n, int(kind)); break;
+    default: raise_message("sum / max: unsupported dtype on CUDA");
+  }
+  EMBER_CUDA_LAUNCHED("reduce_kernel");
+}
+
+void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n) {
+  if (rows == 0) return;
+  if (n == 0) raise_message("argmax: cannot reduce an empty dim");
+  cudaStream_t stream = use_device(device);
+  unsigned grid = grid_rows(rows);
+  switch (dtype) {
+    case kFloat32: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in), out, n); break;
+    case kFloat64: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const double*>(in), out, n); break;
+    case kInt32: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), out, n); break;
+    case kInt64: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), out, n); break;
+    default: raise_message("argmax: unsupported dtype on CUDA");
+  }
+  EMBER_CUDA_LAUNCHED("argmax_kernel");
+}
+
+void softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log) {
+  if (rows == 0 || n == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (float64)
+    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const double*>(x), static_cast<double*>(y), n, log);
+  else
+    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const float*>(x), static_cast<float*>(y), n, log);
+  EMBER_CUDA_LAUNCHED("softmax_forward_kernel");
+}
+
+void softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
+                      bool log) {
+  if (rows == 0 || n == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (float64)
+    softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const double*>(grad), static_cast<const double*>(y), static_cast<double*>(dx), n, log);
+  else
+    softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const float*>(grad), static_cast<const float*>(y), static_cast<float*>(dx), n, log);
+  EMBER_CUDA_LAUNCHED("softmax_backward_kernel");
+}
+
+void layer_norm_forward(int device, bool float64, const void* x, const void* weight, const void* bias, void* y,
+                        double* mean, double* rstd, int64_t rows, int64_t D, double eps) {
+  if (rows == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (float64)
+    layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<const double*>(bias),
+        static_cast<double*>(y), mean, rstd, D, eps);
+  else
+    layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<const float*>(bias),
+        static_cast<float*>(y), mean, rstd, D, eps);
+  EMBER_CUDA_LAUNCHED("layer_norm_forward_kernel");
+}
+
+int64_t layer_norm_chunks(int64_t rows) { return (rows + kLayerNormChunkRows - 1) / kLayerNormChunkRows; }
+
+template <typename T>
+void layer_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, const double* mean, const double* rstd,
+                               const T* w, T* dx, T* dw, T* db, int64_t rows, int64_t D, double* partial) {
+  if (dx != nullptr) {
+    layer_norm_dx_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(grad, x, mean, rstd, w, dx, D);
+    EMBER_CUDA_LAUNCHED("layer_norm_dx_kernel");
+  }
+  if (dw != nullptr || db != nullptr) {
+    const int64_t chunks = layer_norm_chunks(rows);
+    if (chunks > 65535) raise_message("layer_norm backward: too many rows for the CUDA kernel (over 4 million)");
+    dim3 grid(unsigned((D + kThreads - 1) / kThreads), unsigned(chunks));
+    layer_norm_partial_kernel<<<grid, kThreads, 0, stream>>>(grad, x, mean, rstd, rows, D, partial, chunks);
+    EMBER_CUDA_LAUNCHED("layer_norm_partial_kernel");
+    layer_norm_combine_kernel<<<unsigned((D + kThreads - 1) / kThreads), kThreads, 0, stream>>>(partial, chunks, D, dw, db);
+    EMBER_CUDA_LAUNCHED("layer_norm_combine_kernel");
+  }
+}
+
+void layer_norm_backward(int device, bool float64, const void* grad, const void* x, const double* mean,
+                         const double* rstd, const void* weight, void* dx, void* dweight, void* dbias, int64_t rows,
+                         int64_t D, double* partial) {
+  if (rows == 0 || D == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (float64)
+    layer_norm_backward_typed(stream, static_cast<const double*>(grad), static_cast<const double*>(x), mean, rstd,
+                              static_cast<const double*>(weight), static_cast<double*>(dx), static_cast<double*>(dweight),
+                              static_cast<double*>(dbias), rows, D, partial);
+  else
+    layer_norm_backward_typed(stream, static_cast<const float*>(grad), static_cast<const float*>(x), mean, rstd,
+                              static_cast<const float*>(weight), static_cast<float*>(dx), static_cast<float*>(dweight),
+                              static_cast<float*>(dbias), rows, D, partial);
+}
+
+void cross_entropy_forward(int device, bool float64, const void* logits, const int64_t* targets, int64_t N, int64_t C,
+                           int64_t ignore_index, void* row_max, void* sum_exp, double* row_loss) {
+  if (N == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (float64)
+    cross_entropy_forward_kernel<<<grid_rows(N), kThreads, 0, stream>>>(
+        static_cast<const double*>(logits), targets, C, ignore_index, static_cast<double*>(row_max),
+        static_cast<double*>(sum_exp), row_loss);
+  else
+    cross_entropy_forward_kernel<<<grid_rows(N), kThreads, 0, stream>>>(
+        static_cast<const float*>(logits), targets, C, ignore_index, static_cast<float*>(row_max),
+        static_cast<float*>(sum_exp), row_loss);
+  EMBER_CUDA_LAUNCHED("cross_entropy_forward_kernel");
+}
+
+void cross_entropy_backward(int device, bool float64, const void* logits, const int64_t* targets, const void* row_max,
+                            const void* sum_exp, void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
+                            double scale) {
+  if (N * C == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (float64)
+    cross_entropy_backward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(
+        static_cast<const double*>(logits), targets, static_cast<const double*>(row_max),
+        static_cast<const double*>(sum_exp), static_cast<double*>(dlogits), N, C, ignore_index, scale);
+  else
+    cross_entropy_backward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(
+        static_cast<const float*>(logits), targets, static_cast<const float*>(row_max),
+        static_cast<const float*>(sum_exp), static_cast<float*>(dlogits), N, C, ignore_index, scale);
+  EMBER_CUDA_LAUNCHED("cross_entropy_backward_kernel");
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,529 @@
+// Parity of every op routed to the CUDA backend with the CPU: fresh random inputs of several shapes
+// (contiguous, transposed, narrowed and broadcast), the values and the gradient of every input,
+// float32 to a relative 1e-5. Then the caching allocator, the optimiser, and one whole training
+// step of the IMDb recipe's model (small sizes) on both devices. Each case is skipped, with the
+// reason printed, where there is no GPU; the last cases check what a machine without one does.
+#include <filesystem>
+#include <functional>
+#include <unistd.h>
+
+#include "core/allocator.h"
+#include "core/cuda_ops.h"
+#include "core/gpu.h"
+#include "cuda_skip.h"
+#include "examples/imdb/trainer.h"
+#include "helpers.h"
+#include "nn/transformer.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// f on the CPU inputs and on GPU copies of them: the same output and, for every floating input,
+// the same gradient (backward from the same random output gradient).
+void check_parity(const std::string& name, const std::vector<Tensor>& inputs, const Fn& f, double tol = 1e-5,
+                  uint64_t seed = 99) {
+  INFO(name);
+  std::vector<Tensor> cpu_in, gpu_in;
+  for (const Tensor& x : inputs) {
+    bool grad = is_floating(x.dtype());
+    Tensor c = x.detach().clone();
+    Tensor g = x.detach().to(kGpu);
+    if (grad) c.requires_grad_(), g.requires_grad_();
+    cpu_in.push_back(c);
+    gpu_in.push_back(g);
+  }
+  Tensor y_cpu = f(cpu_in);
+  Tensor y_gpu = f(gpu_in);
+  REQUIRE(y_gpu.device() == kGpu);
+  REQUIRE(y_gpu.dtype() == y_cpu.dtype());
+  check_close(y_gpu.to(Device::cpu()), y_cpu, tol);
+  if (!y_cpu.requires_grad()) return;
+  Generator gen(seed);
+  Tensor grad = uniform(y_cpu.shape(), -1, 1, gen, y_cpu.dtype());
+  y_cpu.backward(grad);
+  y_gpu.backward(grad.to(kGpu));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!cpu_in[i].requires_grad()) continue;
+    INFO("gradient of input " << i);
+    REQUIRE(cpu_in[i].grad().defined() == gpu_in[i].grad().defined());
+    if (!cpu_in[i].grad().defined()) continue;
+    CHECK(gpu_in[i].grad().device() == kGpu);
+    check_close(gpu_in[i].grad().to(Device::cpu()), cpu_in[i].grad(), tol);
+  }
+}
+
+Tensor rnd(const Shape& shape, uint64_t seed, double low = -2, double high = 2, Dtype dtype = Dtype::Float32) {
+  Generator gen(seed);
+  return uniform(shape, low, high, gen, dtype);
+}
+
+Tensor random_mask(const Shape& shape, uint64_t seed) { return gt(rnd(shape, seed, 0, 1), full({}, 0.7)); }
+
+}  // namespace
+
+TEST_CASE("cuda ops: copies of strided and broadcast tensors, with dtype conversions") {
+  if (skip_without_cuda()) return;
+  Tensor x = rnd({4, 5, 6}, 1);
+  Tensor g = x.to(kGpu);
+  check_close(g.transpose(0, 2).contiguous().to(Device::cpu()), x.transpose(0, 2).contiguous(), 0);
+  check_close(g.permute({1, 2, 0}).contiguous().to(Device::cpu()), x.permute({1, 2, 0}).contiguous(), 0);
+  check_close(g.narrow(1, 1, 3).slice(2, 2, 5).contiguous().to(Device::cpu()),
+              x.narrow(1, 1, 3).slice(2, 2, 5).contiguous(), 0);
+  check_close(g.select(0, 2).unsqueeze(0).expand({3, 5, 6}).contiguous().to(Device::cpu()),
+              x.select(0, 2).unsqueeze(0).expand({3, 5, 6}).contiguous(), 0);
+  // Tensor::to(Device) of a non-contiguous view, and dtype conversions on the GPU.
+  check_close(x.transpose(0, 1).to(kGpu).to(Device::cpu()), x.transpose(0, 1), 0);
+  check_close(g.to(Dtype::Float64).to(Device::cpu()), x.to(Dtype::Float64), 0);
+  Tensor ints = arange(-5, 7);
+  check_close(ints.to(kGpu).to(Dtype::Float32).to(Device::cpu()), ints.to(Dtype::Float32), 0);
+  check_close(ints.to(kGpu).to(Dtype::Bool).to(Device::cpu()), ints.to(Dtype::Bool), 0);
+  // copy_ broadcasts, and crosses devices.
+  Tensor dst = zeros({3, 4}, Dtype::Float32, kGpu);
+  dst.copy_(tensor({1, 2, 3, 4}));
+  check_values(dst.to(Device::cpu()), {1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4}, 0);
+  // cat and stack
+  check_parity("cat", {rnd({2, 3}, 2), rnd({2, 5}, 3)}, [](const std::vector<Tensor>& v) { return cat({v[0], v[1]}, 1); });
+  check_parity("stack", {rnd({2, 3}, 2), rnd({2, 3}, 3)}, [](const std::vector<Tensor>& v) { return stack({v[0], v[1]}, 0); });
+}
+
+TEST_CASE("cuda ops: fill_, add_ and mul_ on strided views") {
+  if (skip_without_cuda()) return;
+  Tensor x = rnd({6, 7}, 4);
+  Tensor g = x.to(kGpu);
+  Tensor other = rnd({7}, 5);
+  x.transpose(0, 1).narrow(0, 2, 3).fill_(1.5);
+  g.transpose(0, 1).narrow(0, 2, 3).fill_(1.5);
+  x.add_(other, -0.5);
+  g.add_(other.to(kGpu), -0.5);
+  x.narrow(0, 1, 4).mul_(3.0);
+  g.narrow(0, 1, 4).mul_(3.0);
+  check_close(g.to(Device::cpu()), x, 1e-6);
+  Tensor ints = zeros({5}, Dtype::Int64, kGpu);
+  ints.fill_(7);
+  check_values(ints.to(Device::cpu()), {7, 7, 7, 7, 7}, 0);
+}
+
+TEST_CASE("cuda ops: element-wise arithmetic with broadcasting and strided operands, values and gradients") {
+  if (skip_without_cuda()) return;
+  struct Op {
+    const char* name;
+    Tensor (*f)(const Tensor&, const Tensor&);
+  };
+  const Op ops[] = {{"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
+                    {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }},
+                    {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
+                    {"div", [](const Tensor& a, const Tensor& b) { return a / b; }}};
+  for (const Op& op : ops) {
+    auto f = op.f;
+    check_parity(std::string(op.name) + " same shape", {rnd({3, 40}, 1), rnd({3, 40}, 2, 0.5, 2)},
+                 [f](const std::vector<Tensor>& v) { return f(v[0], v[1]); });
+    check_parity(std::string(op.name) + " broadcast", {rnd({4, 1, 6}, 3), rnd({5, 1}, 4, 0.5, 2)},
+                 [f](const std::vector<Tensor>& v) { return f(v[0], v[1]); });
+    check_parity(std::string(op.name) + " transposed", {rnd({7, 5}, 5), rnd({5, 7}, 6, 0.5, 2)},
+                 [f](const std::vector<Tensor>& v) { return f(v[0].transpose(0, 1), v[1]); });
+    check_parity(std::string(op.name) + " float64 scalar", {rnd({3, 4}, 7, -2, 2, Dtype::Float64), rnd({}, 8, 0.5, 2, Dtype::Float64)},
+                 [f](const std::vector<Tensor>& v) { return f(v[0], v[1]); }, 1e-12);
+  }
+  Tensor a = rnd({3, 5}, 9).mul_(2.0), b = rnd({5}, 10);
+  for (auto cmp : {&eq, &gt, &lt}) {
+    Tensor want = cmp(a, b);
+    Tensor got = cmp(a.to(kGpu), b.to(kGpu));
+    CHECK(got.dtype() == Dtype::Bool);
+    check_close(got.to(Device::cpu()), want, 0);
+  }
+  check_error([&] { (a.to(kGpu) + b).to(Device::cpu()); }, "different devices");
+}
+
+TEST_CASE("cuda ops: element-wise math on non-contiguous inputs") {
+  if (skip_without_cuda()) return;
+  check_parity("gelu of a transpose", {rnd({6, 9}, 11)}, [](const std::vector<Tensor>& v) { return gelu(v[0].transpose(0, 1)); });
+  check_parity("exp of a narrowed view", {rnd({6, 9}, 12)}, [](const std::vector<Tensor>& v) { return exp(v[0].narrow(1, 2, 5)); });
+  check_parity("tanh then scalar ops", {rnd({4, 4}, 13)}, [](const std::vector<Tensor>& v) { return 2.0 - tanh(v[0]) * 3.0; });
+}
+
+TEST_CASE("cuda ops: sum, mean, max, var and argmax over dims") {
+  if (skip_without_cuda()) return;
+  const std::vector<std::vector<int64_t>> dim_sets = {{}, {0}, {1}, {2}, {0, 2}, {1, 2}};
+  for (const auto& dims : dim_sets) {
+    for (bool keep : {false, true}) {
+      std::string tag = " dims " + std::to_string(dims.size()) + (dims.empty() ? "" : " first " + std::to_string(dims[0]));
+      check_parity("sum" + tag, {rnd({4, 5, 300}, 21)}, [dims, keep](const std::vector<Tensor>& v) { return sum(v[0], dims, keep); });
+      check_parity("mean" + tag, {rnd({4, 5, 6}, 22)}, [dims, keep](const std::vector<Tensor>& v) { return mean(v[0], dims, keep); });
+      check_parity("max" + tag, {rnd({4, 5, 6}, 23)}, [dims, keep](const std::vector<Tensor>& v) { return max(v[0], dims, keep); });
+      check_parity("var" + tag, {rnd({4, 5, 6}, 24)}, [dims, keep](const std::vector<Tensor>& v) { return var(v[0], dims, keep); });
+    }
+  }
+  check_parity("sum of a transpose", {rnd({30, 70}, 25)}, [](const std::vector<Tensor>& v) { return sum(v[0].transpose(0, 1), {1}); });
+  check_parity("sum to a broadcast shape", {rnd({4, 5, 6}, 26)}, [](const std::vector<Tensor>& v) { return sum_to(v[0], {5, 1}); });
+  Tensor x = rnd({7, 300}, 27);
+  for (int64_t d : {0, 1}) check_close(argmax(x.to(kGpu), d).to(Device::cpu()), argmax(x, d), 0);
+  Tensor ints = arange(24).view({4, 6});
+  check_close(sum(ints.to(kGpu), {1}).to(Device::cpu()), sum(ints, {1}), 0);
+}
+
+TEST_CASE("cuda ops: softmax and log_softmax over every dim, values and gradients") {
+  if (skip_without_cuda()) return;
+  for (int64_t d : {0, 1, 2, -1}) {
+    check_parity("softmax dim " + std::to_string(d), {rnd({3, 4, 500}, 31, -5, 5)},
+                 [d](const std::vector<Tensor>& v) { return softmax(v[0], d); });
+    check_parity("log_softmax dim " + std::to_string(d), {rnd({3, 4, 50}, 32, -5, 5)},
+                 [d](const std::vector<Tensor>& v) { return log_softmax(v[0], d); });
+  }
+  check_parity("softmax of a transpose", {rnd({9, 13}, 33)}, [](const std::vector<Tensor>& v) { return softmax(v[0].transpose(0, 1), -1); });
+  check_parity("softmax float64", {rnd({5, 17}, 34, -3, 3, Dtype::Float64)},
+               [](const std::vector<Tensor>& v) { return softmax(v[0], -1); }, 1e-12);
+}
+
+TEST_CASE("cuda ops: softmax through cuDNN (EMBER_SOFTMAX=cudnn) matches the CPU too") {
+  if (skip_without_cuda()) return;
+  if (!cuda::cudnn_available()) {
+    std::printf("skipped: this build has no cuDNN\n");
+    return;
+  }
+  cuda::set_softmax_cudnn(true);
+  try {
+    for (int64_t d : {0, -1}) {
+      check_parity("cuDNN softmax dim " + std::to_string(d), {rnd({3, 4, 300}, 35, -5, 5)},
+                   [d](const std::vector<Tensor>& v) { return softmax(v[0], d); });
+      check_parity("cuDNN log_softmax dim " + std::to_string(d), {rnd({3, 4, 30}, 36, -5, 5)},
+                   [d](const std::vector<Tensor>& v) { return log_softmax(v[0], d); });
+    }
+  } catch (...) {
+    cuda::set_softmax_cudnn(false);
+    throw;
+  }
+  cuda::set_softmax_cudnn(false);
+}
+
+TEST_CASE("cuda ops: layer_norm with and without affine parameters, values and gradients") {
+  if (skip_without_cuda()) return;
+  check_parity("layer_norm affine", {rnd({4, 33, 128}, 41), rnd({128}, 42, 0.5, 1.5), rnd({128}, 43)},
+               [](const std::vector<Tensor>& v) { return layer_norm(v[0], v[1], v[2]); });
+  check_parity("layer_norm no affine, 300 rows", {rnd({300, 20}, 44)},
+               [](const std::vector<Tensor>& v) { return layer_norm(v[0], Tensor(), Tensor()); });
+  check_parity("layer_norm of a transpose", {rnd({16, 8}, 45), rnd({16}, 46), rnd({16}, 47)},
+               [](const std::vector<Tensor>& v) { return layer_norm(v[0].transpose(0, 1), v[1], v[2]); });
+}
+
+TEST_CASE("cuda ops: embedding, repeated ids summed deterministically in the CPU's order") {
+  if (skip_without_cuda()) return;
+  Tensor ids = from_vector(std::vector<int64_t>{3, 1, 3, 3, 0, 7, 1, 3, 9, 0, 3, 3}, {3, 4});
+  Tensor weight = rnd({10, 24}, 51);
+  check_parity("embedding", {weight, ids}, [](const std::vector<Tensor>& v) { return embedding(v[0], v[1]); }, 1e-6);
+  check_parity("embedding int32 ids", {weight, ids.to(Dtype::Int32)},
+               [](const std::vector<Tensor>& v) { return embedding(v[0], v[1]); }, 1e-6);
+  // Bitwise the same on two runs.
+  Tensor w = weight.to(kGpu).requires_grad_();
+  Tensor g = rnd({3, 4, 24}, 52).to(kGpu);
+  embedding(w, ids.to(kGpu)).backward(g);
+  std::vector<float> first = w.grad().to_vector<float>();
+  w.zero_grad();
+  embedding(w, ids.to(kGpu)).backward(g);
+  CHECK(w.grad().to_vector<float>() == first);
+  check_error([&] { embedding(weight.to(kGpu), from_vector(std::vector<int64_t>{10}).to(kGpu)); }, "out of range");
+}
+
+TEST_CASE("cuda ops: masked_fill and where with broadcast masks, values and gradients") {
+  if (skip_without_cuda()) return;
+  Tensor mask = random_mask({4, 1, 6}, 61);
+  check_parity("masked_fill", {rnd({4, 5, 6}, 62), mask},
+               [](const std::vector<Tensor>& v) { return masked_fill(v[0], v[1], -1e9); });
+  check_parity("where", {random_mask({5, 1}, 63), rnd({5, 6}, 64), rnd({6}, 65)},
+               [](const std::vector<Tensor>& v) { return where(v[0], v[1], v[2]); });
+}
+
+TEST_CASE("cuda ops: dropout draws the CPU's mask exactly for the same seed") {
+  if (skip_without_cuda()) return;
+  Tensor x = rnd({37, 129}, 71);
+  for (double p : {0.1, 0.5, 1.0}) {
+    Generator g1(5), g2(5);
+    Tensor xc = x.clone().requires_grad_(), xg = x.to(kGpu).requires_grad_();
+    Tensor yc = dropout(xc, p, true, g1), yg = dropout(xg, p, true, g2);
+    CHECK(g1.offset() == g2.offset());
+    check_close(yg.to(Device::cpu()), yc, 0);
+    Tensor grad = rnd({37, 129}, 72);
+    yc.backward(grad);
+    yg.backward(grad.to(kGpu));
+    check_close(xg.grad().to(Device::cpu()), xc.grad(), 0);
+  }
+}
+
+TEST_CASE("cuda ops: cross_entropy with ignored rows, values and gradients") {
+  if (skip_without_cuda()) return;
+  Tensor targets = from_vector(std::vector<int64_t>{2, 0, -100, 4, 1, 1, -100, 3});
+  check_parity("cross_entropy", {rnd({8, 5}, 81, -4, 4), targets},
+               [](const std::vector<Tensor>& v) { return cross_entropy(v[0], v[1]); });
+  check_parity("cross_entropy wide", {rnd({6, 3000}, 82, -4, 4), from_vector(std::vector<int64_t>{5, 2999, 0, 17, 100, 2})},
+               [](const std::vector<Tensor>& v) { return cross_entropy(v[0], v[1]); });
+  check_parity("cross_entropy all ignored", {rnd({2, 3}, 83), from_vector(std::vector<int64_t>{-100, -100})},
+               [](const std::vector<Tensor>& v) { return cross_entropy(v[0], v[1]); });
+}
+
+TEST_CASE("cuda ops: matmul through cuBLAS: 2-D, transposed, batched with broadcast, 1-D operands") {
+  if (skip_without_cuda()) return;
+  auto mm = [](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); };
+  check_parity("2-D", {rnd({33, 70}, 91), rnd({70, 45}, 92)}, mm);
+  check_parity("A transposed", {rnd({70, 33}, 93), rnd({70, 45}, 94)},
+               [](const std::vector<Tensor>& v) { return matmul(v[0].transpose(0, 1), v[1]); });
+  check_parity("B transposed", {rnd({33, 70}, 95), rnd({45, 70}, 96)},
+               [](const std::vector<Tensor>& v) { return matmul(v[0], v[1].transpose(0, 1)); });
+  check_parity("batched", {rnd({4, 3, 9, 16}, 97), rnd({4, 3, 16, 5}, 98)}, mm);
+  check_parity("batch broadcast", {rnd({4, 1, 9, 16}, 99), rnd({3, 16, 5}, 100)}, mm);
+  check_parity("shared matrix", {rnd({6, 9, 16}, 101), rnd({16, 5}, 102)}, mm);
+  check_parity("vector @ matrix", {rnd({16}, 103), rnd({16, 5}, 104)}, mm);
+  check_parity("matrix @ vector", {rnd({7, 16}, 105), rnd({16}, 106)}, mm);
+  check_parity("dot", {rnd({16}, 107), rnd({16}, 108)}, mm);
+  check_parity("every other column", {rnd({8, 20}, 109), rnd({10, 3}, 110)},
+               [](const std::vector<Tensor>& v) { return matmul(v[0].view({8, 10, 2}).select(2, 0), v[1]); });
+  check_parity("float64", {rnd({12, 30}, 111, -1, 1, Dtype::Float64), rnd({30, 7}, 112, -1, 1, Dtype::Float64)}, mm, 1e-12);
+}
+
+TEST_CASE("cuda ops: linear with and without bias, values and gradients") {
+  if (skip_without_cuda()) return;
+  check_parity("linear", {rnd({4, 9, 64}, 121), rnd({48, 64}, 122), rnd({48}, 123)},
+               [](const std::vector<Tensor>& v) { return linear(v[0], v[1], v[2]); });
+  check_parity("linear no bias", {rnd({10, 64}, 124), rnd({3, 64}, 125)},
+               [](const std::vector<Tensor>& v) { return linear(v[0], v[1], Tensor()); });
+}
+
+TEST_CASE("cuda ops: attention with a key-padding mask (composed on the GPU) matches the CPU's fused kernel") {
+  if (skip_without_cuda()) return;
+  const int64_t B = 3, T = 11, D = 32;
+  std::vector<bool> pad(size_t(B * T), false);
+  for (int64_t t = 7; t < T; ++t) pad[size_t(0 * T + t)] = true;
+  for (int64_t t = 9; t < T; ++t) pad[size_t(2 * T + t)] = true;
+  Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
+  for (size_t i = 0; i < pad.size(); ++i) mask.data<bool>()[i] = pad[i];
+  for (int64_t heads : {1, 4}) {
+    check_parity("attention heads " + std::to_string(heads), {rnd({B, T, 3 * D}, 131), mask},
+                 [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, v[1]); });
+    check_parity("causal attention heads " + std::to_string(heads), {rnd({B, T, 3 * D}, 132)},
+                 [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, Tensor(), true); });
+  }
+}
+
+TEST_CASE("cuda ops: the fused attention kernels (EMBER_ATTENTION=fused) match the CPU, values, weights and gradients") {
+  if (skip_without_cuda()) return;
+  const int64_t B = 2, T = 37, D = 48;
+  Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) mask.data<bool>()[b * T + t] = t >= T - 5 * (b + 1);
+  cuda::set_attention_fused(true);
+  try {
+    for (int64_t heads : {1, 3}) {
+      check_parity("fused attention heads " + std::to_string(heads), {rnd({B, T, 3 * D}, 133), mask},
+                   [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, v[1]); });
+      check_parity("fused causal attention heads " + std::to_string(heads), {rnd({B, T, 3 * D}, 134)},
+                   [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, Tensor(), true); });
+      check_parity("fused attention float64", {rnd({B, T, 3 * D}, 135, -1, 1, Dtype::Float64), mask},
+                   [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, v[1]); }, 1e-12);
+    }
+    Tensor qkv = rnd({B, T, 3 * D}, 136);
+    Tensor w_cpu, w_gpu;
+    attention(qkv, 4, mask, false, &w_cpu);
+    attention(qkv.to(kGpu), 4, mask.to(kGpu), false, &w_gpu);
+    check_close(w_gpu.to(Device::cpu()), w_cpu, 1e-5);
+  } catch (...) {
+    cuda::set_attention_fused(false);
+    throw;
+  }
+  cuda::set_attention_fused(false);
+}
+
+TEST_CASE("cuda ops: AdamW's fused multi-tensor step and clip_grad_norm match the CPU") {
+  if (skip_without_cuda()) return;
+  std::vector<Tensor> cpu_params, gpu_params;
+  for (int i = 0; i < 40; ++i) {  // more than one launch's worth (32 tensors)
+    Tensor p = rnd({int64_t(3 + i), 5}, 140 + uint64_t(i));
+    cpu_params.push_back(p.clone().requires_grad_());
+    gpu_params.push_back(p.to(kGpu).requires_grad_());
+  }
+  auto groups = [](const std::vector<Tensor>& params) {
+    std::vector<Tensor> a(params.begin(), params.begin() + 20), b(params.begin() + 20, params.end());
+    return std::vector<optim::ParamGroup>{{a, 0.1}, {b, 0.0}};
+  };
+  optim::AdamW cpu_opt(groups(cpu_params), 1e-2), gpu_opt(groups(gpu_params), 1e-2);
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < cpu_params.size(); ++i) {
+      Tensor g = rnd(cpu_params[i].shape(), 500 + uint64_t(step * 100 + i), -3, 3);
+      cpu_params[i].set_grad(g);
+      gpu_params[i].set_grad(g.to(kGpu));
+    }
+    double n_cpu = optim::clip_grad_norm(cpu_params, 1.0), n_gpu = optim::clip_grad_norm(gpu_params, 1.0);
+    CHECK(n_gpu == doctest::Approx(n_cpu).epsilon(1e-10));
+    cpu_opt.step();
+    gpu_opt.step();
+  }
+  for (size_t i = 0; i < cpu_params.size(); ++i) check_close(gpu_params[i].to(Device::cpu()), cpu_params[i], 1e-5);
+}
+
+TEST_CASE("cuda ops: one training step of the recipe's model gives the CPU's loss, gradients and update") {
+  if (skip_without_cuda()) return;
+  nn::ClassifierConfig config;
+  config.vocab_size = 300;
+  config.max_len = 24;
+  config.dim = 32;
+  config.heads = 4;
+  config.layers = 2;
+  config.ffn_dim = 64;
+  config.dropout = 0.1;  // on: the masks are the same on both devices
+  Generator gen_cpu(7), gen_gpu(7);
+  nn::TransformerClassifier cpu_model(config, gen_cpu), gpu_model(config, gen_gpu);
+  gpu_model.to(kGpu);
+  const int64_t B = 4, T = 20;
+  std::vector<int64_t> tokens(size_t(B * T));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int64_t((i * 37 + 11) % 300);
+  Tensor tok = from_vector(tokens, {B, T});
+  Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) mask.data<bool>()[b * T + t] = t >= T - 3 * b;  // 0, 3, 6, 9 padded
+  Tensor labels = from_vector(std::vector<int64_t>{0, 1, 1, 0});
+  optim::AdamW cpu_opt(imdb::parameter_groups(cpu_model, 0.01), 1e-3), gpu_opt(imdb::parameter_groups(gpu_model, 0.01), 1e-3);
+  cpu_model.train();
+  gpu_model.train();
+  for (int step = 0; step < 2; ++step) {
+    Tensor loss_cpu = cross_entropy(cpu_model.forward(tok, mask), labels);
+    Tensor loss_gpu = cross_entropy(gpu_model.forward(tok.to(kGpu), mask.to(kGpu)), labels.to(kGpu));
+    CHECK(loss_gpu.item<float>() == doctest::Approx(loss_cpu.item<float>()).epsilon(1e-5));
+    cpu_opt.zero_grad();
+    gpu_opt.zero_grad();
+    loss_cpu.backward();
+    loss_gpu.backward();
+    auto cpu_named = cpu_model.named_parameters(), gpu_named = gpu_model.named_parameters();
+    REQUIRE(cpu_named.size() == gpu_named.size());
+    for (size_t i = 0; i < cpu_named.size(); ++i) {
+      INFO("gradient of " << cpu_named[i].first << " at step " << step);
+      check_close(gpu_named[i].second.grad().to(Device::cpu()), cpu_named[i].second.grad(), 1e-4);
+    }
+    optim::clip_grad_norm(cpu_model.parameters(), 1.0);
+    optim::clip_grad_norm(gpu_model.parameters(), 1.0);
+    cpu_opt.step();
+    gpu_opt.step();
+  }
+  auto cpu_named = cpu_model.named_parameters(), gpu_named = gpu_model.named_parameters();
+  for (size_t i = 0; i < cpu_named.size(); ++i) {
+    INFO("parameter " << cpu_named[i].first);
+    check_close(gpu_named[i].second.to(Device::cpu()), cpu_named[i].second, 1e-4);
+  }
+}
+
+TEST_CASE("cuda ops: Tensor::to is differentiable across devices") {
+  if (skip_without_cuda()) return;
+  Tensor x = rnd({4, 5}, 150).requires_grad_();
+  Tensor y = (x.to(kGpu) * 3.0).to(Device::cpu());
+  CHECK(y.device() == Device::cpu());
+  y.backward(ones({4, 5}));
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().device() == Device::cpu());
+  check_values(x.grad(), std::vector<double>(20, 3.0), 0);
+}
+
+TEST_CASE("cuda trainer: --device cuda trains the CPU's losses, reports GPU memory, and resumes exactly") {
+  if (skip_without_cuda()) return;
+  namespace fs = std::filesystem;
+  auto config_for = [](const std::string& name, const std::string& device) {
+    imdb::TrainConfig c;
+    c.model.dim = 16;
+    c.model.heads = 2;
+    c.model.layers = 1;
+    c.model.ffn_dim = 32;
+    c.model.max_len = 64;
+    c.batch_size = 16;
+    c.epochs = 2;
+    c.lr = 3e-3;
+    c.device = device;
+    c.data = std::string(EMBER_TEST_DATA) + "/imdb_small.json";
+    c.out = (fs::temp_directory_path() / ("ember_cuda_train_" + std::to_string(::getpid())) / name).string();
+    c.quiet = true;
+    return c;
+  };
+  imdb::TrainConfig cpu_config = config_for("cpu", "cpu"), gpu_config = config_for("gpu", "cuda");
+  imdb::Data data = imdb::prepare_data(cpu_config);
+  imdb::RunResult on_cpu = imdb::train(cpu_config, data);
+  imdb::RunResult on_gpu = imdb::train(gpu_config, data);
+  REQUIRE(on_gpu.step_losses.size() == on_cpu.step_losses.size());
+  for (size_t i = 0; i < on_cpu.step_losses.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(on_gpu.step_losses[i] == doctest::Approx(on_cpu.step_losses[i]).epsilon(1e-3));
+  }
+  REQUIRE(on_gpu.epochs.size() == 2);
+  CHECK(on_gpu.epochs.back().gpu_peak_bytes > 0);
+  CHECK(on_gpu.epochs.back().gpu_peak_bytes >= on_gpu.epochs.back().gpu_allocated_bytes);
+  CHECK(on_cpu.epochs.back().gpu_peak_bytes == 0);
+  CHECK(fs::exists(gpu_config.out + "/report.html"));
+  // Stopped part-way and resumed on the GPU: the same losses, bit for bit, as the whole GPU run.
+  imdb::TrainConfig part = config_for("gpu-parts", "cuda");
+  part.stop_after = 11;
+  imdb::RunResult part1 = imdb::train(part, data);
+  part.stop_after = 0;
+  part.resume = true;
+  imdb::RunResult part2 = imdb::train(part, data);
+  std::vector<double> joined = part1.step_losses;
+  joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
+  CHECK(joined == on_gpu.step_losses);
+}
+
+TEST_CASE("cuda allocator: blocks are reused (no cudaMalloc in a steady loop), statistics and out-of-memory") {
+  if (skip_without_cuda()) return;
+  auto step = [] {
+    Tensor a = full({1000, 37}, 1.0, Dtype::Float32, kGpu);
+    Tensor b = full({3, 5000}, 2.0, Dtype::Float32, kGpu);
+    return sum(a).item<float>() + sum(b).item<float>();
+  };
+  CHECK(step() == 67000.0f);
+  const int64_t mallocs = cuda::cudamalloc_count(0);
+  for (int i = 0; i < 10; ++i) CHECK(step() == 67000.0f);
+  CHECK(cuda::cudamalloc_count(0) == mallocs);  // the steady state asks the driver for nothing
+
+  MemoryStats before = memory_stats(kGpu);
+  reset_peak_memory(kGpu);
+  {
+    Tensor big = Tensor::empty({1 << 20}, Dtype::Float32, kGpu);
+    MemoryStats during = memory_stats(kGpu);
+    CHECK(during.allocated >= before.allocated + (4 << 20));
+    CHECK(during.peak_allocated >= during.allocated);
+    CHECK(during.reserved >= during.allocated);
+  }
+  MemoryStats after = memory_stats(kGpu);
+  CHECK(after.allocated == before.allocated);
+  CHECK(after.peak_allocated >= before.allocated + (4 << 20));
+  CHECK(after.reserved >= before.reserved);  // the block is cached, not freed
+  // 2^43 floats = 32 TiB: more than any GPU; the message gives the bytes asked for and in use.
+  check_error([] { Tensor::empty({int64_t(1) << 43}, Dtype::Float32, kGpu); },
+              "out of GPU memory on cuda:0: asked for 35184372088832 bytes");
+  check_error([] { Tensor::empty({4}, Dtype::Float32, Device::cuda(cuda_device_count())); }, "is not available");
+}
+
+// What a machine without a GPU sees: clear errors, never a crash (this runs in CI).
+TEST_CASE("cuda (no GPU): asking for a GPU anywhere is a clear error") {
+  if (cuda_device_count() > 0) {
+    std::printf("skipped: this machine has a CUDA device (the no-GPU path is tested without one)\n");
+    return;
+  }
+  check_error([] { Tensor::empty({2}, Dtype::Float32, kGpu); }, "CUDA");
+  check_error([] { zeros({2}, Dtype::Int64, Device::cuda(1)); }, "CUDA");
+  check_error([] { rnd({3}, 1).to(kGpu); }, "CUDA");
+  check_error([] { imdb::checked_device("cuda"); }, "no CUDA device is available");
+  check_error([] { imdb::checked_device("cuda:2"); }, "no CUDA device is available");
+  CHECK(imdb::checked_device("cpu") == Device::cpu());
+  Generator gen(1);
+  nn::ClassifierConfig config;
+  config.vocab_size = 10;
+  config.dim = 8;
+  config.heads = 2;
+  config.layers = 1;
+  config.ffn_dim = 8;
+  nn::TransformerClassifier model(config, gen);
+  check_error([&] { model.to(kGpu); }, "CUDA");
+  CHECK(model.parameters().front().device() == Device::cpu());  // nothing moved
+  gpu::synchronize(Device::cpu());  // a no-op for the CPU
+  CHECK_FALSE(cuda::allow_tf32());
+}
