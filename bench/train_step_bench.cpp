@@ -40,6 +40,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double median(std::vector<double> values) {
+  if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
   size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
@@ -54,6 +55,7 @@ int64_t peak_rss_bytes() {
 struct Flags {
   std::string write_init, write_batches, init, batches, data, device = "cpu";
   int64_t heads = 4, threads = 2, steps = 20, warmup = 3, run_steps = 0, count = 200;
+  bool forward_only = false;  // time only the forward passes (for profiling inference)
   uint64_t seed = 0;
 };
 
@@ -61,6 +63,10 @@ Flags parse(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
+    if (flag == "--forward-only") {
+      f.forward_only = true;
+      continue;
+    }
     EMBER_CHECK(i + 1 < argc, "train_step_bench: {} needs a value", flag);
     std::string value = argv[++i];
     if (flag == "--write-init") f.write_init = value;
@@ -160,7 +166,7 @@ void run(const Flags& f) {
 
   trainee.model.train();
   std::vector<double> step_ms, forward_ms, step_cpu_ms;
-  for (int64_t i = 0; i < f.warmup + f.steps; ++i) {
+  for (int64_t i = 0; i < (f.forward_only ? 0 : f.warmup + f.steps); ++i) {
     auto start = Clock::now();
     std::clock_t cpu_start = std::clock();
     trainee.step(tokens, mask, labels);
