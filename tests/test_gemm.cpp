@@ -401,13 +401,16 @@ TEST_CASE("gemm_batched matches per-product reference, split over the batch or i
   for (size_t i = 0; i < C.size(); ++i) CHECK(C[i] == doctest::Approx(expected[i]).epsilon(1e-12));
 }
 
-TEST_CASE("gemm with a bias adds it to every row once: beta 0 and 1, several K blocks, 1 and 2 threads") {
+TEST_CASE("gemm with a bias adds it to every row once: beta 0 and 1, several K blocks, 1 and 2 threads, every kernel") {
   PoolGuard guard;
   std::mt19937 rng(77);
   struct Shape3 {
     int64_t M, N, K;
   };
+  for (const std::string& kernel : available_kernels())
   for (int threads : {1, 2}) {
+    CAPTURE(kernel);
+    REQUIRE(ember::cpu::set_gemm_kernel(kernel.c_str()));
     ember::set_num_threads(threads);
     for (Shape3 s : {Shape3{1, 1, 1}, Shape3{15, 33, 7}, Shape3{200, 70, 600}, Shape3{30, 17, 0}}) {
       for (float beta : {0.0f, 1.0f}) {

@@ -162,13 +162,17 @@ void gemm_block(const GemmKernel<T>& kernel, const Problem<T>& p, int64_t m0, in
             const int n_cols = static_cast<int>(std::min<int64_t>(nr, nc - jr));
             const T* b_panel = b_packed + jr * kc;
             T* c_tile = p.C + (ic + ir) * p.c_rs + jc + jr;
-            T tile_beta = beta;
-            if (pc == 0 && p.bias != nullptr) {  // C = beta C + bias while the tile is in cache
-              scale_c(p, c_tile, m_rows, n_cols, jc + jr);
-              tile_beta = T(1);
+            if (pc == 0 && p.bias != nullptr) {
+              if (kernel.tile_bias != nullptr && p.alpha == T(1) && p.beta == T(0)) {  // sums start at the bias
+                kernel.tile_bias(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols,
+                                 p.bias + jc + jr);
+                continue;
+              }
+              scale_c(p, c_tile, m_rows, n_cols, jc + jr);  // C = beta C + bias while the tile is in cache
+              kernel.tile(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha, T(1));
+              continue;
             }
-            kernel.tile(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha,
-                        tile_beta);
+            kernel.tile(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha, beta);
           }
         }
       }

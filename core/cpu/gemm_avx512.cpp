@@ -69,21 +69,29 @@ struct Float64Ops {
 // general C = alpha sums + beta C. The two common cases get their own copy of the loop, which then
 // keeps no alpha in a register: 28 accumulators, 2 B vectors and 1 broadcast fill all 32 zmm
 // registers, and one more live value would push an accumulator out to the stack.
-enum class Store { Overwrite, Accumulate, General };
+// Bias: the sums start from a bias row instead of 0 and overwrite C.
+enum class Store { Overwrite, Accumulate, General, Bias };
 
 // One kRows x (kVecs * lanes) tile; the A panel holds kPanelRows rows (kRows <= kPanelRows).
 template <typename Ops, int kRows, int kVecs, int kPanelRows, Store kStore>
 void tile_with(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typename Ops::T* c,
-               int64_t c_rs, int n_cols, typename Ops::T alpha, typename Ops::T beta) {
+               int64_t c_rs, int n_cols, typename Ops::T alpha, typename Ops::T beta,
+               const typename Ops::T* bias = nullptr) {
   using Vec = typename Ops::Vec;
   using Mask = typename Ops::Mask;
   constexpr int kLanes = Ops::kLanes;
 
+  const Mask all = static_cast<Mask>(~0u);
+  const int last_lanes = n_cols - (kVecs - 1) * kLanes;  // 1..kLanes
+  const Mask last = last_lanes == kLanes ? all : static_cast<Mask>((1u << last_lanes) - 1);
   Vec acc[kRows][kVecs];
 #pragma GCC unroll 32
   for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 8
-    for (int v = 0; v < kVecs; ++v) acc[r][v] = Ops::zero();
+    for (int v = 0; v < kVecs; ++v) {
+      if constexpr (kStore == Store::Bias) acc[r][v] = Ops::load(v == kVecs - 1 ? last : all, bias + v * kLanes);
+      else acc[r][v] = Ops::zero();
+    }
   }
   // Pull the C tile into L1, for writing (prefetchw), while the FMAs run.
 #pragma GCC unroll 32
@@ -107,9 +115,6 @@ void tile_with(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, t
     b += kVecs * kLanes;
   }
 
-  const Mask all = static_cast<Mask>(~0u);
-  const int last_lanes = n_cols - (kVecs - 1) * kLanes;  // 1..kLanes
-  const Mask last = last_lanes == kLanes ? all : static_cast<Mask>((1u << last_lanes) - 1);
 #pragma GCC unroll 32
   for (int r = 0; r < kRows; ++r) {
     typename Ops::T* row = c + r * c_rs;
@@ -139,9 +144,18 @@ void tile(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typena
     tile_with<Ops, kRows, kVecs, kPanelRows, Store::General>(kc, a, b, c, c_rs, n_cols, alpha, beta);
 }
 
+template <typename Ops, int kRows, int kVecs, int kPanelRows>
+void tile_bias(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typename Ops::T* c,
+               int64_t c_rs, int n_cols, const typename Ops::T* bias) {
+  tile_with<Ops, kRows, kVecs, kPanelRows, Store::Bias>(kc, a, b, c, c_rs, n_cols, 1, 0, bias);
+}
+
 template <typename Ops>
 using Tile = void (*)(int64_t, const typename Ops::T*, const typename Ops::T*, typename Ops::T*,
                       int64_t, int, typename Ops::T, typename Ops::T);
+template <typename Ops>
+using BiasTile = void (*)(int64_t, const typename Ops::T*, const typename Ops::T*, typename Ops::T*,
+                          int64_t, int, const typename Ops::T*);
 
 // table[rows - 1][vecs - 1] = tile<rows, vecs>.
 template <typename Ops, int kPanelRows, int kRows, int... kVecsMinus1>
@@ -152,6 +166,24 @@ template <typename Ops, int kPanelRows, int kMaxVecs, int... kRowsMinus1>
 constexpr auto tile_table(std::integer_sequence<int, kRowsMinus1...>) {
   return std::array<std::array<Tile<Ops>, kMaxVecs>, sizeof...(kRowsMinus1)>{
       tile_row<Ops, kPanelRows, kRowsMinus1 + 1>(std::make_integer_sequence<int, kMaxVecs>{})...};
+}
+
+template <typename Ops, int kPanelRows, int kRows, int... kVecsMinus1>
+constexpr auto bias_tile_row(std::integer_sequence<int, kVecsMinus1...>) {
+  return std::array<BiasTile<Ops>, sizeof...(kVecsMinus1)>{&tile_bias<Ops, kRows, kVecsMinus1 + 1, kPanelRows>...};
+}
+template <typename Ops, int kPanelRows, int kMaxVecs, int... kRowsMinus1>
+constexpr auto bias_tile_table(std::integer_sequence<int, kRowsMinus1...>) {
+  return std::array<std::array<BiasTile<Ops>, kMaxVecs>, sizeof...(kRowsMinus1)>{
+      bias_tile_row<Ops, kPanelRows, kRowsMinus1 + 1>(std::make_integer_sequence<int, kMaxVecs>{})...};
+}
+
+template <typename Ops, int kMR, int kNV>
+void bias_tile_any_size(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typename Ops::T* c,
+                        int64_t c_rs, int m_rows, int n_cols, const typename Ops::T* bias) {
+  static constexpr auto table = bias_tile_table<Ops, kMR, kNV>(std::make_integer_sequence<int, kMR>{});
+  int vecs = (n_cols + Ops::kLanes - 1) / Ops::kLanes;
+  table[m_rows - 1][vecs - 1](kc, a, b, c, c_rs, n_cols, bias);
 }
 
 template <typename Ops, int kMR, int kNV>
@@ -324,7 +356,8 @@ constexpr int kDoubleNV = 2;
 const GemmKernel<float> kAvx512Float = {"avx512", kFloatMR, kFloatNV * 16, 16,
                                         EMBER_AVX512_KC, EMBER_AVX512_MC, EMBER_AVX512_NC,
                                         &tile_any_size<Float32Ops, kFloatMR, kFloatNV>,
-                                        &pack_a_float<kFloatMR>, &pack_b_float<kFloatNV * 16>};
+                                        &pack_a_float<kFloatMR>, &pack_b_float<kFloatNV * 16>,
+                                        &bias_tile_any_size<Float32Ops, kFloatMR, kFloatNV>};
 const GemmKernel<double> kAvx512Double = {"avx512", kDoubleMR, kDoubleNV * 8, 8, 256, 126, 512,
                                           &tile_any_size<Float64Ops, kDoubleMR, kDoubleNV>,
                                           &pack_a_generic<double, kDoubleMR>,

@@ -15,6 +15,11 @@ namespace ember::cpu::detail {
 template <typename T>
 using TileFunction = void (*)(int64_t kc, const T* a_panel, const T* b_panel, T* c, int64_t c_rs,
                               int m_rows, int n_cols, T alpha, T beta);
+// Optional: C[r, j] = bias[j] + sum_k a_panel(r, k) * b_panel(k, j) (alpha 1, C not read), the sums
+// started from the bias so that a Linear layer's bias costs no pass over C.
+template <typename T>
+using BiasTileFunction = void (*)(int64_t kc, const T* a_panel, const T* b_panel, T* c, int64_t c_rs,
+                                  int m_rows, int n_cols, const T* bias);
 
 // Packing into those layouts: A block m x kc, B block kc x n, read through any strides
 // (the pointers are at the block's first element). Portable versions: gemm_pack.h.
@@ -36,6 +41,7 @@ struct GemmKernel {
   TileFunction<T> tile;
   PackAFunction<T> pack_a;
   PackBFunction<T> pack_b;
+  BiasTileFunction<T> tile_bias = nullptr;  // null: the driver writes the bias into C first
 };
 
 // The x86 kernels are null when this CPU (or compiler) lacks the instructions.
