@@ -14,21 +14,26 @@ namespace {
 constexpr int kLanes = 16;               // independent accumulators, so the row sums vectorise
 constexpr int64_t kGrainElements = 32768;  // about this many elements per parallel task
 
-// sum of term(i) for i in [0, n), in kLanes independent double accumulators (so that the compiler
-// vectorises without reassociating), combined in a fixed order. One accumulator array per call:
-// GCC does not vectorise two interleaved ones.
-template <typename Term>
-inline double lane_sum(int64_t n, Term term) {
-  double lanes[kLanes] = {};
+// sum of term(i) for i in [0, n), in kLanes independent accumulators of type Acc (so that the
+// compiler vectorises without reassociating), combined in a fixed order. One accumulator array per
+// call: GCC does not vectorise two interleaved ones.
+template <typename Acc, typename Term>
+inline Acc lane_sum(int64_t n, Term term) {
+  Acc lanes[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
     for (int k = 0; k < kLanes; ++k) lanes[k] += term(i + k);
-  double total = 0;
+  Acc total = 0;
   for (int k = 0; k < kLanes; ++k) total += lanes[k];
   for (; i < n; ++i) total += term(i);
   return total;
 }
 
+// Forward in the input's own precision. The row is first shifted by its first element, so that
+// a row far from zero (say 1e4 +- 1 in float32) keeps its digits: the deviations x - x0 are exact
+// there, while a float mean of 1e4 could not be closer than 1e-3. Then two passes (the mean, then
+// the mean of squared deviations from it, so no cancellation), each a 16-lane sum, and the
+// normalisation in T.
 template <typename T, bool kHasWeight, bool kHasBias>
 void forward_kernel(const T* x, const T* w, const T* b, T* y, double* mean_out, double* rstd_out, int64_t rows,
                     int64_t D, double eps) {
@@ -36,19 +41,20 @@ void forward_kernel(const T* x, const T* w, const T* b, T* y, double* mean_out, 
     for (int64_t r = first; r < last; ++r) {
       const T* xr = x + r * D;
       T* yr = y + r * D;
-      double mean = lane_sum(D, [&](int64_t i) { return double(xr[i]); }) / double(D);
-      double var = lane_sum(D, [&](int64_t i) {
-                     double d = double(xr[i]) - mean;
-                     return d * d;
-                   }) / double(D);
-      double rstd = 1.0 / std::sqrt(var + eps);
-      mean_out[r] = mean;
-      rstd_out[r] = rstd;
+      const T shift = xr[0];
+      const T mean = lane_sum<T>(D, [&](int64_t i) { return xr[i] - shift; }) / T(D);  // of x - shift
+      const T var = lane_sum<T>(D, [&](int64_t i) {
+                      T d = (xr[i] - shift) - mean;
+                      return d * d;
+                    }) / T(D);
+      const T rstd = T(1) / std::sqrt(var + T(eps));
+      mean_out[r] = double(shift) + double(mean);
+      rstd_out[r] = double(rstd);
       for (int64_t i = 0; i < D; ++i) {
-        double v = (double(xr[i]) - mean) * rstd;
-        if constexpr (kHasWeight) v *= double(w[i]);
-        if constexpr (kHasBias) v += double(b[i]);
-        yr[i] = T(v);
+        T v = ((xr[i] - shift) - mean) * rstd;
+        if constexpr (kHasWeight) v *= w[i];
+        if constexpr (kHasBias) v += b[i];
+        yr[i] = v;
       }
     }
   });
@@ -72,8 +78,8 @@ void backward_chunk(const T* g, const T* x, const double* mean, const double* rs
         if constexpr (kHasWeight) return double(gr[i]) * double(w[i]);
         else return double(gr[i]);
       };
-      double a = lane_sum(D, gw_at);
-      double c = lane_sum(D, [&](int64_t i) { return gw_at(i) * (double(xr[i]) - mu) * rs; });
+      double a = lane_sum<double>(D, gw_at);
+      double c = lane_sum<double>(D, [&](int64_t i) { return gw_at(i) * (double(xr[i]) - mu) * rs; });
       a *= inv_d;
       c *= inv_d;
       T* dxr = dx + r * D;

@@ -1,10 +1,10 @@
 // CPU layer normalisation over the last dim: fused forward (saving mean and 1/std per row) and
 // fused backward (dx, dweight, dbias).
 //
-// Precision: statistics and the normalisation are computed in double for float32 and float64
-// inputs alike (two passes: mean, then the mean of squared deviations, so no cancellation), and
-// the saved mean / rstd are float64 tensors whatever the input dtype; outputs are rounded to the
-// input dtype once at the end.
+// Precision: the forward computes in the input's dtype, on the row shifted by its first element
+// (so rows far from zero keep their digits), in two passes (the mean, then the mean of squared
+// deviations from it, so no cancellation), each a 16-lane sum; the saved mean / rstd are float64 tensors whatever the
+// input dtype. The backward computes in double and rounds once at the end.
 // Determinism: rows are processed by one thread each; dweight and dbias are summed per chunk of
 // layer_norm_rows_per_chunk(D) rows (a fixed split that depends only on D), and the chunk sums
 // are then added in chunk order. Results are bitwise identical for any thread count.

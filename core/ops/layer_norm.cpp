@@ -1,7 +1,7 @@
 // Layer normalisation over the last dim: y = (x - mean) / sqrt(var + eps) * weight + bias, var the
 // biased (population) variance, weight and bias of shape [D] (either may be undefined: no scale /
 // no shift). Fused forward saving mean and 1/std per row; fused backward giving dx, dweight, dbias.
-// Statistics are computed in double for float32 too (core/cpu/layer_norm.h); dweight and dbias are
+// Statistics are computed in the input's dtype, shifted (core/cpu/layer_norm.h); dweight and dbias are
 // summed over rows deterministically, independent of the thread count.
 #include "autograd/node.h"
 #include "core/cpu/layer_norm.h"
