@@ -29,6 +29,7 @@ Commands:
   eval      accuracy of a trained run on all test reviews
   predict   classify one review given as --text or --file
   compare   train heads 1, 4, 8 over several seeds and write a Markdown table
+  check     load a run's checkpoint.safetensors as --resume would, and print its step
 
 Training flags (train and compare; defaults are the recipe):
   --heads N          attention heads (1 = single-head)                 [4]
@@ -60,7 +61,7 @@ Training flags (train and compare; defaults are the recipe):
 compare only:
   --heads-list L     comma-separated head counts                      [1,4,8]
   --seeds N          seeds 0..N-1 per head count                      [3]
-eval / predict:
+eval / predict / check:
   --run DIR          a train output folder (model.safetensors + vocab.txt)
   --text "..."       the review (predict)
   --file PATH        a file holding the review (predict)
@@ -253,6 +254,12 @@ int run(int argc, char** argv) {
     Data data = prepare_data(data_config, &saved.vocabulary);  // encoded with the run's own vocabulary
     double accuracy = evaluate(*saved.model, data.test_tokens, data.test_labels);
     fmt::print("test accuracy {:.2f}% on {} reviews ({})\n", 100 * accuracy, data.test_tokens.size(), folder);
+  } else if (command == "check") {
+    std::string folder = flags.text("run", "runs/imdb");
+    flags.reject_unknown();
+    std::string path = folder + "/checkpoint.safetensors";
+    CheckpointInfo info = check_checkpoint(path);
+    fmt::print("checkpoint OK: step {} ({})\n", info.step, path);
   } else if (command == "predict") {
     std::string folder = flags.text("run", "runs/imdb");
     std::string text = flags.text("text", "");
