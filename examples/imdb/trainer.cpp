@@ -308,7 +308,12 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     gen.set_state(config.seed, info.generator_offset);
     trim_metrics(config.out + "/metrics.jsonl", step);
   }
+  std::ofstream metrics(config.out + "/metrics.jsonl", config.resume ? std::ios::app : std::ios::trunc);
+  EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
   auto save_checkpoint = [&]() {
+    // Every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those).
+    metrics.flush();
+    EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
     nn::Metadata meta = config.to_metadata();
     meta["format"] = "ember-imdb-checkpoint-v1";
     meta["step"] = std::to_string(step);
@@ -318,8 +323,6 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     nn::save_tensors(checkpoint_path, state, meta);
   };
 
-  std::ofstream metrics(config.out + "/metrics.jsonl", config.resume ? std::ios::app : std::ios::trunc);
-  EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
   if (!config.quiet)
     fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {} threads\n",
                config.model.heads, config.model.layers, config.model.dim, result.parameters, data.train_tokens.size(),
