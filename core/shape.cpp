@@ -4,14 +4,20 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ember {
 
 int64_t numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t size : shape) n *= size;
-  return n;
+  bool overflow = false;
+  for (int64_t size : shape) overflow |= __builtin_mul_overflow(n, size, &n);
+  // NOTE: a zero anywhere makes the count 0, whatever the other sizes.
+  if (overflow && std::find(shape.begin(), shape.end(), 0) == shape.end())
+    fail("shape {} has more elements than a 64-bit count can hold", shape_str(shape));
+  return overflow ? 0 : n;
 }
 
 Strides contiguous_strides(const Shape& shape) {
