@@ -25,7 +25,9 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t stride = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = stride;
-    stride *= shape[i];
+    // Only an empty tensor (a 0 elsewhere, checked by numel) can overflow here: its strides
+    // are never used to reach an element, so saturate rather than overflow (found by UBSan).
+    if (__builtin_mul_overflow(stride, shape[i], &stride)) stride = INT64_MAX;
   }
   return strides;
 }

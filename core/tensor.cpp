@@ -10,7 +10,7 @@ Tensor Tensor::empty(const Shape& shape, Dtype dtype, Device device) {
   int64_t n = ember::numel(shape);
   constexpr int64_t kMaxBytes = int64_t(1) << 46;  // 64 TiB: beyond any machine; catches overflowed shapes
   EMBER_CHECK(n <= kMaxBytes / dtype_size(dtype),
-              "empty: shape {} of {} needs {} elements x {} bytes, more than the {} TiB any machine has", shape_str(shape),
+              "empty: shape {} of {} is too large to allocate: {} elements x {} bytes is more than the {} TiB any machine has", shape_str(shape),
               dtype_name(dtype), n, dtype_size(dtype), kMaxBytes >> 40);
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(n * dtype_size(dtype), device);

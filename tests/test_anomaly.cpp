@@ -45,7 +45,7 @@ std::string anomaly_message(const std::function<void()>& f) {
 
 }  // namespace
 
-TEST_CASE("anomaly: off by default; a NaN then flows through silently") {
+TEST_CASE("anomaly: off by default, and a NaN then flows through silently") {
   REQUIRE_FALSE(detect_anomaly());  // ctest does not set EMBER_DETECT_ANOMALY
   Generator gen(0);
   Outer model(gen, 10.0);  // fc(x) is near 0, so log(fc(x) - 10) is NaN
