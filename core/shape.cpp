@@ -4,20 +4,24 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
-
 #include "core/error.h"
 
 namespace ember {
 
 int64_t numel(const Shape& shape) {
+  // NOTE: the product of the non-zero sizes must fit too, even when a 0 makes the tensor empty:
+  // strides and loops multiply sizes together (UBSan found [0, 2^62, 2^62] overflowing them).
   int64_t n = 1;
-  bool overflow = false;
-  for (int64_t size : shape) overflow |= __builtin_mul_overflow(n, size, &n);
-  // NOTE: a zero anywhere makes the count 0, whatever the other sizes.
-  if (overflow && std::find(shape.begin(), shape.end(), 0) == shape.end())
-    fail("shape {} has more elements than a 64-bit count can hold", shape_str(shape));
-  return overflow ? 0 : n;
+  bool empty = false;
+  for (int64_t size : shape) {
+    if (size == 0) {
+      empty = true;
+      continue;
+    }
+    if (__builtin_mul_overflow(n, size, &n))
+      fail("shape {} has more elements than a 64-bit count can hold", shape_str(shape));
+  }
+  return empty ? 0 : n;
 }
 
 Strides contiguous_strides(const Shape& shape) {
@@ -25,9 +29,7 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t stride = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = stride;
-    // Only an empty tensor (a 0 elsewhere, checked by numel) can overflow here: its strides
-    // are never used to reach an element, so saturate rather than overflow (found by UBSan).
-    if (__builtin_mul_overflow(stride, shape[i], &stride)) stride = INT64_MAX;
+    stride *= shape[i];  // cannot overflow for a shape numel() accepted
   }
   return strides;
 }

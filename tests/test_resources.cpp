@@ -20,9 +20,12 @@ TEST_CASE("resources: element counts that overflow 64 bits are errors, not wrapp
               "shape [1099511627776, 1099511627776] has more elements than a 64-bit count can hold");
   check_error([] { ones({3, int64_t(1) << 62}); }, "more elements than a 64-bit count");
   check_error([] { ones({1}).expand({int64_t(1) << 40, int64_t(1) << 40}); }, "more elements than a 64-bit count");
-  // A zero size makes any shape empty, however large the others.
-  Tensor empty = zeros({0, int64_t(1) << 62, int64_t(1) << 62});
+  // A zero size makes a shape empty, but the other sizes must still multiply without overflow
+  // (strides and loops multiply them).
+  Tensor empty = zeros({0, int64_t(1) << 30, int64_t(1) << 30});
   CHECK(empty.numel() == 0);
+  CHECK(sum(empty).item<float>() == 0.0f);
+  check_error([] { zeros({0, int64_t(1) << 62, int64_t(1) << 62}); }, "more elements than a 64-bit count");
 }
 
 TEST_CASE("resources: more memory than this machine has is an out-of-memory error naming the size") {
