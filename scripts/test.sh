@@ -3,6 +3,8 @@
 #   1. sanitizers: AddressSanitizer + UndefinedBehaviorSanitizer (CPU only, -O1 -g, no benchmarks)
 #      in build-asan/ (skip with EMBER_SANITIZE_CI=0);
 #   2. the normal Release build in build/.
+# Between them, scripts/tsan.sh runs the threaded tests under ThreadSanitizer (build-tsan/; skip
+# with EMBER_TSAN_CI=0); a data race fails the run.
 # Each configuration's ctest summary is printed; the last line is the ctest-style summary of the
 # whole run (both configurations), and the exit code is non-zero if any test failed in either.
 set -euo pipefail
@@ -31,6 +33,20 @@ if [ "${EMBER_SANITIZE_CI:-1}" != 0 ]; then
   echo "== sanitizer configuration: built in $((built - start))s, tests ran in $(( $(date +%s) - built ))s"
 fi
 
+tsan_result=""
+if [ "${EMBER_TSAN_CI:-1}" != 0 ]; then
+  echo "== ThreadSanitizer (scripts/tsan.sh)"
+  start=$(date +%s)
+  if bash scripts/tsan.sh >"$logs/tsan.log" 2>&1; then
+    tsan_result="$(tail -n 1 "$logs/tsan.log"); with its build: $(( $(date +%s) - start ))s"
+  else
+    tail -60 "$logs/tsan.log"
+    tsan_result="tsan: FAILED (a data race or a failed test; see above)"
+    status=1
+  fi
+  echo "$tsan_result"
+fi
+
 echo "== normal configuration (Release)"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j"$JOBS" --timeout 600) 2>&1 | tee "$logs/normal.log" || status=$?
 
@@ -45,6 +61,7 @@ for config in asan normal; do
   f=$(sed -E 's/.*tests passed, ([0-9]+) tests failed.*/\1/' <<<"$line")
   total=$((total + n)) failed=$((failed + f))
 done
+[ -z "$tsan_result" ] || echo "$tsan_result"
 [ "$failed" -eq 0 ] || status=1
 percent=$(( total > 0 ? (total - failed) * 100 / total : 0 ))
 echo "${percent}% tests passed, ${failed} tests failed out of ${total}"
