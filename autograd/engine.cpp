@@ -55,6 +55,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   EMBER_CHECK(seed.shape() == shape(), "backward: gradient shape {} differs from the output's {}",
               shape_str(seed.shape()), shape_str(shape()));
   NoGradGuard no_grad;  // backward formulas are not themselves recorded
+  BackwardScope in_backward;  // anomaly mode checks what each node returns, not the ops inside it
   if (is_leaf()) {
     accumulate_leaf_grad(impl(), seed);
     return;
@@ -68,6 +69,8 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
     EMBER_CHECK(node->backward, "backward: the graph through '{}' was already freed; "
                 "call backward(grad, /*retain_graph=*/true) to walk it twice", node->name);
     Grads grads = node->backward(grad_output);
+    if (detect_anomaly()) [[unlikely]]
+      check_backward_anomaly(*node, grads);
     if (!retain_graph) node->backward = nullptr;  // frees the tensors it saved
     EMBER_CHECK(grads.size() == node->inputs.size(), "backward of {}: returned {} gradients for {} inputs",
                 node->name, grads.size(), node->inputs.size());

@@ -24,6 +24,10 @@ void attach_node(const char* name, Tensor& output, const Tensor* inputs, size_t 
     }
     node->inputs.push_back(std::move(edge));
   }
+  if (detect_anomaly()) {
+    node->module_path = current_module_path();
+    for (size_t i = 0; i < count; ++i) node->input_shapes.push_back(inputs[i].defined() ? inputs[i].shape() : Shape{});
+  }
   output.impl()->grad_fn = std::move(node);
   output.impl()->requires_grad = true;
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/anomaly.h"
 #include "autograd/grad_mode.h"
 #include "core/tensor.h"
 
@@ -30,6 +31,9 @@ class Node {
   std::string name;           // the op, for error messages: "matmul", "softmax", ...
   std::vector<Edge> inputs;   // one per op input, in order
   BackwardFn backward;        // grad of the output -> grads of the inputs; reset once used
+  // Recorded only in anomaly mode (autograd/anomaly.h), for the backward check's message.
+  std::string module_path;          // where in the model the op ran: "blocks.1.attention"
+  std::vector<Shape> input_shapes;  // every input's shape
 };
 
 // True when grad mode is on and any of the inputs requires grad: then the op must record.
@@ -42,15 +46,20 @@ inline bool any_requires_grad(std::initializer_list<Tensor> inputs) {
 void attach_node(const char* name, Tensor& output, const Tensor* inputs, size_t count, BackwardFn backward);
 
 // What every op calls after its forward: records the backward, unless no input needs a
-// gradient (then it does nothing, and never builds the std::function).
+// gradient (then it does nothing, and never builds the std::function). In anomaly mode it
+// first checks the output for NaN/Inf, with or without grad (autograd/anomaly.h).
 template <typename Fn>
 void record(const char* name, Tensor& output, std::initializer_list<Tensor> inputs, Fn&& backward) {
+  if (detect_anomaly()) [[unlikely]]
+    check_forward_anomaly(name, output, inputs.begin(), inputs.size());
   if (any_requires_grad(inputs.begin(), inputs.size()))
     attach_node(name, output, inputs.begin(), inputs.size(), BackwardFn(std::forward<Fn>(backward)));
 }
 // The same for ops with a variable number of inputs (cat, stack).
 template <typename Fn>
 void record(const char* name, Tensor& output, const std::vector<Tensor>& inputs, Fn&& backward) {
+  if (detect_anomaly()) [[unlikely]]
+    check_forward_anomaly(name, output, inputs.data(), inputs.size());
   if (any_requires_grad(inputs.data(), inputs.size()))
     attach_node(name, output, inputs.data(), inputs.size(), BackwardFn(std::forward<Fn>(backward)));
 }

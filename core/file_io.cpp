@@ -60,6 +60,18 @@ void write_file_atomically(const std::string& path, const std::vector<std::strin
   fd = -1;
   if (close_result != 0) give_up("close");
   if (::rename(temp_path.c_str(), path.c_str()) != 0) give_up("rename");
+  // The rename is only durable once the directory entry is on disk: fsync the folder too.
+  // (After the rename the new file is in place; a failure here is reported, nothing is undone.)
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string folder = parent.empty() ? std::string(".") : parent.string();
+  int dir_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  EMBER_CHECK(dir_fd >= 0, "wrote '{}' but cannot open its folder '{}' to fsync it: {}", path, folder,
+              std::strerror(errno));
+  int sync_result = ::fsync(dir_fd);
+  int sync_errno = errno;
+  ::close(dir_fd);
+  EMBER_CHECK(sync_result == 0, "wrote '{}' but fsync of its folder '{}' failed: {}", path, folder,
+              std::strerror(sync_errno));
 }
 
 }  // namespace ember

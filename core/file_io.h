@@ -10,7 +10,8 @@ namespace ember {
 // (e.g. "reviews file"); throws ember::Error if it is missing or unreadable.
 std::string read_whole_file(const std::string& path, std::string_view what);
 
-// Writes `contents` to path + ".tmp.<pid>", fsyncs it, then renames it over `path`.
+// Writes `contents` to path + ".tmp.<pid>", fsyncs it, renames it over `path`, then fsyncs the
+// folder so that the rename itself survives a power cut.
 // NOTE: rename() within one directory is atomic on POSIX: readers see the old file or
 // the new one, never half of one; if anything fails the old file is left untouched.
 void write_file_atomically(const std::string& path, std::string_view contents);

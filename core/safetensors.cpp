@@ -199,7 +199,8 @@ File load(const std::string& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(header_text, notice_duplicates);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and also out_of_range for a number too large for a double ("1e999").
     fail("safetensors file '{}': header is not valid JSON: {}", path, e.what());
   }
   EMBER_CHECK(header.is_object(), "safetensors file '{}': header is a JSON {}, expected an object", path,

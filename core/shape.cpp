@@ -9,9 +9,19 @@
 namespace ember {
 
 int64_t numel(const Shape& shape) {
+  // NOTE: the product of the non-zero sizes must fit too, even when a 0 makes the tensor empty:
+  // strides and loops multiply sizes together (UBSan found [0, 2^62, 2^62] overflowing them).
   int64_t n = 1;
-  for (int64_t size : shape) n *= size;
-  return n;
+  bool empty = false;
+  for (int64_t size : shape) {
+    if (size == 0) {
+      empty = true;
+      continue;
+    }
+    if (__builtin_mul_overflow(n, size, &n))
+      fail("shape {} has more elements than a 64-bit count can hold", shape_str(shape));
+  }
+  return empty ? 0 : n;
 }
 
 Strides contiguous_strides(const Shape& shape) {
@@ -19,7 +29,7 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t stride = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = stride;
-    stride *= shape[i];
+    stride *= shape[i];  // cannot overflow for a shape numel() accepted
   }
   return strides;
 }

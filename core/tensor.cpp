@@ -9,8 +9,9 @@ Tensor Tensor::empty(const Shape& shape, Dtype dtype, Device device) {
   for (int64_t s : shape) EMBER_CHECK(s >= 0, "empty: negative size in shape {}", shape_str(shape));
   int64_t n = ember::numel(shape);
   constexpr int64_t kMaxBytes = int64_t(1) << 46;  // 64 TiB: beyond any machine; catches overflowed shapes
-  EMBER_CHECK(n <= kMaxBytes / dtype_size(dtype), "empty: shape {} of {} is too large to allocate",
-              shape_str(shape), dtype_name(dtype));
+  EMBER_CHECK(n <= kMaxBytes / dtype_size(dtype),
+              "empty: shape {} of {} is too large to allocate: {} elements x {} bytes is more than the {} TiB any machine has", shape_str(shape),
+              dtype_name(dtype), n, dtype_size(dtype), kMaxBytes >> 40);
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(n * dtype_size(dtype), device);
   impl->shape = shape;

@@ -13,6 +13,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t embed_dim, int64_t heads, Generat
 
 MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal,
                                                        bool need_weights) const {
+  auto scope = forward_scope();
   EMBER_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "MultiHeadAttention: input {} is not [B, T, {}]",
               shape_str(x.shape()), embed_dim);
   // One fused kernel per (batch, head) on the [B, T, 3D] projection; attention_reference

@@ -11,6 +11,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, bool w
 }
 
 Tensor Linear::forward(const Tensor& x) const {
+  auto scope = forward_scope();
   EMBER_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: input {} does not end in in_features {}",
               shape_str(x.shape()), weight.size(1));
   return linear(x, weight, bias);  // = matmul(x, weight^T) + bias, in one GEMM

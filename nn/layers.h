@@ -20,7 +20,10 @@ class Linear : public Module {
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim, Generator& gen);
-  Tensor forward(const Tensor& ids) const { return embedding(weight, ids); }
+  Tensor forward(const Tensor& ids) const {
+    auto scope = forward_scope();
+    return embedding(weight, ids);
+  }
   Parameter weight;
 };
 
@@ -28,7 +31,10 @@ class Embedding : public Module {
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5);
-  Tensor forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+  Tensor forward(const Tensor& x) const {
+    auto scope = forward_scope();
+    return layer_norm(x, weight, bias, eps);
+  }
   Parameter weight, bias;
   double eps;
 };
@@ -37,7 +43,10 @@ class LayerNorm : public Module {
 class Dropout : public Module {
  public:
   Dropout(double p, Generator& gen) : p(p), gen_(&gen) {}
-  Tensor forward(const Tensor& x) const { return dropout(x, p, is_training(), *gen_); }
+  Tensor forward(const Tensor& x) const {
+    auto scope = forward_scope();
+    return dropout(x, p, is_training(), *gen_);
+  }
   double p;
 
  private:
@@ -46,7 +55,10 @@ class Dropout : public Module {
 
 class GELU : public Module {
  public:
-  Tensor forward(const Tensor& x) const { return gelu(x); }
+  Tensor forward(const Tensor& x) const {
+    auto scope = forward_scope();
+    return gelu(x);
+  }
 };
 
 }  // namespace ember::nn

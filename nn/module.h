@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/anomaly.h"
 #include "core/tensor.h"
 
 namespace ember::nn {
@@ -40,10 +41,18 @@ class Module {
   // errors that name the parameter; nothing is changed unless every check passes.
   void load_state_dict(const std::map<std::string, Tensor>& state);
 
+  // The name this module was registered under in its parent ("attention", "blocks.1"); "" for a root.
+  const std::string& module_name() const { return name_; }
+
  protected:
+  // Every forward opens one first: `auto scope = forward_scope();`. In anomaly mode it puts the
+  // module's name on the module path that NaN/Inf reports give (autograd/anomaly.h); otherwise free.
+  ModuleScope forward_scope() const { return ModuleScope(name_); }
+
   Parameter& register_parameter(const std::string& name, Tensor value);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    module->name_ = name;
     children_.emplace_back(name, module);
     return module;
   }
@@ -54,6 +63,7 @@ class Module {
   std::vector<std::pair<std::string, Parameter>> parameters_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  std::string name_;
 };
 
 }  // namespace ember::nn

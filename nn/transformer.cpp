@@ -16,6 +16,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t dim, int64_t heads, int
 
 Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal,
                                         Tensor* attention_weights) const {
+  auto scope = forward_scope();
   auto attended = attention->forward(ln1->forward(x), key_padding_mask, causal, attention_weights != nullptr);
   if (attention_weights != nullptr) *attention_weights = attended.weights;
   Tensor h = x + drop1->forward(attended.out);
@@ -36,6 +37,7 @@ TransformerClassifier::TransformerClassifier(const ClassifierConfig& config, Gen
 
 Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& key_padding_mask,
                                       std::vector<Tensor>* attention_weights) const {
+  auto scope = forward_scope();
   EMBER_CHECK(tokens.dim() == 2, "TransformerClassifier: tokens must be [B, T], got {}", shape_str(tokens.shape()));
   const int64_t B = tokens.size(0), T = tokens.size(1);
   EMBER_CHECK(T <= config.max_len, "TransformerClassifier: sequence length {} exceeds max_len {}", T, config.max_len);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Ember needs to build (from Debian's packages) and configures + builds it.
 # Usage: scripts/setup.sh [build-dir]   (default: build). Safe to run again: it skips what is there.
+#        scripts/setup.sh --deps-only   installs the packages only (the sanitizer scripts configure their own builds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
@@ -17,6 +18,8 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+
+[ "$BUILD_DIR" = "--deps-only" ] && exit 0
 
 # CUDA is used when nvcc is found (on PATH or in /usr/local/cuda); CPU-only otherwise.
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi

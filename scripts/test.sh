@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test. Ends with ctest's summary line.
+# Sets up, builds and runs every test, in two configurations:
+#   1. sanitizers: AddressSanitizer + UndefinedBehaviorSanitizer (CPU only, -O1 -g, no benchmarks)
+#      in build-asan/ (skip with EMBER_SANITIZE_CI=0);
+#   2. the normal Release build in build/.
+# Between them, scripts/tsan.sh runs the threaded tests under ThreadSanitizer (build-tsan/; skip
+# with EMBER_TSAN_CI=0); a data race fails the run.
+# Each configuration's ctest summary is printed; the last line is the ctest-style summary of the
+# whole run (both configurations), and the exit code is non-zero if any test failed in either.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
+ASAN_DIR=${ASAN_DIR:-build-asan}
+JOBS=$(nproc)
 bash scripts/setup.sh "$BUILD_DIR"
 # The training report's browser test (tests/report_browser_test.sh) loads the page in Debian's
 # headless Chromium; without it that one test is skipped.
@@ -12,11 +21,56 @@ if [ ! -x /usr/bin/chromium ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
-cd "$BUILD_DIR"
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+summary() { grep -E "tests passed|tests failed" "$1" | tail -n 1; }
 status=0
-ctest --output-on-failure -j"$(nproc)" --timeout 600 2>&1 | tee "$log" || status=$?
-# ctest lists skipped tests (no GPU) after its summary: repeat the summary as the last line.
-grep -E "tests passed|tests failed" "$log" | tail -n 1
+
+if [ "${EMBER_SANITIZE_CI:-1}" != 0 ]; then
+  start=$(date +%s)
+  echo "== sanitizer configuration (ASan + UBSan): building $ASAN_DIR"
+  cmake -S . -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+    -DEMBER_SANITIZE=ON -DEMBER_BENCH=OFF -DEMBER_CUDA=OFF >/dev/null
+  cmake --build "$ASAN_DIR" -j"$JOBS" >"$logs/asan-build.log" 2>&1 || { tail -50 "$logs/asan-build.log"; exit 1; }
+  built=$(date +%s)
+  # allocator_may_return_null: the out-of-memory test asks for 16 TiB and expects an ember::Error.
+  (cd "$ASAN_DIR" && ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1:strict_string_checks=1" \
+     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+     ctest --output-on-failure -j"$JOBS" --timeout 900) 2>&1 | tee "$logs/asan.log" || status=$?
+  echo "== sanitizer configuration: built in $((built - start))s, tests ran in $(( $(date +%s) - built ))s"
+fi
+
+tsan_result=""
+if [ "${EMBER_TSAN_CI:-1}" != 0 ]; then
+  echo "== ThreadSanitizer (scripts/tsan.sh)"
+  start=$(date +%s)
+  if bash scripts/tsan.sh >"$logs/tsan.log" 2>&1; then
+    tsan_result="$(tail -n 1 "$logs/tsan.log"); with its build: $(( $(date +%s) - start ))s"
+  else
+    tail -60 "$logs/tsan.log"
+    tsan_result="tsan: FAILED (a data race or a failed test; see above)"
+    status=1
+  fi
+  echo "$tsan_result"
+fi
+
+echo "== normal configuration (Release)"
+(cd "$BUILD_DIR" && ctest --output-on-failure -j"$JOBS" --timeout 600) 2>&1 | tee "$logs/normal.log" || status=$?
+
+# ctest lists skipped tests (no GPU) after its summary: repeat the summaries, and end with the total.
+total=0 failed=0
+for config in asan normal; do
+  [ -f "$logs/$config.log" ] || continue
+  line=$(summary "$logs/$config.log")
+  echo "$config: ${line:-no ctest summary (ctest did not run)}"
+  [ -n "$line" ] || { status=1; continue; }
+  n=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
+  f=$(sed -E 's/.*tests passed, ([0-9]+) tests failed.*/\1/' <<<"$line")
+  total=$((total + n)) failed=$((failed + f))
+done
+[ -z "$tsan_result" ] || echo "$tsan_result"
+[ "$failed" -eq 0 ] || status=1
+percent=$(( total > 0 ? (total - failed) * 100 / total : 0 ))
+echo "${percent}% tests passed, ${failed} tests failed out of ${total}"
 exit "$status"

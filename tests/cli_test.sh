@@ -48,9 +48,12 @@ fi
 expect "missing data file" 1 "/nonexistent.json" -- "$IMDB" train --data /nonexistent.json --out "$OUT/x"
 printf '[{"t": "good", "s": 1}, {"t": "bad"' > "$OUT/broken.json"
 expect "malformed data file" 1 "broken.json" -- "$IMDB" train --data "$OUT/broken.json" --out "$OUT/y"
+expect "unwritable output folder, before loading data" 1 "cannot create output folder '/proc/ember-no/run'" -- "$IMDB" train --data /nonexistent.json --out /proc/ember-no/run
+expect "check a checkpoint" 0 "checkpoint OK: step 26" -- "$IMDB" check --run "$OUT/part"
+expect "check a missing checkpoint" 1 "checkpoint.safetensors" -- "$IMDB" check --run "$OUT/none"
 expect "missing run" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/none" --text hi
 head -c 100 "$OUT/run/model.safetensors" > "$OUT/run/cut.safetensors" && mv "$OUT/run/cut.safetensors" "$OUT/run/model.safetensors"
 expect "corrupt checkpoint" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/run" --text hi
 expect "predict needs a review" 2 "exactly one of --text or --file" -- "$IMDB" predict --run "$OUT/run"
-echo "$((24 - fails)) passed, $fails failed"
+echo "$((27 - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

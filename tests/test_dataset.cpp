@@ -90,6 +90,9 @@ TEST_CASE("dataset: bad reviews files give clear errors naming the file") {
   expect_error(ember::read_whole_file(small_json, "test data").substr(0, 100000), "not valid JSON");
   expect_error("[{\"t\":\"a\",\"s\":0}]]", "not valid JSON");
   expect_error(R"({"t":"a","s":0})", "expected an array");
+  // Found by fuzzing (tests/fuzz/regressions/reviews_json/): a number too large for a double.
+  expect_error("36E558", "not valid JSON");
+  expect_error(R"([{"t":"a","s":1e999},{"t":"b","s":0},{"t":"c","s":1},{"t":"d","s":1}])", "not valid JSON");
   expect_error("[]", "has 0 reviews");
   expect_error(R"([{"t":"a","s":0},{"t":"b","s":0},{"t":"c","s":1}])", "has 3 reviews");
   expect_error(R"([1,2,3,4])", "element 0");

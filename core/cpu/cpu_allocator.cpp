@@ -28,6 +28,16 @@ size_t size_class(size_t nbytes) {
   return (nbytes + step - 1) / step * step;
 }
 
+std::string human_bytes(double bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 5) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{:.0f} bytes", bytes) : fmt::format("{:.1f} {}", bytes, units[unit]);
+}
+
 class CpuAllocator final : public Allocator {
  public:
   ~CpuAllocator() override { release_cached(); }
@@ -50,8 +60,8 @@ class CpuAllocator final : public Allocator {
         release_cached_locked();
         ptr = std::aligned_alloc(kAlignment, size);
       }
-      EMBER_CHECK(ptr != nullptr, "out of CPU memory: asked for {} bytes with {} bytes in use", nbytes,
-                  stats_.allocated);
+      EMBER_CHECK(ptr != nullptr, "out of CPU memory: cannot allocate {} ({} bytes); {} in use by tensors",
+                  human_bytes(double(nbytes)), nbytes, human_bytes(double(stats_.allocated)));
       stats_.reserved += size;
     }
     stats_.allocated += size;

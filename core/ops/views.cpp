@@ -143,6 +143,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 Tensor Tensor::expand(const Shape& target) const {
   EMBER_CHECK(target.size() >= shape().size(), "expand: cannot expand {} to fewer dims {}", shape_str(shape()),
               shape_str(target));
+  (void)ember::numel(target);  // a view too large to count is an error now, not in whatever uses it
   Shape shape(target.size());
   Strides strides(target.size(), 0);
   size_t lead = target.size() - this->shape().size();

@@ -89,6 +89,9 @@ ImdbSplit load_reviews_json(const std::string& path) {
     document = nlohmann::json::parse(bytes);
   } catch (const nlohmann::json::parse_error& e) {
     fail("reviews file '{}' is not valid JSON (truncated or malformed?) near byte {}: {}", path, e.byte, e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // Found by fuzzing: a number too large for a double ("36E558") is out_of_range, not a parse_error.
+    fail("reviews file '{}' is not valid JSON: {}", path, e.what());
   }
   bytes = std::string();  // free the raw text before building the reviews
   EMBER_CHECK(document.is_array(), "reviews file '{}': top level is a JSON {}, expected an array of reviews", path,

@@ -32,6 +32,7 @@ Commands:
   predict   classify one review given as --text or --file
   compare   train heads 1, 4, 8 over several seeds and write a Markdown table and compare.html
   report    rebuild a run's report.html (--run DIR) or a comparison's compare.html (--compare DIR)
+  check     load a run's checkpoint.safetensors as --resume would, and print its step
 
 Training flags (train and compare; defaults are the recipe):
   --heads N          attention heads (1 = single-head)                 [4]
@@ -63,7 +64,7 @@ Training flags (train and compare; defaults are the recipe):
 compare only:
   --heads-list L     comma-separated head counts                      [1,4,8]
   --seeds N          seeds 0..N-1 per head count                      [3]
-eval / predict / report:
+eval / predict / report / check:
   --run DIR          a train output folder (model.safetensors + vocab.txt)
   --compare DIR      a compare output folder (report: heads<h>-seed<seed> runs, seed 0; --heads-list)
   --text "..."       the review (predict)
@@ -271,6 +272,12 @@ int run(int argc, char** argv) {
     Data data = prepare_data(data_config, &saved.vocabulary);  // encoded with the run's own vocabulary
     double accuracy = evaluate(*saved.model, data.test_tokens, data.test_labels);
     fmt::print("test accuracy {:.2f}% on {} reviews ({})\n", 100 * accuracy, data.test_tokens.size(), folder);
+  } else if (command == "check") {
+    std::string folder = flags.text("run", "runs/imdb");
+    flags.reject_unknown();
+    std::string path = folder + "/checkpoint.safetensors";
+    CheckpointInfo info = check_checkpoint(path);
+    fmt::print("checkpoint OK: step {} ({})\n", info.step, path);
   } else if (command == "predict") {
     std::string folder = flags.text("run", "runs/imdb");
     std::string text = flags.text("text", "");

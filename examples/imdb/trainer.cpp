@@ -8,9 +8,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
 #include "core/allocator.h"
+#include "core/file_io.h"
 #include "core/parallel.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/progress.h"
@@ -77,6 +81,29 @@ std::string json_line(const std::vector<std::pair<std::string, std::string>>& fi
 }
 
 std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
+
+// On resume: keeps only the complete lines of metrics.jsonl that the checkpoint at `step`
+// covers. A run killed after logging steps it never checkpointed (or part-way through a
+// line) would otherwise leave them twice, or a broken line, once the resumed run appends.
+void trim_metrics(const std::string& path, int64_t step) {
+  std::error_code error;
+  if (!fs::exists(path, error)) return;
+  std::string text = read_whole_file(path, "metrics file");
+  std::string kept;
+  std::istringstream lines(text);
+  std::string line;
+  size_t consumed = 0;
+  while (std::getline(lines, line)) {
+    consumed += line.size() + 1;
+    if (consumed > text.size()) break;  // the last line has no newline: cut off by a crash
+    nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded() || !record.is_object() || !record.contains("step") ||
+        !record["step"].is_number_integer())
+      continue;
+    if (record["step"].get<int64_t>() <= step) kept += line + "\n";
+  }
+  write_file_atomically(path, kept);
+}
 
 void check_output_folder(const std::string& out) {
   std::error_code error;
@@ -216,6 +243,51 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   return double(correct) / double(reviews.size());
 }
 
+// ---- Checkpoints
+
+namespace {
+CheckpointInfo restore_checkpoint(const std::string& path, const nn::TensorMap& state, const nn::Metadata& meta,
+                                  nn::TransformerClassifier& model, optim::AdamW& optimizer) {
+  auto field = [&](const char* key) -> const std::string& {
+    auto it = meta.find(key);
+    EMBER_CHECK(it != meta.end(), "checkpoint '{}' has no '{}' in its metadata (not a trainer checkpoint?)", path, key);
+    return it->second;
+  };
+  EMBER_CHECK(field("format") == "ember-imdb-checkpoint-v1", "checkpoint '{}' has format '{}', expected "
+              "ember-imdb-checkpoint-v1", path, field("format"));
+  CheckpointInfo info;
+  try {
+    info.step = std::stoll(field("step"));
+    info.generator_offset = std::stoull(field("generator_offset"));
+  } catch (const std::logic_error&) {
+    fail("checkpoint '{}': step '{}' or generator_offset '{}' is not a number", path, field("step"),
+         field("generator_offset"));
+  }
+  EMBER_CHECK(info.step >= 0, "checkpoint '{}': negative step {}", path, info.step);
+  try {
+    model.load_state_dict(nn::with_prefix_removed(state, "model."));
+    optimizer.load_state_dict(nn::with_prefix_removed(state, "optim."));
+  } catch (const Error& e) {
+    fail("checkpoint '{}': {}", path, e.what());
+  }
+  return info;
+}
+}  // namespace
+
+CheckpointInfo check_checkpoint(const std::string& path) {
+  nn::Metadata meta;
+  nn::TensorMap state = nn::load_tensors(path, &meta);
+  CheckpointInfo info;
+  info.config = TrainConfig::from_metadata(meta);
+  Generator gen(0);
+  nn::TransformerClassifier model(info.config.model, gen);
+  optim::AdamW optimizer(parameter_groups(model, info.config.weight_decay), info.config.lr);
+  CheckpointInfo restored = restore_checkpoint(path, state, meta, model, optimizer);
+  info.step = restored.step;
+  info.generator_offset = restored.generator_offset;
+  return info;
+}
+
 // ---- Training
 
 RunResult train(const TrainConfig& config) {
@@ -254,12 +326,18 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     nn::TensorMap state = nn::load_tensors(checkpoint_path, &meta);
     TrainConfig saved = TrainConfig::from_metadata(meta);
     EMBER_CHECK(saved.to_metadata() == config.to_metadata(), "resume: {} was written with other settings", checkpoint_path);
-    model.load_state_dict(nn::with_prefix_removed(state, "model."));  // copied onto the model's device
-    optimizer.load_state_dict(nn::with_prefix_removed(state, "optim."));
-    step = std::stoll(meta.at("step"));
-    gen.set_state(config.seed, std::stoull(meta.at("generator_offset")));
+    // Loaded onto the model's device (load_state_dict copies).
+    CheckpointInfo info = restore_checkpoint(checkpoint_path, state, meta, model, optimizer);
+    step = info.step;
+    gen.set_state(config.seed, info.generator_offset);
+    trim_metrics(config.out + "/metrics.jsonl", step);
   }
+  std::ofstream metrics(config.out + "/metrics.jsonl", config.resume ? std::ios::app : std::ios::trunc);
+  EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
   auto save_checkpoint = [&]() {
+    // Every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those).
+    metrics.flush();
+    EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
     nn::Metadata meta = config.to_metadata();
     meta["format"] = "ember-imdb-checkpoint-v1";
     meta["step"] = std::to_string(step);
@@ -269,8 +347,6 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     nn::save_tensors(checkpoint_path, state, meta);
   };
 
-  std::ofstream metrics(config.out + "/metrics.jsonl", config.resume ? std::ios::app : std::ios::trunc);
-  EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
   if (!config.quiet)
     fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {} threads\n",
                config.model.heads, config.model.layers, config.model.dim, result.parameters, data.train_tokens.size(),
@@ -308,7 +384,7 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
       double elapsed = seconds_since(epoch_start);
       progress.update(b + 1, loss_sum / double(loss_count), double(real_tokens) / elapsed, elapsed);
       metrics << json_line({{"kind", "\"step\""}, {"step", std::to_string(step)}, {"epoch", std::to_string(epoch + 1)},
-                            {"loss", num(loss_value)}, {"lr", num(optimizer.lr())}});
+                            {"loss", fmt::format("{:.9g}", loss_value)}, {"lr", num(optimizer.lr())}});
       if (config.save_every > 0 && step % config.save_every == 0) save_checkpoint();
       if (config.stop_after > 0 && step >= config.stop_after) break;
     }

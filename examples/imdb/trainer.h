@@ -82,6 +82,16 @@ RunResult train(const TrainConfig& config, const Data& data);
 // and embeddings do not.
 std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double weight_decay);
 
+// What a checkpoint holds, once checked: check_checkpoint() reads the file, rebuilds the model
+// and optimiser it describes and loads every tensor into them, as --resume does. Throws
+// ember::Error naming the file for anything a resume would stumble on.
+struct CheckpointInfo {
+  int64_t step = 0;
+  uint64_t generator_offset = 0;
+  TrainConfig config;
+};
+CheckpointInfo check_checkpoint(const std::string& path);
+
 // Accuracy of `model` on encoded reviews (switched to eval mode and back, no grad).
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
                 const std::vector<int>& labels, int64_t batch_size = 64);

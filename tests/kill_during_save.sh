@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Crash safety of checkpoints: start the trainer with a checkpoint after every step, SIGKILL it at
+# random moments (many of them while it is writing checkpoint.safetensors), and after every kill
+# check that the checkpoint left behind loads completely (`imdb check`, which loads it as
+# --resume does). Each restart resumes from it. Finally the run is let finish, and its per-step
+# losses (metrics.jsonl, trimmed to the checkpoint on each resume) must equal, bit for bit (9
+# significant digits of a float), those of an uninterrupted run with the same settings.
+#   tests/kill_during_save.sh <imdb binary> <imdb_small.json> [kills (default 20)] [seed]
+set -u
+IMDB=$1
+DATA=$2
+KILLS=${3:-20}
+RANDOM=${4:-$$}
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+# 13 steps an epoch on the small data; 4 epochs so that kills land mid-run. Width 32 makes the
+# checkpoint (model + AdamW moments) a few MB, so that writing it takes a good part of each step.
+args=(--data "$DATA" --dim 32 --heads 2 --layers 1 --ffn 32 --max-len 64 --batch-size 16 --epochs 4
+      --threads 2 --seed 3 --save-every 1 --quiet)
+
+fail() { echo "FAIL: $*"; exit 1; }
+
+start=$(date +%s.%N)
+"$IMDB" train "${args[@]}" --out "$OUT/whole" >"$OUT/whole.log" 2>&1 || { cat "$OUT/whole.log"; fail "uninterrupted run"; }
+whole_seconds=$(echo "$(date +%s.%N) - $start" | bc)
+echo "uninterrupted run: $(grep -c '"kind": "step"' "$OUT/whole/metrics.jsonl") steps in ${whole_seconds}s"
+
+run="$OUT/killed"
+last_step=-1
+mid_save=0
+checked=0
+i=0
+attempts=0
+while [ "$i" -lt "$KILLS" ] && [ "$attempts" -lt $((KILLS * 3)) ]; do
+  attempts=$((attempts + 1))
+  resume=()
+  [ -f "$run/checkpoint.safetensors" ] && resume=(--resume)
+  "$IMDB" train "${args[@]}" "${resume[@]}" --out "$run" >"$OUT/killed.log" 2>&1 &
+  pid=$!
+  # A random moment: 50 ms .. 50 ms + 60% of the uninterrupted run's time.
+  limit_ms=$(echo "$whole_seconds * 600 / 1" | bc)
+  [ "$limit_ms" -gt 50 ] || limit_ms=50
+  delay_ms=$((50 + RANDOM % limit_ms))
+  sleep "$(echo "scale=3; $delay_ms / 1000" | bc)"
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  code=$?
+  if [ "$code" -ne 137 ]; then
+    # Finished before the kill (or failed): it must have succeeded.
+    [ "$code" -eq 0 ] || { cat "$OUT/killed.log"; fail "kill $i: trainer exited with $code before the kill"; }
+    echo "(the run had finished before the kill; starting it over)"
+    rm -rf "$run"
+    last_step=-1
+    continue
+  fi
+  i=$((i + 1))
+  # A temporary file left behind means the kill landed while a checkpoint was being written.
+  leftovers=$(ls "$run" 2>/dev/null | grep -c '\.tmp\.' || true)
+  [ "$leftovers" -gt 0 ] && mid_save=$((mid_save + 1))
+  rm -f "$run"/*.tmp.* 2>/dev/null
+  if [ -f "$run/checkpoint.safetensors" ]; then
+    out=$("$IMDB" check --run "$run" 2>&1) || fail "kill $i (after ${delay_ms} ms): the checkpoint does not load: $out"
+    step=$(sed -n 's/^checkpoint OK: step \([0-9]*\).*/\1/p' <<<"$out")
+    [ -n "$step" ] || fail "kill $i: unexpected output: $out"
+    [ "$step" -ge "$last_step" ] || fail "kill $i: checkpoint went back from step $last_step to $step"
+    last_step=$step
+    checked=$((checked + 1))
+    echo "kill $i after ${delay_ms} ms: checkpoint at step $step loads$([ "$leftovers" -gt 0 ] && echo ' (killed mid-save)')"
+  else
+    echo "kill $i after ${delay_ms} ms: no checkpoint yet"
+  fi
+done
+
+# Let it finish from the last checkpoint.
+resume=()
+[ -f "$run/checkpoint.safetensors" ] && resume=(--resume)
+"$IMDB" train "${args[@]}" "${resume[@]}" --out "$run" >"$OUT/final.log" 2>&1 || { cat "$OUT/final.log"; fail "final resume"; }
+
+losses() { grep '"kind": "step"' "$1" | sed 's/.*"step": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/'; }
+losses "$OUT/whole/metrics.jsonl" >"$OUT/whole.losses"
+losses "$run/metrics.jsonl" >"$OUT/killed.losses"
+n=$(wc -l <"$OUT/whole.losses")
+[ "$n" -eq 52 ] || fail "the uninterrupted run logged $n steps, expected 52 (4 epochs of 13)"
+if ! cmp -s "$OUT/whole.losses" "$OUT/killed.losses"; then
+  diff "$OUT/whole.losses" "$OUT/killed.losses" | head -10
+  fail "the resumed run's step losses differ from the uninterrupted run's"
+fi
+[ "$i" -eq "$KILLS" ] || fail "only $i of $KILLS kills landed before the run finished"
+echo "$KILLS kills ($mid_save during a checkpoint write, $checked checkpoints checked); all $n step losses equal the uninterrupted run's"
