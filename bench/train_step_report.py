@@ -32,7 +32,8 @@ torch = {h: load("torch", h) for h in (4, 1)}
 
 print(f"# Ember vs PyTorch {torch[4][0]['torch']}: the IMDb recipe's model, batch {B} x {T}, {threads} threads")
 print(f"load average (1/5/15 min) before: {load_before}, after: {load_after} "
-      "(near or above the thread count: other work shared the cores)")
+      "(read the 1-minute figure before: near or above the thread count means other work shared "
+      "the cores; 'after' includes the benchmark's own threads)")
 print(f"medians over {rounds} alternating rounds; step and forward figures are each round's median "
       "of its timed steps")
 print(f"FLOPs counted from the shapes: {STEP_FLOP / 1e9:.1f} GFLOP per training step, "
