@@ -116,7 +116,9 @@ TEST_CASE("elementwise: the vectorised float erf and GELU match the float64 libr
     worst_dgelu = std::max(worst_dgelu, std::abs(double(math::Gelu{}.df(x, 0.0f)) - dgelu));
   }
   INFO("worst errors: erf " << worst_erf << ", gelu " << worst_gelu << ", gelu' " << worst_dgelu);
-  CHECK(worst_erf < 3e-7);    // Abramowitz-Stegun 7.1.26 promises 1.5e-7, plus float rounding
+  // Abramowitz-Stegun 7.1.26 promises 1.5e-7, plus float rounding: below 3e-7 with fused
+  // multiply-adds (-O3 -march=native), 3.2e-7 without them (seen in the -O1 sanitizer build).
+  CHECK(worst_erf < 4e-7);
   CHECK(worst_gelu < 3e-7);
   CHECK(worst_dgelu < 5e-7);
   CHECK(math::erf_vec(0.0f) == 0.0f);
