@@ -7,6 +7,17 @@
 
 namespace ember {
 
+// The size a caching allocator hands out for a request of `nbytes`: a multiple of `granule` up to
+// `small`, then one of 8 classes per power of two (at most 12.5% waste), so that slightly
+// different shapes (dynamic padding) reuse each other's blocks. Both allocators use it.
+inline size_t size_class(size_t nbytes, size_t granule, size_t small) {
+  if (nbytes <= small) return (nbytes + granule - 1) / granule * granule;
+  size_t power = size_t(1) << (63 - __builtin_clzll(nbytes));
+  size_t step = power / 8;
+  return (nbytes + step - 1) / step * step;
+}
+
+
 struct MemoryStats {
   int64_t allocated = 0;       // bytes in live tensors
   int64_t peak_allocated = 0;  // highest `allocated` since the last reset

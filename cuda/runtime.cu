@@ -37,15 +37,8 @@ void check_index(int index) {
   }
 }
 
-// Size classes: multiples of 512 bytes up to 1 MiB, then 8 classes per power of two (at most
-// 12.5% waste), so slightly different shapes (dynamic padding) share blocks.
-size_t size_class(size_t nbytes) {
-  constexpr size_t kSmall = 512;
-  if (nbytes <= (size_t(1) << 20)) return (nbytes + kSmall - 1) / kSmall * kSmall;
-  size_t power = size_t(1) << (63 - __builtin_clzll(nbytes));
-  size_t step = power / 8;
-  return (nbytes + step - 1) / step * step;
-}
+// Size classes (core/allocator.h): multiples of 512 bytes up to 1 MiB, then 8 per power of two.
+size_t size_class(size_t nbytes) { return ember::size_class(nbytes, 512, size_t(1) << 20); }
 
 class CachingAllocator final : public Allocator {
  public:

@@ -13,6 +13,7 @@
 #include "cuda_skip.h"
 #include "examples/imdb/trainer.h"
 #include "helpers.h"
+#include "imdb_helpers.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -430,19 +431,9 @@ TEST_CASE("cuda trainer: --device cuda trains the CPU's losses, reports GPU memo
   if (skip_without_cuda()) return;
   namespace fs = std::filesystem;
   auto config_for = [](const std::string& name, const std::string& device) {
-    imdb::TrainConfig c;
-    c.model.dim = 16;
-    c.model.heads = 2;
-    c.model.layers = 1;
-    c.model.ffn_dim = 32;
-    c.model.max_len = 64;
-    c.batch_size = 16;
+    imdb::TrainConfig c = tiny_train_config("ember_cuda_train", name);
     c.epochs = 2;
-    c.lr = 3e-3;
     c.device = device;
-    c.data = std::string(EMBER_TEST_DATA) + "/imdb_small.json";
-    c.out = (fs::temp_directory_path() / ("ember_cuda_train_" + std::to_string(::getpid())) / name).string();
-    c.quiet = true;
     return c;
   };
   imdb::TrainConfig cpu_config = config_for("cpu", "cpu"), gpu_config = config_for("gpu", "cuda");

@@ -10,28 +10,21 @@
 #include "core/parallel.h"
 #include "examples/imdb/trainer.h"
 #include "helpers.h"
+#include "imdb_helpers.h"
 
 using namespace ember;
 using namespace ember::imdb;
+using ember::testing::tiny_train_config;
 namespace fs = std::filesystem;
 
 namespace {
 
 TrainConfig determinism_config(const std::string& name, int threads) {
-  TrainConfig c;
-  c.model.dim = 16;
-  c.model.heads = 2;
+  TrainConfig c = tiny_train_config("ember_determinism", name);
   c.model.layers = 2;
-  c.model.ffn_dim = 32;
-  c.model.max_len = 64;
-  c.batch_size = 16;
   c.epochs = 2;
-  c.lr = 3e-3;
   c.seed = 7;
   c.threads = threads;
-  c.data = std::string(EMBER_TEST_DATA) + "/imdb_small.json";
-  c.out = (fs::temp_directory_path() / ("ember_determinism_" + std::to_string(::getpid())) / name).string();
-  c.quiet = true;
   return c;
 }
 

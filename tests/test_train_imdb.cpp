@@ -4,27 +4,15 @@
 #include "examples/imdb/compare.h"
 #include "examples/imdb/trainer.h"
 #include "helpers.h"
+#include "imdb_helpers.h"
 
 using namespace ember;
 using namespace ember::imdb;
+using ember::testing::tiny_train_config;
 namespace fs = std::filesystem;
 
 namespace {
-TrainConfig tiny_config(const std::string& out) {
-  TrainConfig c;
-  c.model.dim = 16;
-  c.model.heads = 2;
-  c.model.layers = 1;
-  c.model.ffn_dim = 32;
-  c.model.max_len = 64;
-  c.batch_size = 16;
-  c.epochs = 4;
-  c.lr = 3e-3;
-  c.data = std::string(EMBER_TEST_DATA) + "/imdb_small.json";
-  c.out = (fs::temp_directory_path() / ("ember_train_" + std::to_string(::getpid())) / out).string();
-  c.quiet = true;
-  return c;
-}
+TrainConfig tiny_config(const std::string& out) { return tiny_train_config("ember_train", out); }
 double mean_of(const std::vector<double>& v, size_t begin, size_t end) {
   double s = 0;
   for (size_t i = begin; i < end; ++i) s += v[i];

@@ -19,14 +19,8 @@ namespace {
 constexpr size_t kAlignment = 64;
 constexpr size_t kMaxCachedBytes = size_t(1) << 30;  // past this, cached blocks are released
 
-// Rounds up to a size class: multiples of 64 bytes below 4 KiB, then 8 classes per power
-// of two (at most 12.5% waste), so slightly different shapes share blocks.
-size_t size_class(size_t nbytes) {
-  if (nbytes <= 4096) return (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  size_t power = size_t(1) << (63 - __builtin_clzll(nbytes));
-  size_t step = power / 8;
-  return (nbytes + step - 1) / step * step;
-}
+// Size classes (core/allocator.h): multiples of 64 bytes up to 4 KiB, then 8 per power of two.
+size_t size_class(size_t nbytes) { return ember::size_class(nbytes, kAlignment, 4096); }
 
 std::string human_bytes(double bytes) {
   const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};

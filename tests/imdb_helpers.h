@@ -1,0 +1,30 @@
+// Test helper for the IMDb trainer: a tiny model and run on the bundled 400-review file, so a
+// whole training run takes a second. Tests change what they study (epochs, layers, seed, device).
+#pragma once
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "examples/imdb/trainer.h"
+
+namespace ember::testing {
+
+// Output goes to <tmp>/<prefix>_<pid>/<name>.
+inline imdb::TrainConfig tiny_train_config(const std::string& prefix, const std::string& name) {
+  imdb::TrainConfig c;
+  c.model.dim = 16;
+  c.model.heads = 2;
+  c.model.layers = 1;
+  c.model.ffn_dim = 32;
+  c.model.max_len = 64;
+  c.batch_size = 16;
+  c.epochs = 4;
+  c.lr = 3e-3;
+  c.data = std::string(EMBER_TEST_DATA) + "/imdb_small.json";
+  c.out = (std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(::getpid())) / name).string();
+  c.quiet = true;
+  return c;
+}
+
+}  // namespace ember::testing
