@@ -49,6 +49,12 @@ void select(int device, const Shape8& shape, const Operand& out, const Operand& 
 void dropout(int device, bool float64, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
              uint64_t threshold, double scale);
 
+// ---- Random fills (cuda/random_kernels.cu)
+// data[i] = element i of a uniform [a, b) (normal = false) or normal (mean a, std b) draw whose
+// range starts at `first` (core/random.h: the CPU's numbers). n contiguous elements.
+void random_fill(int device, bool float64, void* data, int64_t n, bool normal, uint64_t seed, uint64_t first, double a,
+                 double b);
+
 // ---- Rows: reductions, softmax, layer norm, cross-entropy (cuda/row_kernels.cu)
 // Every kernel here gives each row to one block and combines in a fixed order: deterministic.
 enum ReduceKind : int { kSum = 0, kMax = 1 };
@@ -118,16 +124,32 @@ void gemm(int device, bool float64, int64_t batch, int64_t M, int64_t N, int64_t
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
-// ---- Optimisers (cuda/optim_kernels.cu)
+// ---- Optimisers (cuda/optim_kernels.cu): one fused launch updates many tensors, with the per-element
+// rules of optim/update_rules.h (the CPU's loops use the same functions).
+// The tensors of one update, as host arrays of `count` entries: params[t], grads[t] and up to two
+// state buffers (state1[t], state2[t]; the arrays are null when the optimiser keeps no such state)
+// of sizes[t] contiguous elements each, and each tensor's weight decay. They travel as kernel
+// arguments, up to 32 tensors per launch (one launch for a model of up to 32 parameters).
+struct TensorList {
+  int count = 0;
+  void* const* params = nullptr;
+  const void* const* grads = nullptr;
+  void* const* state1 = nullptr;
+  void* const* state2 = nullptr;
+  const int64_t* sizes = nullptr;
+  const double* weight_decays = nullptr;
+};
 struct AdamHyper {
   double lr, beta1, beta2, eps, correction1, correction2;  // correction_k = 1 - beta_k^step
   bool decoupled;                                          // AdamW: decay the weights, not the gradient
 };
-// Adam / AdamW over `count` tensors, the same update as optim/optimizer.cpp's CPU loop:
-// params[t], grads[t], m[t], v[t] each sizes[t] contiguous elements, weight_decays[t] per tensor.
-// Host arrays; they travel as kernel arguments, up to 32 tensors per launch (one launch for a
-// model of up to 32 parameters, a few for more).
-void adam_step(int device, bool float64, int count, void* const* params, const void* const* grads, void* const* m,
-               void* const* v, const int64_t* sizes, const double* weight_decays, const AdamHyper& hyper);
+// Adam / AdamW: state1 = the first moments (exp_avg), state2 = the second (exp_avg_sq).
+void adam_step(int device, bool float64, const TensorList& tensors, const AdamHyper& hyper);
+struct SgdHyper {
+  double lr, momentum;
+  bool first_step;
+};
+// SGD: state1 = the velocities (null without momentum); state2 unused.
+void sgd_step(int device, bool float64, const TensorList& tensors, const SgdHyper& hyper);
 
 }  // namespace ember::cuda

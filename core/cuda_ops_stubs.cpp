@@ -19,6 +19,7 @@ void scale(int, const Shape8&, const Operand&, double) { no_cuda("mul_"); }
 void binary(int, BinaryOp, const Shape8&, const Operand&, const Operand&, const Operand&) { no_cuda("binary op"); }
 void select(int, const Shape8&, const Operand&, const Operand&, const Operand&, const Operand&) { no_cuda("where"); }
 void dropout(int, bool, const void*, void*, int64_t, uint64_t, uint64_t, uint64_t, double) { no_cuda("dropout"); }
+void random_fill(int, bool, void*, int64_t, bool, uint64_t, uint64_t, double, double) { no_cuda("random fill"); }
 void reduce_rows(int, int, ReduceKind, const void*, void*, int64_t, int64_t) { no_cuda("reduce"); }
 void argmax_rows(int, int, const void*, int64_t*, int64_t, int64_t) { no_cuda("argmax"); }
 void softmax_forward(int, bool, const void*, void*, int64_t, int64_t, bool) { no_cuda("softmax"); }
@@ -72,10 +73,8 @@ void gemm(int, bool, int64_t, int64_t, int64_t, int64_t, const void*, int64_t, i
 }
 void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
-void adam_step(int, bool, int, void* const*, const void* const*, void* const*, void* const*, const int64_t*,
-               const double*, const AdamHyper&) {
-  no_cuda("AdamW");
-}
+void adam_step(int, bool, const TensorList&, const AdamHyper&) { no_cuda("AdamW"); }
+void sgd_step(int, bool, const TensorList&, const SgdHyper&) { no_cuda("SGD"); }
 
 }  // namespace ember::cuda
 #endif

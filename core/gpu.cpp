@@ -131,6 +131,14 @@ Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t thr
   return out;
 }
 
+void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b) {
+  const char* op = normal ? "normal_" : "uniform_";
+  check_cuda(op, t);
+  check_floating(op, t);
+  EMBER_CHECK(t.is_contiguous(), "{}: the tensor must be contiguous", op);
+  cuda::random_fill(device_of(t), is_f64(t), t.raw_data(), t.numel(), normal, seed, first, a, b);
+}
+
 Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind) {
   const char* op = kind == cuda::kSum ? "sum" : "max";
   check_cuda(op, x);
@@ -360,29 +368,71 @@ Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tenso
   return dqkv;
 }
 
+namespace {
+
+// Pointers of an optimiser's tensors for one fused launch; `states` are 0, 1 or 2 lists of buffers,
+// one per parameter. Checks that everything shares the first parameter's device and dtype.
+struct TensorPointers {
+  std::vector<void*> params, state1, state2;
+  std::vector<const void*> grads;
+  std::vector<int64_t> sizes;
+  cuda::TensorList list(const std::vector<double>& weight_decays) const {
+    return {int(params.size()), params.data(), grads.data(), state1.empty() ? nullptr : state1.data(),
+            state2.empty() ? nullptr : state2.data(), sizes.data(), weight_decays.data()};
+  }
+};
+
+TensorPointers optimizer_pointers(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                                  const std::vector<Tensor>& state1, const std::vector<Tensor>& state2,
+                                  const std::vector<double>& weight_decays) {
+  EMBER_CHECK(grads.size() == params.size() && weight_decays.size() == params.size() &&
+                  (state1.empty() || state1.size() == params.size()) &&
+                  (state2.empty() || state2.size() == params.size()),
+              "{} (CUDA): {} parameters but {} gradients, {} weight decays, {} and {} state buffers", op,
+              params.size(), grads.size(), weight_decays.size(), state1.size(), state2.size());
+  const Device device = params[0].device();
+  const Dtype dtype = params[0].dtype();
+  check_floating(op, params[0]);
+  TensorPointers out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::vector<const Tensor*> all{&params[i], &grads[i]};
+    if (!state1.empty()) all.push_back(&state1[i]);
+    if (!state2.empty()) all.push_back(&state2[i]);
+    for (const Tensor* t : all) {
+      EMBER_CHECK(t->device() == device && t->dtype() == dtype,
+                  "{} (CUDA): all tensors must share one device and dtype ({} {} and {} {})", op, device.str(),
+                  dtype_name(dtype), t->device().str(), dtype_name(t->dtype()));
+      EMBER_CHECK(t->is_contiguous() && t->shape() == params[i].shape(),
+                  "{} (CUDA): parameter {} and its gradient and state must be contiguous, of shape {}", op, i,
+                  shape_str(params[i].shape()));
+    }
+    out.params.push_back(params[i].raw_data());
+    out.grads.push_back(grads[i].raw_data());
+    if (!state1.empty()) out.state1.push_back(state1[i].raw_data());
+    if (!state2.empty()) out.state2.push_back(state2[i].raw_data());
+    out.sizes.push_back(params[i].numel());
+  }
+  return out;
+}
+
+}  // namespace
+
 void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const cuda::AdamHyper& hyper) {
   if (params.empty()) return;
-  const Device device = params[0].device();
-  const Dtype dtype = params[0].dtype();
-  std::vector<void*> p_ptr, m_ptr, v_ptr;
-  std::vector<const void*> g_ptr;
-  std::vector<int64_t> sizes;
-  for (size_t i = 0; i < params.size(); ++i) {
-    check_same_device("AdamW", {&params[i], &grads[i], &m[i], &v[i]});
-    EMBER_CHECK(params[i].device() == device && params[i].dtype() == dtype,
-                "AdamW (CUDA): all parameters must share one device and dtype ({} {} and {} {})", device.str(),
-                dtype_name(dtype), params[i].device().str(), dtype_name(params[i].dtype()));
-    EMBER_CHECK(params[i].is_contiguous() && grads[i].is_contiguous(), "AdamW (CUDA): tensors must be contiguous");
-    p_ptr.push_back(params[i].raw_data());
-    g_ptr.push_back(grads[i].raw_data());
-    m_ptr.push_back(m[i].raw_data());
-    v_ptr.push_back(v[i].raw_data());
-    sizes.push_back(params[i].numel());
-  }
-  check_floating("AdamW", params[0]);
-  cuda::adam_step(device.index, dtype == Dtype::Float64, int(params.size()), p_ptr.data(), g_ptr.data(), m_ptr.data(),
-                  v_ptr.data(), sizes.data(), weight_decays.data(), hyper);
+  const char* op = hyper.decoupled ? "AdamW" : "Adam";
+  EMBER_CHECK(m.size() == params.size() && v.size() == params.size(), "{} (CUDA): every parameter needs both moments",
+              op);
+  TensorPointers pointers = optimizer_pointers(op, params, grads, m, v, weight_decays);
+  cuda::adam_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays), hyper);
+}
+
+void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+              const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
+              const cuda::SgdHyper& hyper) {
+  if (params.empty()) return;
+  TensorPointers pointers = optimizer_pointers("SGD", params, grads, velocities, {}, weight_decays);
+  cuda::sgd_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays), hyper);
 }
 
 void synchronize(Device device) {

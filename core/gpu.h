@@ -24,6 +24,9 @@ Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape&
 // x * keep / (1 - p) with the CPU's mask (core/ops/dropout.cpp): contiguous result.
 Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale);
 
+// t (contiguous, floating) = element i of a uniform [a, b) or normal (mean a, std b) draw from `first`.
+void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b);
+
 // ---- Reductions: the result keeps the reduced dims as size 1 (like cpu::reduce)
 Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind);
 Tensor argmax(const Tensor& x, int64_t dim);  // keepdim, int64
@@ -71,9 +74,13 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, b
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           int64_t heads, const Tensor& mask, bool causal);
 
-// ---- Optimisers: one fused Adam / AdamW launch over all the parameters
+// ---- Optimisers: one fused launch over all the parameters (optim/update_rules.h per element).
+// m, v: Adam's moments, one per parameter; velocities: SGD's, one per parameter or none (no momentum).
 void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const cuda::AdamHyper& hyper);
+void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+              const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
+              const cuda::SgdHyper& hyper);
 
 // Waits for the device's queued work (for timing).
 void synchronize(Device device);

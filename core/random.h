@@ -1,6 +1,7 @@
 // Random numbers: a seeded, counter-based generator, so the same seed gives the same numbers
 // whatever the thread count (and, later, on any device).
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "core/hd.h"
@@ -24,6 +25,18 @@ EMBER_HD inline uint64_t random_bits(uint64_t seed, uint64_t index) {
 // Uniform in [0, 1) with 53 random bits.
 EMBER_HD inline double random_uniform(uint64_t seed, uint64_t index) {
   return double(random_bits(seed, index) >> 11) * 0x1.0p-53;
+}
+
+// Element i of a draw whose range starts at `first`: uniform in [low, high), and normal (Box-Muller
+// on the two uniforms 2i and 2i + 1 of the range; 1 - u keeps the log finite). The CPU's
+// uniform_ / normal_ and the GPU's fill kernel (cuda/random_kernels.cu) compute these same numbers.
+EMBER_HD inline double uniform_element(uint64_t seed, uint64_t first, uint64_t i, double low, double high) {
+  return low + (high - low) * random_uniform(seed, first + i);
+}
+EMBER_HD inline double normal_element(uint64_t seed, uint64_t first, uint64_t i, double mean, double std) {
+  const double u1 = 1.0 - random_uniform(seed, first + 2 * i);  // (0, 1]
+  const double u2 = random_uniform(seed, first + 2 * i + 1);
+  return mean + std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
 // A generator is a seed plus a counter of numbers handed out; each op takes a fresh range.

@@ -8,6 +8,7 @@
 #include "core/gpu.h"
 #include "core/ops.h"
 #include "core/parallel.h"
+#include "optim/update_rules.h"
 
 namespace ember::optim {
 
@@ -85,23 +86,36 @@ void update_elements(const Tensor& p, const Tensor& grad, const char* op, Fn fn)
 
 }  // namespace
 
-SGD::SGD(std::vector<ParamGroup> groups, double lr, double momentum) : Optimizer(std::move(groups), lr), momentum(momentum) {}
+SGD::SGD(std::vector<ParamGroup> groups, double lr, double momentum) : Optimizer(std::move(groups), lr), momentum(momentum) {
+  EMBER_CHECK(momentum >= 0, "SGD: momentum must be >= 0, got {}", momentum);
+}
 
 void SGD::step() {
   NoGradGuard no_grad;
   ++steps_;
+  const bool first = steps_ == 1;
+  if (on_cuda()) {
+    // On a GPU: every parameter in one fused multi-tensor launch (the same rule, element by element).
+    std::vector<Tensor> params, grads, velocities;
+    std::vector<double> decays;
+    for_each_param([&](size_t index, Tensor& p, double wd) {
+      if (!p.grad().defined()) return;
+      params.push_back(p);
+      grads.push_back(p.grad().contiguous());
+      if (momentum != 0) velocities.push_back(buffer("momentum", index, p));
+      decays.push_back(wd);
+    });
+    gpu::sgd_step(params, grads, velocities, decays, {lr_, momentum, first});
+    return;
+  }
   for_each_param([&](size_t index, Tensor& p, double wd) {
     if (!p.grad().defined()) return;
     Tensor velocity = momentum != 0 ? buffer("momentum", index, p) : Tensor();
-    bool first = steps_ == 1;
     update_elements(p, p.grad(), "SGD", [&](auto* pd, const auto* gd, int64_t b, int64_t e) {
       using T = std::remove_pointer_t<decltype(pd)>;
+      const SgdRule<T> rule{T(lr_), T(momentum), first};
       T* v = velocity.defined() ? velocity.data<T>() : nullptr;
-      for (int64_t i = b; i < e; ++i) {
-        T d = gd[i] + T(wd) * pd[i];
-        if (v != nullptr) d = v[i] = first ? d : T(momentum) * v[i] + d;
-        pd[i] -= T(lr_) * d;
-      }
+      for (int64_t i = b; i < e; ++i) rule(pd[i], gd[i], v != nullptr ? v + i : nullptr, wd);
     });
   });
 }
@@ -118,13 +132,11 @@ void Adam::step() {
   const double correction1 = 1 - std::pow(beta1, double(steps_));
   const double correction2 = 1 - std::pow(beta2, double(steps_));
   if (on_cuda()) {
-    // On a GPU: every parameter in one fused multi-tensor launch (the same update, element by element).
+    // On a GPU: every parameter in one fused multi-tensor launch (the same rule, element by element).
     std::vector<Tensor> params, grads, ms, vs;
     std::vector<double> decays;
     for_each_param([&](size_t index, Tensor& p, double wd) {
       if (!p.grad().defined()) return;
-      EMBER_CHECK(p.grad().shape() == p.shape(), "{}: gradient shape {} differs from parameter {}",
-                  decoupled ? "AdamW" : "Adam", shape_str(p.grad().shape()), shape_str(p.shape()));
       params.push_back(p);
       grads.push_back(p.grad().contiguous());
       ms.push_back(buffer("exp_avg", index, p));
@@ -139,19 +151,10 @@ void Adam::step() {
     Tensor m = buffer("exp_avg", index, p), v = buffer("exp_avg_sq", index, p);
     update_elements(p, p.grad(), decoupled ? "AdamW" : "Adam", [&](auto* pd, const auto* gd, int64_t b, int64_t e) {
       using T = std::remove_pointer_t<decltype(pd)>;
+      const AdamRule<T> rule(lr_, beta1, beta2, eps, correction1, correction2, decoupled);
       T* md = m.data<T>();
       T* vd = v.data<T>();
-      const T b1 = T(beta1), b2 = T(beta2), step_size = T(lr_ / correction1);
-      const T inv_sqrt_c2 = T(1.0 / std::sqrt(correction2)), e_ = T(eps);
-      const T decay = T(1.0 - lr_ * wd);
-      for (int64_t i = b; i < e; ++i) {
-        T g = gd[i];
-        if (decoupled) pd[i] *= decay;
-        else g += T(wd) * pd[i];
-        md[i] = b1 * md[i] + (T(1) - b1) * g;
-        vd[i] = b2 * vd[i] + (T(1) - b2) * g * g;
-        pd[i] -= step_size * md[i] / (std::sqrt(vd[i]) * inv_sqrt_c2 + e_);
-      }
+      for (int64_t i = b; i < e; ++i) rule(pd[i], gd[i], md[i], vd[i], wd);
     });
   });
 }

@@ -366,6 +366,53 @@ TEST_CASE("cuda ops: AdamW's fused multi-tensor step and clip_grad_norm match th
   for (size_t i = 0; i < cpu_params.size(); ++i) check_close(gpu_params[i].to(Device::cpu()), cpu_params[i], 1e-5);
 }
 
+TEST_CASE("cuda ops: uniform_ and normal_ fill a GPU tensor with the CPU's numbers for the same seed") {
+  if (skip_without_cuda()) return;
+  for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
+    INFO(dtype_name(dtype));
+    Generator cpu_gen(31), gpu_gen(31);
+    Tensor c = Tensor::empty({1000, 3}, dtype), g = Tensor::empty({1000, 3}, dtype, kGpu);
+    uniform_(c, -2, 5, cpu_gen);
+    uniform_(g, -2, 5, gpu_gen);
+    check_close(g.to(Device::cpu()), c, 1e-12);
+    CHECK(gpu_gen.offset() == cpu_gen.offset());
+    normal_(c, 1, 3, cpu_gen);  // the next range of the same generators
+    normal_(g, 1, 3, gpu_gen);
+    check_close(g.to(Device::cpu()), c, 1e-12);
+    CHECK(mean(c).item<double>() == doctest::Approx(1).epsilon(0.2));
+  }
+}
+
+TEST_CASE("cuda ops: SGD's fused multi-tensor step matches the CPU, with and without momentum") {
+  if (skip_without_cuda()) return;
+  for (double momentum : {0.0, 0.9}) {
+    INFO("momentum " << momentum);
+    std::vector<Tensor> cpu_params, gpu_params;
+    for (int i = 0; i < 35; ++i) {  // more than one launch's worth (32 tensors)
+      Tensor p = rnd({int64_t(2 + i), 3}, 700 + uint64_t(i));
+      cpu_params.push_back(p.clone().requires_grad_());
+      gpu_params.push_back(p.to(kGpu).requires_grad_());
+    }
+    auto groups = [](const std::vector<Tensor>& params) {
+      std::vector<Tensor> a(params.begin(), params.begin() + 10), b(params.begin() + 10, params.end());
+      return std::vector<optim::ParamGroup>{{a, 0.05}, {b, 0.0}};
+    };
+    optim::SGD cpu_opt(groups(cpu_params), 0.1, momentum), gpu_opt(groups(gpu_params), 0.1, momentum);
+    for (int step = 0; step < 3; ++step) {
+      for (size_t i = 0; i < cpu_params.size(); ++i) {
+        if (i == 4) continue;  // a parameter without a gradient is left alone on both devices
+        Tensor g = rnd(cpu_params[i].shape(), 900 + uint64_t(step * 100 + i), -2, 2);
+        cpu_params[i].set_grad(g);
+        gpu_params[i].set_grad(g.to(kGpu));
+      }
+      cpu_opt.step();
+      gpu_opt.step();
+    }
+    CHECK(gpu_opt.state_dict().size() == cpu_opt.state_dict().size());
+    for (size_t i = 0; i < cpu_params.size(); ++i) check_close(gpu_params[i].to(Device::cpu()), cpu_params[i], 1e-6);
+  }
+}
+
 TEST_CASE("cuda ops: one training step of the recipe's model gives the CPU's loss, gradients and update") {
   if (skip_without_cuda()) return;
   nn::ClassifierConfig config;

@@ -2,6 +2,7 @@
 // not depend on how many threads fill the tensor.
 #include <cmath>
 
+#include "core/gpu.h"
 #include "core/ops.h"
 #include "core/parallel.h"
 
@@ -15,16 +16,20 @@ void manual_seed(uint64_t seed) { default_generator().set_state(seed, 0); }
 
 namespace {
 
-// Fills a contiguous floating tensor with value(i) for element i.
-template <typename ValueFn>
-void fill_indexed(Tensor& t, const char* op, ValueFn value) {
-  check_cpu(op, t);
+// Fills a contiguous floating tensor with element i of a uniform (normal = false) or normal draw
+// (core/random.h), on its device; `first` is the first index of the generator's range.
+void fill_random(Tensor& t, const char* op, bool normal, uint64_t seed, uint64_t first, double a, double b) {
   EMBER_CHECK(t.is_contiguous(), "{}: the tensor must be contiguous", op);
+  EMBER_CHECK(is_floating(t.dtype()), "{}: needs a floating tensor, got {}", op, dtype_name(t.dtype()));
+  if (t.device().is_cuda()) return gpu::random_fill(t, normal, seed, first, a, b);
+  check_cpu(op, t);
   dispatch_floating(t.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = t.data<T>();
     parallel_for(0, t.numel(), 16384, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) p[i] = static_cast<T>(value(i));
+      for (int64_t i = begin; i < end; ++i)
+        p[i] = static_cast<T>(normal ? normal_element(seed, first, uint64_t(i), a, b)
+                                     : uniform_element(seed, first, uint64_t(i), a, b));
     });
   });
 }
@@ -33,18 +38,14 @@ void fill_indexed(Tensor& t, const char* op, ValueFn value) {
 
 Tensor& uniform_(Tensor& t, double low, double high, Generator& gen) {
   uint64_t seed = gen.seed(), first = gen.take(uint64_t(t.numel()));
-  fill_indexed(t, "uniform_", [=](int64_t i) { return low + (high - low) * random_uniform(seed, first + i); });
+  fill_random(t, "uniform_", false, seed, first, low, high);
   return t;
 }
 
-// Box-Muller: two uniforms per element (indices 2i, 2i+1 of the range), one normal out.
+// Box-Muller takes two uniforms per element: the range is 2 numel long.
 Tensor& normal_(Tensor& t, double mean, double std, Generator& gen) {
   uint64_t seed = gen.seed(), first = gen.take(2 * uint64_t(t.numel()));
-  fill_indexed(t, "normal_", [=](int64_t i) {
-    double u1 = 1.0 - random_uniform(seed, first + 2 * i);  // (0, 1]: log is finite
-    double u2 = random_uniform(seed, first + 2 * i + 1);
-    return mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-  });
+  fill_random(t, "normal_", true, seed, first, mean, std);
   return t;
 }
 

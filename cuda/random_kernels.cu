@@ -1,0 +1,33 @@
+// Random fills on the GPU: uniform_ and normal_ of a tensor that lives there. Element i is the
+// pure function of (seed, first + i) in core/random.h that the CPU's loop calls, so a seed gives
+// the same tensor on either device (no cuRAND, whose streams the CPU could not reproduce).
+// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+#include "core/cuda_ops.h"
+#include "core/random.h"
+#include "cuda/launch.h"
+
+namespace ember::cuda {
+namespace {
+
+template <typename T>
+__global__ void random_fill_kernel(T* data, int64_t n, bool normal, uint64_t seed, uint64_t first, double a,
+                                   double b) {
+  EMBER_CUDA_LOOP(i, n) {
+    data[i] = T(normal ? normal_element(seed, first, uint64_t(i), a, b) : uniform_element(seed, first, uint64_t(i), a, b));
+  }
+}
+
+}  // namespace
+
+void random_fill(int device, bool float64, void* data, int64_t n, bool normal, uint64_t seed, uint64_t first, double a,
+                 double b) {
+  if (n == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (float64)
+    random_fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<double*>(data), n, normal, seed, first, a, b);
+  else
+    random_fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<float*>(data), n, normal, seed, first, a, b);
+  EMBER_CUDA_LAUNCHED("random_fill_kernel");
+}
+
+}  // namespace ember::cuda
