@@ -50,6 +50,31 @@ struct Descriptor {
   Descriptor(const Descriptor&) = delete;
   Descriptor& operator=(const Descriptor&) = delete;
 };
+
+// What a softmax call of either direction needs: the device's handle on its stream, the rows' descriptor,
+// the algorithm, and alpha = 1, beta = 0 in the data's type (cuDNN reads them as float or double).
+struct SoftmaxCall {
+  cudaStream_t stream;  // first: makes the device current before its handle is created
+  cudnnHandle_t handle;
+  Descriptor rows;
+  cudnnSoftmaxAlgorithm_t algorithm;
+  const void* alpha;
+  const void* beta;
+
+  SoftmaxCall(int device, bool float64, int64_t n_rows, int64_t n, bool log)
+      : stream(use_device(device)),
+        handle(handle_for(device)),
+        rows(float64, n_rows, n),
+        algorithm(log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE),
+        alpha(float64 ? static_cast<const void*>(&kOne64) : static_cast<const void*>(&kOne32)),
+        beta(float64 ? static_cast<const void*>(&kZero64) : static_cast<const void*>(&kZero32)) {
+    EMBER_CUDNN_CHECK(cudnnSetStream(handle, stream));
+  }
+  static constexpr double kOne64 = 1.0, kZero64 = 0.0;
+  static constexpr float kOne32 = 1.0f, kZero32 = 0.0f;
+};
+#else
+[[noreturn]] void no_cudnn() { raise_message("softmax: this build of Ember has no cuDNN"); }
 #endif
 
 }  // namespace
@@ -80,19 +105,12 @@ bool softmax_cudnn() {
 void cudnn_softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log) {
 #ifdef EMBER_WITH_CUDNN
   if (rows == 0 || n == 0) return;
-  cudaStream_t stream = use_device(device);
-  cudnnHandle_t handle = handle_for(device);
-  EMBER_CUDNN_CHECK(cudnnSetStream(handle, stream));
-  Descriptor desc(float64, rows, n);
-  const double one64 = 1.0, zero64 = 0.0;
-  const float one32 = 1.0f, zero32 = 0.0f;
-  const void* alpha = float64 ? static_cast<const void*>(&one64) : static_cast<const void*>(&one32);
-  const void* beta = float64 ? static_cast<const void*>(&zero64) : static_cast<const void*>(&zero32);
-  EMBER_CUDNN_CHECK(cudnnSoftmaxForward(handle, log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
-                                        CUDNN_SOFTMAX_MODE_CHANNEL, alpha, desc.desc, x, beta, desc.desc, y));
+  SoftmaxCall call(device, float64, rows, n, log);
+  EMBER_CUDNN_CHECK(cudnnSoftmaxForward(call.handle, call.algorithm, CUDNN_SOFTMAX_MODE_CHANNEL, call.alpha,
+                                        call.rows.desc, x, call.beta, call.rows.desc, y));
 #else
   (void)device, (void)float64, (void)x, (void)y, (void)rows, (void)n, (void)log;
-  raise_message("softmax: this build of Ember has no cuDNN");
+  no_cudnn();
 #endif
 }
 
@@ -100,20 +118,12 @@ void cudnn_softmax_backward(int device, bool float64, const void* grad, const vo
                             int64_t n, bool log) {
 #ifdef EMBER_WITH_CUDNN
   if (rows == 0 || n == 0) return;
-  cudaStream_t stream = use_device(device);
-  cudnnHandle_t handle = handle_for(device);
-  EMBER_CUDNN_CHECK(cudnnSetStream(handle, stream));
-  Descriptor desc(float64, rows, n);
-  const double one64 = 1.0, zero64 = 0.0;
-  const float one32 = 1.0f, zero32 = 0.0f;
-  const void* alpha = float64 ? static_cast<const void*>(&one64) : static_cast<const void*>(&one32);
-  const void* beta = float64 ? static_cast<const void*>(&zero64) : static_cast<const void*>(&zero32);
-  EMBER_CUDNN_CHECK(cudnnSoftmaxBackward(handle, log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
-                                         CUDNN_SOFTMAX_MODE_CHANNEL, alpha, desc.desc, y, desc.desc, grad, beta,
-                                         desc.desc, dx));
+  SoftmaxCall call(device, float64, rows, n, log);
+  EMBER_CUDNN_CHECK(cudnnSoftmaxBackward(call.handle, call.algorithm, CUDNN_SOFTMAX_MODE_CHANNEL, call.alpha,
+                                         call.rows.desc, y, call.rows.desc, grad, call.beta, call.rows.desc, dx));
 #else
   (void)device, (void)float64, (void)grad, (void)y, (void)dx, (void)rows, (void)n, (void)log;
-  raise_message("softmax: this build of Ember has no cuDNN");
+  no_cudnn();
 #endif
 }
 
