@@ -5,10 +5,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/error.h"
 
@@ -46,14 +50,40 @@ void write_file_atomically(const std::string& path, const std::vector<std::strin
     ::unlink(temp_path.c_str());
     fail("cannot write '{}': {} failed: {} (the previous file, if any, is unchanged)", path, step, reason);
   };
-  for (std::string_view contents : pieces) {
+  auto write_all = [&](const char* data, size_t size) {
     size_t written = 0;
-    while (written < contents.size()) {
-      ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    while (written < size) {
+      ssize_t n = ::write(fd, data + written, size - written);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) give_up("write");
       written += size_t(n);
     }
+  };
+  // Fault injection for tests/kill_during_save.sh: EMBER_FAULT_PAUSE_MID_WRITE=NAME:MS makes the
+  // write of a file named NAME stop for MS milliseconds halfway through its bytes, so that a kill
+  // lands mid-write for sure.
+  size_t total = 0;
+  for (std::string_view contents : pieces) total += contents.size();
+  size_t pause_at = SIZE_MAX, offset = 0;
+  long pause_ms = 0;
+  if (const char* fault = std::getenv("EMBER_FAULT_PAUSE_MID_WRITE")) {
+    std::string_view spec(fault);
+    size_t colon = spec.rfind(':');
+    if (colon != std::string_view::npos && std::filesystem::path(path).filename() == spec.substr(0, colon)) {
+      pause_at = total / 2;
+      pause_ms = std::atol(fault + colon + 1);
+    }
+  }
+  for (std::string_view contents : pieces) {
+    if (pause_at >= offset && pause_at < offset + contents.size()) {
+      const size_t first = pause_at - offset;
+      write_all(contents.data(), first);
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+      write_all(contents.data() + first, contents.size() - first);
+    } else {
+      write_all(contents.data(), contents.size());
+    }
+    offset += contents.size();
   }
   if (::fsync(fd) != 0) give_up("fsync");
   int close_result = ::close(fd);

@@ -4,7 +4,8 @@
 # check that the checkpoint left behind loads completely (`imdb check`, which loads it as
 # --resume does). Each restart resumes from it. Finally the run is let finish, and its per-step
 # losses (metrics.jsonl, trimmed to the checkpoint on each resume) must equal, bit for bit (9
-# significant digits of a float), those of an uninterrupted run with the same settings.
+# significant digits of a float), those of an uninterrupted run with the same settings. Three more
+# kills are forced to land mid-write (a fault-injection pause halfway through each file).
 #   tests/kill_during_save.sh <imdb binary> <imdb_small.json> [kills (default 20)] [seed]
 set -u
 IMDB=$1
@@ -71,6 +72,46 @@ while [ "$i" -lt "$KILLS" ] && [ "$attempts" -lt $((KILLS * 3)) ]; do
   fi
 done
 
+# Kills that land mid-write for sure: EMBER_FAULT_PAUSE_MID_WRITE makes the trainer stop halfway
+# through writing the checkpoint (core/file_io.cpp); the kill comes once the temporary file has bytes.
+# The checkpoint in place must still be the last complete one, and load.
+forced=0
+checkpoint_step() { "$IMDB" check --run "$run" 2>/dev/null | sed -n 's/^checkpoint OK: step \([0-9]*\).*/\1/p'; }
+for attempt in 1 2 3; do
+  before=$(checkpoint_step)
+  if [ -z "$before" ] || [ "$before" -ge 52 ]; then
+    # No checkpoint to protect, or the run is complete: start over and stop once one is written.
+    rm -rf "$run"
+    "$IMDB" train "${args[@]}" --out "$run" >"$OUT/forced.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 1500); do [ -f "$run/checkpoint.safetensors" ] && break; sleep 0.02; done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    rm -f "$run"/*.tmp.*
+    before=$(checkpoint_step)
+    [ -n "$before" ] || { tail -5 "$OUT/forced.log"; fail "forced kill $attempt: no checkpoint to start from"; }
+  fi
+  resume=(--resume)
+  EMBER_FAULT_PAUSE_MID_WRITE=checkpoint.safetensors:5000 "$IMDB" train "${args[@]}" "${resume[@]}" --out "$run" >"$OUT/forced.log" 2>&1 &
+  pid=$!
+  partial=""
+  for _ in $(seq 1 1500); do  # up to 30 s for the first write to begin
+    partial=$(find "$run" -maxdepth 1 -name 'checkpoint.safetensors.tmp.*' -size +0 2>/dev/null | head -n 1)
+    [ -n "$partial" ] && break
+    sleep 0.02
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  [ -n "$partial" ] || { tail -5 "$OUT/forced.log"; ls "$run"; fail "forced kill $attempt: no checkpoint write began within 30 s"; }
+  [ -f "$partial" ] || fail "forced kill $attempt: the half-written $partial was renamed before the kill"
+  rm -f "$run"/*.tmp.*
+  out=$("$IMDB" check --run "$run" 2>&1) || fail "forced kill $attempt: the previous checkpoint does not load: $out"
+  step=$(sed -n 's/^checkpoint OK: step \([0-9]*\).*/\1/p' <<<"$out")
+  [ "$step" = "$before" ] || fail "forced kill $attempt: the checkpoint in place is step $step, expected the previous one ($before)"
+  echo "forced kill $attempt mid-write of the checkpoint: the previous one (step $step) is in place and loads"
+  forced=$((forced + 1))
+done
+
 # Let it finish from the last checkpoint.
 resume=()
 [ -f "$run/checkpoint.safetensors" ] && resume=(--resume)
@@ -86,4 +127,4 @@ if ! cmp -s "$OUT/whole.losses" "$OUT/killed.losses"; then
   fail "the resumed run's step losses differ from the uninterrupted run's"
 fi
 [ "$i" -eq "$KILLS" ] || fail "only $i of $KILLS kills landed before the run finished"
-echo "$KILLS kills ($mid_save during a checkpoint write, $checked checkpoints checked); all $n step losses equal the uninterrupted run's"
+echo "$KILLS random kills ($mid_save during a checkpoint write, $checked checkpoints checked) and $forced forced mid-write kills; all $n step losses equal the uninterrupted run's"
