@@ -1,9 +1,9 @@
 // CUDA device plumbing: the device count, a current stream per device, the caching allocator and
 // copies between host and device.
 //
-// The allocator keeps freed blocks by size class and hands them out again, so that a training step
-// (which frees and asks for the same sizes every step) makes no cudaMalloc / cudaFree calls once
-// the first step has run. All work of a device is ordered on its one stream, so a block freed by
+// The allocator keeps freed blocks by size class and hands them out again (core/block_cache.h, shared
+// with the CPU's allocator), so that a training step (which frees and asks for the same sizes every
+// step) makes no cudaMalloc / cudaFree calls once the first step has run. All work of a device is ordered on its one stream, so a block freed by
 // one op and handed to the next cannot still be in use. When cudaMalloc fails, the cache is given
 // back to the driver and the allocation retried once; then the error names the bytes asked for and
 // the bytes in use.
@@ -11,12 +11,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
 
 #include "core/allocator.h"
+#include "core/block_cache.h"
 #include "core/device_copy.h"
 #include "cuda/launch.h"
 
@@ -48,55 +46,40 @@ class CachingAllocator final : public Allocator {
     check_index(index_);
     size_t size = size_class(nbytes == 0 ? 1 : nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
+    if (void* cached = cache_.take(size)) return cached;
     void* ptr = nullptr;
-    // The smallest cached block that fits, if it wastes at most a third of itself.
-    auto it = free_.lower_bound(size);
-    while (it != free_.end() && it->second.empty()) ++it;
-    if (it != free_.end() && it->first <= size + size / 2) {
-      size = it->first;
-      ptr = it->second.back();
-      it->second.pop_back();
-    } else {
-      EMBER_CUDA_CHECK(cudaSetDevice(index_));
-      cudaError_t status = cudaMalloc(&ptr, size);
-      if (status == cudaErrorMemoryAllocation) {
-        cudaGetLastError();  // clear the error, give the cache back, try once more
-        release_cached_locked();
-        status = cudaMalloc(&ptr, size);
-      }
-      if (status == cudaErrorMemoryAllocation) {
-        cudaGetLastError();
-        size_t free_bytes = 0, total_bytes = 0;
-        cudaMemGetInfo(&free_bytes, &total_bytes);
-        raise_out_of_memory(index_, nbytes, stats_.allocated, stats_.reserved, free_bytes, total_bytes);
-      }
-      EMBER_CUDA_CHECK(status);
-      stats_.reserved += int64_t(size);
-      ++mallocs_;
+    EMBER_CUDA_CHECK(cudaSetDevice(index_));
+    cudaError_t status = cudaMalloc(&ptr, size);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the error, give the cache back, try once more
+      release_cached_locked();
+      status = cudaMalloc(&ptr, size);
     }
-    stats_.allocated += int64_t(size);
-    if (stats_.allocated > stats_.peak_allocated) stats_.peak_allocated = stats_.allocated;
-    block_sizes_[ptr] = size;
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      raise_out_of_memory(index_, nbytes, cache_.stats().allocated, cache_.stats().reserved, free_bytes, total_bytes);
+    }
+    EMBER_CUDA_CHECK(status);
+    ++mallocs_;
+    cache_.add_new(ptr, size);
     return ptr;
   }
 
+  // The block is reused by later work on the same stream: stream order keeps that safe.
   void deallocate(void* ptr, size_t) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto found = block_sizes_.find(ptr);
-    if (found == block_sizes_.end()) return;
-    size_t size = found->second;
-    block_sizes_.erase(found);
-    stats_.allocated -= int64_t(size);
-    free_[size].push_back(ptr);  // reused by later work on the same stream: stream order keeps it safe
+    cache_.give_back(ptr);
   }
 
   MemoryStats stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
+    return cache_.stats();
   }
   void reset_peak() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_allocated = stats_.allocated;
+    cache_.reset_peak();
   }
   void release_cached() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -111,19 +94,13 @@ class CachingAllocator final : public Allocator {
   void release_cached_locked() {
     cudaSetDevice(index_);
     cudaDeviceSynchronize();  // nothing queued may still use a block given back
-    for (auto& entry : free_) {
-      for (void* block : entry.second) cudaFree(block);
-      stats_.reserved -= int64_t(entry.first * entry.second.size());
-      entry.second.clear();
-    }
+    cache_.release([](void* block) { cudaFree(block); });
   }
 
   int index_;
   mutable std::mutex mutex_;
-  std::map<size_t, std::vector<void*>> free_;      // size class -> cached free blocks
-  std::unordered_map<void*, size_t> block_sizes_;  // live block -> its size class
-  int64_t mallocs_ = 0;                            // cudaMalloc calls so far
-  MemoryStats stats_;
+  BlockCache cache_;
+  int64_t mallocs_ = 0;  // cudaMalloc calls so far
 };
 
 CachingAllocator& caching_allocator(int index) {

@@ -1,5 +1,7 @@
-// The caching CPU allocator: blocks are reused, statistics add up, huge requests are clear errors.
+// The caching CPU allocator: blocks are reused, statistics add up, huge requests are clear errors;
+// and the block cache it shares with the CUDA allocator (core/block_cache.h).
 #include "core/allocator.h"
+#include "core/block_cache.h"
 #include "helpers.h"
 
 using namespace ember;
@@ -28,4 +30,38 @@ TEST_CASE("allocator: a freed block is reused for the next request that fits, an
 TEST_CASE("allocator: impossible sizes are clear errors, not crashes") {
   check_error([] { Tensor::empty({int64_t(1) << 40, int64_t(1) << 20}); }, "too large to allocate");
   check_error([] { Tensor::empty({-1, 3}); }, "negative size");
+}
+
+TEST_CASE("block cache: reuse within 1.5x of the request, statistics, unknown pointers, release") {
+  BlockCache cache;
+  char blocks[3][1];  // stand-in addresses: the cache never touches the memory
+  cache.add_new(blocks[0], 1024);
+  cache.add_new(blocks[1], 4096);
+  CHECK(cache.stats().allocated == 5120);
+  CHECK(cache.stats().reserved == 5120);
+  CHECK(cache.stats().peak_allocated == 5120);
+  size_t size = 1024;
+  CHECK(cache.take(size) == nullptr);  // nothing cached yet
+  CHECK(cache.give_back(blocks[0]));
+  CHECK(cache.give_back(blocks[1]));
+  CHECK_FALSE(cache.give_back(blocks[2]));  // never handed out: refused, nothing changes
+  CHECK_FALSE(cache.give_back(blocks[0]));  // already free
+  CHECK(cache.stats().allocated == 0);
+  CHECK(cache.cached_bytes() == 5120);
+  size = 2048;  // the 4096 block would waste half of itself: not taken
+  CHECK(cache.take(size) == nullptr);
+  size = 3000;  // fits the 4096 block within 1.5x
+  CHECK(cache.take(size) == blocks[1]);
+  CHECK(size == 4096);
+  CHECK(cache.stats().allocated == 4096);
+  cache.reset_peak();
+  CHECK(cache.stats().peak_allocated == 4096);
+  size = 1000;
+  CHECK(cache.take(size) == blocks[0]);
+  CHECK(cache.give_back(blocks[0]));
+  std::vector<void*> freed;
+  cache.release([&](void* p) { freed.push_back(p); });
+  CHECK(freed == std::vector<void*>{blocks[0]});
+  CHECK(cache.cached_bytes() == 0);
+  CHECK(cache.stats().reserved == 4096);  // the live block is still reserved
 }

@@ -1,15 +1,12 @@
-// The CPU allocator: 64-byte aligned blocks, cached by size class so that a training step
-// (which frees and re-asks for the same sizes every step) does not go back to the system.
-// A request takes the smallest cached block that fits within 1.5x, so the varying sequence
-// lengths of dynamic padding reuse blocks instead of piling up new ones.
+// The CPU allocator: 64-byte aligned blocks, cached by size class (core/block_cache.h) so that a
+// training step (which frees and re-asks for the same sizes every step) does not go back to the
+// system. Past 1 GiB of cached free blocks the cache is given back.
 #include <cstdlib>
-#include <map>
 #include <mutex>
-#include <unordered_map>
 #include <new>
-#include <vector>
 
 #include "core/allocator.h"
+#include "core/block_cache.h"
 #include "core/device_copy.h"
 #include "core/error.h"
 
@@ -39,70 +36,40 @@ class CpuAllocator final : public Allocator {
   void* allocate(size_t nbytes) override {
     size_t size = size_class(std::max<size_t>(nbytes, 1));
     std::lock_guard<std::mutex> lock(mutex_);
-    void* ptr = nullptr;
-    // The smallest cached block that fits, if it wastes at most a third of itself.
-    auto it = free_.lower_bound(size);
-    while (it != free_.end() && it->second.empty()) ++it;
-    if (it != free_.end() && it->first <= size + size / 2) {
-      size = it->first;
-      ptr = it->second.back();
-      it->second.pop_back();
-      cached_ -= size;
-    } else {
+    if (void* cached = cache_.take(size)) return cached;
+    void* ptr = std::aligned_alloc(kAlignment, size);
+    if (ptr == nullptr) {  // give the cache back to the system and try once more
+      cache_.release(std::free);
       ptr = std::aligned_alloc(kAlignment, size);
-      if (ptr == nullptr) {
-        release_cached_locked();
-        ptr = std::aligned_alloc(kAlignment, size);
-      }
-      EMBER_CHECK(ptr != nullptr, "out of CPU memory: cannot allocate {} ({} bytes); {} in use by tensors",
-                  human_bytes(double(nbytes)), nbytes, human_bytes(double(stats_.allocated)));
-      stats_.reserved += size;
     }
-    stats_.allocated += size;
-    stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
-    block_sizes_[ptr] = size;
+    EMBER_CHECK(ptr != nullptr, "out of CPU memory: cannot allocate {} ({} bytes); {} in use by tensors",
+                human_bytes(double(nbytes)), nbytes, human_bytes(double(cache_.stats().allocated)));
+    cache_.add_new(ptr, size);
     return ptr;
   }
 
   void deallocate(void* ptr, size_t) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto found = block_sizes_.find(ptr);
-    size_t size = found->second;
-    block_sizes_.erase(found);
-    stats_.allocated -= size;
-    free_[size].push_back(ptr);
-    cached_ += size;
-    if (cached_ > kMaxCachedBytes) release_cached_locked();
+    EMBER_CHECK(cache_.give_back(ptr), "CPU allocator: freeing {} that it did not allocate", ptr);
+    if (cache_.cached_bytes() > kMaxCachedBytes) cache_.release(std::free);
   }
 
   MemoryStats stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
+    return cache_.stats();
   }
   void reset_peak() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_allocated = stats_.allocated;
+    cache_.reset_peak();
   }
   void release_cached() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    release_cached_locked();
+    cache_.release(std::free);
   }
 
  private:
-  void release_cached_locked() {
-    for (auto& [size, blocks] : free_) {
-      for (void* block : blocks) std::free(block);
-      stats_.reserved -= int64_t(size * blocks.size());
-      blocks.clear();
-    }
-    cached_ = 0;
-  }
-
   mutable std::mutex mutex_;
-  std::map<size_t, std::vector<void*>> free_;      // size class -> cached free blocks
-  std::unordered_map<void*, size_t> block_sizes_;  // live block -> its size class
-  size_t cached_ = 0;
-  MemoryStats stats_;
+  BlockCache cache_;
 };
 
 }  // namespace
