@@ -12,9 +12,10 @@
 // float32 for the recipe's B = 32, T = 256, H = 4), reads them back, keeps the probabilities for
 // the backward and makes their gradients there: hundreds of MiB of memory traffic per layer, and
 // the memory to hold it. Here each block keeps a [Br, Bc] tile of scores in shared memory (a few
-// KiB), and the backward recomputes it from Q, K and the saved log-sum-exp: about 2.5x the
-// forward's FLOPs in the backward instead of 2x, for traffic of the order of Q, K, V, O and dO
-// ([B, T, D] each, 4 MiB) times the number of query tiles.
+// KiB), and the backward recomputes it from Q, K and the saved log-sum-exp: 7 products of the
+// size of Q K^T in the backward instead of the composed version's 4 (S and dP are recomputed in
+// each of its two kernels), for traffic of the order of Q, K, V, O and dO ([B, T, D] each, 4 MiB)
+// times the number of tiles.
 //
 // The kernels, all with 256 threads seen as a 16 x 16 grid (ty = tid / 16, tx = tid % 16):
 //
