@@ -90,17 +90,18 @@ void cross_entropy_backward(int device, bool float64, const void* logits, const 
                             const void* sum_exp, void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
                             double scale);
 
-// ---- Fused attention (cuda/attention_kernels.cu), the layout of core/cpu/attention.h: qkv contiguous
-// [B, T, 3 D], key_padding_mask bool [B, T] or null, out [B, T, D]; lse and delta are float64 [B, H, T]
-// scratch saved between forward and backward; probs [B, H, T, T] or null (only when asked for).
-// Used by core/ops/attention.cpp on a GPU when attention_fused() is on (set_attention_fused(true),
-// or EMBER_ATTENTION=fused); otherwise the composed attention_reference runs.
+// ---- Fused attention (cuda/attention_kernels.cu: tiled, FlashAttention-2 style), the layout of
+// core/cpu/attention.h: qkv contiguous [B, T, 3 D], key_padding_mask bool [B, T] or null, out [B, T, D];
+// lse and delta are float64 [B, H, T] scratch saved between forward and backward; probs [B, H, T, T]
+// or null (only when asked for). Any T; head size D / heads up to attention_max_head_dim() (a larger
+// one raises). Used by core/ops/attention.cpp on a GPU when attention_fused() is on
+// (set_attention_fused(true), or EMBER_ATTENTION=fused); otherwise the composed attention_reference runs.
 void set_attention_fused(bool on);
 bool attention_fused();
-int64_t attention_max_len();  // longest T the fused kernels take (their rows live in shared memory)
+int64_t attention_max_head_dim();  // largest head size the fused kernels take (128; 0 without CUDA)
 void attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
                        int64_t heads, int64_t D, bool causal, void* out, double* lse, void* probs);
-// grad_qkv [B, T, 3 D] is written whole (dq by one kernel, dk and dv by another).
+// grad_qkv [B, T, 3 D] is written whole (dq and delta by one kernel, then dk and dv by another).
 void attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
                         int64_t heads, int64_t D, bool causal, const void* out, const void* grad_out, const double* lse,
                         double* delta, void* grad_qkv);

@@ -51,7 +51,7 @@ void cross_entropy_backward(int, bool, const void*, const int64_t*, const void*,
 }
 void set_attention_fused(bool) {}
 bool attention_fused() { return false; }
-int64_t attention_max_len() { return 0; }
+int64_t attention_max_head_dim() { return 0; }
 void attention_forward(int, bool, const void*, const bool*, int64_t, int64_t, int64_t, int64_t, bool, void*, double*,
                        void*) {
   no_cuda("attention");

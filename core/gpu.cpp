@@ -341,8 +341,9 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, b
   check_cuda("attention", qkv);
   check_floating("attention", qkv);
   const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
-  EMBER_CHECK(T <= cuda::attention_max_len(), "attention: sequence length {} exceeds the fused CUDA kernel's {}", T,
-              cuda::attention_max_len());
+  EMBER_CHECK(D % heads == 0 && D / heads <= cuda::attention_max_head_dim(),
+              "attention: head size {} exceeds the fused CUDA kernels' {} (use EMBER_ATTENTION=composed)",
+              heads > 0 ? D / heads : 0, cuda::attention_max_head_dim());
   if (mask.defined()) check_same_device("attention", {&qkv, &mask});
   Tensor out = Tensor::empty({B, T, D}, qkv.dtype(), qkv.device());
   lse = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());

@@ -313,25 +313,67 @@ TEST_CASE("cuda ops: attention with a key-padding mask (composed on the GPU) mat
 
 TEST_CASE("cuda ops: the fused attention kernels (EMBER_ATTENTION=fused) match the CPU, values, weights and gradients") {
   if (skip_without_cuda()) return;
-  const int64_t B = 2, T = 37, D = 48;
-  Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) mask.data<bool>()[b * T + t] = t >= T - 5 * (b + 1);
+  // The tiled kernels of cuda/attention_kernels.cu: float32 to a relative 1e-5, float64 to 1e-12.
+  // T = 37: tails in every tile size; D = 48: head sizes 48 and 16 (padded to 64 and 16 in shared
+  // memory). Then the recipe's widths (D = 128, heads 1, 4, 8: head sizes 128, 32, 16) at T = 200
+  // with reviews of 200, 130 and 45 tokens, so that whole key tiles are padding and skipped.
   cuda::set_attention_fused(true);
   try {
-    for (int64_t heads : {1, 3}) {
-      check_parity("fused attention heads " + std::to_string(heads), {rnd({B, T, 3 * D}, 133), mask},
-                   [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, v[1]); });
-      check_parity("fused causal attention heads " + std::to_string(heads), {rnd({B, T, 3 * D}, 134)},
-                   [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, Tensor(), true); });
-      check_parity("fused attention float64", {rnd({B, T, 3 * D}, 135, -1, 1, Dtype::Float64), mask},
-                   [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, v[1]); }, 1e-12);
+    {
+      const int64_t B = 2, T = 37, D = 48;
+      Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) mask.data<bool>()[b * T + t] = t >= T - 5 * (b + 1);
+      for (int64_t heads : {1, 3}) {
+        check_parity("fused attention heads " + std::to_string(heads), {rnd({B, T, 3 * D}, 133), mask},
+                     [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, v[1]); });
+        check_parity("fused causal attention heads " + std::to_string(heads), {rnd({B, T, 3 * D}, 134)},
+                     [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, Tensor(), true); });
+        check_parity("fused attention float64", {rnd({B, T, 3 * D}, 135, -1, 1, Dtype::Float64), mask},
+                     [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, v[1]); }, 1e-12);
+      }
+      Tensor qkv = rnd({B, T, 3 * D}, 136);
+      Tensor w_cpu, w_gpu;
+      attention(qkv, 4, mask, false, &w_cpu);
+      attention(qkv.to(kGpu), 4, mask.to(kGpu), false, &w_gpu);
+      check_close(w_gpu.to(Device::cpu()), w_cpu, 1e-5);
     }
-    Tensor qkv = rnd({B, T, 3 * D}, 136);
-    Tensor w_cpu, w_gpu;
-    attention(qkv, 4, mask, false, &w_cpu);
-    attention(qkv.to(kGpu), 4, mask.to(kGpu), false, &w_gpu);
-    check_close(w_gpu.to(Device::cpu()), w_cpu, 1e-5);
+    {
+      const int64_t B = 3, T = 200, D = 128;
+      const int64_t lengths[B] = {200, 130, 45};
+      Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) mask.data<bool>()[b * T + t] = t >= lengths[b];
+      for (int64_t heads : {1, 4, 8}) {
+        check_parity("fused attention, recipe width, heads " + std::to_string(heads), {rnd({B, T, 3 * D}, 137), mask},
+                     [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, v[1]); });
+        check_parity("fused causal attention with padding, heads " + std::to_string(heads),
+                     {rnd({B, T, 3 * D}, 138), mask},
+                     [heads](const std::vector<Tensor>& v) { return attention(v[0], heads, v[1], true); });
+      }
+      check_parity("fused attention float64, head size 128", {rnd({B, T, 3 * D}, 139, -1, 1, Dtype::Float64), mask},
+                   [](const std::vector<Tensor>& v) { return attention(v[0], 1, v[1], true); }, 1e-12);
+      // Deterministic: no atomics, every sum in a fixed order, so two runs give the same bits.
+      Tensor qkv = rnd({B, T, 3 * D}, 140).to(kGpu).requires_grad_();
+      Tensor g = rnd({B, T, D}, 141).to(kGpu);
+      Tensor gpu_mask = mask.to(kGpu);
+      std::vector<std::vector<float>> outs, grads;
+      for (int run = 0; run < 2; ++run) {
+        qkv.zero_grad();
+        Tensor out = attention(qkv, 4, gpu_mask);
+        sum(out * g).backward();
+        outs.push_back(out.detach().to(Device::cpu()).to_vector<float>());
+        grads.push_back(qkv.grad().to(Device::cpu()).to_vector<float>());
+      }
+      CHECK(outs[0] == outs[1]);
+      CHECK(grads[0] == grads[1]);
+    }
+    // A head size over the kernels' 128 runs the composed version instead.
+    check_parity("head size 144 (composed)", {rnd({2, 9, 3 * 144}, 142)},
+                 [](const std::vector<Tensor>& v) { return attention(v[0], 1, Tensor()); });
+    Tensor lse;
+    check_error([&] { gpu::attention_forward(rnd({2, 9, 3 * 144}, 143).to(kGpu), 1, Tensor(), false, lse, nullptr); },
+                "head size 144 exceeds the fused CUDA kernels' 128");
   } catch (...) {
     cuda::set_attention_fused(false);
     throw;

@@ -49,12 +49,12 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
 
 Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_mask, bool causal, Tensor* weights) {
   check_attention_inputs("attention", qkv_in, heads, key_padding_mask);
-  // On a GPU: the fused kernels of cuda/attention_kernels.cu when switched on (EMBER_ATTENTION=fused;
-  // no [B, H, T, T] tensor is written), else the composed version (cuBLAS strided-batched GEMMs, the
-  // masked_fill and softmax kernels). The composed one is the default until the fused one has been
-  // checked on a GPU (docs/cuda.md).
+  // On a GPU: the tiled fused kernels of cuda/attention_kernels.cu when switched on
+  // (EMBER_ATTENTION=fused; no [B, H, T, T] tensor is written; head sizes up to 128), else the
+  // composed version (cuBLAS strided-batched GEMMs, the masked_fill and softmax kernels). The
+  // composed one is the default until the fused one has been checked on a GPU (docs/cuda.md).
   if (qkv_in.device().is_cuda()) {
-    if (!cuda::attention_fused() || qkv_in.size(1) > cuda::attention_max_len())
+    if (!cuda::attention_fused() || qkv_in.size(2) / 3 / heads > cuda::attention_max_head_dim())
       return attention_reference(qkv_in, heads, key_padding_mask, causal, weights);
     Tensor qkv = qkv_in.detach().contiguous();
     Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
