@@ -41,7 +41,12 @@ Stack* acquire_stack() {
     std::abort();
   }
   mprotect(mem, page, PROT_NONE);  // the guard page
-  return new Stack{static_cast<char*>(mem) + page, kStackSize};
+  // Stacks of the same size and alignment would put every fiber's top frame in the same cache
+  // sets; starting each one a different number of cache lines below its top spreads them out.
+  static thread_local size_t serial = 0;
+  const size_t color = (serial % 61) * 64 + (serial % 7) * 4096;
+  ++serial;
+  return new Stack{static_cast<char*>(mem) + page, kStackSize, color};
 }
 
 void release_stack(Stack* stack) { pool.free.push_back(stack); }
@@ -60,7 +65,7 @@ void ucontext_entry(unsigned fn_hi, unsigned fn_lo, unsigned arg_hi, unsigned ar
 void Fiber::start(void (*fn)(void*), void* arg, Stack* stack) {
   getcontext(&context_);
   context_.uc_stack.ss_sp = stack->base;
-  context_.uc_stack.ss_size = stack->size;
+  context_.uc_stack.ss_size = stack->size - stack->color;
   context_.uc_link = nullptr;
   const uintptr_t f = reinterpret_cast<uintptr_t>(fn), a = reinterpret_cast<uintptr_t>(arg);
   makecontext(&context_, reinterpret_cast<void (*)()>(ucontext_entry), 4, unsigned(f >> 32), unsigned(f),
@@ -75,8 +80,7 @@ void Fiber::finish() {
 
 #else  // x86-64, System V ABI
 
-// ember_emu_switch(save, to): pushes the callee-saved registers and the FPU control words on the
-// current stack, stores the stack pointer in *save, loads `to` as the stack pointer and pops the
+// ember_emu_switch(save, to): pushes the callee-saved registers on the current stack, stores the stack pointer in *save, loads `to` as the stack pointer and pops the
 // same from there; its `ret` then returns into the other context.
 // A new fiber's stack is laid out (fiber_frame below) as if it had been switched away from just
 // before ember_emu_fiber_start, with the function in r12 and its argument in rbx.
@@ -91,14 +95,8 @@ ember_emu_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -123,15 +121,15 @@ void Fiber::start(void (*fn)(void*), void* arg, Stack* stack) {
   // The top of the stack, 16-byte aligned; ember_emu_fiber_start begins with rsp = top - 16 (so
   // that its call leaves the callee the alignment the ABI promises).
   uintptr_t top = (reinterpret_cast<uintptr_t>(stack->base) + stack->size) & ~uintptr_t(15);
-  auto* frame = reinterpret_cast<uint64_t*>(top - 16 - 8 * 8);
-  frame[0] = 0x037F'0000'1F80ull;  // MXCSR 0x1F80 (low half), x87 control word 0x037F: the defaults
-  frame[1] = 0;                                    // r15
-  frame[2] = 0;                                    // r14
-  frame[3] = 0;                                    // r13
-  frame[4] = reinterpret_cast<uint64_t>(fn);       // r12
-  frame[5] = reinterpret_cast<uint64_t>(arg);      // rbx
-  frame[6] = 0;                                    // rbp
-  frame[7] = reinterpret_cast<uint64_t>(&ember_emu_fiber_start);  // where the first switch "returns"
+  top -= stack->color;
+  auto* frame = reinterpret_cast<uint64_t*>(top - 16 - 7 * 8);
+  frame[0] = 0;                                    // r15
+  frame[1] = 0;                                    // r14
+  frame[2] = 0;                                    // r13
+  frame[3] = reinterpret_cast<uint64_t>(fn);       // r12
+  frame[4] = reinterpret_cast<uint64_t>(arg);      // rbx
+  frame[5] = 0;                                    // rbp
+  frame[6] = reinterpret_cast<uint64_t>(&ember_emu_fiber_start);  // where the first switch "returns"
   sp_ = frame;
 }
 void Fiber::resume() { ember_emu_switch(&scheduler_sp_, sp_); }

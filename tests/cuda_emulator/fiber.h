@@ -5,8 +5,8 @@
 // thread of the block has arrived.
 //
 // The switch saves and restores only what the C++ ABI says a called function must preserve (on
-// x86-64: rsp, rbp, rbx, r12-r15, and the x87 / SSE control words), in a dozen instructions of
-// assembly (fiber.cpp). Elsewhere, or with -DEMBER_EMU_UCONTEXT, POSIX ucontext
+// x86-64: rsp, rbp, rbx, r12-r15; not the x87 / SSE control words, which no kernel changes), in a
+// dozen instructions of assembly (fiber.cpp). Elsewhere, or with -DEMBER_EMU_UCONTEXT, POSIX ucontext
 // (makecontext / swapcontext) does the same, more slowly: glibc's swapcontext also saves the
 // signal mask, a system call per switch (measured in docs/cuda.md).
 #pragma once
@@ -23,6 +23,7 @@ namespace ember_emu {
 struct Stack {
   void* base = nullptr;  // the lowest usable byte
   size_t size = 0;
+  size_t color = 0;      // bytes left unused at the top (see acquire_stack)
 };
 Stack* acquire_stack();          // from a per-thread pool, or freshly mapped
 void release_stack(Stack* stack);

@@ -28,6 +28,9 @@
 #include "fiber.h"
 #include "state.h"
 
+// Tells the tests they run on the emulator (tests/cuda_skip.h: cuda_emulated()).
+extern "C" const bool ember_cuda_emulator = true;
+
 thread_local constinit uint3 threadIdx = {0, 0, 0};
 thread_local constinit uint3 blockIdx = {0, 0, 0};
 thread_local constinit dim3 blockDim = dim3(1, 1, 1);
