@@ -66,7 +66,7 @@ std::vector<T> to_host(const T* device, size_t n) {
 
 }  // namespace
 
-TEST_CASE("emulator: __syncthreads is a barrier; without it, one block order or the other reads unwritten shared memory") {
+TEST_CASE("emulator: __syncthreads is a barrier, and without it one block order or the other reads unwritten shared memory") {
   int* out = nullptr;
   REQUIRE(cudaMalloc(&out, 2 * sizeof(int)) == cudaSuccess);
   block_sum_kernel<<<2, kBlock>>>(out, true);
@@ -112,7 +112,7 @@ TEST_CASE("emulator: launch limits: block size, grid size, dynamic shared memory
   cudaFree(out);
 }
 
-TEST_CASE("emulator: launch arguments are evaluated once; fresh device memory reads as NaN") {
+TEST_CASE("emulator: launch arguments are evaluated once, and fresh device memory reads as NaN") {
   float *in = nullptr, *out = nullptr;
   REQUIRE(cudaMalloc(&in, 1000 * sizeof(float)) == cudaSuccess);
   REQUIRE(cudaMalloc(&out, 1000 * sizeof(float)) == cudaSuccess);
@@ -129,7 +129,7 @@ TEST_CASE("emulator: launch arguments are evaluated once; fresh device memory re
   cudaFree(out);
 }
 
-TEST_CASE("emulator: copies are checked against where their pointers live; memory has a capacity") {
+TEST_CASE("emulator: copies are checked against where their pointers live, and memory has a capacity") {
   float* device = nullptr;
   REQUIRE(cudaMalloc(&device, 16 * sizeof(float)) == cudaSuccess);
   std::vector<float> host(32);
