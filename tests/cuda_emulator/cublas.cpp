@@ -1,0 +1,171 @@
+// cuBLAS's GEMMs for the CPU emulator (see cublas_v2.h for the conventions), as a reference loop:
+// for each batch b, each column j and row i of C, sum over l in order of op(A)(i, l) op(B)(l, j),
+// accumulated in the matrices' own type like cuBLAS (whose order of additions differs).
+#include <cstdio>
+#include <string>
+
+#include "cublas_v2.h"
+#include "state.h"
+
+struct cublasContext {
+  cudaStream_t stream = nullptr;
+  cublasMath_t mode = CUBLAS_DEFAULT_MATH;
+};
+
+namespace {
+
+thread_local cublasStatus_t detail_status = CUBLAS_STATUS_SUCCESS;
+thread_local std::string detail_text;
+
+const char* nvidia_text(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+  }
+  return "unknown error";
+}
+
+cublasStatus_t fail(cublasStatus_t status, const std::string& what) {
+  detail_status = status;
+  detail_text = std::string(nvidia_text(status)) + " (emulator: " + what + ")";
+  return status;
+}
+
+// The elements of a column-major rows x cols matrix with leading dimension ld, repeated `batch`
+// times `stride` apart, must all lie in device memory.
+template <typename T>
+bool in_device(const T* p, long long rows, long long cols, long long ld, long long stride, long long batch) {
+  if (rows == 0 || cols == 0 || batch == 0) return true;
+  long long first = 0, last = (rows - 1) + (cols - 1) * ld;
+  if (stride >= 0) last += (batch - 1) * stride;
+  else first += (batch - 1) * stride;
+  return ember_emu::in_device_memory(p + first, size_t(last - first + 1) * sizeof(T));
+}
+
+template <typename T>
+cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                    int m, int n, int k, const T* alpha, const T* A, int lda, long long strideA, const T* B, int ldb,
+                    long long strideB, const T* beta, T* C, int ldc, long long strideC, int batch) {
+  const std::string call = name;
+  if (handle == nullptr) return fail(CUBLAS_STATUS_NOT_INITIALIZED, call + ": no handle (cublasCreate)");
+  if (!ember_emu::stream_is_valid(handle->stream)) return fail(CUBLAS_STATUS_EXECUTION_FAILED, call + ": the handle's stream is gone");
+  auto op_ok = [](cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; };
+  if (!op_ok(transa) || !op_ok(transb)) return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": unknown transa / transb");
+  if (m < 0 || n < 0 || k < 0 || batch < 0)
+    return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": negative m, n, k or batch count (m=" + std::to_string(m) +
+                                                 " n=" + std::to_string(n) + " k=" + std::to_string(k) + ")");
+  // A is stored m x k (OP_N) or k x m; B is stored k x n or n x k; C is m x n.
+  const long long a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
+  const long long b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
+  auto at_least = [](long long x) { return x > 1 ? x : 1; };
+  if (lda < at_least(a_rows) || ldb < at_least(b_rows) || ldc < at_least(m))
+    return fail(CUBLAS_STATUS_INVALID_VALUE,
+                call + ": a leading dimension is smaller than the rows of its column-major matrix (lda=" +
+                    std::to_string(lda) + " for " + std::to_string(a_rows) + " rows, ldb=" + std::to_string(ldb) +
+                    " for " + std::to_string(b_rows) + ", ldc=" + std::to_string(ldc) + " for " + std::to_string(m) + ")");
+  if (alpha == nullptr || beta == nullptr) return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": null alpha or beta");
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  const T a = *alpha, b = *beta;
+  const bool read_ab = a != T(0) && k > 0;
+  if (read_ab && !in_device(A, a_rows, a_cols, lda, strideA, batch))
+    return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": A (" + std::to_string(a_rows) + " x " + std::to_string(a_cols) +
+                                                 ", lda " + std::to_string(lda) + ") is not all in device memory");
+  if (read_ab && !in_device(B, b_rows, b_cols, ldb, strideB, batch))
+    return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": B (" + std::to_string(b_rows) + " x " + std::to_string(b_cols) +
+                                                 ", ldb " + std::to_string(ldb) + ") is not all in device memory");
+  if (!in_device(C, m, n, ldc, strideC, batch))
+    return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": C (" + std::to_string(m) + " x " + std::to_string(n) + ", ldc " +
+                                                 std::to_string(ldc) + ") is not all in device memory");
+  for (long long p = 0; p < batch; ++p) {
+    const T* Ab = A + p * strideA;
+    const T* Bb = B + p * strideB;
+    T* Cb = C + p * strideC;
+    for (long long j = 0; j < n; ++j) {
+      for (long long i = 0; i < m; ++i) {
+        T sum = T(0);
+        if (read_ab) {
+          for (long long l = 0; l < k; ++l) {
+            const T x = transa == CUBLAS_OP_N ? Ab[i + l * lda] : Ab[l + i * lda];
+            const T y = transb == CUBLAS_OP_N ? Bb[l + j * ldb] : Bb[j + l * ldb];
+            sum += x * y;
+          }
+        }
+        T& c = Cb[i + j * ldc];
+        c = b == T(0) ? a * sum : a * sum + b * c;  // beta == 0: C is not read
+      }
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  if (handle == nullptr) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasCreate: null handle pointer");
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasCreate: no device");
+  }
+  *handle = new cublasContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+  if (handle == nullptr) return fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasDestroy: no handle");
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+  if (handle == nullptr) return fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasSetStream: no handle");
+  if (!ember_emu::stream_is_valid(stream)) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasSetStream: unknown stream");
+  handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (handle == nullptr) return fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasSetMathMode: no handle");
+  if (mode < CUBLAS_DEFAULT_MATH || mode > CUBLAS_TF32_TENSOR_OP_MATH)
+    return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasSetMathMode: unknown mode");
+  handle->mode = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  if (status == detail_status && status != CUBLAS_STATUS_SUCCESS) return detail_text.c_str();
+  return nvidia_text(status);
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                           int k, const float* alpha, const float* A, int lda, const float* B, int ldb,
+                           const float* beta, float* C, int ldc) {
+  return gemm("cublasSgemm", handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+cublasStatus_t cublasDgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                           int k, const double* alpha, const double* A, int lda, const double* B, int ldb,
+                           const double* beta, double* C, int ldc) {
+  return gemm("cublasDgemm", handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const float* alpha, const float* A, int lda,
+                                         long long int strideA, const float* B, int ldb, long long int strideB,
+                                         const float* beta, float* C, int ldc, long long int strideC, int batchCount) {
+  return gemm("cublasSgemmStridedBatched", handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+              beta, C, ldc, strideC, batchCount);
+}
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const double* alpha, const double* A, int lda,
+                                         long long int strideA, const double* B, int ldb, long long int strideB,
+                                         const double* beta, double* C, int ldc, long long int strideC,
+                                         int batchCount) {
+  return gemm("cublasDgemmStridedBatched", handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+              beta, C, ldc, strideC, batchCount);
+}

@@ -1,0 +1,121 @@
+// A stand-in for CUDA's <cuda_runtime.h>, for the CPU emulator of the CUDA subset Ember uses.
+//
+// The emulated build (CMake option EMBER_CUDA_EMULATOR, target ember_emulated) puts this folder
+// first on the include path, so `#include <cuda_runtime.h>` in cuda/*.cu finds this file, not
+// NVIDIA's. It declares what the kernels and cuda/runtime.cu use, and nothing more:
+//   - the kernel-side built-ins: dim3 / uint3, threadIdx, blockIdx, blockDim, gridDim (one copy
+//     per OS thread, set by the emulator before it runs each CUDA thread), __syncthreads();
+//   - the qualifiers (__global__, __device__, ...), which mean nothing to a CPU compiler;
+//   - the runtime API calls, implemented in runtime.cpp (devices, streams, errors) and memory.cpp
+//     (device memory, copies).
+// The kernels themselves run through emulator.h (launch.cpp), which the translated .cu files call
+// in place of the `<<<...>>>` syntax (translate.py).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+// ---- Qualifiers: a CPU compiler needs none of them. (g++ and clang know __restrict__ already.)
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+
+// ---- Thread and block coordinates.
+struct uint3 {
+  unsigned x, y, z;
+};
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+  constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+// One copy per OS thread: the emulator runs one block at a time on the launching thread, and sets
+// threadIdx before it switches to each CUDA thread (a fiber, see fiber.h). `constinit` tells the
+// compiler they need no dynamic initialisation, so reading one is a plain thread-local load.
+extern thread_local constinit uint3 threadIdx;
+extern thread_local constinit uint3 blockIdx;
+extern thread_local constinit dim3 blockDim;
+extern thread_local constinit dim3 gridDim;
+
+// ---- Errors (the codes are NVIDIA's numbers; only those Ember can meet are listed).
+enum cudaError_t : int {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInitializationError = 3,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorLaunchOutOfResources = 701,
+  cudaErrorLaunchFailure = 719,
+};
+using cudaError = cudaError_t;
+
+// A launch error (divergent barrier, bad block size, ...) is reported, like on a GPU, by the next
+// cudaGetLastError(); cudaGetErrorString() then also says, after NVIDIA's text, what the emulator
+// saw ("... (emulator: ...)").
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+const char* cudaGetErrorString(cudaError_t error);
+const char* cudaGetErrorName(cudaError_t error);
+
+// ---- Devices: EMBER_EMULATED_DEVICES devices (default 1), each with 8 GiB of emulated memory.
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaDeviceSynchronize();
+
+// ---- Streams. Everything runs synchronously, at the call, in the calling thread: a stream is a
+// handle the emulator checks and otherwise ignores.
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+constexpr unsigned cudaStreamDefault = 0x0;
+constexpr unsigned cudaStreamNonBlocking = 0x1;
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+
+// ---- Memory (memory.cpp).
+enum cudaMemcpyKind : int {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+cudaError_t cudaMalloc(void** ptr, size_t size);
+template <typename T>
+cudaError_t cudaMalloc(T** ptr, size_t size) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), size);
+}
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device, size_t count);
+cudaError_t cudaMemset(void* ptr, int value, size_t count);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream = nullptr);
+
+// ---- Kernel attributes: the only one the emulator honours raises a kernel's limit on dynamic
+// shared memory above the default 48 KiB (up to 227 KiB, an H100's).
+enum cudaFuncAttribute : int {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+  cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+};
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
+template <typename T>
+cudaError_t cudaFuncSetAttribute(T* func, cudaFuncAttribute attr, int value) {
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(func), attr, value);
+}
+
+// ---- The kernel side: __syncthreads() and the launch (emulator.h).
+#include "emulator.h"
+#define __syncthreads() ::ember_emu::syncthreads(__FILE__, __LINE__)

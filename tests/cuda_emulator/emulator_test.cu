@@ -1,0 +1,189 @@
+// Tests of the CPU emulator itself: that it catches what it claims to (docs/cuda.md). Written in
+// CUDA like cuda/*.cu and translated the same way (translate.py); built into ember_tests_emulated
+// only. The kernels here are wrong on purpose where a test says so.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kBlock = 64;
+
+// Each block: thread t writes t to shared memory, then thread 0 adds them up.
+__global__ void block_sum_kernel(int* out, bool with_barrier) {
+  __shared__ int values[kBlock];
+  values[threadIdx.x] = int(threadIdx.x);
+  if (with_barrier) __syncthreads();
+  if (threadIdx.x == 0) {
+    int sum = 0;
+    for (int i = 0; i < kBlock; ++i) sum += values[i];
+    out[blockIdx.x] = sum;
+  }
+}
+
+__global__ void divergent_kernel(int* out) {
+  if (threadIdx.x < 16) __syncthreads();  // wrong: the other threads never get here
+  out[threadIdx.x] = 1;
+}
+
+__global__ void two_barriers_kernel(int* out) {
+  if (threadIdx.x % 2 == 0) {
+    __syncthreads();  // wrong: odd threads wait at the other one
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = 1;
+}
+
+__global__ void dynamic_shared_kernel(float* out) {
+  extern __shared__ float scratch[];
+  out[threadIdx.x] = scratch[threadIdx.x];  // never written: the block's shared memory is 0xFF
+}
+
+__global__ void copy_kernel(const float* in, float* out, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = in[i];
+}
+
+int evaluations = 0;
+int counted(int value) {
+  ++evaluations;
+  return value;
+}
+
+std::string last_error_text() { return cudaGetErrorString(cudaGetLastError()); }
+
+template <typename T>
+std::vector<T> to_host(const T* device, size_t n) {
+  std::vector<T> host(n);
+  REQUIRE(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  return host;
+}
+
+}  // namespace
+
+TEST_CASE("emulator: __syncthreads is a barrier, and without it one block order or the other reads unwritten shared memory") {
+  int* out = nullptr;
+  REQUIRE(cudaMalloc(&out, 2 * sizeof(int)) == cudaSuccess);
+  block_sum_kernel<<<2, kBlock>>>(out, true);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  CHECK(to_host(out, 2) == std::vector<int>{kBlock * (kBlock - 1) / 2, kBlock * (kBlock - 1) / 2});
+  // Without the barrier: block 0 runs thread 0 first (it reads 0xFF bytes, -1 as an int), block 1
+  // runs its threads in reverse order (thread 0 last, and by luck right).
+  block_sum_kernel<<<2, kBlock>>>(out, false);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  CHECK(to_host(out, 2) == std::vector<int>{0 + (kBlock - 1) * -1, kBlock * (kBlock - 1) / 2});
+  cudaFree(out);
+}
+
+TEST_CASE("emulator: a barrier that not every thread reaches is a launch error") {
+  int* out = nullptr;
+  REQUIRE(cudaMalloc(&out, kBlock * sizeof(int)) == cudaSuccess);
+  divergent_kernel<<<1, kBlock>>>(out);
+  CHECK(last_error_text().find("divergent __syncthreads(): 16 threads wait at emulator_test.cu:") != std::string::npos);
+  two_barriers_kernel<<<1, kBlock>>>(out);
+  CHECK(last_error_text().find("wait at different barriers") != std::string::npos);
+  CHECK(cudaGetLastError() == cudaSuccess);  // reported once, then cleared
+  cudaFree(out);
+}
+
+TEST_CASE("emulator: launch limits: block size, grid size, dynamic shared memory and cudaFuncSetAttribute") {
+  float* out = nullptr;
+  REQUIRE(cudaMalloc(&out, 1024 * sizeof(float)) == cudaSuccess);
+  copy_kernel<<<1, 2048>>>(out, out, 1);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  copy_kernel<<<dim3(1, 70000), 32>>>(out, out, 1);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  copy_kernel<<<0, 32>>>(out, out, 1);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  dynamic_shared_kernel<<<1, 32, 64 * 1024>>>(out);  // over the default 48 KiB
+  CHECK(last_error_text().find("over the kernel's limit of 49152") != std::string::npos);
+  REQUIRE(cudaFuncSetAttribute(dynamic_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024) == cudaSuccess);
+  dynamic_shared_kernel<<<1, 32, 64 * 1024>>>(out);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK(std::isnan(to_host(out, 32)[5]));  // shared memory nobody wrote reads as NaN
+  CHECK(cudaFuncSetAttribute(dynamic_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 300 * 1024) ==
+        cudaErrorInvalidValue);
+  cudaGetLastError();  // a failed call is also the last error, as on a GPU: cleared for the next test
+  cudaFree(out);
+}
+
+TEST_CASE("emulator: launch arguments are evaluated once, and fresh device memory reads as NaN") {
+  float *in = nullptr, *out = nullptr;
+  REQUIRE(cudaMalloc(&in, 1000 * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&out, 1000 * sizeof(float)) == cudaSuccess);
+  CHECK(std::isnan(to_host(in, 1000)[999]));
+  std::vector<float> values(1000);
+  for (int i = 0; i < 1000; ++i) values[size_t(i)] = float(i);
+  REQUIRE(cudaMemcpy(in, values.data(), 1000 * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  evaluations = 0;
+  copy_kernel<<<3, 128>>>(in, out, counted(1000));
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  CHECK(evaluations == 1);
+  CHECK(to_host(out, 1000) == values);
+  cudaFree(in);
+  cudaFree(out);
+}
+
+TEST_CASE("emulator: copies are checked against where their pointers live, and memory has a capacity") {
+  float* device = nullptr;
+  REQUIRE(cudaMalloc(&device, 16 * sizeof(float)) == cudaSuccess);
+  std::vector<float> host(32);
+  CHECK(cudaMemcpy(host.data(), host.data() + 16, 64, cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+  CHECK(last_error_text().find("destination") != std::string::npos);
+  CHECK(cudaMemcpy(host.data(), device, 64, cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+  CHECK(cudaMemcpy(device, host.data(), 128, cudaMemcpyHostToDevice) == cudaErrorInvalidValue);  // runs past
+  CHECK(last_error_text().find("run past its allocation") != std::string::npos);
+  CHECK(cudaMemcpy(device, host.data(), 64, cudaMemcpyHostToDevice) == cudaSuccess);
+  cudaGetLastError();
+  size_t free_before = 0, total = 0;
+  REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+  void* huge = nullptr;
+  CHECK(cudaMalloc(&huge, total) == cudaErrorMemoryAllocation);
+  CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+  size_t free_after = 0;
+  REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+  CHECK(free_after == free_before);
+  cudaFree(device);
+  REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+  CHECK(free_after == free_before + 64);
+}
+
+TEST_CASE("emulator: cuBLAS GEMM is column-major, with transposes, leading dimensions and beta = 0 not reading C") {
+  cublasHandle_t handle = nullptr;
+  REQUIRE(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+  // Column-major A (2 x 3, lda 2) = [1 3 5; 2 4 6], B (3 x 2, ldb 3) = [1 4; 2 5; 3 6].
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {1, 2, 3, 4, 5, 6};
+  float *A, *B, *C;
+  REQUIRE(cudaMalloc(&A, 6 * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&B, 6 * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&C, 9 * sizeof(float)) == cudaSuccess);  // fresh: NaN
+  cudaMemcpy(A, a.data(), 24, cudaMemcpyHostToDevice);
+  cudaMemcpy(B, b.data(), 24, cudaMemcpyHostToDevice);
+  const float one = 1, zero = 0;
+  // C (2 x 2) = A B = [22 49; 28 64], column-major.
+  REQUIRE(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, A, 2, B, 3, &zero, C, 2) == CUBLAS_STATUS_SUCCESS);
+  CHECK(to_host(C, 4) == std::vector<float>{22, 28, 49, 64});
+  // C (3 x 3) = A^T B^T, A read as 3 x 2 transposed (lda 2), B as 2 x 3 transposed (ldb 3):
+  // A^T = [1 2; 3 4; 5 6], B^T = [1 2 3; 4 5 6].
+  REQUIRE(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_T, 3, 3, 2, &one, A, 2, B, 3, &zero, C, 3) == CUBLAS_STATUS_SUCCESS);
+  CHECK(to_host(C, 9) == std::vector<float>{9, 19, 29, 12, 26, 40, 15, 33, 51});
+  // A leading dimension smaller than the stored rows is cuBLAS's invalid value.
+  CHECK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, A, 1, B, 3, &zero, C, 2) ==
+        CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(std::string(cublasGetStatusString(CUBLAS_STATUS_INVALID_VALUE)).find("lda=1") != std::string::npos);
+  // Operands that run past their allocation (or are host memory) are refused.
+  CHECK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 4, &one, A, 2, B, 4, &zero, C, 2) ==
+        CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, a.data(), 2, B, 3, &zero, C, 2) ==
+        CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cudaGetLastError() == cudaSuccess);  // cuBLAS reports through its status only
+  cublasDestroy(handle);
+  cudaFree(A);
+  cudaFree(B);
+  cudaFree(C);
+}

@@ -1,0 +1,286 @@
+// Kernel launches on the CPU: the checks a GPU makes, then the grid's blocks one after another,
+// the threads of each block as fibers (fiber.h) so that __syncthreads() is a real barrier.
+//
+// One block, step by step: every thread runs from the start until it reaches a barrier or ends.
+// Then, if every thread waits at the same barrier, all of them are resumed in turn, each until its
+// next barrier or its end; and so on until every thread has ended. A thread that ends gives its
+// stack back at once, so a kernel without barriers runs its threads one after another on one
+// stack (the fast path comes for free, and stays correct whatever the kernel does).
+// Errors a GPU would hang on or leave undefined are reported as launch errors, naming the kernel:
+//   - a barrier that some threads of the block never reach (they ended, or wait at another one);
+//   - block sizes over 1024 threads, grids over the limits, dynamic shared memory over 48 KiB
+//     (unless cudaFuncSetAttribute raised the kernel's limit) or over 227 KiB.
+// Aids that make wrong kernels fail rather than pass by luck:
+//   - each block's shared memory starts as 0xFF bytes (NaN as float or double), as does fresh
+//     cudaMalloc memory (memory.cpp): a read of something never written shows;
+//   - odd-numbered blocks run their threads in reverse order, so a missing barrier between a
+//     write by one thread and a read by another fails in one order or the other.
+// What it cannot show: anything about warps (no warp runs in lock-step here), timing, or speed.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_runtime.h"
+#include "fiber.h"
+#include "state.h"
+
+// Tells the tests they run on the emulator (tests/cuda_skip.h: cuda_emulated()).
+extern "C" const bool ember_cuda_emulator = true;
+
+thread_local constinit uint3 threadIdx = {0, 0, 0};
+thread_local constinit uint3 blockIdx = {0, 0, 0};
+thread_local constinit dim3 blockDim = dim3(1, 1, 1);
+thread_local constinit dim3 gridDim = dim3(1, 1, 1);
+
+namespace ember_emu {
+namespace {
+
+constexpr size_t kDefaultSharedLimit = 48 * 1024;   // per block, without cudaFuncSetAttribute
+constexpr size_t kMaxSharedLimit = 227 * 1024;      // the most cudaFuncSetAttribute may allow (H100)
+
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), per kernel.
+std::mutex attributes_mutex;
+std::unordered_map<const void*, size_t> shared_limits;
+
+// Thrown inside a CUDA thread by the emulator's own checks; the launch reports it.
+struct LaunchError {
+  cudaError_t code;
+  std::string message;
+};
+
+struct CudaThread {
+  Fiber fiber;
+  Stack* stack = nullptr;
+  uint3 index{};
+  enum State { kReady, kAtBarrier, kEnded } state = kReady;
+  bool started = false;
+  const char* barrier_file = nullptr;  // where it waits
+  int barrier_line = 0;
+  std::exception_ptr error;
+};
+
+// What the running launch needs to know, for the calls made from inside kernels.
+struct Launch {
+  const LaunchConfig* config;
+  const char* name;
+  void (*body)(void*);
+  void* context;
+  const void* kernel = nullptr;  // set by kernel_entry
+  unsigned char* dynamic_shared = nullptr;
+  uint64_t block_serial = 0;     // which block runs (for poison_shared)
+  std::vector<std::pair<void*, uint64_t>> poisoned;  // static __shared__ variable -> block it was filled for
+  CudaThread* current = nullptr;
+};
+thread_local Launch* running = nullptr;
+
+void thread_main(void* arg) {
+  auto* t = static_cast<CudaThread*>(arg);
+  try {
+    running->body(running->context);
+  } catch (...) {
+    t->error = std::current_exception();
+  }
+  t->state = CudaThread::kEnded;
+  t->fiber.finish();
+}
+
+std::string where(const char* file, int line) {
+  const char* slash = std::strrchr(file, '/');
+  std::string s = slash != nullptr ? slash + 1 : file;
+  return s + ":" + std::to_string(line);
+}
+
+std::string dims(dim3 d) {
+  char text[48];
+  std::snprintf(text, sizeof text, "(%u, %u, %u)", d.x, d.y, d.z);
+  return text;
+}
+
+// The checks a GPU makes before it runs anything. Returns cudaSuccess or records the error.
+cudaError_t check_config(const LaunchConfig& c, const char* name) {
+  const uint64_t threads = uint64_t(c.block.x) * c.block.y * c.block.z;
+  std::string problem;
+  cudaError_t code = cudaErrorInvalidConfiguration;
+  if (threads == 0 || threads > 1024 || c.block.x > 1024 || c.block.y > 1024 || c.block.z > 64)
+    problem = "block " + dims(c.block) + " has " + std::to_string(threads) +
+              " threads; a block has 1 to 1024 (x, y at most 1024, z at most 64)";
+  else if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0)
+    problem = "grid " + dims(c.grid) + " is empty";
+  else if (c.grid.x > 2147483647u || c.grid.y > 65535 || c.grid.z > 65535)
+    problem = "grid " + dims(c.grid) + " is over the limits (x < 2^31, y and z at most 65535)";
+  else if (c.shared_bytes > kMaxSharedLimit) {
+    problem = std::to_string(c.shared_bytes) + " bytes of dynamic shared memory; at most 227 KiB per block";
+    code = cudaErrorInvalidValue;
+  } else if (!stream_is_valid(c.stream)) {
+    problem = "the stream is not one cudaStreamCreate made (or it was destroyed)";
+    code = cudaErrorInvalidResourceHandle;
+  }
+  if (problem.empty()) return cudaSuccess;
+  return set_error(code, std::string("kernel ") + name + ": " + problem);
+}
+
+// Runs one block; returns false after recording the error that stopped it.
+bool run_block(Launch& launch, std::vector<CudaThread>& threads, bool reverse) {
+  const LaunchConfig& c = *launch.config;
+  if (c.shared_bytes > 0) std::memset(launch.dynamic_shared, 0xFF, c.shared_bytes);
+  std::vector<CudaThread*> order;
+  order.reserve(threads.size());
+  for (size_t i = 0; i < threads.size(); ++i) order.push_back(&threads[reverse ? threads.size() - 1 - i : i]);
+  for (CudaThread* t : order) {
+    t->state = CudaThread::kReady;
+    t->started = false;
+    t->error = nullptr;
+  }
+  auto fail = [&](cudaError_t code, const std::string& message) {
+    for (CudaThread& t : threads)  // threads stopped at a barrier are abandoned: their stacks reused
+      if (t.stack != nullptr) release_stack(t.stack), t.stack = nullptr;
+    set_error(code, std::string("kernel ") + launch.name + ", block " + dims(dim3(blockIdx)) + ": " + message);
+    return false;
+  };
+  std::vector<CudaThread*> live = order;
+  for (int round = 0;; ++round) {
+    for (CudaThread* t : live) {
+      threadIdx = t->index;
+      launch.current = t;
+      t->state = CudaThread::kReady;
+      if (!t->started) {
+        t->started = true;
+        t->stack = acquire_stack();
+        t->fiber.start(thread_main, t, t->stack);
+      }
+      t->fiber.resume();
+      launch.current = nullptr;
+      if (t->state == CudaThread::kEnded) {
+        release_stack(t->stack);
+        t->stack = nullptr;
+        if (t->error) {
+          try {
+            std::rethrow_exception(t->error);
+          } catch (const LaunchError& e) {
+            return fail(e.code, e.message);
+          } catch (const std::exception& e) {
+            return fail(cudaErrorLaunchFailure, std::string("a thread threw: ") + e.what());
+          } catch (...) {
+            return fail(cudaErrorLaunchFailure, "a thread threw an exception");
+          }
+        }
+      }
+    }
+    std::vector<CudaThread*> waiting;
+    for (CudaThread* t : live)
+      if (t->state == CudaThread::kAtBarrier) waiting.push_back(t);
+    if (waiting.empty()) return true;
+    const CudaThread* first = waiting.front();
+    if (waiting.size() < threads.size()) {
+      const size_t ended = threads.size() - waiting.size();
+      return fail(cudaErrorLaunchFailure,
+                  "divergent __syncthreads(): " + std::to_string(waiting.size()) + " threads wait at " +
+                      where(first->barrier_file, first->barrier_line) + " (barrier " + std::to_string(round + 1) +
+                      ") but " + std::to_string(ended) + " threads of the block ended without reaching it");
+    }
+    for (const CudaThread* t : waiting)
+      if (t->barrier_line != first->barrier_line || std::strcmp(t->barrier_file, first->barrier_file) != 0)
+        return fail(cudaErrorLaunchFailure, "divergent __syncthreads(): threads of one block wait at different "
+                                            "barriers, " + where(first->barrier_file, first->barrier_line) + " and " +
+                                                where(t->barrier_file, t->barrier_line));
+    live = std::move(waiting);
+  }
+}
+
+}  // namespace
+
+void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void*), void* context) {
+  if (running != nullptr) {
+    set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + " launched from inside kernel " +
+                                          running->name + " (dynamic parallelism is not emulated)");
+    return;
+  }
+  if (check_config(config, name) != cudaSuccess) return;
+  Launch launch{&config, name, body, context, nullptr, nullptr, 0, {}, nullptr};
+  std::vector<double> shared((config.shared_bytes + sizeof(double) - 1) / sizeof(double));  // 8-byte aligned
+  if (config.shared_bytes > 0) launch.dynamic_shared = reinterpret_cast<unsigned char*>(shared.data());
+  const uint3 saved_thread = threadIdx, saved_block = blockIdx;
+  const dim3 saved_block_dim = blockDim, saved_grid_dim = gridDim;
+  gridDim = config.grid;
+  blockDim = config.block;
+  std::vector<CudaThread> threads(size_t(config.block.x) * config.block.y * config.block.z);
+  for (size_t i = 0; i < threads.size(); ++i)
+    threads[i].index = uint3{unsigned(i % config.block.x), unsigned(i / config.block.x % config.block.y),
+                             unsigned(i / (size_t(config.block.x) * config.block.y))};
+  running = &launch;
+  uint64_t serial = 0;
+  bool ok = true;
+  for (unsigned z = 0; ok && z < config.grid.z; ++z)
+    for (unsigned y = 0; ok && y < config.grid.y; ++y)
+      for (unsigned x = 0; ok && x < config.grid.x; ++x, ++serial) {
+        blockIdx = uint3{x, y, z};
+        launch.block_serial = serial + 1;
+        ok = run_block(launch, threads, serial % 2 == 1);
+      }
+  running = nullptr;
+  threadIdx = saved_thread, blockIdx = saved_block, blockDim = saved_block_dim, gridDim = saved_grid_dim;
+}
+
+void syncthreads(const char* file, int line) {
+  if (running == nullptr || running->current == nullptr) {
+    // Never silently: a barrier outside a kernel cannot be honoured.
+    std::fprintf(stderr, "CUDA emulator: __syncthreads() at %s:%d called outside a kernel\n", file, line);
+    std::abort();
+  }
+  CudaThread* t = running->current;
+  t->state = CudaThread::kAtBarrier;
+  t->barrier_file = file;
+  t->barrier_line = line;
+  t->fiber.yield();
+}
+
+void kernel_entry(const void* kernel) {
+  if (running == nullptr || running->kernel == kernel) return;
+  running->kernel = kernel;
+  size_t limit = kDefaultSharedLimit;
+  {
+    std::lock_guard<std::mutex> lock(attributes_mutex);
+    auto found = shared_limits.find(kernel);
+    if (found != shared_limits.end()) limit = found->second;
+  }
+  const size_t asked = running->config->shared_bytes;
+  if (asked > limit)  // thrown before the kernel's first statement: nothing has run yet
+    throw LaunchError{cudaErrorInvalidValue,
+                      std::to_string(asked) + " bytes of dynamic shared memory, over the kernel's limit of " +
+                          std::to_string(limit) + " (raise it with cudaFuncSetAttribute("
+                          "cudaFuncAttributeMaxDynamicSharedMemorySize), up to 227 KiB)"};
+}
+
+void* dynamic_shared_memory() { return running != nullptr ? running->dynamic_shared : nullptr; }
+
+void poison_shared(void* ptr, size_t bytes) {
+  if (running == nullptr) return;
+  for (auto& entry : running->poisoned) {
+    if (entry.first == ptr) {
+      if (entry.second != running->block_serial) std::memset(ptr, 0xFF, bytes), entry.second = running->block_serial;
+      return;
+    }
+  }
+  std::memset(ptr, 0xFF, bytes);
+  running->poisoned.emplace_back(ptr, running->block_serial);
+}
+
+}  // namespace ember_emu
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  using namespace ember_emu;
+  if (func == nullptr) return set_error(cudaErrorInvalidValue, "cudaFuncSetAttribute: no kernel given");
+  if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;  // a hint; nothing to emulate
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
+    return set_error(cudaErrorInvalidValue, "cudaFuncSetAttribute: attribute not emulated");
+  if (value < 0 || size_t(value) > kMaxSharedLimit)
+    return set_error(cudaErrorInvalidValue, "cudaFuncSetAttribute: " + std::to_string(value) +
+                                                " bytes of dynamic shared memory; at most 227 KiB (232448)");
+  std::lock_guard<std::mutex> lock(attributes_mutex);
+  shared_limits[func] = size_t(value);
+  return cudaSuccess;
+}

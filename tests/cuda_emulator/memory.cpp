@@ -1,0 +1,192 @@
+// Device memory on the CPU: cudaMalloc is host memory the emulator keeps a list of, so that every
+// copy can be checked against where its pointers really live.
+//
+//   - Fresh allocations are filled with 0xFF bytes (NaN as float or double, -1 as an integer), so a
+//     kernel that reads memory nobody wrote gives NaN instead of a lucky zero.
+//   - Each device has 8 GiB (EMBER_EMULATED_MEMORY_GIB to change it); cudaMalloc beyond that fails
+//     with cudaErrorMemoryAllocation, and cudaMemGetInfo reports the same numbers.
+//   - cudaMemcpy* checks its kind: a "device" pointer must lie inside one live allocation (the
+//     whole range), a "host" pointer must not. A GPU would fault, or with unified addressing copy
+//     silently from the wrong place; here the error names the pointer and the kind.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "state.h"
+
+namespace ember_emu {
+namespace {
+
+struct Allocation {
+  size_t size;
+  int device;
+};
+
+std::mutex mutex;
+std::map<uintptr_t, Allocation> allocations;  // start address -> allocation
+std::vector<size_t> used_bytes(16, 0);         // per device
+
+size_t capacity() {
+  static const size_t bytes = [] {
+    const char* env = std::getenv("EMBER_EMULATED_MEMORY_GIB");
+    size_t gib = env != nullptr ? size_t(std::atoll(env)) : 8;
+    return gib << 30;
+  }();
+  return bytes;
+}
+
+// The allocation holding [p, p + bytes), or null. Caller holds the mutex.
+const Allocation* find_locked(const void* ptr, size_t bytes) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  auto it = allocations.upper_bound(p);
+  if (it == allocations.begin()) return nullptr;
+  --it;
+  if (p - it->first + bytes > it->second.size) return nullptr;
+  return &it->second;
+}
+
+std::string hex(const void* p) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%p", p);
+  return buffer;
+}
+
+const char* kind_name(cudaMemcpyKind kind) {
+  switch (kind) {
+    case cudaMemcpyHostToHost: return "cudaMemcpyHostToHost";
+    case cudaMemcpyHostToDevice: return "cudaMemcpyHostToDevice";
+    case cudaMemcpyDeviceToHost: return "cudaMemcpyDeviceToHost";
+    case cudaMemcpyDeviceToDevice: return "cudaMemcpyDeviceToDevice";
+    case cudaMemcpyDefault: return "cudaMemcpyDefault";
+  }
+  return "an unknown cudaMemcpyKind";
+}
+
+// Checks that [ptr, ptr + count) is where `kind` says (device or host); returns "" when it is.
+std::string check_side(const char* role, const void* ptr, size_t count, bool device_side) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const bool on_device = find_locked(ptr, count) != nullptr;
+  if (device_side && !on_device) {
+    const bool starts_on_device = find_locked(ptr, 1) != nullptr;
+    return std::string(role) + " " + hex(ptr) +
+           (starts_on_device ? " starts in device memory but " + std::to_string(count) + " bytes run past its allocation"
+                             : " is not device memory (no live cudaMalloc allocation holds it)");
+  }
+  if (!device_side && find_locked(ptr, 1) != nullptr)
+    return std::string(role) + " " + hex(ptr) + " is device memory, where the copy's kind says host memory";
+  return "";
+}
+
+}  // namespace
+
+bool in_device_memory(const void* ptr, size_t bytes, int* device) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Allocation* a = find_locked(ptr, bytes == 0 ? 1 : bytes);
+  if (a != nullptr && device != nullptr) *device = a->device;
+  return a != nullptr;
+}
+
+}  // namespace ember_emu
+
+using namespace ember_emu;
+
+cudaError_t cudaMalloc(void** ptr, size_t size) {
+  if (ptr == nullptr) return set_error(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
+  if (device_count() == 0) return set_error(cudaErrorNoDevice, "EMBER_EMULATED_DEVICES=0");
+  *ptr = nullptr;
+  if (size == 0) return cudaSuccess;
+  const int device = current_device();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (size > capacity() - used_bytes[size_t(device)])
+      return set_error(cudaErrorMemoryAllocation, "cudaMalloc(" + std::to_string(size) + ") with " +
+                                                      std::to_string(used_bytes[size_t(device)]) + " of " +
+                                                      std::to_string(capacity()) + " emulated bytes in use");
+  }
+  const size_t rounded = (size + 255) / 256 * 256;  // cudaMalloc's alignment: 256 bytes
+  void* p = std::aligned_alloc(256, rounded);
+  if (p == nullptr) return set_error(cudaErrorMemoryAllocation, "the host is out of memory");
+  std::memset(p, 0xFF, rounded);
+  std::lock_guard<std::mutex> lock(mutex);
+  allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{size, device};
+  used_bytes[size_t(device)] += size;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = allocations.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == allocations.end())
+      return set_error(cudaErrorInvalidDevicePointer, "cudaFree(" + hex(ptr) + "): not the start of a live allocation");
+    used_bytes[size_t(it->second.device)] -= it->second.size;
+    allocations.erase(it);
+  }
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (device_count() == 0) return set_error(cudaErrorNoDevice, "EMBER_EMULATED_DEVICES=0");
+  std::lock_guard<std::mutex> lock(mutex);
+  *total_bytes = capacity();
+  *free_bytes = capacity() - used_bytes[size_t(current_device())];
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (!stream_is_valid(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
+  if (count == 0) return cudaSuccess;
+  bool dst_device, src_device;
+  switch (kind) {
+    case cudaMemcpyHostToHost: dst_device = false, src_device = false; break;
+    case cudaMemcpyHostToDevice: dst_device = true, src_device = false; break;
+    case cudaMemcpyDeviceToHost: dst_device = false, src_device = true; break;
+    case cudaMemcpyDeviceToDevice: dst_device = true, src_device = true; break;
+    case cudaMemcpyDefault:
+      dst_device = in_device_memory(dst, count), src_device = in_device_memory(src, count);
+      break;
+    default: return set_error(cudaErrorInvalidMemcpyDirection, "cudaMemcpy: kind " + std::to_string(int(kind)));
+  }
+  std::string problem = check_side("destination", dst, count, dst_device);
+  if (problem.empty()) problem = check_side("source", src, count, src_device);
+  if (!problem.empty())
+    return set_error(cudaErrorInvalidValue, std::string("cudaMemcpy of ") + std::to_string(count) + " bytes, " +
+                                                kind_name(kind) + ": " + problem);
+  std::memmove(dst, src, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return cudaMemcpyAsync(dst, src, count, kind, nullptr);
+}
+
+cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device, size_t count) {
+  if (count == 0) return cudaSuccess;
+  int d = -1, s = -1;
+  if (!in_device_memory(dst, count, &d) || d != dst_device)
+    return set_error(cudaErrorInvalidValue, "cudaMemcpyPeer: destination " + hex(dst) + " is not memory of device " +
+                                                std::to_string(dst_device));
+  if (!in_device_memory(src, count, &s) || s != src_device)
+    return set_error(cudaErrorInvalidValue, "cudaMemcpyPeer: source " + hex(src) + " is not memory of device " +
+                                                std::to_string(src_device));
+  std::memmove(dst, src, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
+  if (!stream_is_valid(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: unknown stream");
+  if (count == 0) return cudaSuccess;
+  std::string problem = check_side("destination", ptr, count, true);
+  if (!problem.empty()) return set_error(cudaErrorInvalidValue, "cudaMemset: " + problem);
+  std::memset(ptr, value, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t count) { return cudaMemsetAsync(ptr, value, count, nullptr); }
