@@ -34,7 +34,7 @@ TEST_CASE("autograd: a diamond graph visits the shared node once with the summed
   check_values(x.grad(), {(2 * e + 1) * e});
 }
 
-TEST_CASE("autograd: no-grad records nothing; detach cuts history") {
+TEST_CASE("autograd: no-grad records nothing, and detach cuts history") {
   Tensor x = ones({2}).requires_grad_();
   {
     NoGradGuard guard;

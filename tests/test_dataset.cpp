@@ -228,7 +228,7 @@ TEST_CASE("batcher: pads each batch to its own longest review, with a mask") {
   CHECK(empty.real_tokens == 0);
 }
 
-TEST_CASE("batcher: a seed and an epoch fix the order; every review once per epoch") {
+TEST_CASE("batcher: a seed and an epoch fix the order, every review once per epoch") {
   const int64_t count = 103;
   std::vector<std::vector<int32_t>> reviews;
   std::vector<int> labels;

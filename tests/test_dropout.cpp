@@ -47,7 +47,7 @@ TEST_CASE("dropout: element i is kept iff random_uniform(seed, first + i) >= p")
   check_close(dropout(t.transpose(0, 1), 0.5, true, g1), dropout(t.transpose(0, 1).contiguous(), 0.5, true, g2), 0);
 }
 
-TEST_CASE("dropout: same generator state, same mask; next call, a new one") {
+TEST_CASE("dropout: same generator state, same mask, and the next call a new one") {
   Tensor x = ones({1000});
   Generator a(42), b(42);
   Tensor ya = dropout(x, 0.5, true, a);
@@ -77,7 +77,7 @@ TEST_CASE("dropout: identical for 1 and 2 threads") {
   CHECK(one.second == two.second);
 }
 
-TEST_CASE("dropout: eval mode and p == 0 return the input itself; p == 1 zeroes everything") {
+TEST_CASE("dropout: eval mode and p == 0 return the input itself, p == 1 zeroes everything") {
   Tensor x = randn({4, 5});
   Generator gen(1);
   Tensor eval = dropout(x, 0.5, /*training=*/false, gen);

@@ -57,7 +57,7 @@ TEST_CASE("tensor: views share storage and copy nothing") {
   CHECK(r.raw_data() != t.raw_data());
 }
 
-TEST_CASE("tensor: view refuses layouts that need a copy; bad views are clear errors") {
+TEST_CASE("tensor: view refuses layouts that need a copy, and bad views are clear errors") {
   Tensor t = tensor({0, 1, 2, 3, 4, 5}, {2, 3});
   check_error([&] { t.transpose(0, 1).view({6}); }, "without a copy");
   check_error([&] { t.view({4, 2}); }, "does not hold 6 elements");

@@ -56,7 +56,7 @@ TEST_CASE("vocabulary: ties are broken by the token's bytes") {
   CHECK(vocabulary.tokens() == Tokens{"[PAD]", "[UNK]", "'em", "9", "a", "ab", "b", "it", "it's", "its"});
 }
 
-TEST_CASE("vocabulary: max_words keeps the most frequent; the rest become [UNK]") {
+TEST_CASE("vocabulary: max_words keeps the most frequent, the rest become [UNK]") {
   Vocabulary vocabulary = Vocabulary::build_from_texts({"x x x y y z w"}, 2);
   CHECK(vocabulary.tokens() == Tokens{"[PAD]", "[UNK]", "x", "y"});
   CHECK(vocabulary.encode("z x w y") == Ids{1, 2, 1, 3});

@@ -116,6 +116,15 @@ cudaError_t cudaFuncSetAttribute(T* func, cudaFuncAttribute attr, int value) {
   return cudaFuncSetAttribute(reinterpret_cast<const void*>(func), attr, value);
 }
 
+// ---- Device attributes: the limits kernels ask for before a launch (an H100's numbers).
+enum cudaDeviceAttr : int {
+  cudaDevAttrMaxThreadsPerBlock = 1,
+  cudaDevAttrMaxSharedMemoryPerBlock = 8,
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+};
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+
 // ---- The kernel side: __syncthreads() and the launch (emulator.h).
 #include "emulator.h"
 #define __syncthreads() ::ember_emu::syncthreads(__FILE__, __LINE__)

@@ -284,3 +284,17 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
   shared_limits[func] = size_t(value);
   return cudaSuccess;
 }
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  using namespace ember_emu;
+  if (device < 0 || device >= device_count())
+    return set_error(cudaErrorInvalidDevice, "cudaDeviceGetAttribute: no emulated device " + std::to_string(device));
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = int(kDefaultSharedLimit); return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(kMaxSharedLimit); return cudaSuccess;
+  }
+  return set_error(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute " + std::to_string(int(attr)) +
+                                              " not emulated");
+}
