@@ -68,7 +68,7 @@ arch=${EMBER_CUDA_ARCHITECTURES:-90}
 build_status="skipped"
 t0=$(date +%s)
 if [[ $skip_build -eq 0 ]]; then
-  if run cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON "-DEMBER_CUDA_ARCHITECTURES=$arch" &&
+  if run cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEMBER_CUDA_EMULATOR=OFF "-DEMBER_CUDA_ARCHITECTURES=$arch" &&
      run cmake --build "$build" -j "$jobs" --target ember_tests train_step_bench imdb softmax_gpu_bench; then
     build_status="ok"
   else
