@@ -60,16 +60,11 @@ struct BatchDim {
   int64_t size, a, b, c;
 };
 
-// C [batch..., M, N] (contiguous) = A [.., M, K] @ B [.., K, N], batch dims of A and B broadcast
-// to C's. A and B are at least 2-D.
-template <typename T>
-void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c) {
-  const MatrixLayout la = matrix_layout(a), lb = matrix_layout(b);
-  const int64_t M = la.rows, K = la.cols, N = lb.cols;
+// C's batch dims, innermost last, with size-1 dims dropped and mergeable neighbours merged: the
+// batch a strided GEMM walks with one stride per operand. A and B are at least 2-D; their batch
+// dims broadcast to C's.
+std::vector<BatchDim> batch_dims(const Tensor& a, const Tensor& b, const Tensor& c) {
   const size_t nbatch = c.shape().size() - 2;
-  if (c.numel() == 0) return;
-
-  // Batch dims, innermost last, with size-1 dims dropped and mergeable neighbours merged.
   std::vector<BatchDim> dims;
   auto stride_of = [nbatch](const Tensor& x, size_t d) -> int64_t {
     size_t lead = nbatch - (x.shape().size() - 2);  // x's batch dims are right-aligned
@@ -89,6 +84,16 @@ void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c) {
     }
     dims.push_back(dim);
   }
+  return dims;
+}
+
+// C [batch..., M, N] (contiguous) = A [.., M, K] @ B [.., K, N].
+template <typename T>
+void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c) {
+  const MatrixLayout la = matrix_layout(a), lb = matrix_layout(b);
+  const int64_t M = la.rows, K = la.cols, N = lb.cols;
+  if (c.numel() == 0) return;
+  std::vector<BatchDim> dims = batch_dims(a, b, c);
 
   const T* A = a.data<T>();
   const T* B = b.data<T>();
@@ -174,6 +179,13 @@ Tensor matmul_nd(const Tensor& a_in, const Tensor& b_in) {
     // Only an operand with no unit stride in its matrix dims is copied (never a plain transpose).
     Tensor a = needs_copy(a_in) ? a_in.detach().contiguous() : a_in;
     Tensor b = needs_copy(b_in) ? b_in.detach().contiguous() : b_in;
+    // On a GPU each cuBLAS call costs the host microseconds: batch dims that do not merge into one
+    // strided batch (the heads of a [B, T, H, Dh] view, say) would take one call per outer index,
+    // so the operands are copied contiguous instead and one batched call does the whole product.
+    if (out.device().is_cuda() && out.numel() > 0 && batch_dims(a, b, out).size() > 1) {
+      a = a.detach().contiguous();
+      b = b.detach().contiguous();
+    }
     dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
       using T = typename decltype(tag)::type;
       matmul_kernel<T>(a, b, out);

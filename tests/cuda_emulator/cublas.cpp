@@ -53,6 +53,7 @@ template <typename T>
 cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                     int m, int n, int k, const T* alpha, const T* A, int lda, long long strideA, const T* B, int ldb,
                     long long strideB, const T* beta, T* C, int ldc, long long strideC, int batch) {
+  ember_emu::count_launch(name);
   const std::string call = name;
   if (handle == nullptr) return fail(CUBLAS_STATUS_NOT_INITIALIZED, call + ": no handle (cublasCreate)");
   if (!ember_emu::stream_is_valid(handle->stream)) return fail(CUBLAS_STATUS_EXECUTION_FAILED, call + ": the handle's stream is gone");

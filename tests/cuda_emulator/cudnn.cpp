@@ -172,6 +172,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTens
 cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode,
                                   const void* alpha, const cudnnTensorDescriptor_t xDesc, const void* x,
                                   const void* beta, const cudnnTensorDescriptor_t yDesc, void* y) {
+  ember_emu::count_launch("cudnnSoftmaxForward");
   std::string problem = check("cudnnSoftmaxForward", handle, {{xDesc, x}, {yDesc, y}}, algo, mode);
   if (!problem.empty()) return fail(CUDNN_STATUS_BAD_PARAM, problem);
   if (xDesc->type == CUDNN_DATA_DOUBLE)
@@ -187,6 +188,7 @@ cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t
                                    const void* alpha, const cudnnTensorDescriptor_t yDesc, const void* y,
                                    const cudnnTensorDescriptor_t dyDesc, const void* dy, const void* beta,
                                    const cudnnTensorDescriptor_t dxDesc, void* dx) {
+  ember_emu::count_launch("cudnnSoftmaxBackward");
   std::string problem = check("cudnnSoftmaxBackward", handle, {{yDesc, y}, {dyDesc, dy}, {dxDesc, dx}}, algo, mode);
   if (!problem.empty()) return fail(CUDNN_STATUS_BAD_PARAM, problem);
   if (yDesc->type == CUDNN_DATA_DOUBLE)

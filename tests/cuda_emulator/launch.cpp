@@ -17,7 +17,9 @@
 //     write by one thread and a read by another fails in one order or the other.
 // What it cannot show: anything about warps (no warp runs in lock-step here), timing, or speed.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -193,7 +195,39 @@ bool run_block(Launch& launch, std::vector<CudaThread>& threads, bool reverse) {
 
 }  // namespace
 
+namespace {
+
+// With EMBER_EMULATOR_LAUNCHES=1 in the environment, the launches of each kernel (and the cuBLAS
+// and cuDNN calls, which run kernels of their own on a GPU) are counted and the counts printed to stderr when the program ends (how many kernels an op or a training step
+// launches: on a GPU, each launch costs a few microseconds of the host's time).
+struct LaunchCounts {
+  const bool enabled = [] {
+    const char* env = std::getenv("EMBER_EMULATOR_LAUNCHES");
+    return env != nullptr && env[0] == '1';
+  }();
+  std::mutex mutex;
+  std::map<std::string, int64_t> by_kernel;
+  void count(const char* name) {
+    if (!enabled) return;
+    std::lock_guard<std::mutex> lock(mutex);
+    ++by_kernel[name];
+  }
+  ~LaunchCounts() {
+    if (!enabled) return;
+    int64_t total = 0;
+    for (const auto& [name, n] : by_kernel) total += n;
+    std::fprintf(stderr, "emulator: %lld kernel launches\n", static_cast<long long>(total));
+    for (const auto& [name, n] : by_kernel) std::fprintf(stderr, "  %8lld  %s\n", static_cast<long long>(n), name.c_str());
+  }
+};
+LaunchCounts launch_counts;
+
+}  // namespace
+
+void count_launch(const char* name) { launch_counts.count(name); }
+
 void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void*), void* context) {
+  launch_counts.count(name);
   if (running != nullptr) {
     set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + " launched from inside kernel " +
                                           running->name + " (dynamic parallelism is not emulated)");

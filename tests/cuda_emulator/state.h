@@ -19,4 +19,8 @@ bool stream_is_valid(cudaStream_t stream);  // null (the legacy default stream) 
 // in *device when it does.
 bool in_device_memory(const void* ptr, size_t bytes, int* device = nullptr);
 
+// Counts a kernel launch or library call by name when EMBER_EMULATOR_LAUNCHES=1 (launch.cpp prints
+// the counts to stderr when the program ends).
+void count_launch(const char* name);
+
 }  // namespace ember_emu
