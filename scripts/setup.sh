@@ -12,6 +12,7 @@ command -v g++ >/dev/null || need+=(g++)
 [ -f /usr/include/fmt/format.h ] || need+=(libfmt-dev)
 [ -f /usr/include/doctest/doctest.h ] || need+=(doctest-dev)
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
+command -v python3 >/dev/null || need+=(python3)  # the docs test, the CUDA emulator's translator
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
