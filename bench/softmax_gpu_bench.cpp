@@ -2,7 +2,9 @@
 // on the GPU, forward and backward, on the shapes of the IMDb recipe's attention scores
 // ([batch * heads * T, T]) and a wide classifier-like row. Prints one line per shape with the
 // median time of each and the largest difference between their outputs.
-// Usage: softmax_gpu_bench [--reps N]      (needs a GPU; says so and exits 0 without one)
+// Usage: softmax_gpu_bench [--reps N] [--smoke]   (needs a GPU; says so and exits 0 without one)
+//   --smoke: one rep on every shape's first 1/256 of the rows, to check the program runs (CI runs it
+//            on the CPU emulator of CUDA: tests/gpu_programs_test.sh); its times mean nothing.
 // NOTE: compiled by CI, but not yet run on a GPU (see docs/cuda.md).
 #include <algorithm>
 #include <chrono>
@@ -51,8 +53,19 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
 
 int main(int argc, char** argv) {
   int reps = 50;
-  for (int i = 1; i + 1 < argc; i += 2)
-    if (std::string(argv[i]) == "--reps") reps = std::stoi(argv[i + 1]);
+  int64_t row_divisor = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--reps" && i + 1 < argc) {
+      reps = std::stoi(argv[++i]);
+    } else if (flag == "--smoke") {
+      reps = 1;
+      row_divisor = 256;
+    } else {
+      std::fprintf(stderr, "usage: softmax_gpu_bench [--reps N] [--smoke]\n");
+      return 2;
+    }
+  }
   if (cuda_device_count() == 0) {
     std::printf("softmax_gpu_bench: skipped: no CUDA device\n");
     return 0;
@@ -70,9 +83,11 @@ int main(int argc, char** argv) {
                            {"attention scores h=1 (32*256 x 256)", 32 * 256, 256},
                            {"short rows (32*4*64 x 64)", 32 * 4 * 64, 64},
                            {"wide rows (256 x 20002)", 256, 20002}};
+  if (row_divisor > 1) fmt::print("smoke run: each shape's rows divided by {}, one rep; the times mean nothing\n", row_divisor);
   fmt::print("{:<40} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}\n", "shape", "own fwd ms", "cuDNN fwd ms",
              "own bwd ms", "cuDNN bwd ms", "fwd diff", "bwd diff");
-  for (const Shape2& s : shapes) {
+  for (Shape2 s : shapes) {
+    s.rows = std::max<int64_t>(1, s.rows / row_divisor);
     Generator gen(1);
     Tensor x = uniform({s.rows, s.n}, -4, 4, gen).to(device);
     Tensor g = uniform({s.rows, s.n}, -1, 1, gen).to(device);

@@ -3,8 +3,9 @@
 // and reads the same files, so both start from the same weights and see the same batches.
 //
 // Usage:
-//   train_step_bench --write-init FILE [--heads H] [--seed S]
-//       initial weights ("model.*") and one full 32 x 256 batch ("batch.tokens", "batch.labels")
+//   train_step_bench --write-init FILE [--heads H] [--seed S] [--batch-size B] [--len T]
+//       initial weights ("model.*") and one full B x T batch, 32 x 256 unless given ("batch.tokens",
+//       "batch.labels"); the timing runs use whatever batch the file holds
 //   train_step_bench --write-batches FILE --count N [--data PATH]
 //       the first N batches of the recipe's epoch 1 on IMDb ("<i>.tokens", "<i>.mask", "<i>.labels")
 //   train_step_bench --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
@@ -55,6 +56,7 @@ int64_t peak_rss_bytes() {
 struct Flags {
   std::string write_init, write_batches, init, batches, data, device = "cpu";
   int64_t heads = 4, threads = 2, steps = 20, warmup = 3, run_steps = 0, count = 200;
+  int64_t batch_size = 32, len = 256;  // the batch --write-init writes
   bool forward_only = false;  // time only the forward passes (for profiling inference)
   uint64_t seed = 0;
 };
@@ -82,6 +84,8 @@ Flags parse(int argc, char** argv) {
     else if (flag == "--run-steps") f.run_steps = std::stoll(value);
     else if (flag == "--count") f.count = std::stoll(value);
     else if (flag == "--seed") f.seed = std::stoull(value);
+    else if (flag == "--batch-size") f.batch_size = std::stoll(value);
+    else if (flag == "--len") f.len = std::stoll(value);
     else fail("train_step_bench: unknown flag {}", flag);
   }
   return f;
@@ -97,7 +101,9 @@ void write_init(const Flags& f) {
   Generator gen(f.seed);
   nn::TransformerClassifier model(model_config(f.heads), gen);
   nn::TensorMap tensors = nn::with_prefix_added(model.state_dict(), "model.");
-  const int64_t B = 32, T = 256;
+  const int64_t B = f.batch_size, T = f.len;
+  EMBER_CHECK(B >= 1 && T >= 1 && T <= model.config.max_len, "--batch-size must be >= 1 and --len in [1, {}]",
+              model.config.max_len);
   std::vector<int64_t> tokens(B * T), labels(B);
   imdb::SplitMix64 rng(f.seed + 1);
   for (auto& t : tokens) t = 2 + int64_t(rng.below(uint64_t(model.config.vocab_size - 2)));

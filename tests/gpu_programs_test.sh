@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The programs bench/gpu-check.sh runs on a GPU, run on the CPU emulator of CUDA with small sizes,
+# each also on the CPU where that gives a number to hold the GPU path to:
+#   1. train_step_bench: the same weights and batch on cpu and cuda: equal first losses, a step timed,
+#      GPU memory reported;
+#   2. softmax_gpu_bench --smoke: the own softmax kernel and cuDNN's agree on every shape;
+#   3. imdb train --device cuda (a tiny model, one epoch of the shipped small data): finishes, logs
+#      GPU memory every epoch, and its step losses follow the CPU run's.
+#   tests/gpu_programs_test.sh <imdb_emulated> <train_step_bench_emulated> <softmax_gpu_bench_emulated> <imdb_small.json>
+set -u
+IMDB=$1
+STEP_BENCH=$2
+SOFTMAX_BENCH=$3
+DATA=$4
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+
+# 1. The training-step benchmark, both devices, the same 2 x 16 batch.
+"$STEP_BENCH" --write-init "$OUT/init.safetensors" --heads 4 --batch-size 2 --len 16 || fail "train_step_bench --write-init"
+cpu=$("$STEP_BENCH" --init "$OUT/init.safetensors" --heads 4 --steps 1 --warmup 0 --device cpu | tail -n 1) ||
+  fail "train_step_bench on the CPU"
+gpu=$("$STEP_BENCH" --init "$OUT/init.safetensors" --heads 4 --steps 1 --warmup 0 --device cuda | tail -n 1) ||
+  fail "train_step_bench on the (emulated) GPU"
+echo "cpu: $cpu"
+echo "cuda: $gpu"
+python3 - "$cpu" "$gpu" <<'PY' || fail "train_step_bench: the GPU run does not match the CPU run"
+import json, sys
+cpu, gpu = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert gpu["device"] == "cuda:0", gpu["device"]
+assert abs(gpu["first_loss"] - cpu["first_loss"]) <= 1e-5 * (1 + abs(cpu["first_loss"])), (gpu["first_loss"], cpu["first_loss"])
+assert gpu["step_ms"] > 0 and gpu["forward_ms"] > 0, gpu
+assert gpu["peak_gpu_bytes"] > 0, gpu
+print("train_step_bench: first loss %.8f on both devices" % cpu["first_loss"])
+PY
+
+# 2. The softmax benchmark: every shape's row of numbers, both differences tiny.
+"$SOFTMAX_BENCH" --smoke > "$OUT/softmax.txt" 2>&1 || { cat "$OUT/softmax.txt"; fail "softmax_gpu_bench --smoke"; }
+cat "$OUT/softmax.txt"
+python3 - "$OUT/softmax.txt" <<'PY' || fail "softmax_gpu_bench: the own kernel and cuDNN disagree, or a shape is missing"
+import sys
+rows = [line.split() for line in open(sys.argv[1]) if line.startswith(("attention", "short", "wide"))]
+assert len(rows) == 4, rows
+for row in rows:
+    fwd, bwd = float(row[-2]), float(row[-1])
+    assert fwd <= 1e-6 and bwd <= 1e-6, row
+PY
+
+# 3. The trainer program on the GPU, then on the CPU: the same step losses (to 1e-3, like the
+# trainer's own GPU test), and a GPU memory record for the epoch.
+tiny=(--data "$DATA" --epochs 1 --dim 32 --heads 2 --layers 1 --ffn 32 --max-len 32 --batch-size 16 --threads 2
+      --seed 5 --quiet)
+"$IMDB" train "${tiny[@]}" --device cuda --out "$OUT/gpu" > "$OUT/gpu.log" 2>&1 || { cat "$OUT/gpu.log"; fail "imdb train --device cuda"; }
+"$IMDB" train "${tiny[@]}" --device cpu --out "$OUT/cpu" > "$OUT/cpu.log" 2>&1 || { cat "$OUT/cpu.log"; fail "imdb train --device cpu"; }
+python3 - "$OUT/gpu/metrics.jsonl" "$OUT/cpu/metrics.jsonl" <<'PY' || fail "imdb train --device cuda: losses or GPU memory"
+import json, sys
+def records(path):
+    return [json.loads(line) for line in open(path)]
+gpu, cpu = records(sys.argv[1]), records(sys.argv[2])
+g = [r["loss"] for r in gpu if r.get("kind") == "step"]
+c = [r["loss"] for r in cpu if r.get("kind") == "step"]
+assert len(g) == len(c) > 0, (len(g), len(c))
+worst = max(abs(a - b) for a, b in zip(g, c))
+assert worst <= 1e-3, worst
+memory = [r for r in gpu if r.get("kind") == "gpu_memory"]
+assert len(memory) == 1 and memory[0]["peak_bytes"] > 0, memory
+print("imdb train: %d steps, GPU and CPU losses within %.1e; GPU memory logged" % (len(g), worst))
+PY
+echo "the GPU programs ran on the emulator"
