@@ -127,10 +127,10 @@ bool allow_tf32();
 
 // ---- Optimisers (cuda/optim_kernels.cu): one fused launch updates many tensors, with the per-element
 // rules of optim/update_rules.h (the CPU's loops use the same functions).
-// The tensors of one update, as host arrays of `count` entries: params[t], grads[t] and up to two
-// state buffers (state1[t], state2[t]; the arrays are null when the optimiser keeps no such state)
-// of sizes[t] contiguous elements each, and each tensor's weight decay. They travel as kernel
-// arguments, up to 32 tensors per launch (one launch for a model of up to 32 parameters).
+// The tensors of one update, as host arrays of `count` entries: params[t] (written), grads[t]
+// (read) and up to two state buffers (state1[t], state2[t]) of sizes[t] contiguous elements each,
+// and each tensor's weight decay; an array a kernel does not use may be null. They travel as
+// kernel arguments, up to 32 tensors per launch (one launch for a model of up to 32 parameters).
 struct TensorList {
   int count = 0;
   void* const* params = nullptr;
@@ -152,5 +152,12 @@ struct SgdHyper {
 };
 // SGD: state1 = the velocities (null without momentum); state2 unused.
 void sgd_step(int device, bool float64, const TensorList& tensors, const SgdHyper& hyper);
+// Gradient clipping. sum_squares: the squares of every element of every grads[t], summed in double
+// in fixed chunks, one partial sum per chunk written to partials (device memory for
+// sum_squares_partials(tensors) doubles; the caller adds them up in order). scale_all:
+// params[t][j] *= value for every tensor (here the gradients), in the tensors' type.
+int64_t sum_squares_partials(const TensorList& tensors);
+void sum_squares(int device, bool float64, const TensorList& tensors, double* partials);
+void scale_all(int device, bool float64, const TensorList& tensors, double value);
 
 }  // namespace ember::cuda

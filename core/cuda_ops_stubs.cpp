@@ -75,6 +75,9 @@ void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
 void adam_step(int, bool, const TensorList&, const AdamHyper&) { no_cuda("AdamW"); }
 void sgd_step(int, bool, const TensorList&, const SgdHyper&) { no_cuda("SGD"); }
+int64_t sum_squares_partials(const TensorList&) { no_cuda("clip_grad_norm"); }
+void sum_squares(int, bool, const TensorList&, double*) { no_cuda("clip_grad_norm"); }
+void scale_all(int, bool, const TensorList&, double) { no_cuda("clip_grad_norm"); }
 
 }  // namespace ember::cuda
 #endif

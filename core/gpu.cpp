@@ -377,9 +377,9 @@ struct TensorPointers {
   std::vector<void*> params, state1, state2;
   std::vector<const void*> grads;
   std::vector<int64_t> sizes;
-  cuda::TensorList list(const std::vector<double>& weight_decays) const {
+  cuda::TensorList list(const double* weight_decays) const {
     return {int(params.size()), params.data(), grads.data(), state1.empty() ? nullptr : state1.data(),
-            state2.empty() ? nullptr : state2.data(), sizes.data(), weight_decays.data()};
+            state2.empty() ? nullptr : state2.data(), sizes.data(), weight_decays};
   }
 };
 
@@ -425,7 +425,7 @@ void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
   EMBER_CHECK(m.size() == params.size() && v.size() == params.size(), "{} (CUDA): every parameter needs both moments",
               op);
   TensorPointers pointers = optimizer_pointers(op, params, grads, m, v, weight_decays);
-  cuda::adam_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays), hyper);
+  cuda::adam_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays.data()), hyper);
 }
 
 void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
@@ -433,7 +433,31 @@ void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grad
               const cuda::SgdHyper& hyper) {
   if (params.empty()) return;
   TensorPointers pointers = optimizer_pointers("SGD", params, grads, velocities, {}, weight_decays);
-  cuda::sgd_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays), hyper);
+  cuda::sgd_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays.data()), hyper);
+}
+
+double sum_of_squares(const std::vector<Tensor>& tensors) {
+  if (tensors.empty()) return 0;
+  TensorPointers pointers = optimizer_pointers("clip_grad_norm", tensors, tensors, {}, {},
+                                               std::vector<double>(tensors.size(), 0.0));
+  cuda::TensorList list = pointers.list(nullptr);
+  list.params = nullptr;  // read only
+  const Device device = tensors[0].device();
+  Tensor partials = Tensor::empty({cuda::sum_squares_partials(list)}, Dtype::Float64, device);
+  if (partials.numel() == 0) return 0;
+  cuda::sum_squares(device.index, tensors[0].dtype() == Dtype::Float64, list, partials.data<double>());
+  double total = 0;
+  for (double partial : partials.to(Device::cpu()).to_vector<double>()) total += partial;  // in order
+  return total;
+}
+
+void scale_all(const std::vector<Tensor>& tensors, double value) {
+  if (tensors.empty()) return;
+  TensorPointers pointers = optimizer_pointers("clip_grad_norm", tensors, tensors, {}, {},
+                                               std::vector<double>(tensors.size(), 0.0));
+  cuda::TensorList list = pointers.list(nullptr);
+  list.grads = nullptr;
+  cuda::scale_all(tensors[0].device().index, tensors[0].dtype() == Dtype::Float64, list, value);
 }
 
 void synchronize(Device device) {

@@ -82,6 +82,12 @@ void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grad
               const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
               const cuda::SgdHyper& hyper);
 
+// ---- Gradient clipping: the sum of the squares of every element of `tensors` (in double, the same
+// on every run; one read back for all of them), and tensors[t] *= value for all (one launch).
+// All on one GPU, contiguous, of one floating dtype.
+double sum_of_squares(const std::vector<Tensor>& tensors);
+void scale_all(const std::vector<Tensor>& tensors, double value);
+
 // Waits for the device's queued work (for timing).
 void synchronize(Device device);
 

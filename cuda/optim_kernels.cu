@@ -1,4 +1,6 @@
-// The optimisers' update on the GPU: SGD and Adam / AdamW, each as one fused multi-tensor kernel.
+// The optimisers' update on the GPU: SGD and Adam / AdamW, each as one fused multi-tensor kernel;
+// and gradient clipping's two passes (the sum of squares of every gradient, then scaling them all),
+// each one launch over all the tensors too.
 // Up to 32 tensors travel in the kernel's arguments (pointers, sizes, weight decays); each thread
 // takes flat indices over all of them and finds its tensor by a scan of the (at most 32) offsets,
 // then applies the per-element rule of optim/update_rules.h, the very function the CPU loop of
@@ -58,6 +60,49 @@ __global__ void sgd_kernel(Batch batch, SgdHyper h) {
   }
 }
 
+// Clipping's norm: block c sums the squares (in double) of one kNormChunk-long chunk of one tensor
+// (grads[t]) and writes partials[c]; the block combines its threads' sums by a fixed tree, so the
+// result is the same on every run. chunk_first[t] = the chunks of the tensors before t.
+constexpr int64_t kNormChunk = 1 << 16;
+
+struct ChunkStarts {
+  int64_t first[kMaxTensors + 1];
+};
+
+int64_t chunks_of(int64_t n) { return (n + kNormChunk - 1) / kNormChunk; }
+
+template <typename T>
+__global__ void sum_squares_kernel(Batch batch, ChunkStarts chunks, double* partials) {
+  __shared__ double sums[kThreads];
+  const int64_t c = blockIdx.x;
+  int t = 0;
+  while (chunks.first[t + 1] <= c) ++t;
+  const T* x = static_cast<const T*>(batch.grads[t]);
+  const int64_t n = batch.offsets[t + 1] - batch.offsets[t];
+  const int64_t begin = (c - chunks.first[t]) * kNormChunk;
+  const int64_t end = begin + kNormChunk < n ? begin + kNormChunk : n;
+  double s = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) s += double(x[i]) * double(x[i]);
+  sums[threadIdx.x] = s;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (int(threadIdx.x) < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[c] = sums[0];
+}
+
+// Clipping's scaling: params[t][j] *= value, every tensor (like Tensor::mul_, in the tensor's type).
+template <typename T>
+__global__ void scale_all_kernel(Batch batch, T value) {
+  EMBER_CUDA_LOOP(i, batch.offsets[batch.count]) {
+    int t;
+    int64_t j;
+    locate(batch, i, t, j);
+    static_cast<T*>(batch.params[t])[j] *= value;
+  }
+}
+
 // Calls launch(batch, total) for each group of up to kMaxTensors tensors that has elements.
 template <typename Launch>
 void for_each_batch(const TensorList& list, Launch launch) {
@@ -66,11 +111,11 @@ void for_each_batch(const TensorList& list, Launch launch) {
     batch.count = list.count - first < kMaxTensors ? list.count - first : kMaxTensors;
     batch.offsets[0] = 0;
     for (int t = 0; t < batch.count; ++t) {
-      batch.params[t] = list.params[first + t];
-      batch.grads[t] = list.grads[first + t];
+      batch.params[t] = list.params != nullptr ? list.params[first + t] : nullptr;
+      batch.grads[t] = list.grads != nullptr ? list.grads[first + t] : nullptr;
       batch.state1[t] = list.state1 != nullptr ? list.state1[first + t] : nullptr;
       batch.state2[t] = list.state2 != nullptr ? list.state2[first + t] : nullptr;
-      batch.weight_decay[t] = list.weight_decays[first + t];
+      batch.weight_decay[t] = list.weight_decays != nullptr ? list.weight_decays[first + t] : 0.0;
       batch.offsets[t + 1] = batch.offsets[t] + list.sizes[first + t];
     }
     const int64_t total = batch.offsets[batch.count];
@@ -99,6 +144,40 @@ void sgd_step(int device, bool float64, const TensorList& tensors, const SgdHype
     else
       sgd_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper);
     EMBER_CUDA_LAUNCHED("sgd_kernel");
+  });
+}
+
+int64_t sum_squares_partials(const TensorList& tensors) {
+  int64_t chunks = 0;
+  for (int t = 0; t < tensors.count; ++t) chunks += chunks_of(tensors.sizes[t]);
+  return chunks;
+}
+
+void sum_squares(int device, bool float64, const TensorList& tensors, double* partials) {
+  cudaStream_t stream = use_device(device);
+  for_each_batch(tensors, [&](const Batch& batch, int64_t) {
+    ChunkStarts chunks{};
+    for (int t = 0; t < batch.count; ++t)
+      chunks.first[t + 1] = chunks.first[t] + chunks_of(batch.offsets[t + 1] - batch.offsets[t]);
+    const int64_t blocks = chunks.first[batch.count];
+    if (blocks > 2147483647) raise_message("clip_grad_norm (CUDA): too many elements");
+    if (float64)
+      sum_squares_kernel<double><<<unsigned(blocks), kThreads, 0, stream>>>(batch, chunks, partials);
+    else
+      sum_squares_kernel<float><<<unsigned(blocks), kThreads, 0, stream>>>(batch, chunks, partials);
+    EMBER_CUDA_LAUNCHED("sum_squares_kernel");
+    partials += blocks;
+  });
+}
+
+void scale_all(int device, bool float64, const TensorList& tensors, double value) {
+  cudaStream_t stream = use_device(device);
+  for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
+    if (float64)
+      scale_all_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, value);
+    else
+      scale_all_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, float(value));
+    EMBER_CUDA_LAUNCHED("scale_all_kernel");
   });
 }
 

@@ -2,9 +2,12 @@
 #include "optim/schedule.h"
 
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
+#include "core/gpu.h"
 #include "core/ops.h"
 
 namespace ember::optim {
@@ -28,13 +31,15 @@ ScheduleKind parse_schedule(const std::string& name) {
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
   // One read of each gradient, squares summed in double: no temporaries in the training step.
+  // On a GPU all the gradients of a device and dtype go to one launch (and one read back of its
+  // partial sums), and so does their scaling: not a few launches and a wait per parameter.
+  std::map<std::pair<int, int>, std::vector<Tensor>> on_gpu;  // by (device index, dtype)
   double total = 0;
   for (const Tensor& p : params) {
     if (!p.grad().defined()) continue;
     Tensor g = p.grad().contiguous();
-    if (g.device().is_cuda()) {  // the GPU's deterministic sum in double, read back per parameter
-      Tensor g64 = g.to(Dtype::Float64);
-      total += sum(g64 * g64).item<double>();
+    if (g.device().is_cuda()) {
+      on_gpu[{g.device().index, int(g.dtype())}].push_back(g);
       continue;
     }
     check_cpu("clip_grad_norm", g);
@@ -53,11 +58,19 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
       for (double lane : lanes) total += lane;
     });
   }
+  for (const auto& [where, grads] : on_gpu) total += gpu::sum_of_squares(grads);
   double norm = std::sqrt(total);
   if (norm > max_norm && norm > 0) {
     double scale = max_norm / (norm + 1e-6);
-    for (const Tensor& p : params)
-      if (p.grad().defined()) p.grad().mul_(scale);
+    std::map<std::pair<int, int>, std::vector<Tensor>> gpu_grads;
+    for (const Tensor& p : params) {
+      if (!p.grad().defined()) continue;
+      if (p.grad().device().is_cuda() && p.grad().is_contiguous())
+        gpu_grads[{p.grad().device().index, int(p.grad().dtype())}].push_back(p.grad());
+      else
+        p.grad().mul_(scale);
+    }
+    for (const auto& [where, grads] : gpu_grads) gpu::scale_all(grads, scale);
   }
   return norm;
 }
