@@ -2,7 +2,7 @@
 # The programs bench/gpu-check.sh runs on a GPU, run on the CPU emulator of CUDA with small sizes,
 # each also on the CPU where that gives a number to hold the GPU path to:
 #   1. train_step_bench: the same weights and batch on cpu and cuda: equal first losses, a step timed,
-#      GPU memory reported;
+#      GPU memory reported; and the same kernel launches for a batch of 2 as of 4;
 #   2. softmax_gpu_bench --smoke: the own softmax kernel and cuDNN's agree on every shape;
 #   3. imdb train --device cuda (a tiny model, one epoch of the shipped small data): finishes, logs
 #      GPU memory every epoch, and its step losses follow the CPU run's.
@@ -34,6 +34,21 @@ assert gpu["step_ms"] > 0 and gpu["forward_ms"] > 0, gpu
 assert gpu["peak_gpu_bytes"] > 0, gpu
 print("train_step_bench: first loss %.8f on both devices" % cpu["first_loss"])
 PY
+
+# 1b. The launches of a step must not grow with the batch: each kernel and library call (counted by
+# the emulator, EMBER_EMULATOR_LAUNCHES=1) as many times for a batch of 2 as for a batch of 4. (A
+# loop of cuBLAS calls over the batch, say, would show here.)
+"$STEP_BENCH" --write-init "$OUT/init4.safetensors" --heads 4 --batch-size 4 --len 16 || fail "train_step_bench --write-init (batch 4)"
+for b in "" 4; do
+  EMBER_EMULATOR_LAUNCHES=1 "$STEP_BENCH" --init "$OUT/init$b.safetensors" --heads 4 --steps 1 --warmup 0 --device cuda \
+    2> "$OUT/launches$b.txt" > /dev/null || fail "train_step_bench with launch counting"
+done
+grep -q "kernel launches" "$OUT/launches.txt" || fail "no launch counts printed"
+if ! cmp -s "$OUT/launches.txt" "$OUT/launches4.txt"; then
+  diff "$OUT/launches.txt" "$OUT/launches4.txt"
+  fail "the launches of a step depend on the batch size"
+fi
+echo "launches for a batch of 2 and of 4 (a forward, a step, a forward): $(head -n 1 "$OUT/launches.txt")"
 
 # 2. The softmax benchmark: every shape's row of numbers, both differences tiny.
 "$SOFTMAX_BENCH" --smoke > "$OUT/softmax.txt" 2>&1 || { cat "$OUT/softmax.txt"; fail "softmax_gpu_bench --smoke"; }
