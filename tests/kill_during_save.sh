@@ -32,16 +32,20 @@ mid_save=0
 checked=0
 i=0
 attempts=0
-while [ "$i" -lt "$KILLS" ] && [ "$attempts" -lt $((KILLS * 3)) ]; do
+# Kills come at a random moment in the first 60% of a run's time. The uninterrupted run's time is
+# a first guess (measured while other tests may load the machine); whenever a run finishes before
+# its kill, the window shrinks to 60% of how long that run took.
+limit_ms=$(echo "$whole_seconds * 600 / 1" | bc)
+while [ "$i" -lt "$KILLS" ] && [ "$attempts" -lt $((KILLS * 4)) ]; do
   attempts=$((attempts + 1))
+  started=$(date +%s%N)
   resume=()
   [ -f "$run/checkpoint.safetensors" ] && resume=(--resume)
   "$IMDB" train "${args[@]}" "${resume[@]}" --out "$run" >"$OUT/killed.log" 2>&1 &
   pid=$!
-  # A random moment: 50 ms .. 50 ms + 60% of the uninterrupted run's time.
-  limit_ms=$(echo "$whole_seconds * 600 / 1" | bc)
-  [ "$limit_ms" -gt 50 ] || limit_ms=50
-  delay_ms=$((50 + RANDOM % limit_ms))
+  # A random moment: 20 ms .. 20 ms + the window.
+  [ "$limit_ms" -gt 20 ] || limit_ms=20
+  delay_ms=$((20 + RANDOM % limit_ms))
   sleep "$(echo "scale=3; $delay_ms / 1000" | bc)"
   kill -KILL "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
@@ -49,7 +53,9 @@ while [ "$i" -lt "$KILLS" ] && [ "$attempts" -lt $((KILLS * 3)) ]; do
   if [ "$code" -ne 137 ]; then
     # Finished before the kill (or failed): it must have succeeded.
     [ "$code" -eq 0 ] || { cat "$OUT/killed.log"; fail "kill $i: trainer exited with $code before the kill"; }
-    echo "(the run had finished before the kill; starting it over)"
+    took_ms=$(( ($(date +%s%N) - started) / 1000000 ))
+    [ $((took_ms * 6 / 10)) -ge "$limit_ms" ] || limit_ms=$((took_ms * 6 / 10))
+    echo "(the run had finished before the kill, in ${took_ms} ms; starting it over, kills now within ${limit_ms} ms)"
     rm -rf "$run"
     last_step=-1
     continue
