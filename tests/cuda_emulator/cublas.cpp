@@ -73,6 +73,7 @@ cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t t
                     " for " + std::to_string(b_rows) + ", ldc=" + std::to_string(ldc) + " for " + std::to_string(m) + ")");
   if (alpha == nullptr || beta == nullptr) return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": null alpha or beta");
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  ember_emu::DeviceAccess access;
   const T a = *alpha, b = *beta;
   const bool read_ab = a != T(0) && k > 0;
   if (read_ab && !in_device(A, a_rows, a_cols, lda, strideA, batch))

@@ -175,6 +175,7 @@ cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t 
   ember_emu::count_launch("cudnnSoftmaxForward");
   std::string problem = check("cudnnSoftmaxForward", handle, {{xDesc, x}, {yDesc, y}}, algo, mode);
   if (!problem.empty()) return fail(CUDNN_STATUS_BAD_PARAM, problem);
+  ember_emu::DeviceAccess access;
   if (xDesc->type == CUDNN_DATA_DOUBLE)
     forward(algo, mode, *xDesc, *static_cast<const double*>(alpha), static_cast<const double*>(x),
             *static_cast<const double*>(beta), static_cast<double*>(y));
@@ -191,6 +192,7 @@ cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t
   ember_emu::count_launch("cudnnSoftmaxBackward");
   std::string problem = check("cudnnSoftmaxBackward", handle, {{yDesc, y}, {dyDesc, dy}, {dxDesc, dx}}, algo, mode);
   if (!problem.empty()) return fail(CUDNN_STATUS_BAD_PARAM, problem);
+  ember_emu::DeviceAccess access;
   if (yDesc->type == CUDNN_DATA_DOUBLE)
     backward(algo, mode, *yDesc, *static_cast<const double*>(alpha), static_cast<const double*>(y),
              static_cast<const double*>(dy), *static_cast<const double*>(beta), static_cast<double*>(dx));

@@ -5,7 +5,13 @@
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -151,6 +157,40 @@ TEST_CASE("emulator: copies are checked against where their pointers live, and m
   cudaFree(device);
   REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
   CHECK(free_after == free_before + 64);
+}
+
+TEST_CASE("emulator: with EMBER_EMULATOR_PROTECT=1, host code that reads device memory faults") {
+  const char* protect = std::getenv("EMBER_EMULATOR_PROTECT");
+  if (protect == nullptr || protect[0] != '1') {
+    std::printf("skipped: run with EMBER_EMULATOR_PROTECT=1 (ctest emulated_protected does)\n");
+    if (std::getenv("EMBER_CTEST_SKIP") != nullptr) std::_Exit(77);
+    return;
+  }
+  float* device = nullptr;
+  REQUIRE(cudaMalloc(&device, 1000 * sizeof(float)) == cudaSuccess);
+  std::vector<float> values(1000, 2.0f);
+  REQUIRE(cudaMemcpy(device, values.data(), 1000 * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  float* out = nullptr;
+  REQUIRE(cudaMalloc(&out, 1000 * sizeof(float)) == cudaSuccess);
+  copy_kernel<<<4, 256>>>(device, out, 1000);  // kernels and copies still reach it
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  CHECK(to_host(out, 1000) == values);
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    signal(SIGSEGV, SIG_DFL);  // die of the fault, without doctest's crash report
+    signal(SIGBUS, SIG_DFL);
+    volatile float read = device[0];  // wrong: a device pointer dereferenced by host code
+    (void)read;
+    std::_Exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK((WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGBUS)));
+  cudaFree(device);
+  cudaFree(out);
 }
 
 TEST_CASE("emulator: cuBLAS GEMM is column-major, with transposes, leading dimensions and beta = 0 not reading C") {

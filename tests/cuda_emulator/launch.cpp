@@ -246,6 +246,7 @@ void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void
     threads[i].index = uint3{unsigned(i % config.block.x), unsigned(i / config.block.x % config.block.y),
                              unsigned(i / (size_t(config.block.x) * config.block.y))};
   running = &launch;
+  DeviceAccess access;  // the kernel may touch device memory (EMBER_EMULATOR_PROTECT)
   uint64_t serial = 0;
   bool ok = true;
   for (unsigned z = 0; ok && z < config.grid.z; ++z)

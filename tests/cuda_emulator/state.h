@@ -19,6 +19,15 @@ bool stream_is_valid(cudaStream_t stream);  // null (the legacy default stream) 
 // in *device when it does.
 bool in_device_memory(const void* ptr, size_t bytes, int* device = nullptr);
 
+// While one is alive, device memory is readable and writable by the host (the emulator's own
+// work: kernels, copies, library calls); with EMBER_EMULATOR_PROTECT=1 it is not otherwise.
+struct DeviceAccess {
+  DeviceAccess();
+  ~DeviceAccess();
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
+
 // Counts a kernel launch or library call by name when EMBER_EMULATOR_LAUNCHES=1 (launch.cpp prints
 // the counts to stderr when the program ends).
 void count_launch(const char* name);
