@@ -384,19 +384,31 @@ TEST_CASE("cuda ops: the fused attention kernels (EMBER_ATTENTION=fused) match t
   cuda::set_attention_fused(false);
 }
 
-TEST_CASE("cuda ops: AdamW's fused multi-tensor step and clip_grad_norm match the CPU") {
-  if (skip_without_cuda()) return;
+namespace {
+
+// `count` random parameters of shapes [i + 3, cols], each on the CPU and (the same values) on the GPU.
+std::pair<std::vector<Tensor>, std::vector<Tensor>> parameter_pairs(int count, int64_t cols, uint64_t seed) {
   std::vector<Tensor> cpu_params, gpu_params;
-  for (int i = 0; i < 40; ++i) {  // more than one launch's worth (32 tensors)
-    Tensor p = rnd({int64_t(3 + i), 5}, 140 + uint64_t(i));
+  for (int i = 0; i < count; ++i) {
+    Tensor p = rnd({int64_t(3 + i), cols}, seed + uint64_t(i));
     cpu_params.push_back(p.clone().requires_grad_());
     gpu_params.push_back(p.to(kGpu).requires_grad_());
   }
-  auto groups = [](const std::vector<Tensor>& params) {
-    std::vector<Tensor> a(params.begin(), params.begin() + 20), b(params.begin() + 20, params.end());
-    return std::vector<optim::ParamGroup>{{a, 0.1}, {b, 0.0}};
-  };
-  optim::AdamW cpu_opt(groups(cpu_params), 1e-2), gpu_opt(groups(gpu_params), 1e-2);
+  return {cpu_params, gpu_params};
+}
+
+// The first `first` parameters with weight decay `decay`, the rest without.
+std::vector<optim::ParamGroup> two_groups(const std::vector<Tensor>& params, size_t first, double decay) {
+  std::vector<Tensor> a(params.begin(), params.begin() + long(first)), b(params.begin() + long(first), params.end());
+  return {{a, decay}, {b, 0.0}};
+}
+
+}  // namespace
+
+TEST_CASE("cuda ops: AdamW's fused multi-tensor step and clip_grad_norm match the CPU") {
+  if (skip_without_cuda()) return;
+  auto [cpu_params, gpu_params] = parameter_pairs(40, 5, 140);  // more than one launch's worth (32 tensors)
+  optim::AdamW cpu_opt(two_groups(cpu_params, 20, 0.1), 1e-2), gpu_opt(two_groups(gpu_params, 20, 0.1), 1e-2);
   for (int step = 0; step < 3; ++step) {
     for (size_t i = 0; i < cpu_params.size(); ++i) {
       Tensor g = rnd(cpu_params[i].shape(), 500 + uint64_t(step * 100 + i), -3, 3);
@@ -432,17 +444,9 @@ TEST_CASE("cuda ops: SGD's fused multi-tensor step matches the CPU, with and wit
   if (skip_without_cuda()) return;
   for (double momentum : {0.0, 0.9}) {
     INFO("momentum " << momentum);
-    std::vector<Tensor> cpu_params, gpu_params;
-    for (int i = 0; i < 35; ++i) {  // more than one launch's worth (32 tensors)
-      Tensor p = rnd({int64_t(2 + i), 3}, 700 + uint64_t(i));
-      cpu_params.push_back(p.clone().requires_grad_());
-      gpu_params.push_back(p.to(kGpu).requires_grad_());
-    }
-    auto groups = [](const std::vector<Tensor>& params) {
-      std::vector<Tensor> a(params.begin(), params.begin() + 10), b(params.begin() + 10, params.end());
-      return std::vector<optim::ParamGroup>{{a, 0.05}, {b, 0.0}};
-    };
-    optim::SGD cpu_opt(groups(cpu_params), 0.1, momentum), gpu_opt(groups(gpu_params), 0.1, momentum);
+    auto [cpu_params, gpu_params] = parameter_pairs(35, 3, 700);  // more than one launch's worth (32 tensors)
+    optim::SGD cpu_opt(two_groups(cpu_params, 10, 0.05), 0.1, momentum),
+        gpu_opt(two_groups(gpu_params, 10, 0.05), 0.1, momentum);
     for (int step = 0; step < 3; ++step) {
       for (size_t i = 0; i < cpu_params.size(); ++i) {
         if (i == 4) continue;  // a parameter without a gradient is left alone on both devices
