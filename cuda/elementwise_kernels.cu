@@ -1,10 +1,13 @@
 // Element-wise kernels over strided, broadcast operands: copy (with type conversion), fill,
 // in-place add and scale, binary arithmetic and comparisons, select (where / masked_fill), dropout.
 // Each thread takes linear indices of the output shape (grid-stride), turns one into a multi-index
-// and each operand's offset from its own strides (0 = broadcast), up to 8 dims.
+// and each operand's offset from its own strides (0 = broadcast), up to 8 dims; dims that every
+// operand walks as one are merged first (coalesce), so a contiguous tensor is one flat loop.
 // The arithmetic is the functors of core/unary_math.h and the dropout hash core/random.h, both
 // EMBER_HD, so the CPU and the GPU compute the very same formulas.
 // NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+#include <initializer_list>
+
 #include "core/cuda_ops.h"
 #include "core/random.h"
 #include "core/unary_math.h"
@@ -13,8 +16,10 @@
 namespace ember::cuda {
 namespace {
 
-// The offset (in elements) of linear index i of `shape` in an operand with `stride`.
+// The offset (in elements) of linear index i of `shape` in an operand with `stride`. One dim (a
+// contiguous tensor, after coalesce()) needs no division; more take a division per dim.
 __device__ __forceinline__ int64_t offset_of(const Shape8& shape, const int64_t* stride, int64_t i) {
+  if (shape.ndim == 1) return i * stride[0];
   int64_t offset = 0;
   for (int d = shape.ndim - 1; d >= 0; --d) {
     int64_t size = shape.size[d];
@@ -23,6 +28,32 @@ __device__ __forceinline__ int64_t offset_of(const Shape8& shape, const int64_t*
     offset += index * stride[d];
   }
   return offset;
+}
+
+// Before a launch (host side): drops dims of size 1 and merges each dim into the one outside it
+// wherever every operand steps over both as one (outer stride == inner stride * inner size), so
+// that same-shaped contiguous operands walk a single dim and broadcasts keep only the dims they
+// need. The elements and their order do not change; only the index arithmetic gets cheaper (a
+// 64-bit division per dim and operand for every element is several times the cost of the memory
+// traffic of a small element-wise kernel on a GPU).
+void coalesce(Shape8& shape, std::initializer_list<Operand*> operands) {
+  int kept = 0;
+  for (int d = 0; d < shape.ndim; ++d) {
+    const int64_t size = shape.size[d];
+    if (size == 1) continue;
+    bool merges = kept > 0;
+    for (const Operand* op : operands)
+      merges = merges && op->stride[kept - 1] == op->stride[d] * size;
+    if (merges) {
+      shape.size[kept - 1] *= size;
+      for (Operand* op : operands) op->stride[kept - 1] = op->stride[d];
+    } else {
+      shape.size[kept] = size;
+      for (Operand* op : operands) op->stride[kept] = op->stride[d];
+      ++kept;
+    }
+  }
+  shape.ndim = kept;
 }
 
 int64_t numel(const Shape8& shape) {
@@ -100,7 +131,10 @@ void launch_binary(cudaStream_t stream, const F& f, const Shape8& shape, int64_t
 
 }  // namespace
 
-void copy(int device, const Shape8& shape, const Operand& dst, const Operand& src) {
+void copy(int device, const Shape8& shape_in, const Operand& dst_in, const Operand& src_in) {
+  Shape8 shape = shape_in;
+  Operand dst = dst_in, src = src_in;
+  coalesce(shape, {&dst, &src});
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
@@ -115,7 +149,10 @@ void copy(int device, const Shape8& shape, const Operand& dst, const Operand& sr
   EMBER_CUDA_LAUNCHED("copy_kernel");
 }
 
-void fill(int device, const Shape8& shape, const Operand& dst, double value) {
+void fill(int device, const Shape8& shape_in, const Operand& dst_in, double value) {
+  Shape8 shape = shape_in;
+  Operand dst = dst_in;
+  coalesce(shape, {&dst});
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
@@ -126,7 +163,10 @@ void fill(int device, const Shape8& shape, const Operand& dst, double value) {
   EMBER_CUDA_LAUNCHED("fill_kernel");
 }
 
-void add_into(int device, const Shape8& shape, const Operand& dst, const Operand& src, double alpha) {
+void add_into(int device, const Shape8& shape_in, const Operand& dst_in, const Operand& src_in, double alpha) {
+  Shape8 shape = shape_in;
+  Operand dst = dst_in, src = src_in;
+  coalesce(shape, {&dst, &src});
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
@@ -142,7 +182,10 @@ void add_into(int device, const Shape8& shape, const Operand& dst, const Operand
   EMBER_CUDA_LAUNCHED("add_into_kernel");
 }
 
-void scale(int device, const Shape8& shape, const Operand& dst, double value) {
+void scale(int device, const Shape8& shape_in, const Operand& dst_in, double value) {
+  Shape8 shape = shape_in;
+  Operand dst = dst_in;
+  coalesce(shape, {&dst});
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
@@ -155,7 +198,11 @@ void scale(int device, const Shape8& shape, const Operand& dst, double value) {
   EMBER_CUDA_LAUNCHED("scale_kernel");
 }
 
-void binary(int device, BinaryOp op, const Shape8& shape, const Operand& out, const Operand& a, const Operand& b) {
+void binary(int device, BinaryOp op, const Shape8& shape_in, const Operand& out_in, const Operand& a_in,
+            const Operand& b_in) {
+  Shape8 shape = shape_in;
+  Operand out = out_in, a = a_in, b = b_in;
+  coalesce(shape, {&out, &a, &b});
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
@@ -182,8 +229,11 @@ void binary(int device, BinaryOp op, const Shape8& shape, const Operand& out, co
   EMBER_CUDA_LAUNCHED("binary_kernel");
 }
 
-void select(int device, const Shape8& shape, const Operand& out, const Operand& cond, const Operand& a,
-            const Operand& b) {
+void select(int device, const Shape8& shape_in, const Operand& out_in, const Operand& cond_in, const Operand& a_in,
+            const Operand& b_in) {
+  Shape8 shape = shape_in;
+  Operand out = out_in, cond = cond_in, a = a_in, b = b_in;
+  coalesce(shape, {&out, &cond, &a, &b});
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
