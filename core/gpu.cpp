@@ -371,8 +371,7 @@ Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tenso
 
 namespace {
 
-// Pointers of an optimiser's tensors for one fused launch; `states` are 0, 1 or 2 lists of buffers,
-// one per parameter. Checks that everything shares the first parameter's device and dtype.
+// Raw pointers of the tensors of one fused multi-tensor launch (an optimiser's step, clipping).
 struct TensorPointers {
   std::vector<void*> params, state1, state2;
   std::vector<const void*> grads;
@@ -383,9 +382,11 @@ struct TensorPointers {
   }
 };
 
-TensorPointers optimizer_pointers(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                                  const std::vector<Tensor>& state1, const std::vector<Tensor>& state2,
-                                  const std::vector<double>& weight_decays) {
+// state1 / state2: empty, or one buffer per parameter. Checks that every tensor shares the first
+// parameter's device and dtype, is contiguous and has its parameter's shape.
+TensorPointers tensor_pointers(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                               const std::vector<Tensor>& state1, const std::vector<Tensor>& state2,
+                               const std::vector<double>& weight_decays) {
   EMBER_CHECK(grads.size() == params.size() && weight_decays.size() == params.size() &&
                   (state1.empty() || state1.size() == params.size()) &&
                   (state2.empty() || state2.size() == params.size()),
@@ -424,22 +425,24 @@ void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
   const char* op = hyper.decoupled ? "AdamW" : "Adam";
   EMBER_CHECK(m.size() == params.size() && v.size() == params.size(), "{} (CUDA): every parameter needs both moments",
               op);
-  TensorPointers pointers = optimizer_pointers(op, params, grads, m, v, weight_decays);
-  cuda::adam_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays.data()), hyper);
+  TensorPointers pointers = tensor_pointers(op, params, grads, m, v, weight_decays);
+  cuda::adam_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays.data()),
+                  hyper);
 }
 
 void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
               const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
               const cuda::SgdHyper& hyper) {
   if (params.empty()) return;
-  TensorPointers pointers = optimizer_pointers("SGD", params, grads, velocities, {}, weight_decays);
-  cuda::sgd_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays.data()), hyper);
+  TensorPointers pointers = tensor_pointers("SGD", params, grads, velocities, {}, weight_decays);
+  cuda::sgd_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays.data()),
+                 hyper);
 }
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {
   if (tensors.empty()) return 0;
-  TensorPointers pointers = optimizer_pointers("clip_grad_norm", tensors, tensors, {}, {},
-                                               std::vector<double>(tensors.size(), 0.0));
+  TensorPointers pointers = tensor_pointers("clip_grad_norm", tensors, tensors, {}, {},
+                                            std::vector<double>(tensors.size(), 0.0));
   cuda::TensorList list = pointers.list(nullptr);
   list.params = nullptr;  // read only
   const Device device = tensors[0].device();
@@ -453,8 +456,8 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
 
 void scale_all(const std::vector<Tensor>& tensors, double value) {
   if (tensors.empty()) return;
-  TensorPointers pointers = optimizer_pointers("clip_grad_norm", tensors, tensors, {}, {},
-                                               std::vector<double>(tensors.size(), 0.0));
+  TensorPointers pointers = tensor_pointers("clip_grad_norm", tensors, tensors, {}, {},
+                                            std::vector<double>(tensors.size(), 0.0));
   cuda::TensorList list = pointers.list(nullptr);
   list.grads = nullptr;
   cuda::scale_all(tensors[0].device().index, tensors[0].dtype() == Dtype::Float64, list, value);
