@@ -4,7 +4,8 @@
 # fused one, and PyTorch on the same GPU when a CUDA build of torch is installed), trains the recipe
 # on the shipped small data on the GPU and on the CPU, and prints a table: test results, ms per step
 # for each, their ratios, peak GPU memory, and how far the GPU's losses are from the CPU's. Meant to
-# finish within 8 minutes on an H200, build included. The full log goes to runs/gpu-check/gpu-check-<UTC time>.log (its path is printed).
+# finish within 8 minutes on an H200, build included. The full log goes to
+# runs/gpu-check/gpu-check-<UTC time>.log (its path is printed).
 #
 # Usage: bench/gpu-check.sh [--steps S] [--build-dir DIR] [--skip-build]
 #   --steps S        timed training steps per framework, after 3 warm-up ones (default 20)
