@@ -80,8 +80,10 @@ void Fiber::finish() {
 
 #else  // x86-64, System V ABI
 
-// ember_emu_switch(save, to): pushes the callee-saved registers on the current stack, stores the stack pointer in *save, loads `to` as the stack pointer and pops the
-// same from there; its `ret` then returns into the other context.
+// ember_emu_switch(save, to): pushes the callee-saved registers on the current stack, stores the
+// stack pointer in *save, loads `to` as the stack pointer and pops the same from there; its `ret`
+// then returns into the other context. (The floating-point control words are not switched: no
+// kernel changes them.)
 // A new fiber's stack is laid out (fiber_frame below) as if it had been switched away from just
 // before ember_emu_fiber_start, with the function in r12 and its argument in rbx.
 asm(R"(
