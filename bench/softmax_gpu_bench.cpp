@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
                            {"attention scores h=1 (32*256 x 256)", 32 * 256, 256},
                            {"short rows (32*4*64 x 64)", 32 * 4 * 64, 64},
                            {"wide rows (256 x 20002)", 256, 20002}};
-  if (row_divisor > 1) fmt::print("smoke run: each shape's rows divided by {}, one rep; the times mean nothing\n", row_divisor);
+  if (row_divisor > 1)
+    fmt::print("smoke run: each shape's rows divided by {}, one rep; the times mean nothing\n", row_divisor);
   fmt::print("{:<40} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}\n", "shape", "own fwd ms", "cuDNN fwd ms",
              "own bwd ms", "cuDNN bwd ms", "fwd diff", "bwd diff");
   for (Shape2 s : shapes) {

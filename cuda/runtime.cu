@@ -1,10 +1,11 @@
 // CUDA device plumbing: the device count, a current stream per device, the caching allocator and
 // copies between host and device.
 //
-// The allocator keeps freed blocks by size class and hands them out again (core/block_cache.h, shared
-// with the CPU's allocator), so that a training step (which frees and asks for the same sizes every
-// step) makes no cudaMalloc / cudaFree calls once the first step has run. All work of a device is ordered on its one stream, so a block freed by
-// one op and handed to the next cannot still be in use. When cudaMalloc fails, the cache is given
+// The allocator keeps freed blocks by size class and hands them out again (core/block_cache.h,
+// shared with the CPU's allocator), so that a training step (which frees and asks for the same
+// sizes every step) makes no cudaMalloc / cudaFree calls once the first step has run. All work of
+// a device is ordered on its one stream, so a block freed by one op and handed to the next cannot
+// still be in use. When cudaMalloc fails, the cache is given
 // back to the driver and the allocation retried once; then the error names the bytes asked for and
 // the bytes in use.
 // NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
