@@ -5,7 +5,7 @@
 // Usage: softmax_gpu_bench [--reps N] [--smoke]   (needs a GPU; says so and exits 0 without one)
 //   --smoke: one rep on every shape's first 1/256 of the rows, to check the program runs (CI runs it
 //            on the CPU emulator of CUDA: tests/gpu_programs_test.sh); its times mean nothing.
-// NOTE: compiled by CI, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI and run small on the CPU emulator (--smoke), not yet on a GPU (see docs/cuda.md).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -3,7 +3,7 @@
 // core/gpu.cpp wraps them for tensors; core/cuda_ops_stubs.cpp raises a clear error in a build
 // without CUDA. Every function runs on `device`'s current stream (asynchronously: results are
 // read back through a copy, which waits).
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #pragma once
 #include <cstdint>
 

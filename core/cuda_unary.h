@@ -2,7 +2,7 @@
 // of core/unary_math.h, the same functors the CPU loop runs (cuda/unary_kernels.cu).
 // Raw pointers only, so the .cu file needs neither Tensor nor fmt; core/ops/unary.cpp routes a
 // contiguous CUDA tensor here. n elements of float32 (or float64 when `float64`), on GPU `device`.
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/adding-an-op.md).
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/adding-an-op.md).
 #pragma once
 #include <cstdint>
 

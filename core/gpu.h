@@ -3,7 +3,7 @@
 // core/ops/*.cpp route a CUDA tensor here in a line or two; CPU tensors never come here.
 // In a build without CUDA every kernel behind these raises "this build of Ember has no CUDA
 // backend" (core/cuda_ops_stubs.cpp); no tensor can be on a GPU there anyway.
-// NOTE: compiled by CI, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #pragma once
 #include <vector>
 

@@ -1,6 +1,6 @@
 // Fused multi-head self-attention on the GPU, tiled like FlashAttention-2 (Dao 2023): forward and
 // backward without ever writing the [B, H, T, T] scores or probabilities to GPU memory.
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 //
 // Layout (as core/cpu/attention.h): qkv [B, T, 3 D] (row t: q, then k, then v, each H heads of Dh
 // columns side by side), out [B, T, D], key_padding_mask bool [B, T] (true = padding), causal

@@ -5,7 +5,7 @@
 // transposed view (row stride 1) is passed with CUBLAS_OP_T and ld = its column stride. Batches go
 // to cublas{S,D}gemmStridedBatched (batch stride 0 repeats a broadcast operand).
 // TF32 is off unless set_allow_tf32(true): float32 results then match the CPU to rounding.
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <cublas_v2.h>
 
 #include <atomic>

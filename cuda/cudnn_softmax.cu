@@ -3,7 +3,7 @@
 // tensor [rows, n, 1, 1], softmax over C. One cuDNN handle per device, on the device's stream.
 // Chosen with cuda::set_softmax_cudnn(true) or EMBER_SOFTMAX=cudnn; bench/softmax_gpu_bench.cpp
 // times the two. Off by default: the own kernel is the one the parity tests hold to the CPU.
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>

@@ -5,7 +5,7 @@
 // operand walks as one are merged first (coalesce), so a contiguous tensor is one flat loop.
 // The arithmetic is the functors of core/unary_math.h and the dropout hash core/random.h, both
 // EMBER_HD, so the CPU and the GPU compute the very same formulas.
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <initializer_list>
 
 #include "core/cuda_ops.h"

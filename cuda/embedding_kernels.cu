@@ -2,7 +2,7 @@
 // from its positions in position order (the buckets come from the host, built exactly as the CPU
 // builds them), one block per distinct row and one thread per column: no atomics, so repeated ids
 // sum deterministically, in the same order as on the CPU.
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include "core/cuda_ops.h"
 #include "cuda/launch.h"
 

@@ -5,7 +5,7 @@
 // takes flat indices over all of them and finds its tensor by a scan of the (at most 32) offsets,
 // then applies the per-element rule of optim/update_rules.h, the very function the CPU loop of
 // optim/optimizer.cpp calls.
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include "core/cuda_ops.h"
 #include "cuda/launch.h"
 #include "optim/update_rules.h"

@@ -1,7 +1,7 @@
 // Random fills on the GPU: uniform_ and normal_ of a tensor that lives there. Element i is the
 // pure function of (seed, first + i) in core/random.h that the CPU's loop calls, so a seed gives
 // the same tensor on either device (no cuRAND, whose streams the CPU could not reproduce).
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include "core/cuda_ops.h"
 #include "core/random.h"
 #include "cuda/launch.h"

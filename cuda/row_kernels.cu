@@ -3,7 +3,7 @@
 // One block of 256 threads per row: each thread accumulates a fixed, strided subset of the row, and
 // the 256 partial results are combined by a tree in shared memory in a fixed order. No atomics:
 // the same input always gives the same bits, whatever the GPU. Floating sums accumulate in double.
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <cmath>
 
 #include "core/cuda_ops.h"

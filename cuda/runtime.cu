@@ -5,10 +5,9 @@
 // shared with the CPU's allocator), so that a training step (which frees and asks for the same
 // sizes every step) makes no cudaMalloc / cudaFree calls once the first step has run. All work of
 // a device is ordered on its one stream, so a block freed by one op and handed to the next cannot
-// still be in use. When cudaMalloc fails, the cache is given
-// back to the driver and the allocation retried once; then the error names the bytes asked for and
-// the bytes in use.
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+// still be in use. When cudaMalloc fails, the cache is given back to the driver and the allocation
+// retried once; then the error names the bytes asked for and the bytes in use.
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

@@ -1,7 +1,7 @@
 // Element-wise math on the GPU (contiguous operands; core/ops/unary.cpp makes them so): a grid-stride forward kernel y = f(x) and a backward kernel
 // grad_x = grad * f'(x, y), instantiated for every functor of core/unary_math.h (EMBER_HD makes
 // each functor __host__ __device__, so the GPU runs the very formulas the CPU tests check).
-// NOTE: compiled by CI with nvcc, but not yet run on a GPU (see docs/cuda.md).
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include "core/cuda_unary.h"
 #include "cuda/launch.h"
 
