@@ -9,6 +9,7 @@
 #include <initializer_list>
 
 #include "core/cuda_ops.h"
+#include "core/merge_dims.h"
 #include "core/random.h"
 #include "core/unary_math.h"
 #include "cuda/launch.h"
@@ -30,30 +31,15 @@ __device__ __forceinline__ int64_t offset_of(const Shape8& shape, const int64_t*
   return offset;
 }
 
-// Before a launch (host side): drops dims of size 1 and merges each dim into the one outside it
-// wherever every operand steps over both as one (outer stride == inner stride * inner size), so
-// that same-shaped contiguous operands walk a single dim and broadcasts keep only the dims they
-// need. The elements and their order do not change; only the index arithmetic gets cheaper (a
-// 64-bit division per dim and operand for every element is several times the cost of the memory
-// traffic of a small element-wise kernel on a GPU).
+// Before a launch (host side): the dims every operand walks as one merged, size-1 dims dropped
+// (core/merge_dims.h), so same-shaped contiguous operands walk a single dim: a 64-bit division per
+// dim and operand for every element costs several times the memory traffic of a small element-wise
+// kernel on a GPU.
 void coalesce(Shape8& shape, std::initializer_list<Operand*> operands) {
-  int kept = 0;
-  for (int d = 0; d < shape.ndim; ++d) {
-    const int64_t size = shape.size[d];
-    if (size == 1) continue;
-    bool merges = kept > 0;
-    for (const Operand* op : operands)
-      merges = merges && op->stride[kept - 1] == op->stride[d] * size;
-    if (merges) {
-      shape.size[kept - 1] *= size;
-      for (Operand* op : operands) op->stride[kept - 1] = op->stride[d];
-    } else {
-      shape.size[kept] = size;
-      for (Operand* op : operands) op->stride[kept] = op->stride[d];
-      ++kept;
-    }
-  }
-  shape.ndim = kept;
+  int64_t* strides[4];  // at most 4 operands (select: out, cond, a, b)
+  int count = 0;
+  for (Operand* op : operands) strides[count++] = op->stride;
+  shape.ndim = merge_dims(shape.ndim, shape.size, strides, count);
 }
 
 int64_t numel(const Shape8& shape) {

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 
+#include "core/merge_dims.h"
 #include "core/parallel.h"
 #include "core/shape.h"
 
@@ -21,22 +22,17 @@ struct LoopOperand {
 template <size_t N, typename RowFn>
 void for_each_row(const Shape& shape, const std::array<LoopOperand, N>& operands, RowFn row,
                   int64_t grain = 32768) {
-  // Merge dims that are laid out back to back in every operand: [a, b] -> [a*b].
-  Shape sizes;
+  // Merge dims that are laid out back to back in every operand: [a, b] -> [a*b] (core/merge_dims.h).
+  Shape sizes = shape;
   std::array<Strides, N> strides;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;  // size-1 dims never move the pointer
-    bool mergeable = !sizes.empty();
-    for (size_t k = 0; k < N && mergeable; ++k)
-      mergeable = strides[k].back() == operands[k].byte_strides[d] * shape[d];
-    if (mergeable) {
-      sizes.back() *= shape[d];
-      for (size_t k = 0; k < N; ++k) strides[k].back() = operands[k].byte_strides[d];
-    } else {
-      sizes.push_back(shape[d]);
-      for (size_t k = 0; k < N; ++k) strides[k].push_back(operands[k].byte_strides[d]);
-    }
+  std::array<int64_t*, N> stride_ptrs;
+  for (size_t k = 0; k < N; ++k) {
+    strides[k] = operands[k].byte_strides;
+    stride_ptrs[k] = strides[k].data();
   }
+  const int kept = merge_dims(int(sizes.size()), sizes.data(), stride_ptrs.data(), int(N));
+  sizes.resize(size_t(kept));
+  for (size_t k = 0; k < N; ++k) strides[k].resize(size_t(kept));
   if (sizes.empty()) {  // a single element
     sizes.push_back(1);
     for (size_t k = 0; k < N; ++k) strides[k].push_back(0);
