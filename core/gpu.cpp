@@ -372,32 +372,33 @@ Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tenso
 namespace {
 
 // Raw pointers of the tensors of one fused multi-tensor launch (an optimiser's step, clipping).
+// list() points into these vectors: the TensorPointers must outlive the launch that uses it.
 struct TensorPointers {
   std::vector<void*> params, state1, state2;
   std::vector<const void*> grads;
   std::vector<int64_t> sizes;
   cuda::TensorList list(const double* weight_decays) const {
-    return {int(params.size()), params.data(), grads.data(), state1.empty() ? nullptr : state1.data(),
-            state2.empty() ? nullptr : state2.data(), sizes.data(), weight_decays};
+    return {int(params.size()), params.data(), grads.empty() ? nullptr : grads.data(),
+            state1.empty() ? nullptr : state1.data(), state2.empty() ? nullptr : state2.data(), sizes.data(),
+            weight_decays};
   }
 };
 
-// state1 / state2: empty, or one buffer per parameter. Checks that every tensor shares the first
-// parameter's device and dtype, is contiguous and has its parameter's shape.
+// grads, state1, state2: empty, or one tensor per parameter. Checks that every tensor shares the
+// first parameter's device and dtype, is contiguous and has its parameter's shape.
 TensorPointers tensor_pointers(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                               const std::vector<Tensor>& state1, const std::vector<Tensor>& state2,
-                               const std::vector<double>& weight_decays) {
-  EMBER_CHECK(grads.size() == params.size() && weight_decays.size() == params.size() &&
-                  (state1.empty() || state1.size() == params.size()) &&
-                  (state2.empty() || state2.size() == params.size()),
-              "{} (CUDA): {} parameters but {} gradients, {} weight decays, {} and {} state buffers", op,
-              params.size(), grads.size(), weight_decays.size(), state1.size(), state2.size());
+                               const std::vector<Tensor>& state1, const std::vector<Tensor>& state2) {
+  for (const std::vector<Tensor>* list : {&grads, &state1, &state2})
+    EMBER_CHECK(list->empty() || list->size() == params.size(),
+                "{} (CUDA): {} parameters but {} gradients and {} and {} state buffers", op, params.size(),
+                grads.size(), state1.size(), state2.size());
   const Device device = params[0].device();
   const Dtype dtype = params[0].dtype();
   check_floating(op, params[0]);
   TensorPointers out;
   for (size_t i = 0; i < params.size(); ++i) {
-    std::vector<const Tensor*> all{&params[i], &grads[i]};
+    std::vector<const Tensor*> all{&params[i]};
+    if (!grads.empty()) all.push_back(&grads[i]);
     if (!state1.empty()) all.push_back(&state1[i]);
     if (!state2.empty()) all.push_back(&state2[i]);
     for (const Tensor* t : all) {
@@ -409,7 +410,7 @@ TensorPointers tensor_pointers(const char* op, const std::vector<Tensor>& params
                   shape_str(params[i].shape()));
     }
     out.params.push_back(params[i].raw_data());
-    out.grads.push_back(grads[i].raw_data());
+    if (!grads.empty()) out.grads.push_back(grads[i].raw_data());
     if (!state1.empty()) out.state1.push_back(state1[i].raw_data());
     if (!state2.empty()) out.state2.push_back(state2[i].raw_data());
     out.sizes.push_back(params[i].numel());
@@ -423,9 +424,10 @@ void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
                const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const cuda::AdamHyper& hyper) {
   if (params.empty()) return;
   const char* op = hyper.decoupled ? "AdamW" : "Adam";
-  EMBER_CHECK(m.size() == params.size() && v.size() == params.size(), "{} (CUDA): every parameter needs both moments",
-              op);
-  TensorPointers pointers = tensor_pointers(op, params, grads, m, v, weight_decays);
+  EMBER_CHECK(grads.size() == params.size() && m.size() == params.size() && v.size() == params.size() &&
+                  weight_decays.size() == params.size(),
+              "{} (CUDA): every parameter needs a gradient, both moments and a weight decay", op);
+  TensorPointers pointers = tensor_pointers(op, params, grads, m, v);
   cuda::adam_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays.data()),
                   hyper);
 }
@@ -434,17 +436,19 @@ void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grad
               const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
               const cuda::SgdHyper& hyper) {
   if (params.empty()) return;
-  TensorPointers pointers = tensor_pointers("SGD", params, grads, velocities, {}, weight_decays);
+  EMBER_CHECK(grads.size() == params.size() && weight_decays.size() == params.size(),
+              "SGD (CUDA): every parameter needs a gradient and a weight decay");
+  TensorPointers pointers = tensor_pointers("SGD", params, grads, velocities, {});
   cuda::sgd_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays.data()),
                  hyper);
 }
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {
   if (tensors.empty()) return 0;
-  TensorPointers pointers = tensor_pointers("clip_grad_norm", tensors, tensors, {}, {},
-                                            std::vector<double>(tensors.size(), 0.0));
+  // The kernel reads grads[t]: the tensors go there, with no parameter to write.
+  TensorPointers pointers = tensor_pointers("clip_grad_norm", tensors, tensors, {}, {});
   cuda::TensorList list = pointers.list(nullptr);
-  list.params = nullptr;  // read only
+  list.params = nullptr;
   const Device device = tensors[0].device();
   Tensor partials = Tensor::empty({cuda::sum_squares_partials(list)}, Dtype::Float64, device);
   if (partials.numel() == 0) return 0;
@@ -456,10 +460,9 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
 
 void scale_all(const std::vector<Tensor>& tensors, double value) {
   if (tensors.empty()) return;
-  TensorPointers pointers = tensor_pointers("clip_grad_norm", tensors, tensors, {}, {},
-                                            std::vector<double>(tensors.size(), 0.0));
+  // The kernel writes params[t]: the tensors themselves.
+  TensorPointers pointers = tensor_pointers("clip_grad_norm", tensors, {}, {}, {});
   cuda::TensorList list = pointers.list(nullptr);
-  list.grads = nullptr;
   cuda::scale_all(tensors[0].device().index, tensors[0].dtype() == Dtype::Float64, list, value);
 }
 

@@ -15,7 +15,6 @@ DATA=$4
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 
 # 1. The training-step benchmark, both devices, the same 2 x 16 batch.
 "$STEP_BENCH" --write-init "$OUT/init.safetensors" --heads 4 --batch-size 2 --len 16 || fail "train_step_bench --write-init"
