@@ -135,6 +135,16 @@ __device__ __forceinline__ void load_key_flags(int* flags, const bool* pad_row, 
   }
 }
 
+// The key tile starting at key k0 into shared memory: its K rows, its V rows, its padding flags.
+// q points at row 0 of this head's q (k at + D, v at + 2D, rows 3D apart).
+template <typename T, int DMAX, int ROWS>
+__device__ __forceinline__ void load_key_tile(T* Ks, T* Vs, int* kflag, const T* q, const bool* pad_row, int64_t k0,
+                                              const Dims& d) {
+  load_rows<T, DMAX, ROWS>(Ks, q + d.D, 3 * d.D, k0, d);
+  load_rows<T, DMAX, ROWS>(Vs, q + 2 * d.D, 3 * d.D, k0, d);
+  load_key_flags<ROWS>(kflag, pad_row, k0, d.T);
+}
+
 // Whether keys first .. first + COLS - 1 hold any that is not padding. Every thread reads the same
 // bytes (a broadcast), so every thread gets the same answer and a block skips a tile as one.
 template <int COLS>
@@ -239,9 +249,7 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
     const int64_t k0 = kt * BC;
     if (!any_key_live<BC>(pad_row, k0, d.T)) continue;  // all padding: no weight, nothing to add
     __syncthreads();  // the previous tile's Ks, Vs, Ss and kflag are no longer read (and Qs is loaded)
-    load_rows<T, DMAX, BC>(Ks, q + d.D, row_stride, k0, d);
-    load_rows<T, DMAX, BC>(Vs, q + 2 * d.D, row_stride, k0, d);
-    load_key_flags<BC>(kflag, pad_row, k0, d.T);
+    load_key_tile<T, DMAX, BC>(Ks, Vs, kflag, q, pad_row, k0, d);
     __syncthreads();
 
     // 1. Scores: S = scale Q K^T, -inf where masked.
@@ -412,9 +420,7 @@ __global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, 
     const int64_t k0 = kt * BC;
     if (!any_key_live<BC>(pad_row, k0, d.T)) continue;
     __syncthreads();  // previous tile done; d_s and lse_s written
-    load_rows<T, DMAX, BC>(Ks, q + d.D, row_stride, k0, d);
-    load_rows<T, DMAX, BC>(Vs, q + 2 * d.D, row_stride, k0, d);
-    load_key_flags<BC>(kflag, pad_row, k0, d.T);
+    load_key_tile<T, DMAX, BC>(Ks, Vs, kflag, q, pad_row, k0, d);
     __syncthreads();
     T s[RPT][CPT], dp[RPT][CPT];
     tile_dot<T, DMAX, RPT, CPT>(s, Qs, Ks, ty, tx);    // the forward's scores, bit for bit
@@ -471,9 +477,7 @@ __global__ void flash_backward_dkv_kernel(const T* qkv, const bool* pad, Dims d,
   const T* do_head = dout + b * d.T * d.D + h * d.Dh;
   const bool* pad_row = pad != nullptr ? pad + b * d.T : nullptr;
 
-  load_rows<T, DMAX, BK>(Ks, q + d.D, row_stride, k0, d);
-  load_rows<T, DMAX, BK>(Vs, q + 2 * d.D, row_stride, k0, d);
-  load_key_flags<BK>(kflag, pad_row, k0, d.T);
+  load_key_tile<T, DMAX, BK>(Ks, Vs, kflag, q, pad_row, k0, d);
   T dk[RPT][OPT], dv[RPT][OPT];
   for (int r = 0; r < RPT; ++r)
     for (int o = 0; o < OPT; ++o) dk[r][o] = dv[r][o] = T(0);
