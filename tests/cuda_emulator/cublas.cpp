@@ -111,11 +111,7 @@ cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t t
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {
   if (handle == nullptr) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasCreate: null handle pointer");
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasCreate: no device");
-  }
+  if (ember_emu::device_count() == 0) return fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasCreate: no device");
   *handle = new cublasContext;
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -117,12 +117,8 @@ void backward(cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode, const cudnn
 }  // namespace
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
-  int count = 0;
   if (handle == nullptr) return fail(CUDNN_STATUS_BAD_PARAM, "cudnnCreate: null handle pointer");
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return fail(CUDNN_STATUS_NOT_INITIALIZED, "cudnnCreate: no device");
-  }
+  if (ember_emu::device_count() == 0) return fail(CUDNN_STATUS_NOT_INITIALIZED, "cudnnCreate: no device");
   *handle = new cudnnContext;
   return CUDNN_STATUS_SUCCESS;
 }
