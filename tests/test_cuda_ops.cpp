@@ -447,6 +447,7 @@ TEST_CASE("cuda ops: SGD's fused multi-tensor step matches the CPU, with and wit
     auto [cpu_params, gpu_params] = parameter_pairs(35, 3, 700);  // more than one launch's worth (32 tensors)
     optim::SGD cpu_opt(two_groups(cpu_params, 10, 0.05), 0.1, momentum),
         gpu_opt(two_groups(gpu_params, 10, 0.05), 0.1, momentum);
+    const Tensor untouched = cpu_params[4].detach().clone();
     for (int step = 0; step < 3; ++step) {
       for (size_t i = 0; i < cpu_params.size(); ++i) {
         if (i == 4) continue;  // a parameter without a gradient is left alone on both devices
@@ -458,6 +459,7 @@ TEST_CASE("cuda ops: SGD's fused multi-tensor step matches the CPU, with and wit
       gpu_opt.step();
     }
     CHECK(gpu_opt.state_dict().size() == cpu_opt.state_dict().size());
+    check_close(gpu_params[4].to(Device::cpu()), untouched, 0.0);  // no gradient: not moved
     for (size_t i = 0; i < cpu_params.size(); ++i) check_close(gpu_params[i].to(Device::cpu()), cpu_params[i], 1e-6);
   }
 }
