@@ -188,10 +188,7 @@ TEST_CASE("cuda ops: softmax and log_softmax over every dim, values and gradient
 
 TEST_CASE("cuda ops: softmax through cuDNN (EMBER_SOFTMAX=cudnn) matches the CPU too") {
   if (skip_without_cuda()) return;
-  if (!cuda::cudnn_available()) {
-    std::printf("skipped: this build has no cuDNN\n");
-    return;
-  }
+  if (!cuda::cudnn_available()) return skip_test("this build has no cuDNN");
   cuda::set_softmax_cudnn(true);
   try {
     for (int64_t d : {0, -1}) {
@@ -596,10 +593,7 @@ TEST_CASE("cuda allocator: blocks are reused (no cudaMalloc in a steady loop), s
 
 // What a machine without a GPU sees: clear errors, never a crash (this runs in CI).
 TEST_CASE("cuda (no GPU): asking for a GPU anywhere is a clear error") {
-  if (cuda_device_count() > 0) {
-    std::printf("skipped: this machine has a CUDA device (the no-GPU path is tested without one)\n");
-    return;
-  }
+  if (cuda_device_count() > 0) return skip_test("this process has a CUDA device (the no-GPU path is tested without one)");
   check_error([] { Tensor::empty({2}, Dtype::Float32, kGpu); }, "CUDA");
   check_error([] { zeros({2}, Dtype::Int64, Device::cuda(1)); }, "CUDA");
   check_error([] { rnd({3}, 1).to(kGpu); }, "CUDA");
