@@ -69,6 +69,18 @@ TEST_CASE("tensor: view refuses layouts that need a copy, and bad views are clea
   check_error([&] { t.data<double>(); }, "holds float32");
 }
 
+// A 0-d tensor has the dims 0 and -1 (like PyTorch): transposing them is the tensor itself. (It
+// wrote through an empty dims list and crashed, softmax of a 0-d GPU tensor with it.)
+DEVICE_TEST_CASE("tensor: a 0-d tensor transposes to itself, and its gradient flows back") {
+  Tensor s = scalar(3.0, Dtype::Float64, device).requires_grad_();
+  Tensor t = s.transpose(0, -1);
+  CHECK(t.shape() == Shape{});
+  check_values(t, {3});
+  (t * 2.0).backward();
+  check_values(s.grad(), {2});
+  check_error([&] { s.transpose(0, 1); }, "transpose: dim 1 out of range for a tensor with 0 dims");
+}
+
 TEST_CASE("tensor: dtype conversion and copy_ with broadcast") {
   Tensor t = tensor({1.7, -2.2, 3.0});
   check_values(t.to(Dtype::Int64), {1, -2, 3});

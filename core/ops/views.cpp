@@ -101,7 +101,9 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   std::vector<int64_t> dims(static_cast<size_t>(this->dim()));
   std::iota(dims.begin(), dims.end(), 0);
-  std::swap(dims[size_t(normalize_dim(dim0, dim(), "transpose"))], dims[size_t(normalize_dim(dim1, dim(), "transpose"))]);
+  const int64_t d0 = normalize_dim(dim0, dim(), "transpose"), d1 = normalize_dim(dim1, dim(), "transpose");
+  // NOTE: a 0-d tensor's dims 0 and -1 are valid but there is nothing to swap.
+  if (!dims.empty()) std::swap(dims[size_t(d0)], dims[size_t(d1)]);
   return permute(dims);
 }
 
