@@ -55,7 +55,7 @@ for test in json.load(sys.stdin).get("tests", []):
         if target in known and (os.path.realpath(arg).startswith(build + "/") or arg.endswith("_NOT_BUILT")):
             wanted.add(target)
 print(" ".join(sorted(wanted)))
-' "$BUILD_DIR" "$(cmake --build "$BUILD_DIR" --target help | sed -n -e 's/^\.\.\. \([^ ]*\).*/\1/p' -e 's/^\([^ :]*\): .*/\1/p' | tr '\n' ' ')"
+' "$BUILD_DIR" "$(sed -n 's|.*/CMakeFiles/\(.*\)\.dir$|\1|p' "$BUILD_DIR/CMakeFiles/TargetDirectories.txt" | tr '\n' ' ')"
 }
 
 start=$(date +%s)
