@@ -3,10 +3,8 @@
 // no shift). Fused forward saving mean and 1/std per row; fused backward giving dx, dweight, dbias.
 // Statistics are computed in the input's dtype, shifted (core/cpu/layer_norm.h); dweight and dbias are
 // summed over rows deterministically, independent of the thread count.
-#include "autograd/node.h"
 #include "core/cpu/layer_norm.h"
-#include "core/gpu.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 
 namespace ember {
 namespace {
@@ -38,7 +36,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor x2 = x.detach().contiguous().view({rows, D});
   Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
-  cpu::LayerNormForward f = x.device().is_cuda() ? gpu::layer_norm_forward(x2, w, b, eps)
+  LayerNormForward f = x.device().is_cuda() ? gpu::layer_norm_forward(x2, w, b, eps)
                                                   : cpu::layer_norm_forward(x2, w, b, eps);
   Tensor y = f.y.view(x.shape());
 
@@ -49,7 +47,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
          [x2, w, mean = f.mean, rstd = f.rstd, shape = x.shape(), rows, D, need_dx, need_dw,
           need_db](const Tensor& g) -> Grads {
            Tensor g2 = g.contiguous().view({rows, D});
-           cpu::LayerNormGrads grads =
+           LayerNormGrads grads =
                x2.device().is_cuda() ? gpu::layer_norm_backward(g2, x2, mean, rstd, w, need_dx, need_dw, need_db)
                                      : cpu::layer_norm_backward(g2, x2, mean, rstd, w, need_dx, need_dw, need_db);
            return {need_dx ? grads.dx.view(shape) : Tensor(), grads.dweight, grads.dbias};
