@@ -117,6 +117,14 @@ EMBER_CUDA_ENTRY(int64_t, layer_norm_chunks, (int64_t rows))
 EMBER_CUDA_ENTRY(void, layer_norm_backward, (int device, bool float64, const void* grad, const void* x,
                                              const double* mean, const double* rstd, const void* weight, void* dx,
                                              void* dweight, void* dbias, int64_t rows, int64_t D, double* partial))
+// RMS norm of contiguous [rows, D]: y = x * rstd * weight (weight [D] or null), rstd = 1 / sqrt(mean(x^2) + eps)
+// per row, float64 [rows], like the CPU's (core/ops/layer_norm.cpp). Backward: dx and dweight (each
+// null when not wanted); `partial` is scratch of layer_norm_chunks(rows) * D doubles (dweight by chunks).
+EMBER_CUDA_ENTRY(void, rms_norm_forward, (int device, bool float64, const void* x, const void* weight, void* y,
+                                          double* rstd, int64_t rows, int64_t D, double eps))
+EMBER_CUDA_ENTRY(void, rms_norm_backward, (int device, bool float64, const void* grad, const void* x,
+                                           const double* rstd, const void* weight, void* dx, void* dweight,
+                                           int64_t rows, int64_t D, double* partial))
 // Per row: row_max, sum_exp (the logits' type) and the row's loss (double; 0 for ignored rows).
 EMBER_CUDA_ENTRY(void, cross_entropy_forward, (int device, bool float64, const void* logits, const int64_t* targets,
                                                int64_t N, int64_t C, int64_t ignore_index, void* row_max,

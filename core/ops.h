@@ -97,6 +97,8 @@ Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 // Normalises over the last dim: (x - mean) / sqrt(var + eps) * weight + bias. Fused forward and backward.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// Normalises over the last dim by the root mean square: x / sqrt(mean(x^2) + eps) * weight (weight [D] or undefined).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 
 // ---- Attention (core/ops/attention.cpp)
 // Multi-head self-attention on a fused projection qkv [B, T, 3 D] (q | k | v, each `heads` heads of
