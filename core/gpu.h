@@ -1,6 +1,7 @@
-// The CUDA backend for tensors: host C++ wrappers that check shapes and devices, lay operands out
-// for the raw kernels of core/cuda_ops.h (cuda/*.cu) and allocate the results. The ops in
-// core/ops/*.cpp route a CUDA tensor here in a line or two; CPU tensors never come here.
+// The CUDA backend for tensors: the operand layout an op hands a raw kernel of core/cuda_ops.h
+// (cuda/*.cu), and host C++ wrappers that lay operands out, launch and allocate the results for the
+// ops that share kernels. The ops in core/ops/*.cpp have checked their inputs (devices, dtypes,
+// shapes) and route a CUDA tensor here in a line or two; CPU tensors never come here.
 // In a build without CUDA every kernel behind these raises "this build of Ember has no CUDA
 // backend" (core/cuda_ops_stubs.cpp); no tensor can be on a GPU there anyway.
 // NOTE: compiled by CI and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).

@@ -1,6 +1,7 @@
 // Element-wise math: each op's value f(x) and derivative df(x, y) (y = f(x)) side by side.
 // EMBER_HD: the same functor runs in the CPU loop and in the CUDA kernel.
-// To add an element-wise op: a functor here, one line in EMBER_UNARY_OPS, a test. That is all.
+// To add an element-wise op: a functor here, one line in EMBER_UNARY_OPS, its declaration in
+// core/ops.h, a test. That is all (docs/adding-an-op.md).
 #pragma once
 #include <cmath>
 #include <type_traits>

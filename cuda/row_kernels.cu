@@ -1,5 +1,5 @@
-// Row kernels: reductions over the last dim, argmax, softmax and log-softmax (forward and backward),
-// layer norm (forward and backward) and cross-entropy (forward and backward).
+// Row kernels, forward and backward: reductions over the last dim, argmax, softmax and log-softmax,
+// the normalisations (layer norm, and below it RMS norm) and cross-entropy.
 // One block of 256 threads per row: each thread accumulates a fixed, strided subset of the row, and
 // the 256 partial results are combined by a tree in shared memory in a fixed order. No atomics:
 // the same input always gives the same bits, whatever the GPU. Floating sums accumulate in double.

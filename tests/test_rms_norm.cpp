@@ -112,12 +112,14 @@ TEST_CASE("cuda ops: rms_norm's CUDA kernels match the CPU, values and gradients
     const double tol = dtype == Dtype::Float32 ? 1e-5 : 1e-12;
     uint64_t seed = 30;
     for (const Case& c : cases) {
-      INFO(shape_str(c.shape) << " " << dtype_name(dtype) << (c.weight ? " weight" : "") << (c.transposed ? " transposed" : ""));
+      INFO(shape_str(c.shape) << " " << dtype_name(dtype) << (c.weight ? " weight" : "")
+                              << (c.transposed ? " transposed" : ""));
       Tensor x = random64(c.shape, ++seed, -3, 3).to(dtype);
       Tensor w = c.weight ? random64({c.shape.back()}, ++seed, -2, 2).to(dtype) : Tensor();
       Tensor probe = random64(c.shape, ++seed).to(dtype);
       Tensor xc = x.clone().requires_grad_(), xg = x.to(gpu).requires_grad_();
-      Tensor wc = c.weight ? w.clone().requires_grad_() : Tensor(), wg = c.weight ? w.to(gpu).requires_grad_() : Tensor();
+      Tensor wc = c.weight ? w.clone().requires_grad_() : Tensor();
+      Tensor wg = c.weight ? w.to(gpu).requires_grad_() : Tensor();
       auto input = [&](const Tensor& t) { return c.transposed ? t.transpose(0, 1).contiguous().transpose(0, 1) : t; };
       Tensor yc = rms_norm(input(xc), wc), yg = rms_norm(input(xg), wg);
       REQUIRE(yg.device() == gpu);

@@ -1,8 +1,9 @@
-// Layer normalisation over the last dim: y = (x - mean) / sqrt(var + eps) * weight + bias, var the
-// biased (population) variance, weight and bias of shape [D] (either may be undefined: no scale /
-// no shift). Fused forward saving mean and 1/std per row; fused backward giving dx, dweight, dbias.
-// Statistics are computed in the input's dtype, shifted (core/cpu/layer_norm.h); dweight and dbias are
-// summed over rows deterministically, independent of the thread count.
+// Normalisations over the last dim, each a fused forward and backward; each section says its own.
+// Layer norm: y = (x - mean) / sqrt(var + eps) * weight + bias, var the biased (population)
+// variance, weight and bias of shape [D] (either may be undefined: no scale / no shift). Fused
+// forward saving mean and 1/std per row; fused backward giving dx, dweight, dbias. Statistics are
+// computed in the input's dtype, shifted (core/cpu/layer_norm.h); dweight and dbias are summed over
+// rows deterministically, independent of the thread count.
 #include "core/cpu/layer_norm.h"
 #include "core/ops/op_support.h"
 
