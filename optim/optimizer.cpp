@@ -56,7 +56,7 @@ void Optimizer::check_state_entry(const std::string&, const std::string&, const 
 
 namespace {
 
-// "<index>.<kind>" split, the index made only of decimal digits (no sign, no spaces) and below
+// "<index>.<kind>" split, the index in decimal digits as std::to_string writes it, and below
 // `count`; otherwise an error naming the entry.
 std::pair<size_t, std::string> parse_state_name(const std::string& name, size_t count) {
   const size_t dot = name.find('.');
@@ -65,6 +65,8 @@ std::pair<size_t, std::string> parse_state_name(const std::string& name, size_t 
                   std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }),
               "optimizer state: unexpected entry '{}' (expected 'step' or '<parameter number>.<kind>')", name);
   const size_t index = size_t(std::stoull(digits));
+  EMBER_CHECK(std::to_string(index) == digits, "optimizer state: unexpected entry '{}' (parameter numbers are "
+              "written without leading zeros)", name);
   EMBER_CHECK(index < count, "optimizer state: '{}' refers to parameter {}, but there are {}", name, index, count);
   return {index, name.substr(dot + 1)};
 }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "examples/imdb/digest.h"
 #include "examples/imdb/trainer.h"
 #include "nn/checkpoint.h"
 
@@ -17,12 +18,13 @@ constexpr const char* kFormat = "ember-imdb-checkpoint-v2";
 // checked against the model's tensors: all before any model is built from them.
 struct ReadCheckpoint {
   nn::TensorMap state;
+  nn::Metadata meta;
   CheckpointInfo info;
 };
 
 ReadCheckpoint read_checkpoint(const std::string& path) {
   ReadCheckpoint read;
-  nn::Metadata meta;
+  nn::Metadata& meta = read.meta;
   read.state = nn::load_tensors(path, &meta);  // its size is bounded by the file's
   auto field = [&](const char* key) -> const std::string& {
     auto it = meta.find(key);
@@ -78,9 +80,11 @@ ReadCheckpoint read_checkpoint(const std::string& path) {
   return read;
 }
 
-// Loads the model and optimiser tensors, then checks that the optimiser has every moment.
-void load_into(const std::string& path, const nn::TensorMap& state, nn::TransformerClassifier& model,
+// Loads the model and optimiser tensors, checks that the optimiser has every moment, and last
+// the checksum: what no check before can see (a setting such as heads or dropout, a weight's bits).
+void load_into(const std::string& path, const ReadCheckpoint& read, nn::TransformerClassifier& model,
                optim::Optimizer& optimizer) {
+  const nn::TensorMap& state = read.state;
   try {
     model.load_state_dict(nn::with_prefix_removed(state, "model."));
     optimizer.load_state_dict(nn::with_prefix_removed(state, "optim."));
@@ -93,9 +97,40 @@ void load_into(const std::string& path, const nn::TensorMap& state, nn::Transfor
                 "moments after the first step)", path, missing.empty() ? "" : missing.front(),
                 missing.size() > 1 ? fmt::format(" and {} more", missing.size() - 1) : "");
   }
+  check_content_fingerprint(state, read.meta, "checkpoint '" + path + "'");
 }
 
 }  // namespace
+
+std::string content_fingerprint(const nn::TensorMap& tensors, const nn::Metadata& metadata) {
+  Digest digest(DigestKind::Sha256);
+  auto add_text = [&](const std::string& text) {
+    const uint64_t length = text.size();
+    digest.update(&length, sizeof length);
+    digest.update(text);
+  };
+  for (const auto& [key, value] : metadata) {
+    if (key == kContentKey) continue;
+    add_text(key);
+    add_text(value);
+  }
+  for (const auto& [name, t] : tensors) {
+    Tensor cpu = t.detach().to(Device::cpu()).contiguous();
+    add_text(name);
+    add_text(std::string(dtype_name(cpu.dtype())));
+    for (int64_t dim : cpu.shape()) digest.update(&dim, sizeof dim);
+    digest.update(cpu.raw_data(), size_t(cpu.numel() * dtype_size(cpu.dtype())));
+  }
+  return digest.hex_digest();
+}
+
+void check_content_fingerprint(const nn::TensorMap& tensors, const nn::Metadata& metadata, const std::string& path) {
+  auto recorded = metadata.find(kContentKey);
+  EMBER_CHECK(recorded != metadata.end(), "'{}' has no '{}' in its metadata (not written by this trainer, or by an "
+              "older one)", path, kContentKey);
+  EMBER_CHECK(recorded->second == content_fingerprint(tensors, metadata), "'{}': its contents differ from the "
+              "checksum it was written with ({}): the file was changed or damaged after it was saved", path, kContentKey);
+}
 
 void save_checkpoint(const std::string& path, const TrainConfig& config, const CheckpointInfo& info,
                      const nn::TransformerClassifier& model, const optim::Optimizer& optimizer) {
@@ -113,6 +148,7 @@ void save_checkpoint(const std::string& path, const TrainConfig& config, const C
   meta["generator_offset"] = std::to_string(info.generator_offset);
   meta["epoch_loss_sum"] = fmt::format("{:a}", info.epoch_loss_sum);
   meta["data_fingerprint"] = info.data_fingerprint;
+  meta[kContentKey] = content_fingerprint(state, meta);
   nn::save_tensors(path, state, meta);
 }
 
@@ -125,7 +161,7 @@ CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& ex
     EMBER_CHECK(it != saved.end() && it->second == value, "resume: {} was written with other settings: {} is {} "
                 "there but {} here", path, key, it == saved.end() ? "missing" : it->second, value);
   }
-  load_into(path, read.state, model, optimizer);
+  load_into(path, read, model, optimizer);
   return read.info;
 }
 
@@ -134,7 +170,7 @@ CheckpointInfo check_checkpoint(const std::string& path) {
   Generator gen(0);
   nn::TransformerClassifier model(read.info.config.model, gen);
   optim::AdamW optimizer(parameter_groups(model, read.info.config.weight_decay), read.info.config.lr);
-  load_into(path, read.state, model, optimizer);
+  load_into(path, read, model, optimizer);
   return read.info;
 }
 

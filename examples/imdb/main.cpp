@@ -37,7 +37,7 @@ CLI::Validator integer_in(int64_t min, int64_t max) {
         if (parse_integer(text, min, max)) return "";
         return fmt::format("expects an integer in [{}, {}], got '{}'", min, max, text);
       },
-      fmt::format("INT in [{} - {}]", min, max));
+      fmt::format("[{}, {}]", min, max));
 }
 CLI::Validator unsigned_integer() {
   return CLI::Validator(
@@ -45,7 +45,7 @@ CLI::Validator unsigned_integer() {
         if (parse_unsigned(text)) return "";
         return fmt::format("expects an integer in [0, {}], got '{}'", std::numeric_limits<uint64_t>::max(), text);
       },
-      "UINT");
+      "[0, 2^64)");
 }
 CLI::Validator real_in(double min, double max) {
   return CLI::Validator(
@@ -53,7 +53,7 @@ CLI::Validator real_in(double min, double max) {
         if (parse_real(text, min, max)) return "";
         return fmt::format("expects a number in [{}, {}], got '{}'", min, max, text);
       },
-      fmt::format("NUMBER in [{} - {}]", min, max));
+      fmt::format("[{}, {}]", min, max));
 }
 
 // Option helpers: each shows its default in --help.
@@ -132,7 +132,7 @@ void check_no_flag_values(const CLI::App& app) {
 int run(int argc, char** argv) {
   CLI::App app{"imdb: train, evaluate, use and compare Transformer sentiment classifiers on IMDb"};
   app.require_subcommand(1);
-  app.formatter()->column_width(34);
+  app.get_formatter()->column_width(34);
 
   TrainConfig train_config;
   CLI::App* train_command = app.add_subcommand(
@@ -183,6 +183,12 @@ int run(int argc, char** argv) {
       app.add_subcommand("check", "load a run's checkpoint.safetensors as --resume would, and print its step");
   check_command->add_option("--run", run_folder, "a train output folder")->capture_default_str();
 
+  auto is_command = [&](const std::string& name) {
+    for (const CLI::App* command : app.get_subcommands({})) if (command->check_name(name)) return true;
+    return false;
+  };
+  if (argc >= 2 && argv[1][0] != '-' && !is_command(argv[1]))
+    throw UsageError(fmt::format("unknown command '{}' (commands: train, eval, predict, compare, report, check)", argv[1]));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

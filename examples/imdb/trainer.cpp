@@ -206,10 +206,17 @@ nlohmann::ordered_json epoch_record(const EpochResult& er, int64_t step, size_t 
           {"peak_rss_bytes", er.peak_rss_bytes}};
 }
 
-nn::Metadata model_metadata(const TrainConfig& config, const Vocabulary& vocabulary) {
+constexpr const char* kModelFormat = "ember-imdb-model-v2";
+
+// model.safetensors: the weights, the settings, the vocabulary's fingerprint and the checksum.
+void save_model(const std::string& path, const TrainConfig& config, const nn::TransformerClassifier& model,
+                const Vocabulary& vocabulary) {
+  nn::TensorMap weights = model.state_dict();
   nn::Metadata meta = config.to_metadata();
+  meta["format"] = kModelFormat;
   meta["vocab_sha256"] = vocabulary_fingerprint(vocabulary);
-  return meta;
+  meta[kContentKey] = content_fingerprint(weights, meta);
+  nn::save_tensors(path, weights, meta);
 }
 
 }  // namespace
@@ -368,7 +375,7 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     // in metrics.jsonl and its model.safetensors beside it (a kill between the two redoes the epoch's
     // end from the checkpoint before).
     metrics.flush();
-    nn::save_tensors(model_path, model.state_dict(), model_metadata(config, data.vocabulary));
+    save_model(model_path, config, model, data.vocabulary);
     state.epoch_loss_sum = 0;
     save();
     if (stop) break;
@@ -381,7 +388,7 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
   if (result.finished) {
     std::error_code error;
     if (!fs::exists(model_path, error))  // a resume of a finished run whose model file was lost
-      nn::save_tensors(model_path, model.state_dict(), model_metadata(config, data.vocabulary));
+      save_model(model_path, config, model, data.vocabulary);
     nlohmann::json last = last_epoch_record(metrics.path());
     if (!result.epochs.empty()) result.final_test_accuracy = result.epochs.back().test_accuracy;
     else if (last.is_object() && last.value("epoch", int64_t(0)) == config.epochs && last["test_accuracy"].is_number())
@@ -405,7 +412,11 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
 SavedRun load_run(const std::string& folder) {
   const std::string path = folder + "/model.safetensors";
   nn::Metadata meta;
-  nn::TensorMap weights = nn::load_tensors(path, &meta);
+  nn::TensorMap weights = nn::load_tensors(path, &meta);  // its size is bounded by the file's
+  auto format = meta.find("format");
+  EMBER_CHECK(format != meta.end() && format->second == kModelFormat, "model file '{}' has format '{}', expected {} "
+              "(written by an older trainer? train again)", path,
+              format == meta.end() ? "(none)" : format->second.substr(0, 60), kModelFormat);
   TrainConfig config;
   try {
     config = TrainConfig::from_metadata(meta);
@@ -413,12 +424,13 @@ SavedRun load_run(const std::string& folder) {
     fail("model file '{}': {}", path, e.what());
   }
   check_settings_match_tensors(config.model, weights, path);  // before building: the sizes are the file's
+  auto recorded = meta.find("vocab_sha256");
+  EMBER_CHECK(recorded != meta.end(), "model file '{}' has no 'vocab_sha256' in its metadata", path);
   SavedRun run{config, Vocabulary::load(folder + "/vocab.txt"), nullptr};
   EMBER_CHECK(run.vocabulary.size() == run.config.model.vocab_size,
               "{}: vocab.txt has {} tokens but the model was trained with {}", folder, run.vocabulary.size(),
               run.config.model.vocab_size);
-  auto recorded = meta.find("vocab_sha256");
-  EMBER_CHECK(recorded == meta.end() || recorded->second == vocabulary_fingerprint(run.vocabulary),
+  EMBER_CHECK(recorded->second == vocabulary_fingerprint(run.vocabulary),
               "{}: vocab.txt is not the vocabulary the model was trained with (its SHA-256 differs from the one "
               "model.safetensors records)", folder);
   Generator gen(0);
@@ -428,6 +440,7 @@ SavedRun load_run(const std::string& folder) {
   } catch (const Error& e) {
     fail("model file '{}': {}", path, e.what());
   }
+  check_content_fingerprint(weights, meta, "model file '" + path + "'");  // last: what no check above can see
   run.model->eval();
   return run;
 }

@@ -78,6 +78,14 @@ struct CheckpointInfo {
   TrainConfig config;
 };
 CheckpointInfo check_checkpoint(const std::string& path);
+// SHA-256 of a saved file's metadata (but its own entry, kContentKey) and tensors (names, dtypes,
+// shapes, bytes). Checkpoints and model files record it; loading checks it after every other
+// check, so that a change no other check can see (heads, dropout, a weight's bits) is refused too.
+inline constexpr const char* kContentKey = "content_sha256";
+std::string content_fingerprint(const std::map<std::string, Tensor>& tensors,
+                                const std::map<std::string, std::string>& metadata);
+void check_content_fingerprint(const std::map<std::string, Tensor>& tensors,
+                               const std::map<std::string, std::string>& metadata, const std::string& what);
 // Writes the checkpoint (atomically) after checking that every tensor is finite (a run that
 // diverged is an error, and the previous checkpoint stays).
 void save_checkpoint(const std::string& path, const TrainConfig& config, const CheckpointInfo& info,
