@@ -132,6 +132,8 @@ void check_no_flag_values(const CLI::App& app) {
 int run(int argc, char** argv) {
   CLI::App app{"imdb: train, evaluate, use and compare Transformer sentiment classifiers on IMDb"};
   app.require_subcommand(1);
+  // A flag given twice keeps its last value (a script can append overrides to a command line).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.get_formatter()->column_width(34);
 
   TrainConfig train_config;
@@ -147,6 +149,7 @@ int run(int argc, char** argv) {
   add_training_flags(*compare_command, compare_config.base, "runs/compare");
   compare_command->add_option("--heads-list", heads_list, "comma-separated head counts")
       ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(integer_in(1, limits::max_heads))
       ->capture_default_str();
   integer_option(*compare_command, "--seeds", compare_config.seeds, 1, 1000, "seeds 0..N-1 per head count");
@@ -174,6 +177,7 @@ int run(int argc, char** argv) {
   add_data_flags(*report_command, data_config);
   report_command->add_option("--heads-list", heads_list, "comma-separated head counts (--compare)")
       ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(integer_in(1, limits::max_heads))
       ->capture_default_str();
   integer_option(*report_command, "--seed", report_seed, 0, 1 << 30, "the seed of the runs shown (--compare)");
