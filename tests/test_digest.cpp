@@ -21,7 +21,7 @@ TEST_CASE("digest: SHA-1 and SHA-256 test vectors") {
   CHECK(digest_hex(DigestKind::Sha256, "abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
-TEST_CASE("digest: feeding bytes in pieces gives the same digest; a spent digest refuses more") {
+TEST_CASE("digest: feeding bytes in pieces gives the same digest, and a spent digest refuses more") {
   std::string message;
   for (size_t i = 0; i < 130; ++i) message += char('a' + i % 26);
   const std::string whole = digest_hex(DigestKind::Sha1, message);

@@ -117,6 +117,9 @@ std::string compare(const CompareConfig& config) {
       run.out = folder;
       fmt::print(stderr, "compare: training heads {} seed {} -> {}\n", heads, seed, folder);
       RunResult result = train(run, *data);
+      EMBER_CHECK(result.stopped_by_signal == 0, "compare: heads {} seed {} stopped by signal {} at step {} of {}, "
+                  "checkpointed; continue with --resume", heads, seed, result.stopped_by_signal, result.steps,
+                  result.total_steps);
       if (!result.finished) {
         // Stopped part-way (--stop-after, a signal): no result.json, so that a later compare
         // (with --resume) continues this run rather than counting it as done.
