@@ -143,7 +143,8 @@ if ldd "$IMDB" 2>/dev/null | grep -q libasan; then
 else
   # The address space the program needs to start (a CUDA build maps large libraries), in KiB.
   base=8000
-  while ! bash -c "ulimit -v $base; exec \"\$0\" --help" "$IMDB" >/dev/null 2>&1; do base=$((base + 8000)); done
+  # (Below it the dynamic loader itself may crash; bash's report of that is silenced.)
+  { while ! bash -c "ulimit -v $base; exec \"\$0\" --help" "$IMDB" >/dev/null 2>&1; do base=$((base + 8000)); done; } 2>/dev/null
   oom_failed=0 oom_clean=0 oom_bad=""
   for extra in $(seq 20000 6000 140000); do
     limit=$((base + extra))
