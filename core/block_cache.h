@@ -41,14 +41,26 @@ class BlockCache {
 
   // A live block is freed: it goes into the cache. False (and nothing changes) for a pointer this
   // cache did not hand out.
+  // NOTE: the cache's own bookkeeping may need memory: if that push throws std::bad_alloc, nothing
+  // has changed and the caller can hand the block to the system with forget() instead.
   bool give_back(void* ptr) {
     auto found = live_.find(ptr);
     if (found == live_.end()) return false;
     const size_t size = found->second;
+    free_[size].push_back(ptr);
     live_.erase(found);
     stats_.allocated -= int64_t(size);
-    free_[size].push_back(ptr);
     cached_ += size;
+    return true;
+  }
+
+  // A live block leaves the cache's books without being cached (the caller frees it). Allocates nothing.
+  bool forget(void* ptr) {
+    auto found = live_.find(ptr);
+    if (found == live_.end()) return false;
+    stats_.allocated -= int64_t(found->second);
+    stats_.reserved -= int64_t(found->second);
+    live_.erase(found);
     return true;
   }
 

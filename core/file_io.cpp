@@ -24,12 +24,14 @@ std::string read_whole_file(const std::string& path, std::string_view what) {
   EMBER_CHECK(std::filesystem::is_regular_file(path, error), "{} '{}' is not a regular file", what, path);
   std::ifstream in(path, std::ios::binary);
   EMBER_CHECK(in.good(), "{} '{}' cannot be opened for reading", what, path);
+  // Streamed in chunks until the end, not sized from the file's length: files such as those of
+  // /proc report a size of 0 (or a wrong one) and still have contents.
   std::string bytes;
-  in.seekg(0, std::ios::end);
-  bytes.resize(size_t(in.tellg()));
-  in.seekg(0, std::ios::beg);
-  in.read(bytes.data(), std::streamsize(bytes.size()));
-  EMBER_CHECK(in.good() && size_t(in.gcount()) == bytes.size(), "{} '{}': read error", what, path);
+  const auto size_hint = std::filesystem::file_size(path, error);
+  if (!error && size_hint < (uint64_t(1) << 40)) bytes.reserve(size_t(size_hint));  // a hint only
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) bytes.append(chunk, size_t(in.gcount()));
+  EMBER_CHECK(in.eof() && !in.bad(), "{} '{}': read error", what, path);
   return bytes;
 }
 

@@ -1,6 +1,7 @@
 // Tensors <-> safetensors entries (core/safetensors.h does the file format).
 #include "nn/checkpoint.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -31,7 +32,36 @@ Dtype ember_dtype(const std::string& name, const std::string& path, const std::s
   fail("{}: tensor '{}' has dtype {}, which Ember cannot load", path, tensor, name);
 }
 
+// The index of the first NaN or infinity among n values, or -1.
+template <typename T>
+int64_t first_non_finite(const void* data, int64_t n) {
+  const T* values = static_cast<const T*>(data);
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(values[i])) return i;
+  return -1;
+}
+
+// Throws naming the tensor and the element when a floating tensor holds a NaN or an infinity.
+void check_finite(const Tensor& cpu, const std::string& name, const std::string& where) {
+  int64_t bad = -1;
+  if (cpu.dtype() == Dtype::Float32) bad = first_non_finite<float>(cpu.raw_data(), cpu.numel());
+  else if (cpu.dtype() == Dtype::Float64) bad = first_non_finite<double>(cpu.raw_data(), cpu.numel());
+  else return;
+  if (bad < 0) return;
+  const double value = cpu.dtype() == Dtype::Float32 ? double(static_cast<const float*>(cpu.raw_data())[bad])
+                                                      : static_cast<const double*>(cpu.raw_data())[bad];
+  fail("{}: tensor '{}' (shape {}) holds {} at element {}: not a usable weight", where, name, shape_str(cpu.shape()),
+       std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf", bad);
+}
+
 }  // namespace
+
+void check_all_finite(const TensorMap& tensors, const std::string& where) {
+  for (const auto& [name, t] : tensors) {
+    if (t.dtype() != Dtype::Float32 && t.dtype() != Dtype::Float64) continue;
+    check_finite(t.detach().to(Device::cpu()).contiguous(), name, where);
+  }
+}
 
 void save_tensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata) {
   std::vector<safetensors::Entry> entries;
@@ -53,6 +83,7 @@ TensorMap load_tensors(const std::string& path, Metadata* metadata) {
     EMBER_CHECK(int64_t(entry.data.size()) == t.numel() * dtype_size(t.dtype()), "{}: tensor '{}' has {} bytes for shape {}",
                 path, entry.name, entry.data.size(), shape_str(entry.shape));
     if (!entry.data.empty()) std::memcpy(t.raw_data(), entry.data.data(), entry.data.size());
+    check_finite(t, entry.name, path);
     out.emplace(entry.name, t);
   }
   if (metadata != nullptr) *metadata = file.metadata;

@@ -15,8 +15,13 @@ using Metadata = std::map<std::string, std::string>;
 void save_tensors(const std::string& path, const TensorMap& tensors, const Metadata& metadata = {});
 
 // Reads every tensor of a safetensors file; errors name the file and the problem (truncated,
-// malformed header, unknown dtype, offsets out of range).
+// malformed header, unknown dtype, offsets out of range, a NaN or an infinity in a float tensor:
+// no weight file is loaded with those).
 TensorMap load_tensors(const std::string& path, Metadata* metadata = nullptr);
+
+// Throws ember::Error naming `where`, the tensor and the element if a float tensor holds a NaN
+// or an infinity (e.g. before saving a checkpoint of a run that diverged).
+void check_all_finite(const TensorMap& tensors, const std::string& where);
 
 // The tensors whose names start with `prefix`, with the prefix removed (e.g. "model.").
 TensorMap with_prefix_removed(const TensorMap& tensors, const std::string& prefix);

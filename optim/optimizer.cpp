@@ -2,7 +2,10 @@
 // adam_step_: one pass over each parameter's memory, a fused update, no temporaries), on any device.
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include <fmt/ranges.h>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
@@ -37,36 +40,88 @@ std::map<std::string, Tensor> Optimizer::state_dict() const {
   return out;
 }
 
+void Optimizer::count_step() {
+  EMBER_CHECK(steps_ >= 0 && steps_ < max_steps, "optimizer: step count {} is out of range [0, {})", steps_, max_steps);
+  ++steps_;
+}
+
+void Optimizer::check_state_entry(const std::string&, const std::string&, const Tensor&) const {}
+
+namespace {
+
+// "<index>.<kind>" split, the index in decimal digits as std::to_string writes it, and below
+// `count`; otherwise an error naming the entry.
+std::pair<size_t, std::string> parse_state_name(const std::string& name, size_t count) {
+  const size_t dot = name.find('.');
+  const std::string digits = name.substr(0, dot);
+  EMBER_CHECK(dot != std::string::npos && !digits.empty() && digits.size() <= 18 &&
+                  std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }),
+              "optimizer state: unexpected entry '{}' (expected 'step' or '<parameter number>.<kind>')", name);
+  const size_t index = size_t(std::stoull(digits));
+  EMBER_CHECK(std::to_string(index) == digits, "optimizer state: unexpected entry '{}' (parameter numbers are "
+              "written without leading zeros)", name);
+  EMBER_CHECK(index < count, "optimizer state: '{}' refers to parameter {}, but there are {}", name, index, count);
+  return {index, name.substr(dot + 1)};
+}
+
+}  // namespace
+
 void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
   auto step = state.find("step");
   EMBER_CHECK(step != state.end() && step->second.numel() == 1 && step->second.dtype() == Dtype::Int64,
-              "optimizer state: 'step' is missing or malformed");
+              "optimizer state: 'step' is missing or malformed (expected one int64)");
+  const int64_t steps = step->second.to(Device::cpu()).item<int64_t>();
+  EMBER_CHECK(steps >= 0 && steps <= max_steps, "optimizer state: 'step' is {}, outside [0, {}]", steps, max_steps);
   std::vector<Tensor> params;
   for (auto& group : groups_)
     for (auto& p : group.params) params.push_back(p);
+  const std::vector<std::string> kinds = state_kinds();
+  std::map<size_t, std::vector<std::string>> kinds_of;  // parameter -> the kinds the state has for it
   for (auto& [name, t] : state) {
     if (name == "step") continue;
-    size_t dot = name.find('.');
-    EMBER_CHECK(dot != std::string::npos, "optimizer state: unexpected entry '{}'", name);
-    size_t index = std::stoul(name.substr(0, dot));
-    EMBER_CHECK(index < params.size(), "optimizer state: '{}' refers to parameter {} of {}", name, index, params.size());
+    auto [index, kind] = parse_state_name(name, params.size());
+    EMBER_CHECK(std::find(kinds.begin(), kinds.end(), kind) != kinds.end(),
+                "optimizer state: '{}' is not a buffer of this optimiser (its kinds: {})", name,
+                kinds.empty() ? std::string("none") : fmt::format("{}", fmt::join(kinds, ", ")));
     EMBER_CHECK(t.shape() == params[index].shape() && t.dtype() == params[index].dtype(),
-                "optimizer state: '{}' has shape {}, parameter {} has {}", name, shape_str(t.shape()), index,
-                shape_str(params[index].shape()));
+                "optimizer state: '{}' is {} {}, parameter {} is {} {}", name, dtype_name(t.dtype()),
+                shape_str(t.shape()), index, dtype_name(params[index].dtype()), shape_str(params[index].shape()));
+    check_state_entry(name, kind, t);
+    kinds_of[index].push_back(kind);
+  }
+  for (const auto& [index, present] : kinds_of) {
+    for (const std::string& kind : kinds) {
+      EMBER_CHECK(std::find(present.begin(), present.end(), kind) != present.end(),
+                  "optimizer state: parameter {} has '{}.{}' but no '{}.{}'", index, index, present.front(), index, kind);
+    }
   }
   buffers_.clear();
   for (auto& [name, t] : state)  // each buffer on its parameter's device (a checkpoint is read to the CPU)
-    if (name != "step") buffers_[name] = t.to(params[std::stoul(name.substr(0, name.find('.')))].device()).clone();
-  steps_ = step->second.item<int64_t>();
+    if (name != "step") buffers_[name] = t.to(params[parse_state_name(name, params.size()).first].device()).clone();
+  steps_ = steps;
+}
+
+std::vector<std::string> Optimizer::missing_state() const {
+  std::vector<std::string> missing;
+  size_t index = 0;
+  for (const auto& group : groups_)
+    for (size_t i = 0; i < group.params.size(); ++i, ++index)
+      for (const std::string& kind : state_kinds())
+        if (!buffers_.count(std::to_string(index) + "." + kind)) missing.push_back(std::to_string(index) + "." + kind);
+  return missing;
 }
 
 SGD::SGD(std::vector<ParamGroup> groups, double lr, double momentum) : Optimizer(std::move(groups), lr), momentum(momentum) {
   EMBER_CHECK(momentum >= 0, "SGD: momentum must be >= 0, got {}", momentum);
 }
 
+std::vector<std::string> SGD::state_kinds() const {
+  return momentum != 0 ? std::vector<std::string>{"momentum"} : std::vector<std::string>{};
+}
+
 void SGD::step() {
   NoGradGuard no_grad;
-  ++steps_;
+  count_step();
   std::vector<Tensor> params, grads, velocities;
   std::vector<double> decays;
   for_each_param([&](size_t index, Tensor& p, double wd) {
@@ -85,9 +140,20 @@ Adam::Adam(std::vector<ParamGroup> groups, double lr, double beta1, double beta2
               beta2);
 }
 
+std::vector<std::string> Adam::state_kinds() const { return {"exp_avg", "exp_avg_sq"}; }
+
+void Adam::check_state_entry(const std::string& name, const std::string& kind, const Tensor& value) const {
+  if (kind != "exp_avg_sq" || value.numel() == 0) return;
+  // A second moment is a running mean of squares: a negative one would make sqrt(v) NaN.
+  double smallest = 0;
+  for (double v : value.detach().to(Device::cpu()).to(Dtype::Float64).contiguous().to_vector<double>())
+    smallest = std::min(smallest, v);
+  EMBER_CHECK(!(smallest < 0), "optimizer state: '{}' holds {} (a second moment must be >= 0)", name, smallest);
+}
+
 void Adam::step() {
   NoGradGuard no_grad;
-  ++steps_;
+  count_step();
   const double correction1 = 1 - std::pow(beta1, double(steps_));
   const double correction2 = 1 - std::pow(beta2, double(steps_));
   std::vector<Tensor> params, grads, ms, vs;

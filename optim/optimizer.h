@@ -29,9 +29,18 @@ class Optimizer {
   const std::vector<ParamGroup>& groups() const { return groups_; }
 
   // Optimiser state by name ("step", "<i>.exp_avg", ...), for checkpoints. Loading checks
-  // every name and shape first and changes nothing on error.
+  // everything first and changes nothing on error: "step" a single int64 in [0, 2^62]; every
+  // other name "<i>.<kind>" with i a parameter's number (decimal digits only) and kind one of
+  // state_kinds(), no parameter with some of its kinds but not all, each tensor of its
+  // parameter's shape and dtype and valid for its kind (check_state_entry).
   virtual std::map<std::string, Tensor> state_dict() const;
   virtual void load_state_dict(const std::map<std::string, Tensor>& state);
+  // The per-parameter buffers this optimiser keeps ("exp_avg", "exp_avg_sq"; "momentum"; none).
+  virtual std::vector<std::string> state_kinds() const = 0;
+  // The "<i>.<kind>" buffers a parameter lacks (a parameter gets them at its first update): for a
+  // caller that knows every parameter has been updated, e.g. a trainer checking a checkpoint.
+  std::vector<std::string> missing_state() const;
+  static constexpr int64_t max_steps = int64_t(1) << 62;  // far beyond any run; step() refuses to go past it
 
  protected:
   // Every parameter of every group, numbered in order, with its group's weight decay.
@@ -43,6 +52,10 @@ class Optimizer {
   }
   // Named state buffers, one per parameter and kind; created (zeros) on first use.
   Tensor& buffer(const std::string& kind, size_t index, const Tensor& like);
+  // Counts one more step; an ember::Error (rather than an overflow) past max_steps.
+  void count_step();
+  // Checks a loaded buffer's values for its kind (e.g. a second moment must be >= 0).
+  virtual void check_state_entry(const std::string& name, const std::string& kind, const Tensor& value) const;
 
   std::vector<ParamGroup> groups_;
   double lr_;
@@ -55,6 +68,7 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<ParamGroup> groups, double lr, double momentum = 0.0);
   void step() override;
+  std::vector<std::string> state_kinds() const override;
   double momentum;
 };
 
@@ -66,8 +80,12 @@ class Adam : public Optimizer {
   Adam(std::vector<ParamGroup> groups, double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
        bool decoupled_weight_decay = false);
   void step() override;
+  std::vector<std::string> state_kinds() const override;
   double beta1, beta2, eps;
   bool decoupled;
+
+ protected:
+  void check_state_entry(const std::string& name, const std::string& kind, const Tensor& value) const override;
 };
 
 class AdamW : public Adam {

@@ -33,9 +33,9 @@ FLAGS=(-std=c++20 -O1 -g -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-r
        -fno-omit-frame-pointer)
 declare -A SOURCES=(
   [safetensors]="core/safetensors.cpp core/file_io.cpp"
-  [reviews_json]="examples/imdb/dataset.cpp examples/imdb/sha1.cpp examples/imdb/vocabulary.cpp examples/imdb/tokenizer.cpp core/file_io.cpp"
-  [aclimdb]="examples/imdb/dataset.cpp examples/imdb/sha1.cpp core/file_io.cpp"
-  [tokenizer]="examples/imdb/vocabulary.cpp examples/imdb/tokenizer.cpp examples/imdb/dataset.cpp examples/imdb/sha1.cpp core/file_io.cpp"
+  [reviews_json]="examples/imdb/dataset.cpp examples/imdb/digest.cpp examples/imdb/vocabulary.cpp examples/imdb/tokenizer.cpp core/file_io.cpp"
+  [aclimdb]="examples/imdb/dataset.cpp examples/imdb/digest.cpp core/file_io.cpp"
+  [tokenizer]="examples/imdb/vocabulary.cpp examples/imdb/tokenizer.cpp examples/imdb/dataset.cpp examples/imdb/digest.cpp core/file_io.cpp"
 )
 mkdir -p "$OUT"
 for t in "${TARGETS[@]}"; do
@@ -43,7 +43,7 @@ for t in "${TARGETS[@]}"; do
   if [ ! -x "$OUT/fuzz_$t" ] || [ -n "$(find tests/fuzz core examples/imdb -newer "$OUT/fuzz_$t" -name '*.[ch]*' | head -1)" ]; then
     echo "fuzz: building fuzz_$t"
     # shellcheck disable=SC2086
-    $CXX "${FLAGS[@]}" tests/fuzz/fuzz_$t.cpp ${SOURCES[$t]} -lfmt -o "$OUT/fuzz_$t"
+    $CXX "${FLAGS[@]}" tests/fuzz/fuzz_$t.cpp ${SOURCES[$t]} -lfmt -lcrypto -o "$OUT/fuzz_$t"
   fi
 done
 

@@ -13,6 +13,8 @@ command -v g++ >/dev/null || need+=(g++)
 [ -f /usr/include/fmt/format.h ] || need+=(libfmt-dev)
 [ -f /usr/include/doctest/doctest.h ] || need+=(doctest-dev)
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
+[ -f /usr/include/openssl/evp.h ] || need+=(libssl-dev)      # libcrypto: the dataset's SHA-1, run fingerprints
+[ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)      # CLI11: the imdb program's flags
 command -v python3 >/dev/null || need+=(python3)  # the docs test, the CUDA emulator's translator
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"

@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # The imdb program end to end on the shipped small data: train, eval, predict, report, resume,
-# and bad input (flags, files) giving usage or a clear error and a non-zero exit.
+# and bad input (flags, files, folders, signals, a second trainer) giving usage or a clear error
+# and a non-zero exit, without losing or mixing a run's files.
 set -u
 IMDB=$1
 DATA=$2
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 fails=0
+passes=0
+pass() { echo "ok: $1"; passes=$((passes+1)); }
+failed() { echo "FAIL: $1"; fails=$((fails+1)); }
 expect() {  # expect <description> <wanted exit> <text the output must contain> -- command...
   local what=$1 want=$2 text=$3; shift 4
   local got out
   out=$("$@" 2>&1); got=$?
   if [ "$got" != "$want" ] || ! grep -qF -- "$text" <<<"$out"; then
-    echo "FAIL: $what (exit $got, wanted $want; output must contain '$text')"; echo "$out" | tail -5; fails=$((fails+1))
+    failed "$what (exit $got, wanted $want; output must contain '$text')"; echo "$out" | tail -5
   else
-    echo "ok: $what"
+    pass "$what"
   fi
 }
 small=(--data "$DATA" --dim 16 --heads 2 --layers 1 --ffn 32 --max-len 64 --batch-size 16 --quiet)
@@ -23,20 +27,97 @@ expect "eval a saved run" 0 "test accuracy" -- "$IMDB" eval --run "$OUT/run" --d
 expect "predict from text" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --text "a wonderful film"
 echo "an awful, boring film" > "$OUT/review.txt"
 expect "predict from a file" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --file "$OUT/review.txt"
+# Files whose size reads as 0 (/proc) are read to their end ("basic_string::_M_replace_aux" before).
+expect "predict from a /proc file" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --file /proc/self/status
+expect "a /proc file as --data" 1 "reviews file '/proc/self/status' is not valid JSON" -- "$IMDB" train "${small[@]}" --data /proc/self/status --out "$OUT/proc"
 expect "rebuild the report" 0 "report.html" -- "$IMDB" report --run "$OUT/run" --data "$DATA"
-grep -q 'class="heatmap"' "$OUT/run/report.html" || { echo "FAIL: report.html has no heat maps"; fails=$((fails+1)); }
+grep -q 'class="heatmap"' "$OUT/run/report.html" && pass "report.html has heat maps" || failed "report.html has no heat maps"
 mkdir -p "$OUT/blocked/report.html"  # a folder where the page should go: writing it fails
 expect "a report that cannot be written is a warning" 0 "warning: could not write" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/blocked"
 expect "report needs a run" 2 "exactly one of --run or --compare" -- "$IMDB" report
 expect "compare page of no runs" 1 "no finished runs" -- "$IMDB" report --compare "$OUT/none" --data "$DATA"
-expect "stop part-way" 0 "trained 3 steps" -- "$IMDB" train "${small[@]}" --epochs 2 --stop-after 3 --out "$OUT/part"
+# metrics.jsonl that is a folder: an error, not an empty report.
+mkdir -p "$OUT/dirmetrics" && cp "$OUT/run/model.safetensors" "$OUT/run/vocab.txt" "$OUT/dirmetrics/" && mkdir "$OUT/dirmetrics/metrics.jsonl"
+expect "report when metrics.jsonl is a folder" 1 "metrics file '$OUT/dirmetrics/metrics.jsonl' is not a regular file" -- "$IMDB" report --run "$OUT/dirmetrics" --data "$DATA"
+[ ! -e "$OUT/dirmetrics/report.html" ] && pass "no empty report written" || failed "an empty report was written"
+expect "stop part-way" 0 "stopped after 3 of 26 steps" -- "$IMDB" train "${small[@]}" --epochs 2 --stop-after 3 --out "$OUT/part"
 expect "report of a run stopped before its first epoch ended (checkpoint only)" 0 "report.html" -- "$IMDB" report --run "$OUT/part" --data "$DATA"
-expect "resume" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --epochs 2 --resume --out "$OUT/part"
-expect "resume with other settings" 1 "written with other settings" -- "$IMDB" train "${small[@]}" --epochs 3 --resume --out "$OUT/part"
-expect "help" 0 "Usage: imdb" -- "$IMDB" --help
+expect "check a checkpoint" 0 "checkpoint OK: step 3 of 26" -- "$IMDB" check --run "$OUT/part"
+# A refused --resume (one setting mistyped) changes no file of the run (vocab.txt was overwritten first).
+before=$(cd "$OUT/part" && sha256sum checkpoint.safetensors metrics.jsonl vocab.txt)
+expect "resume with other settings" 1 "written with other settings: epochs is 2 there but 3 here" -- "$IMDB" train "${small[@]}" --epochs 3 --resume --out "$OUT/part"
+expect "resume with another vocabulary size" 1 "written with other settings: vocab_size" -- "$IMDB" train "${small[@]}" --epochs 2 --vocab 50 --resume --out "$OUT/part"
+[ "$before" = "$(cd "$OUT/part" && sha256sum checkpoint.safetensors metrics.jsonl vocab.txt)" ] && pass "a refused resume changes nothing" || failed "a refused resume changed the run's files"
+expect "resume" 0 "trained 26 steps" -- "$IMDB" train "${small[@]}" --epochs 2 --resume --out "$OUT/part"
+# Killed after the last checkpoint, before the model and report: resume finishes the run properly.
+accuracy=$(grep -o 'final test accuracy [0-9.]*%' <<<"$("$IMDB" train "${small[@]}" --epochs 2 --resume --out "$OUT/part" 2>&1)")
+rm -f "$OUT/part/model.safetensors" "$OUT/part/report.html"
+expect "resume of a finished run whose model was lost" 0 "$accuracy" -- "$IMDB" train "${small[@]}" --epochs 2 --resume --out "$OUT/part"
+[ -n "$accuracy" ] && [ "$accuracy" != "final test accuracy 0.00%" ] && [ -f "$OUT/part/model.safetensors" ] && [ -f "$OUT/part/report.html" ] \
+  && pass "the model and report are back ($accuracy)" || failed "after resuming a finished run: '$accuracy', model or report missing"
+expect "predict after that resume" 0 "probability positive" -- "$IMDB" predict --run "$OUT/part" --text "a fine film"
+# A model file with one class (predict read past its buffer).
+python3 - "$OUT/run/model.safetensors" <<'EOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n])
+h["__metadata__"]["classes"] = "1"
+t = json.dumps(h).encode(); t += b" " * ((8 - len(t) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(t)) + t + raw[8 + n:])
+EOF
+expect "a model file with one class" 1 "'classes' = '1' is not an integer in [2, 2]" -- "$IMDB" predict --run "$OUT/run" --text hi
+# --epochs whose step count cannot be counted: refused at once (it trained forever).
+expect "huge --epochs" 2 "--epochs: expects an integer in [1, 1000000]" -- timeout 20 "$IMDB" train "${small[@]}" --epochs 9223372036854775807 --out "$OUT/e"
+expect "huge --batch-size" 2 "--batch-size: expects an integer in [1, 1048576]" -- timeout 20 "$IMDB" train "${small[@]}" --batch-size 9223372036854775800 --out "$OUT/b"
+expect "a batch larger than the data" 0 "trained 2 steps" -- "$IMDB" train "${small[@]}" --batch-size 1048576 --epochs 2 --out "$OUT/bigbatch"
+# A diverging run stops with an error naming the step (it ended "final test accuracy 50.00%").
+expect "a diverging run" 1 "training diverged: the loss at step" -- "$IMDB" train "${small[@]}" --epochs 3 --lr 10 --weight-decay 10 --clip 0 --out "$OUT/diverge"
+python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$OUT/diverge/metrics.jsonl" && pass "metrics.jsonl of the diverged run is JSON" || failed "metrics.jsonl holds lines that are not JSON"
+# Two trainers on one folder: the second is refused at once.
+"$IMDB" train "${small[@]}" --epochs 50 --out "$OUT/locked" >/dev/null 2>&1 &
+first=$!
+for _ in $(seq 1 300); do [ -f "$OUT/locked/metrics.jsonl" ] && break; sleep 0.05; done
+expect "a second trainer on the same --out" 1 "another trainer is using the output folder '$OUT/locked'" -- "$IMDB" train "${small[@]}" --epochs 50 --out "$OUT/locked"
+# SIGTERM and SIGINT: stop at a step boundary with a checkpoint, no temporary files left.
+for signal in TERM INT; do
+  sleep 0.3
+  kill -$signal $first
+  wait $first; code=$?
+  want=$([ $signal = TERM ] && echo 143 || echo 130)
+  step=$("$IMDB" check --run "$OUT/locked" 2>&1 | sed -n 's/^checkpoint OK: step \([0-9]*\) .*/\1/p')
+  last=$(tail -n 1 "$OUT/locked/metrics.jsonl" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["step"])')
+  if [ "$code" = "$want" ] && [ -n "$step" ] && [ "$step" = "$last" ] && ! ls "$OUT/locked" | grep -q '\.tmp\.'; then
+    pass "SIG$signal: exit $code, checkpoint at step $step = the last logged step, no .tmp files"
+  else
+    failed "SIG$signal: exit $code (wanted $want), checkpoint step '$step', last logged step '$last', files: $(ls "$OUT/locked" | tr '\n' ' ')"
+  fi
+  "$IMDB" train "${small[@]}" --epochs 50 --resume --out "$OUT/locked" >/dev/null 2>&1 &
+  first=$!
+  for _ in $(seq 1 600); do  # until the resumed trainer has logged a step of its own
+    now=$(tail -n 1 "$OUT/locked/metrics.jsonl" 2>/dev/null | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["step"])' 2>/dev/null)
+    [ -n "$now" ] && [ "$now" -gt "$last" ] && break
+    sleep 0.05
+  done
+done
+kill -KILL $first 2>/dev/null; wait $first 2>/dev/null
+# compare --stop-after leaves no result.json for the unfinished run: a later compare continues it.
+cmp=(--data "$DATA" --dim 16 --layers 1 --ffn 32 --max-len 64 --batch-size 16 --quiet --epochs 1 --heads-list 2 --seeds 1 --out "$OUT/cmp")
+expect "compare stopped part-way" 0 "stopped at step 3 of 13" -- "$IMDB" compare "${cmp[@]}" --stop-after 3
+[ ! -e "$OUT/cmp/heads2-seed0/result.json" ] && pass "no result.json for the unfinished run" || failed "result.json written for an unfinished run"
+expect "compare continued" 0 "| 2 | 8 |" -- "$IMDB" compare "${cmp[@]}" --resume
+echo '{"test_accuracy": [0.5], "seconds_per_epoch": "x"' > "$OUT/cmp/heads2-seed0/result.json"
+expect "a damaged result.json is named" 1 "compare: $OUT/cmp/heads2-seed0/result.json is not a JSON object" -- "$IMDB" compare "${cmp[@]}"
+echo '{"test_accuracy": [0.5], "seconds_per_epoch": "x"}' > "$OUT/cmp/heads2-seed0/result.json"
+expect "a result.json with a wrong field is named" 1 "heads2-seed0/result.json: \"seconds_per_epoch\" is missing or of the wrong type" -- "$IMDB" compare "${cmp[@]}"
+# Flags: every number checked in full, with the flag's name.
+expect "help" 0 "Usage:" -- "$IMDB" --help
+expect "train help lists the flags with their ranges" 0 "--threads INT:[0, 4096]" -- "$IMDB" train --help
 expect "unknown command" 2 "unknown command 'fly'" -- "$IMDB" fly
-expect "unknown flag" 2 "unknown flag --hedas" -- "$IMDB" train --hedas 4
-expect "bad number" 2 "--lr expects a number, got 'fast'" -- "$IMDB" train --lr fast
+expect "unknown flag" 2 "--hedas" -- "$IMDB" train --hedas 4
+expect "bad number" 2 "--lr: expects a number in [0, 10], got 'fast'" -- "$IMDB" train --lr fast
+expect "--threads past 32 bits" 2 "--threads: expects an integer in [0, 4096], got '4294967297'" -- "$IMDB" train --threads 4294967297
+expect "--threads 2^31" 2 "--threads: expects an integer in [0, 4096], got '2147483648'" -- "$IMDB" train --threads 2147483648
+expect "an octal-looking number" 2 "--epochs: expects an integer in [1, 1000000], got '0x10'" -- "$IMDB" train --epochs 0x10
+expect "a flag as a value" 2 "--out needs a value, got the flag '--resume'" -- "$IMDB" train --out --resume
 expect "heads not dividing dim" 2 "--dim 128 is not divisible by --heads 3" -- "$IMDB" train --heads 3
 expect "bad device" 2 "unknown device 'tpu'" -- "$IMDB" train --device tpu
 if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
@@ -49,11 +130,38 @@ expect "missing data file" 1 "/nonexistent.json" -- "$IMDB" train --data /nonexi
 printf '[{"t": "good", "s": 1}, {"t": "bad"' > "$OUT/broken.json"
 expect "malformed data file" 1 "broken.json" -- "$IMDB" train --data "$OUT/broken.json" --out "$OUT/y"
 expect "unwritable output folder, before loading data" 1 "cannot create output folder '/proc/ember-no/run'" -- "$IMDB" train --data /nonexistent.json --out /proc/ember-no/run
-expect "check a checkpoint" 0 "checkpoint OK: step 26" -- "$IMDB" check --run "$OUT/part"
 expect "check a missing checkpoint" 1 "checkpoint.safetensors" -- "$IMDB" check --run "$OUT/none"
 expect "missing run" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/none" --text hi
-head -c 100 "$OUT/run/model.safetensors" > "$OUT/run/cut.safetensors" && mv "$OUT/run/cut.safetensors" "$OUT/run/model.safetensors"
-expect "corrupt checkpoint" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/run" --text hi
-expect "predict needs a review" 2 "exactly one of --text or --file" -- "$IMDB" predict --run "$OUT/run"
-echo "$((27 - fails)) passed, $fails failed"
+head -c 100 "$OUT/part/model.safetensors" > "$OUT/part/cut.safetensors" && mv "$OUT/part/cut.safetensors" "$OUT/part/model.safetensors"
+expect "corrupt model file" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/part" --text hi
+expect "predict needs a review" 2 "exactly one of --text or --file" -- "$IMDB" predict --run "$OUT/part"
+# Out of memory under an address-space limit, at limits where different allocations fail (a tensor,
+# a C++ container, a block being freed): always the documented error, never "std::bad_alloc" or an
+# abort from a destructor.
+if ldd "$IMDB" 2>/dev/null | grep -q libasan; then
+  echo "skipped: out of memory under ulimit -v (AddressSanitizer reserves more address space than any limit allows)"
+else
+  # The address space the program needs to start (a CUDA build maps large libraries), in KiB.
+  base=8000
+  # (Below it the dynamic loader itself may crash; bash's report of that is silenced.)
+  { while ! bash -c "ulimit -v $base; exec \"\$0\" --help" "$IMDB" >/dev/null 2>&1; do base=$((base + 8000)); done; } 2>/dev/null
+  oom_failed=0 oom_clean=0 oom_bad=""
+  for extra in $(seq 20000 6000 140000); do
+    limit=$((base + extra))
+    out=$(bash -c "ulimit -v $limit; exec \"\$0\" train --data \"\$1\" --dim 256 --heads 2 --layers 1 --ffn 32 --max-len 64 --batch-size 16 --quiet --epochs 1 --threads 2 --out \"\$2\"" "$IMDB" "$DATA" "$OUT/oom" 2>&1)
+    code=$?
+    [ "$code" -eq 0 ] && continue
+    oom_failed=$((oom_failed + 1))
+    if [ "$code" -eq 1 ] && grep -q "^error: out of CPU memory" <<<"$out"; then
+      oom_clean=$((oom_clean + 1))
+    elif [ "$code" -eq 1 ] && grep -q "^error: .*Resource temporarily unavailable" <<<"$out"; then
+      :  # too little left to start the thread pool: an error, but not this test's subject
+    else
+      oom_bad="$oom_bad [ulimit -v $limit: exit $code: $(tail -n 1 <<<"$out")]"
+    fi
+  done
+  [ "$oom_clean" -gt 0 ] && [ -z "$oom_bad" ] && pass "out of memory under ulimit -v: $oom_clean of $oom_failed limits that ran out say 'out of CPU memory' (start needs $base KiB)" \
+    || failed "out of memory under ulimit -v ($oom_clean clean of $oom_failed that ran out; start needs $base KiB):$oom_bad"
+fi
+echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Crash safety of checkpoints: start the trainer with a checkpoint after every step, SIGKILL it at
-# random moments (many of them while it is writing checkpoint.safetensors), and after every kill
-# check that the checkpoint left behind loads completely (`imdb check`, which loads it as
-# --resume does). Each restart resumes from it. Finally the run is let finish, and its per-step
-# losses (metrics.jsonl, trimmed to the checkpoint on each resume) must equal, bit for bit (9
-# significant digits of a float), those of an uninterrupted run with the same settings. Three more
-# kills are forced to land mid-write (a fault-injection pause halfway through each file).
+# Crash safety of checkpoints: start the trainer with a checkpoint after every step, kill it at
+# random moments (SIGKILL, many of them while it is writing checkpoint.safetensors; every fourth a
+# SIGTERM, which must stop it at a step boundary with a checkpoint and no temporary file), and after
+# every kill check that the checkpoint left behind loads completely (`imdb check`, which loads it as
+# --resume does). Each restart resumes from it. More kills are forced to land mid-write of the
+# checkpoint, of model.safetensors and of report.html (a fault-injection pause halfway through the
+# file). Finally the run is let finish, and it must leave exactly what an uninterrupted run with the
+# same settings leaves: the same checkpoint and model files (byte for byte), vocab.txt, every line
+# of metrics.jsonl (steps and evaluations; all but the timing and memory figures), the report's
+# epoch table (but the times) and the final test accuracy.
 #   tests/kill_during_save.sh <imdb binary> <imdb_small.json> [kills (default 20)] [seed]
 set -u
 IMDB=$1
@@ -24,11 +27,12 @@ fail() { echo "FAIL: $*"; exit 1; }
 start=$(date +%s.%N)
 "$IMDB" train "${args[@]}" --out "$OUT/whole" >"$OUT/whole.log" 2>&1 || { cat "$OUT/whole.log"; fail "uninterrupted run"; }
 whole_seconds=$(echo "$(date +%s.%N) - $start" | bc)
-echo "uninterrupted run: $(grep -c '"kind": "step"' "$OUT/whole/metrics.jsonl") steps in ${whole_seconds}s"
+echo "uninterrupted run: $(grep -c '"kind":"step"' "$OUT/whole/metrics.jsonl") steps in ${whole_seconds}s"
 
 run="$OUT/killed"
 last_step=-1
 mid_save=0
+terms=0  # SIGTERMs the trainer handled (checkpoint at a step boundary, exit 143)
 checked=0
 i=0
 attempts=0
@@ -47,9 +51,18 @@ while [ "$i" -lt "$KILLS" ] && [ "$attempts" -lt $((KILLS * 4)) ]; do
   [ "$limit_ms" -gt 20 ] || limit_ms=20
   delay_ms=$((20 + RANDOM % limit_ms))
   sleep "$(echo "scale=3; $delay_ms / 1000" | bc)"
-  kill -KILL "$pid" 2>/dev/null
+  signal=KILL
+  [ $((i % 4)) -eq 3 ] && signal=TERM
+  kill -$signal "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   code=$?
+  if [ "$signal" = TERM ] && [ "$code" -eq 143 ]; then
+    # Stopped at a step boundary (or, before training began, by the default action): nothing
+    # half-written either way.
+    ls "$run" | grep -q '\.tmp\.' && fail "kill $i: SIGTERM left a temporary file: $(ls "$run")"
+    grep -q "stopped by SIGTERM at step" "$OUT/killed.log" && terms=$((terms + 1))
+    code=137
+  fi
   if [ "$code" -ne 137 ]; then
     # Finished before the kill (or failed): it must have succeeded.
     [ "$code" -eq 0 ] || { cat "$OUT/killed.log"; fail "kill $i: trainer exited with $code before the kill"; }
@@ -118,19 +131,64 @@ for attempt in 1 2 3; do
   forced=$((forced + 1))
 done
 
-# Let it finish from the last checkpoint.
-resume=()
-[ -f "$run/checkpoint.safetensors" ] && resume=(--resume)
-"$IMDB" train "${args[@]}" "${resume[@]}" --out "$run" >"$OUT/final.log" 2>&1 || { cat "$OUT/final.log"; fail "final resume"; }
+# Kills mid-write of model.safetensors (an epoch's end, before its checkpoint) and of report.html
+# (after the last checkpoint): the resumed run must still end with the right model and report.
+for file in model.safetensors report.html; do
+  EMBER_FAULT_PAUSE_MID_WRITE=$file:5000 "$IMDB" train "${args[@]}" --resume --out "$run" >"$OUT/forced.log" 2>&1 &
+  pid=$!
+  partial=""
+  for _ in $(seq 1 3000); do  # up to 60 s for the write to begin
+    partial=$(find "$run" -maxdepth 1 -name "$file.tmp.*" -size +0 2>/dev/null | head -n 1)
+    [ -n "$partial" ] && break
+    sleep 0.02
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  [ -n "$partial" ] || { tail -5 "$OUT/forced.log"; fail "forced kill mid-write of $file: the write did not begin within 60 s"; }
+  rm -f "$run"/*.tmp.*
+  echo "forced kill mid-write of $file (checkpoint at step $(checkpoint_step))"
+  forced=$((forced + 1))
+done
 
-losses() { grep '"kind": "step"' "$1" | sed 's/.*"step": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/'; }
-losses "$OUT/whole/metrics.jsonl" >"$OUT/whole.losses"
-losses "$run/metrics.jsonl" >"$OUT/killed.losses"
-n=$(wc -l <"$OUT/whole.losses")
-[ "$n" -eq 52 ] || fail "the uninterrupted run logged $n steps, expected 52 (4 epochs of 13)"
-if ! cmp -s "$OUT/whole.losses" "$OUT/killed.losses"; then
-  diff "$OUT/whole.losses" "$OUT/killed.losses" | head -10
-  fail "the resumed run's step losses differ from the uninterrupted run's"
-fi
+# Let it finish from the last checkpoint.
+"$IMDB" train "${args[@]}" --resume --out "$run" >"$OUT/final.log" 2>&1 || { cat "$OUT/final.log"; fail "final resume"; }
 [ "$i" -eq "$KILLS" ] || fail "only $i of $KILLS kills landed before the run finished"
-echo "$KILLS random kills ($mid_save during a checkpoint write, $checked checkpoints checked) and $forced forced mid-write kills; all $n step losses equal the uninterrupted run's"
+[ "$KILLS" -lt 8 ] || [ "$terms" -gt 0 ] || fail "no SIGTERM landed while the trainer was training"
+
+# Everything the run leaves must be what the uninterrupted run left.
+n=$(grep -c '"kind":"step"' "$OUT/whole/metrics.jsonl")
+[ "$n" -eq 52 ] || fail "the uninterrupted run logged $n steps, expected 52 (4 epochs of 13)"
+for file in checkpoint.safetensors model.safetensors vocab.txt; do
+  cmp -s "$OUT/whole/$file" "$run/$file" || fail "$file differs from the uninterrupted run's"
+done
+accuracy() { grep -o 'final test accuracy [0-9.]*%' "$1"; }
+[ -n "$(accuracy "$OUT/whole.log")" ] && [ "$(accuracy "$OUT/whole.log")" = "$(accuracy "$OUT/final.log")" ] ||
+  fail "final accuracy: '$(accuracy "$OUT/final.log")', the uninterrupted run's '$(accuracy "$OUT/whole.log")'"
+python3 - "$OUT/whole" "$run" <<'EOF' || fail "metrics.jsonl or report.html differ from the uninterrupted run's"
+import json, re, sys
+timing = {"train_seconds", "eval_seconds", "real_tokens_per_s", "padded_tokens_per_s", "peak_tensor_bytes",
+          "peak_rss_bytes"}
+def metrics(folder):
+    return [{k: v for k, v in json.loads(line).items() if k not in timing} for line in open(folder + "/metrics.jsonl")]
+def epoch_table(folder):  # the report's epoch rows: epoch, step, train loss, test accuracy (not the times)
+    html = open(folder + "/report.html").read()
+    rows = (re.findall(r"<td>([^<]*)</td>", row) for row in re.findall(r"<tr><td>.*?</tr>", html))
+    return [cells[:4] for cells in rows if len(cells) == 6]
+whole, killed = sys.argv[1], sys.argv[2]
+a, b = metrics(whole), metrics(killed)
+if a != b:
+    for x, y in zip(a, b):
+        if x != y:
+            print("first difference:", x, "|", y)
+            break
+    print(f"{len(a)} lines against {len(b)}")
+    sys.exit(1)
+epochs = [x for x in a if x["kind"] == "epoch"]
+if len(epochs) != 4 or len(epoch_table(whole)) != 4 or epoch_table(whole) != epoch_table(killed):
+    print("epoch lines:", len(epochs), "report rows:", epoch_table(whole), epoch_table(killed))
+    sys.exit(1)
+print(f"metrics.jsonl: the same {len(a)} lines ({len(epochs)} evaluations); report.html: the same epoch table")
+EOF
+echo "$KILLS kills ($mid_save during a checkpoint write, $checked checkpoints checked, every fourth a SIGTERM, $terms of them handled at a step boundary) and" \
+     "$forced forced mid-write kills; the checkpoint, model, vocabulary, all $n steps and 4 evaluations of" \
+     "metrics.jsonl, the report's epoch table and the final accuracy equal the uninterrupted run's"

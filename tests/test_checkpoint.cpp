@@ -72,3 +72,16 @@ TEST_CASE("checkpoint: a failed save keeps the previous file") {
   check_error([&] { nn::save_tensors(path, {{"__metadata__", tensor({9})}}); }, "__metadata__");
   check_values(nn::load_tensors(path).at("w"), {1, 2, 3});
 }
+
+TEST_CASE("checkpoint: NaN and infinite weights are refused, naming the tensor and the element") {
+  std::string path = temp_path("nonfinite.safetensors");
+  for (double bad : {NAN, INFINITY, -INFINITY}) {
+    nn::save_tensors(path, {{"ok", tensor({1, 2})}, {"w", tensor({1, 2, bad, 4})}});
+    check_error([&] { nn::load_tensors(path); }, "tensor 'w' (shape [4]) holds");
+    check_error([&] { nn::load_tensors(path); }, "at element 2");
+    nn::save_tensors(path, {{"d", tensor({bad}, {}, Dtype::Float64)}});
+    check_error([&] { nn::load_tensors(path); }, "tensor 'd'");
+  }
+  check_error([&] { nn::check_all_finite({{"w", tensor({0, NAN})}}, "after step 7"); }, "after step 7: tensor 'w'");
+  nn::check_all_finite({{"w", tensor({0, 1})}, {"i", arange(3)}}, "fine");  // no throw
+}

@@ -296,3 +296,21 @@ TEST_CASE("batcher: bad arguments are clear errors") {
   CHECK_THROWS_AS(batcher.batch({0, 1, 7}, 1), ember::Error);
   CHECK_THROWS_AS(shuffled_order(-1, 0, 0), ember::Error);
 }
+
+TEST_CASE("batcher: a batch size near INT64_MAX is one batch, not an overflow") {
+  for (int64_t batch_size : {INT64_MAX, INT64_MAX - 1, int64_t(1) << 62}) {
+    Batcher batcher({{1}, {2, 3}, {4}}, {0, 1, 0}, batch_size);
+    REQUIRE(batcher.num_batches() == 1);  // was 0 ("trained 0 steps"): size + batch_size - 1 overflowed
+    CHECK(batcher.batch(batcher.in_order(), 0).batch == 3);
+  }
+  CHECK(Batcher({{1}, {2}, {3}}, {0, 1, 0}, 2).num_batches() == 2);
+  CHECK(Batcher({{1}, {2}, {3}, {4}}, {0, 1, 0, 1}, 2).num_batches() == 2);
+  CHECK(Batcher({}, {}, 5).num_batches() == 0);
+}
+
+TEST_CASE("dataset: files that report a size of 0 (/proc) are read to their end") {
+  // read_whole_file sized its buffer from the file's length: "basic_string::_M_replace_aux".
+  std::string status = ember::read_whole_file("/proc/self/status", "status file");
+  CHECK(status.find("Pid:") != std::string::npos);
+  CHECK_THROWS_WITH_AS(load_reviews_json("/proc/self/status"), doctest::Contains("is not valid JSON"), ember::Error);
+}

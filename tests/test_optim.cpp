@@ -76,9 +76,66 @@ TEST_CASE("optim: optimiser state round-trips and bad state is rejected") {
   restored.load_state_dict(state);
   CHECK(restored.step_count() == 1);
   state["0.exp_avg"] = zeros({3}, Dtype::Float64);
-  check_error([&] { restored.load_state_dict(state); }, "'0.exp_avg' has shape [3]");
+  check_error([&] { restored.load_state_dict(state); }, "'0.exp_avg' is float64 [3], parameter 0 is float64 [2]");
   state.erase("step");
   check_error([&] { restored.load_state_dict(state); }, "'step' is missing");
+}
+
+TEST_CASE("optim: step counts out of range, misnamed and missing moments are refused, changing nothing") {
+  Tensor p = param({1.0, 2.0}), q = param({3.0});
+  optim::AdamW adam({{{p, q}, 0.0}}, 0.01);
+  set_grad(p, {0.5, 0.5});
+  set_grad(q, {0.5});
+  adam.step();
+  const auto good = adam.state_dict();
+  optim::AdamW other({{{param({1.0, 2.0}), param({3.0})}, 0.0}}, 0.01);
+  auto with = [&](const std::string& name, const Tensor& t) {
+    auto state = good;
+    state[name] = t;
+    return state;
+  };
+  auto without = [&](const std::string& name) {
+    auto state = good;
+    state.erase(name);
+    return state;
+  };
+  // A step of INT64_MAX overflowed the next step (UB); -1 and INT64_MIN turned weights into NaN.
+  for (int64_t step : {int64_t(-1), INT64_MIN, INT64_MAX})
+    check_error([&] { other.load_state_dict(with("step", from_vector(std::vector<int64_t>{step}))); },
+                "'step' is " + std::to_string(step));
+  check_error([&] { other.load_state_dict(with("x.exp_avg", zeros({2}, Dtype::Float64))); },
+              "unexpected entry 'x.exp_avg'");  // was "stoul"
+  check_error([&] { other.load_state_dict(with("+0.exp_avg", zeros({2}, Dtype::Float64))); }, "unexpected entry");
+  check_error([&] { other.load_state_dict(with("0.exp_avgg", zeros({2}, Dtype::Float64))); },
+              "'0.exp_avgg' is not a buffer of this optimiser");
+  check_error([&] { other.load_state_dict(with("7.exp_avg", zeros({2}, Dtype::Float64))); },
+              "refers to parameter 7, but there are 2");
+  check_error([&] { other.load_state_dict(without("1.exp_avg_sq")); }, "parameter 1 has '1.exp_avg' but no '1.exp_avg_sq'");
+  check_error([&] { other.load_state_dict(with("0.exp_avg_sq", tensor({0.5, -1e-3}, {2}, Dtype::Float64))); },
+              "a second moment must be >= 0");
+  CHECK(other.step_count() == 0);  // nothing loaded
+  CHECK(other.state_dict().size() == 1);
+  // Both moments of a parameter missing is a state of its own (never updated); missing_state() names them.
+  auto never_updated = without("1.exp_avg_sq");
+  never_updated.erase("1.exp_avg");
+  other.load_state_dict(never_updated);
+  CHECK(other.missing_state() == std::vector<std::string>{"1.exp_avg", "1.exp_avg_sq"});
+  other.load_state_dict(good);
+  CHECK(other.missing_state().empty());
+}
+
+TEST_CASE("optim: the step count never overflows") {
+  Tensor p = param({1.0});
+  optim::AdamW adam({{{p}, 0.0}}, 0.01);
+  set_grad(p, {0.5});
+  adam.step();
+  auto state = adam.state_dict();
+  state["step"] = from_vector(std::vector<int64_t>{optim::Optimizer::max_steps});
+  adam.load_state_dict(state);
+  set_grad(p, {0.5});
+  const double before = p.to_vector<double>()[0];
+  check_error([&] { adam.step(); }, "step count 4611686018427387904 is out of range");
+  CHECK(p.to_vector<double>()[0] == before);
 }
 
 TEST_CASE("optim: learning-rate schedules") {

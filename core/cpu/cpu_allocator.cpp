@@ -44,13 +44,31 @@ class CpuAllocator final : public Allocator {
     }
     EMBER_CHECK(ptr != nullptr, "out of CPU memory: cannot allocate {} ({} bytes); {} in use by tensors",
                 human_bytes(double(nbytes)), nbytes, human_bytes(double(cache_.stats().allocated)));
-    cache_.add_new(ptr, size);
+    try {
+      cache_.add_new(ptr, size);
+    } catch (const std::bad_alloc&) {  // no memory left even for the bookkeeping
+      std::free(ptr);
+      fail("out of CPU memory: cannot record a block of {} ({} bytes); {} in use by tensors", human_bytes(double(nbytes)),
+           nbytes, human_bytes(double(cache_.stats().allocated)));
+    }
     return ptr;
   }
 
+  // NOTE: runs in destructors (a tensor's storage going away), so it must not throw for want of
+  // memory: when the cache cannot record the free block (std::bad_alloc under a memory limit),
+  // the block goes straight back to the system, and so does the cache.
   void deallocate(void* ptr, size_t) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    EMBER_CHECK(cache_.give_back(ptr), "CPU allocator: freeing {} that it did not allocate", ptr);
+    bool known = false;
+    try {
+      known = cache_.give_back(ptr);
+    } catch (const std::bad_alloc&) {
+      known = cache_.forget(ptr);
+      if (known) std::free(ptr);
+      cache_.release(std::free);
+      return;
+    }
+    EMBER_CHECK(known, "CPU allocator: freeing {} that it did not allocate", ptr);
     if (cache_.cached_bytes() > kMaxCachedBytes) cache_.release(std::free);
   }
 

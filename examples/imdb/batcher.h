@@ -47,8 +47,9 @@ class Batcher {
 
   int64_t size() const { return int64_t(reviews_.size()); }
   int64_t batch_size() const { return batch_size_; }
-  // ceil(size / batch_size): the last, partial batch is kept.
-  int64_t num_batches() const { return (size() + batch_size_ - 1) / batch_size_; }
+  // ceil(size / batch_size): the last, partial batch is kept. (Not (size + batch_size - 1) /
+  // batch_size, which overflows for a batch size near INT64_MAX.)
+  int64_t num_batches() const { return size() / batch_size_ + (size() % batch_size_ != 0 ? 1 : 0); }
 
   std::vector<int64_t> shuffled_order(uint64_t seed, int64_t epoch) const {
     return imdb::shuffled_order(size(), seed, epoch);

@@ -27,20 +27,33 @@ Stats stats(const std::vector<double>& xs) {
   return s;
 }
 
-// A finished run's summary, as saved in its folder's result.json.
-nlohmann::json summarize(const RunResult& r) {
+// A finished run's summary, as saved in its folder's result.json: from its metrics.jsonl, so that
+// a run resumed part-way counts every epoch, not only those of the last process.
+nlohmann::json summarize(const RunResult& r, const std::string& folder) {
+  Metrics metrics = read_metrics(folder + "/metrics.jsonl");
+  EMBER_CHECK(!metrics.epochs.empty(), "compare: {}/metrics.jsonl has no epoch lines", folder);
   nlohmann::json j;
   j["parameters"] = r.parameters;
   j["test_accuracy"] = nlohmann::json::array();
   double seconds = 0, tokens = 0;
-  for (const auto& e : r.epochs) {
+  for (const auto& e : metrics.epochs) {
     j["test_accuracy"].push_back(e.test_accuracy);
-    seconds += e.seconds;
+    seconds += e.train_seconds;
     tokens += e.real_tokens_per_s;
   }
-  j["seconds_per_epoch"] = seconds / double(r.epochs.size());
-  j["real_tokens_per_s"] = tokens / double(r.epochs.size());
+  j["seconds_per_epoch"] = seconds / double(metrics.epochs.size());
+  j["real_tokens_per_s"] = tokens / double(metrics.epochs.size());
   return j;
+}
+
+// One field of a result.json, of the type wanted; errors name the file.
+template <typename T>
+T result_field(const nlohmann::json& result, const char* key, const std::string& path) {
+  try {
+    return result.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail("compare: {}: \"{}\" is missing or of the wrong type; delete the file to rerun that run", path, key);
+  }
 }
 
 }  // namespace
@@ -59,15 +72,15 @@ std::string table_of_finished_runs(const CompareConfig& config) {
       std::string path = fmt::format("{}/heads{}-seed{}/result.json", config.out, heads, seed);
       if (!std::filesystem::exists(path)) continue;
       nlohmann::json result = nlohmann::json::parse(read_whole_file(path, "compare result"), nullptr, false);
-      EMBER_CHECK(!result.is_discarded() && result.contains("test_accuracy"),
-                  "compare: {} is malformed; delete it to rerun that run", path);
-      std::vector<double> accuracy = result.at("test_accuracy").get<std::vector<double>>();
-      EMBER_CHECK(!accuracy.empty(), "compare: {} has no epochs", path);
+      EMBER_CHECK(!result.is_discarded() && result.is_object(),
+                  "compare: {} is not a JSON object (damaged?); delete it to rerun that run", path);
+      std::vector<double> accuracy = result_field<std::vector<double>>(result, "test_accuracy", path);
+      EMBER_CHECK(!accuracy.empty(), "compare: {} has no epochs; delete it to rerun that run", path);
       best.push_back(*std::max_element(accuracy.begin(), accuracy.end()));
       last.push_back(accuracy.back());
-      seconds.push_back(result.at("seconds_per_epoch").get<double>());
-      tokens.push_back(result.at("real_tokens_per_s").get<double>());
-      parameters = result.at("parameters").get<int64_t>();
+      seconds.push_back(result_field<double>(result, "seconds_per_epoch", path));
+      tokens.push_back(result_field<double>(result, "real_tokens_per_s", path));
+      parameters = result_field<int64_t>(result, "parameters", path);
     }
     if (best.empty()) continue;
     Stats b = stats(best), l = stats(last), s = stats(seconds), t = stats(tokens);
@@ -103,7 +116,18 @@ std::string compare(const CompareConfig& config) {
       run.seed = uint64_t(seed);
       run.out = folder;
       fmt::print(stderr, "compare: training heads {} seed {} -> {}\n", heads, seed, folder);
-      write_file_atomically(result_path, summarize(train(run, *data)).dump(2));
+      RunResult result = train(run, *data);
+      EMBER_CHECK(result.stopped_by_signal == 0, "compare: heads {} seed {} stopped by signal {} at step {} of {}, "
+                  "checkpointed; continue with --resume", heads, seed, result.stopped_by_signal, result.steps,
+                  result.total_steps);
+      if (!result.finished) {
+        // Stopped part-way (--stop-after, a signal): no result.json, so that a later compare
+        // (with --resume) continues this run rather than counting it as done.
+        fmt::print(stderr, "compare: heads {} seed {} stopped at step {} of {}; continue with --resume\n", heads,
+                   seed, result.steps, result.total_steps);
+        return table_of_finished_runs(config);
+      }
+      write_file_atomically(result_path, summarize(result, folder).dump(2));
       // The table so far, after every run: a long comparison can be read (and stopped) part-way.
       write_file_atomically(config.out + "/compare.md", table_of_finished_runs(config));
     }

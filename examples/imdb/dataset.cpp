@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "examples/imdb/sha1.h"
+#include "examples/imdb/digest.h"
 
 namespace fs = std::filesystem;
 
@@ -77,7 +77,7 @@ int run_shell(const std::string& command) {
 
 bool has_sha1(const fs::path& file, const char* expected) {
   std::error_code error;
-  return fs::is_regular_file(file, error) && sha1_file(file.string()) == expected;
+  return fs::is_regular_file(file, error) && digest_file(DigestKind::Sha1, file.string()) == expected;
 }
 
 }  // namespace
@@ -168,7 +168,7 @@ std::string ensure_imdb_downloaded(const std::string& cache_dir) {
     EMBER_CHECK(exit_code == 0, "cannot download the IMDb data: `{}` failed with exit code {}", command, exit_code);
     EMBER_CHECK(fs::is_regular_file(tarball, error), "cannot download the IMDb data: `{}` did not produce '{}'",
                 command, tarball.string());
-    std::string actual = sha1_file(tarball.string());
+    std::string actual = digest_file(DigestKind::Sha1, tarball.string());
     if (actual != tarball_sha1) {
       fs::remove(tarball, error);
       fail("downloaded '{}' is corrupt: SHA-1 {} but expected {}; removed it, try again", tarball.string(), actual,

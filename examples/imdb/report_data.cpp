@@ -1,7 +1,7 @@
 // The report's inputs: a run's metrics.jsonl, attention weights of a model on a few reviews,
 // and the glue that builds report.html / compare.html from a run folder on disk.
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
@@ -15,8 +15,7 @@ namespace fs = std::filesystem;
 // ---- metrics.jsonl
 
 Metrics read_metrics(const std::string& path) {
-  std::ifstream in(path);
-  EMBER_CHECK(in.good(), "cannot read metrics file '{}'", path);
+  std::istringstream in(read_whole_file(path, "metrics file"));  // a folder or a missing file is an error
   std::map<int64_t, StepRecord> steps;  // by step: a resumed run may log a step again
   std::map<int64_t, EpochRecord> epochs;
   std::string line;
@@ -117,9 +116,13 @@ std::vector<AttentionExample> examples_for(nn::TransformerClassifier& model, con
 // stopped before its first epoch ended has only the checkpoint).
 SavedRun load_model_of(const std::string& folder) {
   if (fs::exists(folder + "/model.safetensors")) return load_run(folder);
-  nn::Metadata meta;
-  nn::TensorMap state = nn::load_tensors(folder + "/checkpoint.safetensors", &meta);
-  SavedRun run{TrainConfig::from_metadata(meta), Vocabulary::load(folder + "/vocab.txt"), nullptr};
+  const std::string path = folder + "/checkpoint.safetensors";
+  CheckpointInfo info = check_checkpoint(path);  // every number and tensor checked, as --resume would
+  nn::TensorMap state = nn::load_tensors(path);
+  SavedRun run{info.config, Vocabulary::load(folder + "/vocab.txt"), nullptr};
+  EMBER_CHECK(run.vocabulary.size() == run.config.model.vocab_size,
+              "{}: vocab.txt has {} tokens but the model was trained with {}", folder, run.vocabulary.size(),
+              run.config.model.vocab_size);
   Generator gen(0);
   run.model = std::make_shared<nn::TransformerClassifier>(run.config.model, gen);
   run.model->load_state_dict(nn::with_prefix_removed(state, "model."));

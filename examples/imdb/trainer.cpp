@@ -8,7 +8,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -17,8 +16,10 @@
 #include "core/file_io.h"
 #include "core/parallel.h"
 #include "examples/imdb/dataset.h"
+#include "examples/imdb/digest.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/report.h"
+#include "examples/imdb/run_folder.h"
 #include "nn/checkpoint.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -73,38 +74,6 @@ std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double 
 
 namespace {
 
-std::string json_line(const std::vector<std::pair<std::string, std::string>>& fields) {
-  std::string out = "{";
-  for (size_t i = 0; i < fields.size(); ++i)
-    out += fmt::format("{}\"{}\": {}", i ? ", " : "", fields[i].first, fields[i].second);
-  return out + "}\n";
-}
-
-std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
-
-// On resume: keeps only the complete lines of metrics.jsonl that the checkpoint at `step`
-// covers. A run killed after logging steps it never checkpointed (or part-way through a
-// line) would otherwise leave them twice, or a broken line, once the resumed run appends.
-void trim_metrics(const std::string& path, int64_t step) {
-  std::error_code error;
-  if (!fs::exists(path, error)) return;
-  std::string text = read_whole_file(path, "metrics file");
-  std::string kept;
-  std::istringstream lines(text);
-  std::string line;
-  size_t consumed = 0;
-  while (std::getline(lines, line)) {
-    consumed += line.size() + 1;
-    if (consumed > text.size()) break;  // the last line has no newline: cut off by a crash
-    nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded() || !record.is_object() || !record.contains("step") ||
-        !record["step"].is_number_integer())
-      continue;
-    if (record["step"].get<int64_t>() <= step) kept += line + "\n";
-  }
-  write_file_atomically(path, kept);
-}
-
 void check_output_folder(const std::string& out) {
   std::error_code error;
   fs::create_directories(out, error);
@@ -118,62 +87,6 @@ void check_output_folder(const std::string& out) {
 }
 
 }  // namespace
-
-// ---- Settings <-> checkpoint metadata
-
-std::map<std::string, std::string> TrainConfig::to_metadata() const {
-  return {{"vocab_size", std::to_string(model.vocab_size)}, {"max_len", std::to_string(model.max_len)},
-          {"dim", std::to_string(model.dim)},               {"heads", std::to_string(model.heads)},
-          {"layers", std::to_string(model.layers)},         {"ffn_dim", std::to_string(model.ffn_dim)},
-          {"classes", std::to_string(model.classes)},       {"dropout", num(model.dropout)},
-          {"batch_size", std::to_string(batch_size)},       {"epochs", std::to_string(epochs)},
-          {"lr", num(lr)},                                  {"weight_decay", num(weight_decay)},
-          {"warmup", num(warmup)},                          {"schedule", schedule},
-          {"clip", num(clip)},                              {"seed", std::to_string(seed)},
-          {"limit", std::to_string(limit)},                 {"vocab_words", std::to_string(vocab_words)}};
-}
-
-TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>& m) {
-  auto get = [&](const char* key) -> const std::string& {
-    auto it = m.find(key);
-    EMBER_CHECK(it != m.end(), "checkpoint metadata has no '{}': not a checkpoint written by this trainer", key);
-    return it->second;
-  };
-  auto integer = [&](const char* key) {
-    try {
-      return std::stoll(get(key));
-    } catch (const std::logic_error&) {
-      fail("checkpoint metadata '{}' = '{}' is not an integer", key, get(key));
-    }
-  };
-  auto real = [&](const char* key) {
-    try {
-      return std::stod(get(key));
-    } catch (const std::logic_error&) {
-      fail("checkpoint metadata '{}' = '{}' is not a number", key, get(key));
-    }
-  };
-  TrainConfig c;
-  c.model.vocab_size = integer("vocab_size");
-  c.model.max_len = integer("max_len");
-  c.model.dim = integer("dim");
-  c.model.heads = integer("heads");
-  c.model.layers = integer("layers");
-  c.model.ffn_dim = integer("ffn_dim");
-  c.model.classes = integer("classes");
-  c.model.dropout = real("dropout");
-  c.batch_size = integer("batch_size");
-  c.epochs = integer("epochs");
-  c.lr = real("lr");
-  c.weight_decay = real("weight_decay");
-  c.warmup = real("warmup");
-  c.schedule = get("schedule");
-  c.clip = real("clip");
-  c.seed = uint64_t(integer("seed"));
-  c.limit = integer("limit");
-  c.vocab_words = integer("vocab_words");
-  return c;
-}
 
 // ---- Data
 
@@ -191,6 +104,24 @@ Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary) {
   data.train_labels = labels_of(split.train);
   data.test_labels = labels_of(split.test);
   return data;
+}
+
+std::string data_fingerprint(const Data& data) {
+  Digest digest(DigestKind::Sha256);
+  for (const std::string& token : data.vocabulary.tokens()) digest.update(token + "\n");
+  auto add = [&](const std::vector<std::vector<int32_t>>& reviews, const std::vector<int>& labels) {
+    const int64_t count = int64_t(reviews.size());
+    digest.update(&count, sizeof count);
+    for (const auto& ids : reviews) {
+      const int64_t length = int64_t(ids.size());
+      digest.update(&length, sizeof length);
+      digest.update(ids.data(), ids.size() * sizeof(int32_t));
+    }
+    digest.update(labels.data(), labels.size() * sizeof(int));
+  };
+  add(data.train_tokens, data.train_labels);
+  add(data.test_tokens, data.test_labels);
+  return digest.hex_digest();
 }
 
 Device checked_device(const std::string& name) {
@@ -243,54 +174,10 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   return double(correct) / double(reviews.size());
 }
 
-// ---- Checkpoints
-
-namespace {
-CheckpointInfo restore_checkpoint(const std::string& path, const nn::TensorMap& state, const nn::Metadata& meta,
-                                  nn::TransformerClassifier& model, optim::AdamW& optimizer) {
-  auto field = [&](const char* key) -> const std::string& {
-    auto it = meta.find(key);
-    EMBER_CHECK(it != meta.end(), "checkpoint '{}' has no '{}' in its metadata (not a trainer checkpoint?)", path, key);
-    return it->second;
-  };
-  EMBER_CHECK(field("format") == "ember-imdb-checkpoint-v1", "checkpoint '{}' has format '{}', expected "
-              "ember-imdb-checkpoint-v1", path, field("format"));
-  CheckpointInfo info;
-  try {
-    info.step = std::stoll(field("step"));
-    info.generator_offset = std::stoull(field("generator_offset"));
-  } catch (const std::logic_error&) {
-    fail("checkpoint '{}': step '{}' or generator_offset '{}' is not a number", path, field("step"),
-         field("generator_offset"));
-  }
-  EMBER_CHECK(info.step >= 0, "checkpoint '{}': negative step {}", path, info.step);
-  try {
-    model.load_state_dict(nn::with_prefix_removed(state, "model."));
-    optimizer.load_state_dict(nn::with_prefix_removed(state, "optim."));
-  } catch (const Error& e) {
-    fail("checkpoint '{}': {}", path, e.what());
-  }
-  return info;
-}
-}  // namespace
-
-CheckpointInfo check_checkpoint(const std::string& path) {
-  nn::Metadata meta;
-  nn::TensorMap state = nn::load_tensors(path, &meta);
-  CheckpointInfo info;
-  info.config = TrainConfig::from_metadata(meta);
-  Generator gen(0);
-  nn::TransformerClassifier model(info.config.model, gen);
-  optim::AdamW optimizer(parameter_groups(model, info.config.weight_decay), info.config.lr);
-  CheckpointInfo restored = restore_checkpoint(path, state, meta, model, optimizer);
-  info.step = restored.step;
-  info.generator_offset = restored.generator_offset;
-  return info;
-}
-
 // ---- Training
 
 RunResult train(const TrainConfig& config) {
+  config.validate();
   check_output_folder(config.out);
   checked_device(config.device);  // before the data is loaded: a missing GPU fails at once
   if (!config.quiet) fmt::print(stderr, "Loading IMDb...\n");
@@ -298,14 +185,58 @@ RunResult train(const TrainConfig& config) {
   return train(config, data);
 }
 
+namespace {
+
+nlohmann::ordered_json step_record(int64_t step, int64_t epoch, double loss, double lr) {
+  return {{"kind", "step"}, {"step", step}, {"epoch", epoch}, {"loss", loss}, {"lr", lr}};
+}
+
+nlohmann::ordered_json epoch_record(const EpochResult& er, int64_t step, size_t test_reviews) {
+  return {{"kind", "epoch"},
+          {"epoch", er.epoch},
+          {"step", step},
+          {"train_loss", er.train_loss},
+          {"test_accuracy", er.test_accuracy},
+          {"test_reviews", test_reviews},
+          {"train_seconds", er.seconds},
+          {"eval_seconds", er.eval_seconds},
+          {"real_tokens_per_s", er.real_tokens_per_s},
+          {"padded_tokens_per_s", er.padded_tokens_per_s},
+          {"peak_tensor_bytes", er.peak_bytes},
+          {"peak_rss_bytes", er.peak_rss_bytes}};
+}
+
+constexpr const char* kModelFormat = "ember-imdb-model-v2";
+
+// model.safetensors: the weights, the settings, the vocabulary's fingerprint and the checksum.
+void save_model(const std::string& path, const TrainConfig& config, const nn::TransformerClassifier& model,
+                const Vocabulary& vocabulary) {
+  nn::TensorMap weights = model.state_dict();
+  nn::Metadata meta = config.to_metadata();
+  meta["format"] = kModelFormat;
+  meta["vocab_sha256"] = vocabulary_fingerprint(vocabulary);
+  meta[kContentKey] = content_fingerprint(weights, meta);
+  nn::save_tensors(path, weights, meta);
+}
+
+}  // namespace
+
+std::string vocabulary_fingerprint(const Vocabulary& vocabulary) {
+  Digest digest(DigestKind::Sha256);
+  for (const std::string& token : vocabulary.tokens()) digest.update(token + "\n");
+  return digest.hex_digest();
+}
+
 RunResult train(const TrainConfig& config_in, const Data& data) {
   TrainConfig config = config_in;
   config.model.vocab_size = data.vocabulary.size();
+  config.validate();
   const Device device = checked_device(config.device);
-  EMBER_CHECK(config.batch_size > 0 && config.epochs > 0, "train: batch size and epochs must be positive");
-  if (config.threads > 0) set_num_threads(config.threads);
+  EMBER_CHECK(!data.train_tokens.empty(), "train: there are no training reviews");
   check_output_folder(config.out);
-  data.vocabulary.save(config.out + "/vocab.txt");
+  RunLock lock(config.out);  // one trainer per folder, from here until the end
+  StopSignals signals;       // SIGINT / SIGTERM: checkpoint at the next step boundary, then stop
+  if (config.threads > 0) set_num_threads(config.threads);
 
   Generator gen(config.seed);  // initialisation, then dropout masks
   nn::TransformerClassifier model(config.model, gen);
@@ -313,40 +244,42 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
   optim::AdamW optimizer(parameter_groups(model, config.weight_decay), config.lr);
   Batcher batcher(data.train_tokens, data.train_labels, config.batch_size);
   const int64_t steps_per_epoch = batcher.num_batches();
-  const int64_t total_steps = steps_per_epoch * config.epochs;
+  int64_t total_steps = 0;
+  EMBER_CHECK(!__builtin_mul_overflow(steps_per_epoch, config.epochs, &total_steps) &&
+                  total_steps <= optim::Optimizer::max_steps,
+              "train: {} epochs of {} steps are more steps than a run can count", config.epochs, steps_per_epoch);
   optim::Schedule schedule{optim::parse_schedule(config.schedule), config.lr,
                            int64_t(std::llround(config.warmup * double(total_steps))), total_steps};
 
-  RunResult result;
-  result.parameters = model.num_parameters();
+  // The run's state between steps: what a checkpoint holds besides the tensors.
+  CheckpointInfo state;
+  state.total_steps = total_steps;
+  state.data_fingerprint = data_fingerprint(data);
   const std::string checkpoint_path = config.out + "/checkpoint.safetensors";
-  int64_t step = 0;
+  const std::string model_path = config.out + "/model.safetensors";
   if (config.resume) {
-    nn::Metadata meta;
-    nn::TensorMap state = nn::load_tensors(checkpoint_path, &meta);
-    TrainConfig saved = TrainConfig::from_metadata(meta);
-    EMBER_CHECK(saved.to_metadata() == config.to_metadata(), "resume: {} was written with other settings", checkpoint_path);
-    // Loaded onto the model's device (load_state_dict copies).
-    CheckpointInfo info = restore_checkpoint(checkpoint_path, state, meta, model, optimizer);
-    step = info.step;
-    gen.set_state(config.seed, info.generator_offset);
-    trim_metrics(config.out + "/metrics.jsonl", step);
+    // Everything is checked before any file of the folder is written: a refused resume changes nothing.
+    CheckpointInfo saved = restore_checkpoint(checkpoint_path, config, model, optimizer);  // onto the model's device
+    EMBER_CHECK(saved.data_fingerprint == state.data_fingerprint,
+                "resume: {} was trained on other data (its vocabulary or reviews differ from these); give the same "
+                "--data and --limit, or a new --out", checkpoint_path);
+    EMBER_CHECK(saved.total_steps == total_steps, "resume: {} is of a run of {} steps, these settings and data make {}",
+                checkpoint_path, saved.total_steps, total_steps);
+    state = saved;
+    gen.set_state(config.seed, state.generator_offset);
   }
-  std::ofstream metrics(config.out + "/metrics.jsonl", config.resume ? std::ios::app : std::ios::trunc);
-  EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
-  auto save_checkpoint = [&]() {
-    // Every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those).
-    metrics.flush();
-    EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
-    nn::Metadata meta = config.to_metadata();
-    meta["format"] = "ember-imdb-checkpoint-v1";
-    meta["step"] = std::to_string(step);
-    meta["generator_offset"] = std::to_string(gen.offset());
-    nn::TensorMap state = nn::with_prefix_added(model.state_dict(), "model.");
-    for (auto& [name, t] : nn::with_prefix_added(optimizer.state_dict(), "optim.")) state.emplace(name, t);
-    nn::save_tensors(checkpoint_path, state, meta);
+  data.vocabulary.save(config.out + "/vocab.txt");
+  MetricsLog metrics(config.out + "/metrics.jsonl", config.resume, state.step);
+  int64_t& step = state.step;
+  auto save = [&]() {
+    metrics.flush();  // every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those)
+    state.generator_offset = gen.offset();
+    save_checkpoint(checkpoint_path, config, state, model, optimizer);
   };
 
+  RunResult result;
+  result.parameters = model.num_parameters();
+  result.total_steps = total_steps;
   if (!config.quiet)
     fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {} threads\n",
                config.model.heads, config.model.layers, config.model.dim, result.parameters, data.train_tokens.size(),
@@ -360,11 +293,16 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     model.train();
     reset_peak_memory();
     if (device.is_cuda()) reset_peak_memory(device);
-    double loss_sum = 0;
-    int64_t loss_count = 0, real_tokens = 0, padded_tokens = 0;
+    int64_t real_tokens = 0, padded_tokens = 0;  // this process's part of the epoch (throughput)
+    bool stop = false;
     const auto epoch_start = Clock::now();
     progress.start_epoch(epoch + 1, config.epochs, steps_per_epoch);
     for (int64_t b = step % steps_per_epoch; b < steps_per_epoch; ++b) {
+      if (const int signal = StopSignals::received()) {
+        result.stopped_by_signal = signal;
+        stop = true;
+        break;
+      }
       Batch batch = batcher.batch(order, b);
       BatchTensors t = to_tensors(batch, device);
       optimizer.set_lr(schedule.lr_at(step));
@@ -373,32 +311,36 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
       loss.backward();
       if (config.clip > 0) optim::clip_grad_norm(model.parameters(), config.clip);
       optimizer.step();
+      const double loss_value = loss.item<float>();
+      EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "
+                  "not saved and the last checkpoint is kept (lower --lr, or clip with --clip)", step + 1, epoch + 1,
+                  loss_value);
       ++step;
 
-      double loss_value = loss.item<float>();
       result.step_losses.push_back(loss_value);
-      loss_sum += loss_value;
-      ++loss_count;
+      state.epoch_loss_sum += loss_value;
       real_tokens += batch.real_tokens;
       padded_tokens += batch.batch * batch.seq_len;
       double elapsed = seconds_since(epoch_start);
-      progress.update(b + 1, loss_sum / double(loss_count), double(real_tokens) / elapsed, elapsed);
-      metrics << json_line({{"kind", "\"step\""}, {"step", std::to_string(step)}, {"epoch", std::to_string(epoch + 1)},
-                            {"loss", fmt::format("{:.9g}", loss_value)}, {"lr", num(optimizer.lr())}});
-      if (config.save_every > 0 && step % config.save_every == 0) save_checkpoint();
-      if (config.stop_after > 0 && step >= config.stop_after) break;
+      progress.update(b + 1, state.epoch_loss_sum / double(b + 1), double(real_tokens) / elapsed, elapsed);
+      metrics.write(step_record(step, epoch + 1, loss_value, optimizer.lr()));
+      // An epoch's last step is checkpointed after its evaluation (below), not here.
+      if (config.save_every > 0 && step % config.save_every == 0 && step % steps_per_epoch != 0) save();
+      if (config.stop_after > 0 && step >= config.stop_after) {
+        stop = true;
+        break;
+      }
     }
     const double train_seconds = seconds_since(epoch_start);
     progress.finish_epoch();
-    if (config.stop_after > 0 && step >= config.stop_after && step % steps_per_epoch != 0) {
-      save_checkpoint();
-      metrics.flush();
+    if (step != (epoch + 1) * steps_per_epoch) {  // stopped part-way through the epoch
+      save();
       break;
     }
     const auto eval_start = Clock::now();
     EpochResult er;
     er.epoch = epoch + 1;
-    er.train_loss = loss_count ? loss_sum / double(loss_count) : NAN;
+    er.train_loss = state.epoch_loss_sum / double(steps_per_epoch);  // every step of the epoch, resumed or not
     er.test_accuracy = evaluate(model, data.test_tokens, data.test_labels);
     er.seconds = train_seconds;
     er.eval_seconds = seconds_since(eval_start);
@@ -413,21 +355,11 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
       er.gpu_reserved_bytes = gpu.reserved;
     }
     result.epochs.push_back(er);
-    metrics << json_line({{"kind", "\"epoch\""}, {"epoch", std::to_string(er.epoch)}, {"step", std::to_string(step)},
-                          {"train_loss", num(er.train_loss)}, {"test_accuracy", num(er.test_accuracy)},
-                          {"test_reviews", std::to_string(data.test_tokens.size())},
-                          {"train_seconds", num(er.seconds)}, {"eval_seconds", num(er.eval_seconds)},
-                          {"real_tokens_per_s", num(er.real_tokens_per_s)},
-                          {"padded_tokens_per_s", num(er.padded_tokens_per_s)},
-                          {"peak_tensor_bytes", std::to_string(er.peak_bytes)},
-                          {"peak_rss_bytes", std::to_string(er.peak_rss_bytes)}});
+    metrics.write(epoch_record(er, step, data.test_tokens.size()));
     if (device.is_cuda())
-      metrics << json_line({{"kind", "\"gpu_memory\""}, {"epoch", std::to_string(er.epoch)},
-                            {"device", "\"" + device.str() + "\""},
-                            {"allocated_bytes", std::to_string(er.gpu_allocated_bytes)},
-                            {"peak_bytes", std::to_string(er.gpu_peak_bytes)},
-                            {"reserved_bytes", std::to_string(er.gpu_reserved_bytes)}});
-    metrics.flush();
+      metrics.write({{"kind", "gpu_memory"}, {"epoch", er.epoch}, {"device", device.str()},
+                     {"allocated_bytes", er.gpu_allocated_bytes}, {"peak_bytes", er.gpu_peak_bytes},
+                     {"reserved_bytes", er.gpu_reserved_bytes}});
     if (!config.quiet)
       fmt::print(stderr,
                  "epoch {}/{}: train loss {:.4f} | test accuracy {:.2f}% ({} reviews) | {:.1f}s train + {:.1f}s eval | "
@@ -439,13 +371,31 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
       fmt::print(stderr, "epoch {}/{}: {} memory: {:.1f} MiB allocated, {:.1f} MiB peak, {:.1f} MiB reserved\n", er.epoch,
                  config.epochs, device.str(), er.gpu_allocated_bytes / 1048576.0, er.gpu_peak_bytes / 1048576.0,
                  er.gpu_reserved_bytes / 1048576.0);
-    save_checkpoint();
-    nn::save_tensors(config.out + "/model.safetensors", model.state_dict(), config.to_metadata());
-    if (config.stop_after > 0 && step >= config.stop_after) break;
+    // The model, then the checkpoint: a checkpoint at an epoch's end always has its evaluation line
+    // in metrics.jsonl and its model.safetensors beside it (a kill between the two redoes the epoch's
+    // end from the checkpoint before).
+    metrics.flush();
+    save_model(model_path, config, model, data.vocabulary);
+    state.epoch_loss_sum = 0;
+    save();
+    if (stop) break;
   }
+  metrics.flush();
   result.steps = step;
   result.wall_seconds = seconds_since(run_start);
-  metrics.flush();
+  result.finished = step == total_steps;
+  if (result.stopped_by_signal != 0) return result;  // checkpointed; the report can wait for the resume
+  if (result.finished) {
+    std::error_code error;
+    if (!fs::exists(model_path, error))  // a resume of a finished run whose model file was lost
+      save_model(model_path, config, model, data.vocabulary);
+    nlohmann::json last = last_epoch_record(metrics.path());
+    if (!result.epochs.empty()) result.final_test_accuracy = result.epochs.back().test_accuracy;
+    else if (last.is_object() && last.value("epoch", int64_t(0)) == config.epochs && last["test_accuracy"].is_number())
+      result.final_test_accuracy = last["test_accuracy"].get<double>();
+    else
+      result.final_test_accuracy = evaluate(model, data.test_tokens, data.test_labels);
+  }
   // The report is a by-product: when it cannot be written, the run has still succeeded.
   try {
     model.to(Device::cpu());  // the report's attention maps are computed on the CPU
@@ -460,15 +410,37 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
 // ---- Using a saved run
 
 SavedRun load_run(const std::string& folder) {
+  const std::string path = folder + "/model.safetensors";
   nn::Metadata meta;
-  nn::TensorMap weights = nn::load_tensors(folder + "/model.safetensors", &meta);
-  SavedRun run{TrainConfig::from_metadata(meta), Vocabulary::load(folder + "/vocab.txt"), nullptr};
+  nn::TensorMap weights = nn::load_tensors(path, &meta);  // its size is bounded by the file's
+  auto format = meta.find("format");
+  EMBER_CHECK(format != meta.end() && format->second == kModelFormat, "model file '{}' has format '{}', expected {} "
+              "(written by an older trainer? train again)", path,
+              format == meta.end() ? "(none)" : format->second.substr(0, 60), kModelFormat);
+  TrainConfig config;
+  try {
+    config = TrainConfig::from_metadata(meta);
+  } catch (const Error& e) {
+    fail("model file '{}': {}", path, e.what());
+  }
+  check_settings_match_tensors(config.model, weights, path);  // before building: the sizes are the file's
+  auto recorded = meta.find("vocab_sha256");
+  EMBER_CHECK(recorded != meta.end(), "model file '{}' has no 'vocab_sha256' in its metadata", path);
+  SavedRun run{config, Vocabulary::load(folder + "/vocab.txt"), nullptr};
   EMBER_CHECK(run.vocabulary.size() == run.config.model.vocab_size,
               "{}: vocab.txt has {} tokens but the model was trained with {}", folder, run.vocabulary.size(),
               run.config.model.vocab_size);
+  EMBER_CHECK(recorded->second == vocabulary_fingerprint(run.vocabulary),
+              "{}: vocab.txt is not the vocabulary the model was trained with (its SHA-256 differs from the one "
+              "model.safetensors records)", folder);
   Generator gen(0);
   run.model = std::make_shared<nn::TransformerClassifier>(run.config.model, gen);
-  run.model->load_state_dict(weights);
+  try {
+    run.model->load_state_dict(weights);
+  } catch (const Error& e) {
+    fail("model file '{}': {}", path, e.what());
+  }
+  check_content_fingerprint(weights, meta, "model file '" + path + "'");  // last: what no check above can see
   run.model->eval();
   return run;
 }
@@ -479,8 +451,10 @@ double predict_positive(const SavedRun& run, const std::string& review) {
   if (ids.empty()) ids.push_back(Vocabulary::unk_id);
   Tensor tokens = from_vector(std::vector<int64_t>(ids.begin(), ids.end()), {1, int64_t(ids.size())});
   Tensor padding = zeros({1, int64_t(ids.size())}, Dtype::Bool);
-  Tensor probabilities = softmax(run.model->forward(tokens, padding), 1);
-  return probabilities.to_vector<float>()[1];
+  std::vector<float> probabilities = softmax(run.model->forward(tokens, padding), 1).to_vector<float>();
+  EMBER_CHECK(probabilities.size() == 2, "predict: the model gives {} classes, expected 2 (negative, positive)",
+              probabilities.size());
+  return probabilities[1];
 }
 
 }  // namespace ember::imdb

@@ -1,5 +1,6 @@
-// The IMDb trainer: a run's settings, training with per-epoch evaluation, checkpoints that
-// resume exactly, evaluation and prediction from a saved run.
+// The IMDb trainer: a run's settings (settings.cpp), training with per-epoch evaluation
+// (trainer.cpp), checkpoints that resume exactly (checkpoints.cpp), evaluation and prediction
+// from a saved run.
 #pragma once
 #include <functional>
 #include <map>
@@ -7,39 +8,12 @@
 #include <vector>
 
 #include "examples/imdb/batcher.h"
+#include "examples/imdb/settings.h"
 #include "examples/imdb/vocabulary.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
 
 namespace ember::imdb {
-
-// Every setting of a run. The defaults are the reference recipe (../shared/imdb-recipe.md).
-struct TrainConfig {
-  nn::ClassifierConfig model;       // vocab 20,002; dim 128; 4 heads; 2 layers; FFN 512; max_len 256
-  int64_t vocab_words = 20000;      // most frequent training tokens kept (+ [PAD], [UNK])
-  int64_t batch_size = 32;
-  int64_t epochs = 3;
-  double lr = 5e-4;
-  double weight_decay = 0.01;       // on weight matrices only
-  double warmup = 0.05;             // fraction of all steps
-  std::string schedule = "linear";  // linear | cosine | constant
-  double clip = 1.0;                // global gradient norm; 0 = off
-  uint64_t seed = 0;
-  int threads = 0;                  // 0 = all cores
-  std::string device = "cpu";
-  std::string data;                 // reviews.json or aclImdb folder; empty = download into data_dir
-  std::string data_dir;             // download cache; empty = $EMBER_DATA or ./data
-  std::string out = "runs/imdb";
-  int64_t limit = 0;                // use only the first N train and N test reviews (balanced); 0 = all
-  int64_t save_every = 0;           // also checkpoint every N steps (0 = only at epoch ends)
-  int64_t log_every = 50;           // plain log line every N steps when not on a terminal
-  int64_t stop_after = 0;           // stop (after checkpointing) once this many steps are done; 0 = never
-  bool resume = false;              // continue from out/checkpoint.safetensors
-  bool quiet = false;
-
-  std::map<std::string, std::string> to_metadata() const;
-  static TrainConfig from_metadata(const std::map<std::string, std::string>& metadata);
-};
 
 struct EpochResult {
   int64_t epoch = 0;
@@ -57,9 +31,13 @@ struct EpochResult {
 };
 
 struct RunResult {
-  std::vector<EpochResult> epochs;
+  std::vector<EpochResult> epochs;  // the epochs this process trained
   int64_t parameters = 0;
-  int64_t steps = 0;
+  int64_t steps = 0;                // the run's step count at the end (resumed steps included)
+  int64_t total_steps = 0;
+  bool finished = false;            // every step trained (not stopped by --stop-after or a signal)
+  int stopped_by_signal = 0;        // SIGINT or SIGTERM: checkpointed at a step boundary, then stopped
+  double final_test_accuracy = 0;   // of the last epoch (when finished)
   double wall_seconds = 0;
   std::vector<double> step_losses;  // every step's loss, in order (this process's steps)
 };
@@ -72,9 +50,15 @@ struct Data {
 // Loads (downloading if needed), applies --limit, builds the vocabulary (or uses the one
 // given, e.g. a saved run's) and encodes.
 Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary = nullptr);
+// SHA-256 of the vocabulary and the encoded reviews and labels: a resume checks that it trains
+// on the same data (another data set with a vocabulary of the same size is refused).
+std::string data_fingerprint(const Data& data);
 
 // Trains with per-epoch test accuracy, writing metrics.jsonl, checkpoint.safetensors,
-// model.safetensors and vocab.txt into config.out.
+// model.safetensors and vocab.txt into config.out. One trainer at a time per folder (a lock,
+// config.out/.lock). A --resume is checked in full (settings, data, every tensor) before any file
+// is written. SIGINT and SIGTERM stop it at the next step boundary, checkpointed. A loss that is
+// not finite stops it with an error naming the step (the last checkpoint is kept).
 RunResult train(const TrainConfig& config);
 RunResult train(const TrainConfig& config, const Data& data);
 
@@ -86,23 +70,45 @@ std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double 
 // and optimiser it describes and loads every tensor into them, as --resume does. Throws
 // ember::Error naming the file for anything a resume would stumble on.
 struct CheckpointInfo {
-  int64_t step = 0;
-  uint64_t generator_offset = 0;
+  int64_t step = 0;                // steps done
+  int64_t total_steps = 0;         // of the whole run (step <= total_steps)
+  uint64_t generator_offset = 0;   // dropout's random stream
+  double epoch_loss_sum = 0;       // the current epoch's losses so far (its train loss, exactly)
+  std::string data_fingerprint;    // data_fingerprint() of the run's data
   TrainConfig config;
 };
 CheckpointInfo check_checkpoint(const std::string& path);
+// SHA-256 of a saved file's metadata (but its own entry, kContentKey) and tensors (names, dtypes,
+// shapes, bytes). Checkpoints and model files record it; loading checks it after every other
+// check, so that a change no other check can see (heads, dropout, a weight's bits) is refused too.
+inline constexpr const char* kContentKey = "content_sha256";
+std::string content_fingerprint(const std::map<std::string, Tensor>& tensors,
+                                const std::map<std::string, std::string>& metadata);
+void check_content_fingerprint(const std::map<std::string, Tensor>& tensors,
+                               const std::map<std::string, std::string>& metadata, const std::string& what);
+// Writes the checkpoint (atomically) after checking that every tensor is finite (a run that
+// diverged is an error, and the previous checkpoint stays).
+void save_checkpoint(const std::string& path, const TrainConfig& config, const CheckpointInfo& info,
+                     const nn::TransformerClassifier& model, const optim::Optimizer& optimizer);
+// Reads and checks a checkpoint, checks that it was written with the `expected` settings, and
+// loads it into `model` and `optimizer` (built from them). On error, discard both.
+CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& expected,
+                                  nn::TransformerClassifier& model, optim::Optimizer& optimizer);
 
 // Accuracy of `model` on encoded reviews (switched to eval mode and back, no grad).
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
                 const std::vector<int>& labels, int64_t batch_size = 64);
 
-// A trained run loaded back from its folder (model.safetensors + vocab.txt).
+// A trained run loaded back from its folder (model.safetensors + vocab.txt), checked: settings,
+// every tensor, the vocabulary the model was trained with.
 struct SavedRun {
   TrainConfig config;
   Vocabulary vocabulary;
   std::shared_ptr<nn::TransformerClassifier> model;
 };
 SavedRun load_run(const std::string& folder);
+// SHA-256 of the vocabulary's tokens: model.safetensors records it, load_run checks vocab.txt against it.
+std::string vocabulary_fingerprint(const Vocabulary& vocabulary);
 // Probability that the review is positive.
 double predict_positive(const SavedRun& run, const std::string& review);
 

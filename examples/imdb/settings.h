@@ -1,0 +1,70 @@
+// A training run's settings: their ranges, their text form in a checkpoint's metadata (parsed in
+// full and range-checked when read back), and their agreement with the tensors of a saved model.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/tensor.h"
+#include "nn/transformer.h"
+
+namespace ember::imdb {
+
+// The range of each setting, for the flags and for a saved run's metadata alike: far beyond
+// any real run, small enough that no size computed from them overflows.
+namespace limits {
+constexpr int64_t max_heads = 1024, max_layers = 1024, max_dim = 1 << 16, max_ffn = 1 << 20, max_len = 1 << 20;
+constexpr int64_t max_vocab_words = 1 << 30, max_batch_size = 1 << 20, max_epochs = 1'000'000, max_threads = 4096;
+constexpr int64_t max_reviews = int64_t(1) << 40;  // --limit, --save-every, --stop-after, --log-every
+}  // namespace limits
+
+// Every setting of a run. The defaults are the reference recipe (../shared/imdb-recipe.md).
+struct TrainConfig {
+  nn::ClassifierConfig model;       // vocab 20,002; dim 128; 4 heads; 2 layers; FFN 512; max_len 256
+  int64_t vocab_words = 20000;      // most frequent training tokens kept (+ [PAD], [UNK])
+  int64_t batch_size = 32;
+  int64_t epochs = 3;
+  double lr = 5e-4;
+  double weight_decay = 0.01;       // on weight matrices only
+  double warmup = 0.05;             // fraction of all steps
+  std::string schedule = "linear";  // linear | cosine | constant
+  double clip = 1.0;                // global gradient norm; 0 = off
+  uint64_t seed = 0;
+  int threads = 0;                  // 0 = all cores
+  std::string device = "cpu";
+  std::string data;                 // reviews.json or aclImdb folder; empty = download into data_dir
+  std::string data_dir;             // download cache; empty = $EMBER_DATA or ./data
+  std::string out = "runs/imdb";
+  int64_t limit = 0;                // use only the first N train and N test reviews (balanced); 0 = all
+  int64_t save_every = 0;           // also checkpoint every N steps (0 = only at epoch ends)
+  int64_t log_every = 50;           // plain log line every N steps when not on a terminal
+  int64_t stop_after = 0;           // stop (after checkpointing) once this many steps are done; 0 = never
+  bool resume = false;              // continue from out/checkpoint.safetensors
+  bool quiet = false;
+
+  // Throws ember::Error naming the setting if one is out of its range (limits above) or they
+  // disagree (dim not divisible by heads, an unknown schedule, classes other than 2).
+  void validate() const;
+  // The settings that make a run what it is (what --resume must match), as text. from_metadata
+  // parses each in full (an integer is decimal digits only: "1e3", "12abc", "3.5" are errors),
+  // checks its range and validate()s the whole.
+  std::map<std::string, std::string> to_metadata() const;
+  static TrainConfig from_metadata(const std::map<std::string, std::string>& metadata);
+};
+
+// The model's sizes in the settings must be those of the tensors present (vocabulary, width,
+// positions, layers, feed-forward width, classes): checked before a model is built from them,
+// so that a small file claiming a huge model is an error, not gigabytes allocated.
+// `tensors` are the model's (prefix removed); errors name `path`.
+void check_settings_match_tensors(const nn::ClassifierConfig& model, const std::map<std::string, Tensor>& tensors,
+                                  const std::string& path);
+
+// Whole-text number parsing, for flags and metadata alike: nullopt unless `text` is exactly a
+// decimal integer (optional '-', digits; no '+', spaces, exponent or fraction) in [min, max], or
+// exactly a finite number in [min, max].
+std::optional<int64_t> parse_integer(const std::string& text, int64_t min, int64_t max);
+std::optional<uint64_t> parse_unsigned(const std::string& text);
+std::optional<double> parse_real(const std::string& text, double min, double max);
+
+}  // namespace ember::imdb
