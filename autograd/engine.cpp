@@ -54,6 +54,12 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   }
   EMBER_CHECK(seed.shape() == shape(), "backward: gradient shape {} differs from the output's {}",
               shape_str(seed.shape()), shape_str(shape()));
+  // NOTE: every backward formula assumes the gradient has its output's dtype and device; a float64
+  // seed for a float32 output would be read as float32 bits by the element-wise kernels.
+  EMBER_CHECK(seed.dtype() == dtype(), "backward: the gradient is {} but the output {} is {}; expected a {} gradient",
+              dtype_name(seed.dtype()), shape_str(shape()), dtype_name(dtype()), dtype_name(dtype()));
+  EMBER_CHECK(seed.device() == device(), "backward: the gradient is on {} but the output {} is on {}; expected a "
+              "gradient on {}", seed.device().str(), shape_str(shape()), device().str(), device().str());
   NoGradGuard no_grad;  // backward formulas are not themselves recorded
   BackwardScope in_backward;  // anomaly mode checks what each node returns, not the ops inside it
   if (is_leaf()) {

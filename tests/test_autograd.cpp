@@ -78,6 +78,28 @@ TEST_CASE("autograd: backward with a supplied gradient and error cases") {
   check_error([&] { x.add_(ones({3})); }, "in-place update of a tensor that requires grad");
 }
 
+TEST_CASE("autograd: backward refuses a gradient of another dtype, naming expected and got") {
+  // A float64 seed for a float32 output: element-wise backward kernels would read its bits as float32
+  // (PyTorch: "Function ... returned an invalid gradient ... expected type"), matmul / linear would fail in
+  // an internal check. The error comes first, and nothing is accumulated.
+  Tensor x = tensor({1, 2, 3}).requires_grad_();
+  Tensor w = tensor({1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();
+  Tensor seed3 = tensor({1, 1, 1}, {}, Dtype::Float64), seed2 = tensor({1, 1}, {1, 2}, Dtype::Float64);
+  const std::string message = "the gradient is float64 but the output";
+  check_error([&] { (x * x).backward(seed3); }, message + " [3] is float32; expected a float32 gradient");
+  check_error([&] { exp(x).backward(seed3); }, message);
+  check_error([&] { (x + 1.0).backward(seed3); }, message);
+  check_error([&] { matmul(x.view({1, 3}), w.transpose(0, 1)).backward(seed2); }, message + " [1, 2] is float32");
+  check_error([&] { linear(x.view({1, 3}), w, Tensor()).backward(seed2); }, message + " [1, 2] is float32");
+  CHECK_FALSE(x.grad().defined());
+  CHECK_FALSE(w.grad().defined());
+  // The other way round, and on a leaf.
+  Tensor x64 = tensor({1, 2}, {}, Dtype::Float64).requires_grad_();
+  check_error([&] { (x64 * 2.0).backward(ones({2})); }, "the gradient is float32 but the output [2] is float64");
+  check_error([&] { x64.backward(ones({2})); }, "the gradient is float32 but the output [2] is float64");
+  CHECK_FALSE(x64.grad().defined());
+}
+
 TEST_CASE("autograd: a deep chain does not overflow the stack") {
   Tensor x = tensor({1.0}).requires_grad_();
   Tensor y = x;
