@@ -70,11 +70,12 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // erf form: x * Phi(x)
 Tensor softplus(const Tensor& x);  // log(1 + e^x): the op added in docs/adding-an-op.md
 Tensor abs(const Tensor& x);
-Tensor pow(const Tensor& x, double exponent);
+Tensor pow(const Tensor& x, double exponent);  // PyTorch's rules at 0 and below 0: core/unary_math.h
 Tensor add_scalar(const Tensor& x, double value);
 Tensor mul_scalar(const Tensor& x, double value);
 
-// ---- Reductions over `dims` ({} = all dims) (core/ops/reduce.cpp)
+// ---- Reductions over `dims` ({} = all dims) (core/ops/reduce.cpp). Over an empty dim, as in PyTorch:
+// a sum is 0, a mean NaN, a max or argmax an error.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 Tensor max(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);

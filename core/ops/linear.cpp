@@ -4,6 +4,8 @@
 // Backward (x seen as [rows, K], g as [rows, N]):
 //   dx = g W      dW = g^T x      db = sum over rows of g
 // W^T and g^T are strided views read in place by the GEMM; db uses the deterministic row sum.
+// Zero-size dims as in PyTorch: no input features (K = 0) give y = b on every row (0 without a bias)
+// and dW of shape [N, 0]; no rows give an empty y and dW = 0, db = 0.
 #include "autograd/node.h"
 #include "core/cpu/gemm.h"
 #include "core/gpu.h"
@@ -37,7 +39,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_same_device("linear", {&x, &weight});
   if (bias.defined()) check_same_device("linear", {&x, &bias});
 
-  const int64_t rows = x.numel() / K;
+  // NOTE: not x.numel() / K, which divides by zero for zero input features (x [4, 0]): then y = bias.
+  const int64_t rows = numel(Shape(x.shape().begin(), x.shape().end() - 1));
   // Detached, contiguous operands: the kernels read raw memory (a transposed weight is copied once).
   Tensor x2 = x.detach().contiguous(), w = weight.detach().contiguous();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
