@@ -66,10 +66,18 @@ struct Abs {
   template <typename T> EMBER_HD T f(T x) const { return x < T(0) ? -x : x; }
   template <typename T> EMBER_HD T df(T x, T) const { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)); }
 };
+// x^e for a scalar exponent e, with PyTorch's conventions (std::pow's, IEEE 754): 0^0 = 1, 0^e = 0 for
+// e > 0 and inf for e < 0 (-inf at x = -0 for an odd negative integer e); a negative x to an integer power
+// keeps the sign rule ((-2)^3 = -8), to a fractional one gives NaN. d/dx = e x^(e-1), except that e = 0
+// gives 0 everywhere (x^0 is the constant 1), also at x = 0 where e x^(e-1) would be 0 * inf = NaN. At
+// x = 0 the rest follows e x^(e-1): 1 for e = 1, 0 for e > 1, inf for 0 < e < 1, -inf for e < 0.
+// NOTE: at x = -0, PyTorch computes e = 0.5 as sqrt, giving -0 and -inf where std::pow gives 0 and inf.
 struct Pow {
   double exponent;
   template <typename T> EMBER_HD T f(T x) const { return std::pow(x, T(exponent)); }
-  template <typename T> EMBER_HD T df(T x, T) const { return T(exponent) * std::pow(x, T(exponent - 1)); }
+  template <typename T> EMBER_HD T df(T x, T) const {
+    return exponent == 0 ? T(0) : T(exponent) * std::pow(x, T(exponent - 1));
+  }
 };
 struct AddScalar {
   double value;

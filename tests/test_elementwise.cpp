@@ -73,6 +73,39 @@ TEST_CASE("gradcheck: unary ops") {
   check_gradient([](auto& in) { return abs(in[0]); }, {kinked.clone()});
 }
 
+TEST_CASE("elementwise: pow at 0 and below 0 follows PyTorch's conventions, values and derivatives") {
+  // (x, exponent, x^e, d/dx) as PyTorch 1.13 gives them (torch.tensor([x]).pow(e) and its backward, the
+  // same in float64 and float32). d/dx x^0 = 0 even at x = 0 (it was NaN: 0 * 0^-1); d/dx x^1 = 1 at 0.
+  // (At x = -0 with e = 0.5, PyTorch computes sqrt and gives -0 and -inf where std::pow gives 0 and inf.)
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  struct Case {
+    double x, e, value, grad;
+  };
+  const std::vector<Case> cases = {
+      {0, 0, 1, 0},          {0, 1, 0, 1},         {0, 2, 0, 0},        {0, 0.5, 0, inf},     {0, 1.5, 0, 0},
+      {0, -1, inf, -inf},    {0, -0.5, inf, -inf}, {-0.0, -1, -inf, -inf}, {-0.0, -2, inf, inf}, {-2, 3, -8, 12},
+      {-2, 2, 4, -4},        {-2, 0.5, nan, nan},  {-2, -1, -0.5, -0.25}, {-2, -2, 0.25, 0.25}, {-2, 0, 1, 0},
+      {2, 0, 1, 0},          {3, 1, 3, 1},         {nan, 0, 1, 0},      {inf, 0, 1, 0},       {4, -0.5, 0.5, -0.0625},
+      {2, 2.5, 5.656854249492381, 7.0710678118654755}};
+  auto same = [](double got, double want) {
+    if (std::isnan(want)) return std::isnan(got);
+    if (std::isinf(want)) return got == want;
+    return std::abs(got - want) <= 1e-6 * (1 + std::abs(want));
+  };
+  for (Dtype dtype : {Dtype::Float64, Dtype::Float32}) {
+    for (const Case& c : cases) {
+      INFO(dtype_name(dtype) << " pow(" << c.x << ", " << c.e << ")");
+      Tensor x = tensor({c.x}, {}, dtype).requires_grad_();
+      Tensor y = pow(x, c.e);
+      y.backward(ones({1}, dtype));
+      const double value = y.detach().to_vector<double>()[0], grad = x.grad().to_vector<double>()[0];
+      INFO("got " << value << " and d/dx " << grad << ", PyTorch " << c.value << " and " << c.grad);
+      CHECK(same(value, c.value));
+      CHECK(same(grad, c.grad));
+    }
+  }
+}
+
 TEST_CASE("gradcheck: binary ops with broadcasting and non-contiguous inputs") {
   auto a = random64({3, 4}, 10);
   auto b = random64({4}, 11, 0.5, 1.5);
