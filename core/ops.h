@@ -103,6 +103,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // Multi-head self-attention on a fused projection qkv [B, T, 3 D] (q | k | v, each `heads` heads of
 // D / heads): per head softmax(q k^T / sqrt(D / heads) + masks) v, the heads side by side -> [B, T, D].
 // key_padding_mask: bool [B, T], true = padding (or undefined); causal: key j > query i is masked.
+// A query that sees no key (all padding; with causal, all up to it) gets output 0 and no gradient, not NaN.
 // `weights`, if given, receives the probabilities [B, heads, T, T] (read-only, not differentiable).
 // attention is one fused kernel per (batch, head); attention_reference composes the ops above.
 Tensor attention(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal = false,

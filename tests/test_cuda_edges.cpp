@@ -1,5 +1,5 @@
-// The CUDA paths at the edges: every op on zero-size dims (tests/zero_size_cases.h), and backward's
-// seed on the wrong device.
+// The CUDA paths at the edges: every op on zero-size dims (tests/zero_size_cases.h), attention rows
+// that see no key (fused and composed, against the CPU), and backward's seed on the wrong device.
 // Skipped, with the reason printed, where there is no GPU; CI runs them on the emulator.
 #include "core/cuda_ops.h"
 #include "cuda_skip.h"
@@ -45,4 +45,38 @@ TEST_CASE("cuda edges: zero-size dims through every op on the GPU, composed and 
   if (skip_without_cuda()) return;
   run_zero_size_cases(kGpu);
   with_fused_attention([] { run_zero_size_cases(kGpu); });
+}
+
+TEST_CASE("cuda edges: attention queries that see no key give 0 and no gradient, fused and composed, like the CPU") {
+  if (skip_without_cuda()) return;
+  // Review 1 is all padding; review 0 has leading padding, so with the causal mask its first queries
+  // see nothing either. T = 37 and head size 16: tails in every tile.
+  const int64_t B = 2, T = 37, D = 32;
+  Tensor mask = zeros({B, T}, Dtype::Bool);
+  for (int64_t t = 0; t < T; ++t) mask.data<bool>()[t] = t < 5 || t > 30;
+  for (int64_t t = 0; t < T; ++t) mask.data<bool>()[T + t] = true;
+  Generator gen(7);
+  Tensor qkv = uniform({B, T, 3 * D}, -2, 2, gen);
+  Tensor g = uniform({B, T, D}, -1, 1, gen);
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    Tensor cpu_in = qkv.clone().requires_grad_(), weights_cpu;
+    Tensor out_cpu = attention(cpu_in, 2, mask, causal, &weights_cpu);
+    sum(out_cpu * g).backward();
+    check_values(out_cpu.select(0, 1), std::vector<double>(size_t(T * D), 0.0), 0);
+    check_values(cpu_in.grad().select(0, 1), std::vector<double>(size_t(T * 3 * D), 0.0), 0);
+    auto on_gpu = [&](const char* which) {
+      INFO(which);
+      Tensor gpu_in = qkv.to(kGpu).requires_grad_(), weights_gpu;
+      Tensor out_gpu = attention(gpu_in, 2, mask.to(kGpu), causal, &weights_gpu);
+      sum(out_gpu * g.to(kGpu)).backward();
+      check_close(out_gpu.to(Device::cpu()), out_cpu, 1e-5);
+      check_close(weights_gpu.to(Device::cpu()), weights_cpu, 1e-5);
+      check_close(gpu_in.grad().to(Device::cpu()), cpu_in.grad(), 1e-5);
+      check_values(out_gpu.select(0, 1).to(Device::cpu()), std::vector<double>(size_t(T * D), 0.0), 0);
+      check_values(gpu_in.grad().select(0, 1).to(Device::cpu()), std::vector<double>(size_t(T * 3 * D), 0.0), 0);
+    };
+    on_gpu("composed");
+    with_fused_attention([&] { on_gpu("fused"); });
+  }
 }
