@@ -42,19 +42,26 @@ struct Relu {
   template <typename T> EMBER_HD T df(T x, T) const { return x > T(0) ? T(1) : T(0); }
 };
 // GELU, erf form: x * Phi(x), Phi the standard normal CDF. d/dx = Phi(x) + x * phi(x).
-// float uses the vectorisable erf_vec / exp_vec (core/fast_math.h, error about 1e-7); float64 the library.
+// float uses the vectorisable normal CDF and exp_vec (core/fast_math.h: relative error under 5e-6 wherever
+// the result is a normal float, also in the tail x << 0 where gelu(x) is tiny); float64 the library's erfc.
+// Infinite x gives what PyTorch's gives: gelu(inf) = inf, gelu(-inf) = NaN (-inf * 0), gelu'(+-inf) = NaN.
 struct Gelu {
-  template <typename T> EMBER_HD T f(T x) const { return T(0.5) * x * (T(1) + std::erf(x * T(M_SQRT1_2))); }
+  template <typename T> EMBER_HD T f(T x) const { return x * normal_cdf(x); }
   template <typename T> EMBER_HD T df(T x, T) const {
-    T cdf = T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2)));
     T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);  // 1/sqrt(2 pi)
-    return cdf + x * pdf;
+    return normal_cdf(x) + x * pdf;
   }
-  EMBER_HD float f(float x) const { return 0.5f * x * (1.0f + erf_vec(x * float(M_SQRT1_2))); }
+  // With c = normal_cdf_factor(x) and e = e^(-x^2/2), Phi(-|x|) = c e and phi(x) = e / sqrt(2 pi):
+  //   x < 0:  gelu = (x c) e          gelu' = (c + x / sqrt(2 pi)) e
+  //   x >= 0: gelu = x (1 - c e)      gelu' = 1 + (x / sqrt(2 pi) - c) e
+  // e (subnormal for x < -13.2) is the last factor: one rounding there.
+  EMBER_HD float f(float x) const {
+    const float c = normal_cdf_factor(x), e = exp_vec(-0.5f * x * x);
+    return x < 0.0f ? (x * c) * e : x * (1.0f - c * e);
+  }
   EMBER_HD float df(float x, float) const {
-    float e = exp_vec(-0.5f * x * x);  // e^(-(x/sqrt 2)^2): erf's exponential and the pdf's
-    float cdf = 0.5f * (1.0f + erf_with_exp(x * float(M_SQRT1_2), e));
-    return cdf + x * e * 0.3989422804014327f;
+    const float c = normal_cdf_factor(x), e = exp_vec(-0.5f * x * x), xp = x * 0.3989422804014327f;
+    return x < 0.0f ? (c + xp) * e : 1.0f + (xp - c) * e;
   }
 };
 // softplus(x) = log(1 + e^x), a smooth relu; d/dx = sigmoid(x). Written to stay finite for large |x|.
