@@ -1,5 +1,6 @@
 // Element-wise math: each op's value f(x) and derivative df(x, y) (y = f(x)) side by side.
 // EMBER_HD: the same functor runs in the CPU loop and in the CUDA kernel.
+// Each functor also says what df reads (`reads`): backward keeps only that, the input, the output or neither.
 // To add an element-wise op: a functor here, one line in EMBER_UNARY_OPS, a test. That is all.
 #pragma once
 #include <cmath>
@@ -9,35 +10,47 @@
 
 namespace ember::math {
 
+// What a derivative df(x, y) reads, so that backward saves only that (core/ops/unary.cpp): holding the
+// input or the output of every element-wise op until backward is memory the graph need not keep.
+enum class Reads { Nothing, Input, Output };
+
 struct Neg {
+  static constexpr Reads reads = Reads::Nothing;
   template <typename T> EMBER_HD T f(T x) const { return -x; }
   template <typename T> EMBER_HD T df(T, T) const { return T(-1); }
 };
 struct Exp {
+  static constexpr Reads reads = Reads::Output;
   template <typename T> EMBER_HD T f(T x) const { return std::exp(x); }
   template <typename T> EMBER_HD T df(T, T y) const { return y; }  // d/dx e^x = e^x
 };
 struct Log {
+  static constexpr Reads reads = Reads::Input;
   template <typename T> EMBER_HD T f(T x) const { return std::log(x); }
   template <typename T> EMBER_HD T df(T x, T) const { return T(1) / x; }
 };
 struct Sqrt {
+  static constexpr Reads reads = Reads::Output;
   template <typename T> EMBER_HD T f(T x) const { return std::sqrt(x); }
   template <typename T> EMBER_HD T df(T, T y) const { return T(0.5) / y; }
 };
 struct Rsqrt {
+  static constexpr Reads reads = Reads::Output;
   template <typename T> EMBER_HD T f(T x) const { return T(1) / std::sqrt(x); }
   template <typename T> EMBER_HD T df(T, T y) const { return T(-0.5) * y * y * y; }  // -1/2 x^(-3/2)
 };
 struct Tanh {
+  static constexpr Reads reads = Reads::Output;
   template <typename T> EMBER_HD T f(T x) const { return std::tanh(x); }
   template <typename T> EMBER_HD T df(T, T y) const { return T(1) - y * y; }
 };
 struct Sigmoid {
+  static constexpr Reads reads = Reads::Output;
   template <typename T> EMBER_HD T f(T x) const { return T(1) / (T(1) + std::exp(-x)); }
   template <typename T> EMBER_HD T df(T, T y) const { return y * (T(1) - y); }
 };
 struct Relu {
+  static constexpr Reads reads = Reads::Input;
   template <typename T> EMBER_HD T f(T x) const { return x > T(0) ? x : T(0); }
   template <typename T> EMBER_HD T df(T x, T) const { return x > T(0) ? T(1) : T(0); }
 };
@@ -46,6 +59,7 @@ struct Relu {
 // the result is a normal float, also in the tail x << 0 where gelu(x) is tiny); float64 the library's erfc.
 // Infinite x gives what PyTorch's gives: gelu(inf) = inf, gelu(-inf) = NaN (-inf * 0), gelu'(+-inf) = NaN.
 struct Gelu {
+  static constexpr Reads reads = Reads::Input;
   template <typename T> EMBER_HD T f(T x) const { return x * normal_cdf(x); }
   template <typename T> EMBER_HD T df(T x, T) const {
     T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);  // 1/sqrt(2 pi)
@@ -66,10 +80,12 @@ struct Gelu {
 };
 // softplus(x) = log(1 + e^x), a smooth relu; d/dx = sigmoid(x). Written to stay finite for large |x|.
 struct Softplus {
+  static constexpr Reads reads = Reads::Input;
   template <typename T> EMBER_HD T f(T x) const { return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
   template <typename T> EMBER_HD T df(T x, T) const { return T(1) / (T(1) + std::exp(-x)); }
 };
 struct Abs {
+  static constexpr Reads reads = Reads::Input;
   template <typename T> EMBER_HD T f(T x) const { return x < T(0) ? -x : x; }
   template <typename T> EMBER_HD T df(T x, T) const { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)); }
 };
@@ -80,6 +96,7 @@ struct Abs {
 // x = 0 the rest follows e x^(e-1): 1 for e = 1, 0 for e > 1, inf for 0 < e < 1, -inf for e < 0.
 // NOTE: at x = -0, PyTorch computes e = 0.5 as sqrt, giving -0 and -inf where std::pow gives 0 and inf.
 struct Pow {
+  static constexpr Reads reads = Reads::Input;
   double exponent;
   template <typename T> EMBER_HD T f(T x) const { return std::pow(x, T(exponent)); }
   template <typename T> EMBER_HD T df(T x, T) const {
@@ -87,11 +104,13 @@ struct Pow {
   }
 };
 struct AddScalar {
+  static constexpr Reads reads = Reads::Nothing;
   double value;
   template <typename T> EMBER_HD T f(T x) const { return x + T(value); }
   template <typename T> EMBER_HD T df(T, T) const { return T(1); }
 };
 struct MulScalar {
+  static constexpr Reads reads = Reads::Nothing;
   double value;
   template <typename T> EMBER_HD T f(T x) const { return x * T(value); }
   template <typename T> EMBER_HD T df(T, T) const { return T(value); }

@@ -76,6 +76,7 @@ void update_elements(const Tensor& p, const Tensor& grad, const char* op, Fn fn)
   EMBER_CHECK(grad.shape() == p.shape(), "{}: gradient shape {} differs from parameter {}", op, shape_str(grad.shape()),
               shape_str(p.shape()));
   Tensor g = grad.contiguous();
+  p.bump_version();  // an in-place write: a graph that saved p sees the change (autograd/saved_tensor.h)
   dispatch_floating(p.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* pd = p.data<T>();
@@ -100,6 +101,7 @@ void SGD::step() {
     std::vector<double> decays;
     for_each_param([&](size_t index, Tensor& p, double wd) {
       if (!p.grad().defined()) return;
+      p.bump_version();  // updated in place by the launch below
       params.push_back(p);
       grads.push_back(p.grad().contiguous());
       if (momentum != 0) velocities.push_back(buffer("momentum", index, p));
@@ -137,6 +139,7 @@ void Adam::step() {
     std::vector<double> decays;
     for_each_param([&](size_t index, Tensor& p, double wd) {
       if (!p.grad().defined()) return;
+      p.bump_version();  // updated in place by the launch below
       params.push_back(p);
       grads.push_back(p.grad().contiguous());
       ms.push_back(buffer("exp_avg", index, p));

@@ -65,9 +65,10 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     std::map<std::pair<int, int>, std::vector<Tensor>> gpu_grads;
     for (const Tensor& p : params) {
       if (!p.grad().defined()) continue;
-      if (p.grad().device().is_cuda() && p.grad().is_contiguous())
+      if (p.grad().device().is_cuda() && p.grad().is_contiguous()) {
+        p.grad().bump_version();  // written in place below, like mul_ does
         gpu_grads[{p.grad().device().index, int(p.grad().dtype())}].push_back(p.grad());
-      else
+      } else
         p.grad().mul_(scale);
     }
     for (const auto& [where, grads] : gpu_grads) gpu::scale_all(grads, scale);

@@ -1,5 +1,9 @@
 // The attention op: known numbers, the fused kernel against the composed reference (values, weights
 // and gradients, with padding and causal masks), float64 gradchecks, and bad inputs.
+#include <set>
+
+#include "autograd/node.h"
+#include "core/allocator.h"
 #include "core/parallel.h"
 #include "tests/helpers.h"
 
@@ -110,6 +114,36 @@ TEST_CASE("attention: fused results do not depend on the thread count") {
   CHECK(outs[0] == outs[2]);
   CHECK(grads[0] == grads[1]);
   CHECK(grads[0] == grads[2]);
+}
+
+TEST_CASE("attention_reference scales q, not the [B, H, T, T] scores, and its graph keeps one [B, H, T, T] tensor") {
+  const int64_t B = 2, T = 64, D = 8, H = 2, Dh = D / H;
+  Tensor mask = tail_padding(B, T);
+  Tensor qkv = random_qkv(B, T, D, 51).requires_grad_();
+  allocator_for(Device::cpu()).release_cached();  // NOTE: else a request may get a larger cached block
+  const int64_t before = memory_stats().allocated;
+  Tensor out = attention_reference(qkv, H, mask);
+  const int64_t held = memory_stats().allocated - before;  // the graph's saved tensors and the output
+  // Every node of the graph: the one scaling by 1 / sqrt(Dh) takes q [B, H, T, Dh], not the scores.
+  std::vector<Node*> stack{out.grad_fn().get()};
+  std::set<Node*> seen{stack.back()};
+  int scalings = 0;
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    if (node->name == "mul_scalar") {
+      ++scalings;
+      CHECK(shape_str(node->inputs[0].shape) == shape_str({B, H, T, Dh}));
+    }
+    for (const Edge& edge : node->inputs)
+      if (edge.node && seen.insert(edge.node.get()).second) stack.push_back(edge.node.get());
+  }
+  CHECK(scalings == 1);
+  // The probabilities (kept by softmax and by the product with v) are the one [B, H, T, T] tensor held:
+  // not the raw or the scaled scores too.
+  const int64_t scores_bytes = B * H * T * T * 4;
+  CHECK(held >= scores_bytes);
+  CHECK(held < 2 * scores_bytes);
 }
 
 TEST_CASE("attention: bad inputs are clear errors") {

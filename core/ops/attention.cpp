@@ -82,8 +82,8 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
     Tensor lse;
     Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights);
     record("attention", out, {qkv_in},
-           [heads, causal, qkv, mask, lse, out_saved = out.detach()](const Tensor& g) -> Grads {
-             return {gpu::attention_backward(g, qkv, out_saved, lse, heads, mask, causal)};
+           [heads, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out)](const Tensor& g) -> Grads {
+             return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal)};
            });
     return out;
   }
@@ -92,10 +92,10 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
   const bool needs_grad = any_requires_grad({qkv_in});
   cpu::AttentionForward forward = cpu::attention_forward(qkv, heads, mask, causal, needs_grad || weights != nullptr);
   if (weights != nullptr) *weights = forward.probs;
-  // NOTE: detached views of the saved tensors, so that the node does not own its own output's graph.
+  // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.
   record("attention", forward.out, {qkv_in},
-         [heads, qkv = qkv.detach(), probs = forward.probs, mask](const Tensor& g) -> Grads {
-           return {cpu::attention_backward(g.contiguous(), qkv, probs, heads, mask)};
+         [heads, qkv = save(qkv), probs = save(forward.probs), mask = save(mask)](const Tensor& g) -> Grads {
+           return {cpu::attention_backward(g.contiguous(), qkv.get(), probs.get(), heads, mask.get())};
          });
   return forward.out;
 }

@@ -58,7 +58,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool need_db = bias.defined() && bias.requires_grad();
   // Only what backward will read is kept: x for dW, W for dx.
   record("linear", y, {x, weight, bias},
-         [x2 = need_dw ? x2 : Tensor(), w = need_dx ? w : Tensor(), rows, K, N, need_dx, need_dw, need_db, x_shape = x.shape()](const Tensor& g) -> Grads {
+         [saved_x = need_dw ? save(x2) : SavedTensor(), saved_w = need_dx ? save(w) : SavedTensor(), rows, K, N, need_dx,
+          need_dw, need_db, x_shape = x.shape()](const Tensor& g) -> Grads {
+           const Tensor &x2 = saved_x.get(), &w = saved_w.get();
            Tensor g2 = g.contiguous().view({rows, N});
            Tensor dx, dw, db;
            if (g2.device().is_cuda()) {

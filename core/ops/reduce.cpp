@@ -72,7 +72,8 @@ Tensor max(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
                 shape_str(x.shape()));
   Tensor kept = reduce_kernel(x, dims, cpu::ReduceKind::Max, "max");
   Tensor y = keepdim ? kept : kept.view(drop_dims(kept.shape(), dims));
-  record("max", y, {x}, [x = x.detach(), kept = kept.detach(), dims](const Tensor& g) -> Grads {
+  record("max", y, {x}, [saved_x = save(x), saved_kept = save(kept), dims](const Tensor& g) -> Grads {
+    const Tensor &x = saved_x.get(), &kept = saved_kept.get();
     Tensor is_max = eq(x, kept).to(x.dtype());
     Tensor ties = reduce_kernel(is_max, dims, cpu::ReduceKind::Sum, "max");
     return {is_max * (g.reshape(kept.shape()) / ties)};

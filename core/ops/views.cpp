@@ -220,33 +220,35 @@ Tensor Tensor::to(Device target) const {
 }
 
 namespace {
-void check_inplace(const char* op, const Tensor& t) {
+// Every in-place update starts here: the check, then the version bump that autograd's saved tensors see.
+void begin_inplace(const char* op, const Tensor& t) {
   EMBER_CHECK(!grad_enabled() || !t.requires_grad(),
               "{}: in-place update of a tensor that requires grad; wrap it in NoGradGuard", op);
+  t.bump_version();
 }
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& source) {
-  check_inplace("copy_", *this);
+  begin_inplace("copy_", *this);
   if (source.defined() && source.device() != device()) return copy_(source.detach().to(device()));
   if (device().is_cuda()) gpu::copy(source, *this);
   else cpu::copy(source, *this);
   return *this;
 }
 Tensor& Tensor::fill_(double value) {
-  check_inplace("fill_", *this);
+  begin_inplace("fill_", *this);
   if (device().is_cuda()) gpu::fill(*this, value);
   else cpu::fill(*this, value);
   return *this;
 }
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  check_inplace("add_", *this);
+  begin_inplace("add_", *this);
   if (device().is_cuda()) gpu::add_into(*this, other, alpha);
   else cpu::add_into(*this, other, alpha);
   return *this;
 }
 Tensor& Tensor::mul_(double value) {
-  check_inplace("mul_", *this);
+  begin_inplace("mul_", *this);
   if (device().is_cuda()) gpu::scale(*this, value);
   else cpu::scale(*this, value);
   return *this;
