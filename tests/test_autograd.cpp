@@ -182,7 +182,7 @@ TEST_CASE("autograd: a saved tensor changed in place before backward is an error
   (void)y2;
 }
 
-TEST_CASE("autograd: the optimiser's step after backward does not trip the check; a step before it does") {
+TEST_CASE("autograd: the optimiser's step after backward does not trip the check, and a step before it is refused") {
   Tensor w = tensor({1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();
   Tensor b = tensor({0.5, -0.5}).requires_grad_();
   Tensor x = tensor({1, -1, 2, 0, 1, 1}, {2, 3});
