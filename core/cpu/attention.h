@@ -28,7 +28,8 @@ struct AttentionForward {
 };
 
 // qkv: contiguous [B, T, 3 D] floating; key_padding_mask: contiguous bool [B, T] (true = padding)
-// or undefined; causal: key j > query i is masked. A query row whose keys are all masked gives NaN.
+// or undefined; causal: key j > query i is masked. A query row whose keys are all masked gets
+// probability 0 on every key: its output row is 0, and no gradient flows through it (docs/attention.md).
 AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
                                    bool keep_probs);
 
