@@ -1,0 +1,186 @@
+// Data parallelism: buckets of gradients, filled as backward makes them ready (autograd/hooks.h),
+// all-reduced in bucket order while backward goes on, then averaged back into each .grad.
+#include "nn/data_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace ember::nn {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// FNV-1a over 64-bit words: a fingerprint of what must be equal on every rank.
+struct Fingerprint {
+  uint64_t value = 1469598103934665603ull;
+  void add(uint64_t word) {
+    for (int i = 0; i < 8; ++i) value = (value ^ ((word >> (8 * i)) & 0xff)) * 1099511628211ull;
+  }
+};
+
+}  // namespace
+
+DataParallel::DataParallel(std::vector<Tensor> parameters, distributed::ProcessGroup& group,
+                           DataParallelOptions options)
+    : params_(std::move(parameters)), group_(group), options_(options) {
+  EMBER_CHECK(options_.bucket_bytes > 0, "DataParallel: bucket_bytes must be positive, got {}", options_.bucket_bytes);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    EMBER_CHECK(p.defined() && p.requires_grad() && p.is_leaf() && p.is_contiguous(),
+                "DataParallel: parameter {} must be a contiguous leaf that requires grad", i);
+    EMBER_CHECK(p.device() == group_.device(), "DataParallel: parameter {} is on {}, the {} group's tensors on {}", i,
+                p.device().str(), group_.backend(), group_.device().str());
+  }
+  check_same_on_every_rank();
+  broadcast_parameters();
+
+  // Buckets in reverse parameter order (backward makes the last layers' gradients first), one
+  // dtype per bucket, closed once they reach bucket_bytes.
+  bucket_of_.resize(params_.size());
+  ready_.assign(params_.size(), 0);
+  for (size_t k = params_.size(); k-- > 0;) {
+    const Tensor& p = params_[k];
+    const int64_t bytes = p.numel() * dtype_size(p.dtype());
+    bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype() &&
+                (buckets_.back().numel * dtype_size(p.dtype()) + bytes <= options_.bucket_bytes);
+    if (!fits) {
+      buckets_.emplace_back();
+      buckets_.back().dtype = p.dtype();
+    }
+    Bucket& bucket = buckets_.back();
+    bucket.params.push_back(k);
+    bucket.offsets.push_back(bucket.numel);
+    bucket.numel += p.numel();
+    bucket_of_[k] = buckets_.size() - 1;
+  }
+  for (Bucket& bucket : buckets_) bucket.buffer = Tensor::empty({bucket.numel}, bucket.dtype, group_.device());
+  if (options_.reduce_gradients && options_.overlap)
+    for (size_t k = 0; k < params_.size(); ++k)
+      hooks_.push_back(on_grad_ready(params_[k], [this, k](const Tensor&) { on_ready(k); }));
+}
+
+DataParallel::~DataParallel() {
+  hooks_.clear();
+  try {
+    group_.wait_all();  // nothing may still write into the buckets or gradients
+  } catch (...) {
+  }
+}
+
+void DataParallel::check_same_on_every_rank() {
+  Fingerprint params, options;
+  params.add(params_.size());
+  for (const Tensor& p : params_) {
+    params.add(uint64_t(p.dtype()));
+    params.add(p.shape().size());
+    for (int64_t d : p.shape()) params.add(uint64_t(d));
+  }
+  options.add(uint64_t(options_.bucket_bytes));
+  options.add(options_.reduce_gradients);
+  Tensor mine = from_vector(std::vector<int64_t>{int64_t(params.value), int64_t(options.value)}, {2}, group_.device());
+  Tensor all = Tensor::empty({2 * int64_t(group_.size())}, Dtype::Int64, group_.device());
+  group_.all_gather(mine, all);
+  std::vector<int64_t> values = all.to(Device::cpu()).to_vector<int64_t>();
+  for (int r = 1; r < group_.size(); ++r) {
+    EMBER_CHECK(values[2 * r] == values[0], "DataParallel: rank {} has other parameters than rank 0 (count, shapes or "
+                "dtypes differ): every rank must build the same model", r);
+    EMBER_CHECK(values[2 * r + 1] == values[1], "DataParallel: rank {} was given other options than rank 0 "
+                "(bucket_bytes or reduce_gradients differ)", r);
+  }
+}
+
+void DataParallel::broadcast_parameters() {
+  for (Tensor& p : params_) {
+    Tensor data = p.detach();
+    group_.broadcast(data, 0);
+  }
+}
+
+void DataParallel::on_ready(size_t param) {
+  EMBER_CHECK(!ready_[param], "DataParallel: parameter {} got a second gradient before synchronize_gradients(): one "
+              "backward() per step (gradient accumulation over several passes is not supported)", param);
+  ready_[param] = 1;
+  Bucket& bucket = buckets_[bucket_of_[param]];
+  if (++bucket.ready == bucket.params.size()) launch_ready_buckets();
+}
+
+void DataParallel::launch_ready_buckets() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready == buckets_[next_launch_].params.size())
+    launch(buckets_[next_launch_++]);
+}
+
+void DataParallel::launch(Bucket& bucket) {
+  const int64_t item = dtype_size(bucket.dtype);
+  for (size_t j = 0; j < bucket.params.size(); ++j) {
+    Tensor& p = params_[bucket.params[j]];
+    Tensor grad = p.grad();
+    if (!grad.defined()) {  // no gradient reached it on this rank: it counts as zeros
+      grad = zeros_like(p.detach());
+      p.set_grad(grad);
+    } else if (!grad.is_contiguous()) {
+      grad = grad.contiguous();
+      p.set_grad(grad);
+    }
+    if (bucket.buffer.device().is_cpu())
+      std::memcpy(static_cast<char*>(bucket.buffer.raw_data()) + bucket.offsets[j] * item, grad.raw_data(),
+                  size_t(grad.numel() * item));
+    else
+      bucket.buffer.narrow(0, bucket.offsets[j], grad.numel()).copy_(grad.view({grad.numel()}));
+  }
+  const double submitted = now_seconds();
+  group_.start_all_reduce(bucket.buffer, distributed::ReduceOp::Sum, [this, &bucket, submitted] {
+    unflatten(bucket, submitted);
+  });
+}
+
+// Runs when the bucket's sum is in its buffer: on the communication thread (CPU), or in
+// wait_all() (GPU). Writes buffer / size into each gradient.
+void DataParallel::unflatten(Bucket& bucket, double submitted) {
+  const double done = now_seconds();
+  stats_.comm_seconds += done - std::max(submitted, comm_thread_free_at_);
+  const double scale = 1.0 / double(group_.size());
+  if (bucket.buffer.device().is_cpu()) {
+    // Plain loops, not Tensor ops: this may run beside the training thread, off the thread pool.
+    dispatch_floating(bucket.dtype, "DataParallel", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* sum = bucket.buffer.data<T>();
+      for (size_t j = 0; j < bucket.params.size(); ++j) {
+        Tensor grad = params_[bucket.params[j]].grad();
+        T* out = grad.data<T>();
+        const T* in = sum + bucket.offsets[j];
+        const T s = T(scale);
+        for (int64_t i = 0, n = grad.numel(); i < n; ++i) out[i] = in[i] * s;
+      }
+    });
+  } else {
+    bucket.buffer.mul_(scale);
+    for (size_t j = 0; j < bucket.params.size(); ++j) {
+      Tensor grad = params_[bucket.params[j]].grad();
+      grad.copy_(bucket.buffer.narrow(0, bucket.offsets[j], grad.numel()).view(grad.shape()));
+    }
+  }
+  comm_thread_free_at_ = now_seconds();
+}
+
+void DataParallel::synchronize_gradients() {
+  const double start = now_seconds();
+  if (options_.reduce_gradients) {
+    for (Bucket& bucket : buckets_) bucket.ready = bucket.params.size();  // the rest count as ready now
+    launch_ready_buckets();
+    group_.wait_all();
+    for (const Bucket& bucket : buckets_) stats_.bytes += bucket.numel * dtype_size(bucket.dtype);
+  }
+  for (Bucket& bucket : buckets_) bucket.ready = 0;
+  std::fill(ready_.begin(), ready_.end(), 0);
+  next_launch_ = 0;
+  stats_.exposed_seconds += now_seconds() - start;
+  ++stats_.steps;
+}
+
+}  // namespace ember::nn
