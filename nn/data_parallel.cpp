@@ -107,12 +107,14 @@ void DataParallel::on_ready(size_t param) {
               "backward() per step (gradient accumulation over several passes is not supported)", param);
   ready_[param] = 1;
   Bucket& bucket = buckets_[bucket_of_[param]];
-  if (++bucket.ready == bucket.params.size()) launch_ready_buckets();
+  if (++bucket.ready == bucket.params.size()) launch_ready_buckets(/*from_hook=*/true);
 }
 
-void DataParallel::launch_ready_buckets() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready == buckets_[next_launch_].params.size())
+void DataParallel::launch_ready_buckets(bool from_hook) {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready == buckets_[next_launch_].params.size()) {
     launch(buckets_[next_launch_++]);
+    stats_.early_buckets += from_hook;
+  }
 }
 
 void DataParallel::launch(Bucket& bucket) {
@@ -172,7 +174,7 @@ void DataParallel::synchronize_gradients() {
   const double start = now_seconds();
   if (options_.reduce_gradients) {
     for (Bucket& bucket : buckets_) bucket.ready = bucket.params.size();  // the rest count as ready now
-    launch_ready_buckets();
+    launch_ready_buckets(/*from_hook=*/false);
     group_.wait_all();
     for (const Bucket& bucket : buckets_) stats_.bytes += bucket.numel * dtype_size(bucket.dtype);
   }

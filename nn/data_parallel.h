@@ -44,6 +44,7 @@ struct DataParallelOptions {
 struct DataParallelStats {
   int64_t steps = 0;
   int64_t bytes = 0;             // gradient bytes all-reduced by this rank (its buffers' size)
+  int64_t early_buckets = 0;     // buckets sent from backward's hooks, before synchronize_gradients()
   double comm_seconds = 0;       // time the all-reduces took on the communication thread
   double exposed_seconds = 0;    // time synchronize_gradients() blocked: what backward did not hide
   double hidden_share() const { return comm_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / comm_seconds) : 0; }
@@ -82,7 +83,7 @@ class DataParallel {
   void check_same_on_every_rank();
   void broadcast_parameters();
   void on_ready(size_t param);
-  void launch_ready_buckets();
+  void launch_ready_buckets(bool from_hook);
   void launch(Bucket& bucket);
   void unflatten(Bucket& bucket, double submitted);
 
