@@ -55,8 +55,9 @@ struct SmallBatch {
 inline SmallBatch small_batch(int64_t rows, uint64_t seed) {
   Generator gen(seed);
   const int64_t T = 9;
-  std::vector<int64_t> tokens(size_t(rows * T)), labels(size_t(rows));
-  std::vector<float> pad(size_t(rows * T));
+  std::vector<int64_t> tokens(static_cast<size_t>(rows * T));
+  std::vector<int64_t> labels(static_cast<size_t>(rows));
+  std::vector<float> pad(static_cast<size_t>(rows * T));
   std::vector<double> u = uniform({rows * T + 2 * rows}, 0, 1, gen, Dtype::Float64).to_vector<double>();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t length = 1 + int64_t(u[size_t(rows * T + r)] * T);  // 1..9 real tokens

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   ember::set_num_threads(1);  // ranks share the machine's cores
   doctest::Context context(argc, argv);
   if (the_world->rank() != 0) context.setOption("no-intro", true);
+  if (the_world->size() > 1) context.setOption("no-colors", true);  // mpirun merges the ranks' output
   const int result = context.run();
   the_world.reset();  // MPI_Finalize
   return result;

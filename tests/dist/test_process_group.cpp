@@ -30,7 +30,7 @@ TEST_CASE("process group: all_reduce sum, average and max, float32 / float64 / i
   const int r = world().rank(), n = world().size();
   // Rank r holds x_i = (r + 1) * (i + 1); the sum over ranks is n (n + 1) / 2 * (i + 1).
   for (int64_t size : {int64_t(1), int64_t(5), int64_t(1000003)}) {
-    std::vector<double> mine(size_t(size));
+    std::vector<double> mine(static_cast<size_t>(size));
     for (int64_t i = 0; i < size; ++i) mine[size_t(i)] = double(r + 1) * double(i % 97 + 1);
     for (Dtype dtype : {Dtype::Float32, Dtype::Float64, Dtype::Int32, Dtype::Int64}) {
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Max}) {

@@ -88,7 +88,8 @@ TEST_CASE("ShardedAdamW: its state resumes on any number of ranks (here: into Ad
     zero.step();
   }
   std::map<std::string, Tensor> saved = zero.state_dict();
-  std::map<std::string, Tensor> weights = model.state_dict();
+  std::map<std::string, Tensor> weights;
+  for (auto& [name, t] : model.state_dict()) weights[name] = t.clone();  // state_dict() shares the model's memory
   const uint64_t offset = gen.offset();
   // Go on with the shards...
   SmallBatch batch = small_batch(7, 99);
@@ -98,8 +99,8 @@ TEST_CASE("ShardedAdamW: its state resumes on any number of ranks (here: into Ad
   zero.step();
   // ... and, from the saved state, as one process with plain AdamW on the whole batch.
   Generator one_gen(12);
-  one_gen.set_state(12, offset);
   nn::TransformerClassifier one(small_model(), one_gen);
+  one_gen.set_state(12, offset);  // where the run's dropout draws were
   one.to(Dtype::Float64);
   one.load_state_dict(weights);
   optim::AdamW adamw(two_groups(one), 1e-2);
