@@ -5,6 +5,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -106,6 +107,7 @@ class NcclProcessGroup final : public ProcessGroup {
   [[noreturn]] void abort_job(const std::string& message, int exit_code) override {
     ncclCommAbort(comm_);
     bootstrap_.abort_job(message, exit_code);
+    std::_Exit(exit_code);  // not reached: abort_job ends the process
   }
 
  protected:
