@@ -59,7 +59,13 @@ DataParallel::DataParallel(std::vector<Tensor> parameters, distributed::ProcessG
     bucket.numel += p.numel();
     bucket_of_[k] = buckets_.size() - 1;
   }
-  for (Bucket& bucket : buckets_) bucket.buffer = Tensor::empty({bucket.numel}, bucket.dtype, group_.device());
+  for (Bucket& bucket : buckets_) {
+    bucket.buffer = Tensor::empty({bucket.numel}, bucket.dtype, group_.device());
+    const Tensor& first = params_[bucket.params.front()];
+    if (bucket.params.size() == 1 && first.dim() >= 2 && options_.sparse_min_rows > 0 &&
+        first.size(0) >= options_.sparse_min_rows && group_.device().is_cpu())
+      bucket.touched = Tensor::empty({first.size(0)}, Dtype::Bool);
+  }
   if (options_.reduce_gradients && options_.overlap)
     for (size_t k = 0; k < params_.size(); ++k)
       hooks_.push_back(on_grad_ready(params_[k], [this, k](const Tensor&) { on_ready(k); }));
@@ -83,6 +89,7 @@ void DataParallel::check_same_on_every_rank() {
   }
   options.add(uint64_t(options_.bucket_bytes));
   options.add(options_.reduce_gradients);
+  options.add(uint64_t(options_.sparse_min_rows));
   Tensor mine = from_vector(std::vector<int64_t>{int64_t(params.value), int64_t(options.value)}, {2}, group_.device());
   Tensor all = Tensor::empty({2 * int64_t(group_.size())}, Dtype::Int64, group_.device());
   group_.all_gather(mine, all);
@@ -91,7 +98,7 @@ void DataParallel::check_same_on_every_rank() {
     EMBER_CHECK(values[2 * r] == values[0], "DataParallel: rank {} has other parameters than rank 0 (count, shapes or "
                 "dtypes differ): every rank must build the same model", r);
     EMBER_CHECK(values[2 * r + 1] == values[1], "DataParallel: rank {} was given other options than rank 0 "
-                "(bucket_bytes or reduce_gradients differ)", r);
+                "(bucket_bytes, reduce_gradients or sparse_min_rows differ)", r);
   }
 }
 
@@ -118,6 +125,7 @@ void DataParallel::launch_ready_buckets(bool from_hook) {
 }
 
 void DataParallel::launch(Bucket& bucket) {
+  if (bucket.touched.defined()) return launch_sparse(bucket);
   const int64_t item = dtype_size(bucket.dtype);
   for (size_t j = 0; j < bucket.params.size(); ++j) {
     Tensor& p = params_[bucket.params[j]];
@@ -170,13 +178,67 @@ void DataParallel::unflatten(Bucket& bucket, double submitted) {
   comm_thread_free_at_ = now_seconds();
 }
 
+// A sparse bucket: this rank's non-zero rows marked (on the calling thread), the marks all-reduced
+// (max); then, on the communication thread, the rows marked anywhere are packed, all-reduced and
+// written back / size. Rows no rank touched stay as they are: +0 on every rank.
+void DataParallel::launch_sparse(Bucket& bucket) {
+  Tensor& p = params_[bucket.params.front()];
+  Tensor grad = p.grad();
+  if (!grad.defined()) {
+    grad = zeros_like(p.detach());
+    p.set_grad(grad);
+  } else if (!grad.is_contiguous()) {
+    grad = grad.contiguous();
+    p.set_grad(grad);
+  }
+  const int64_t rows = grad.size(0), row_bytes = grad.numel() / rows * dtype_size(grad.dtype());
+  const char* data = static_cast<const char*>(grad.raw_data());
+  bool* marks = bucket.touched.data<bool>();
+  const std::vector<char> zero(size_t(row_bytes), 0);
+  // Any bit set marks a row (-0.0 too), so that the result is the dense sum's bit for bit.
+  for (int64_t r = 0; r < rows; ++r) marks[r] = std::memcmp(data + r * row_bytes, zero.data(), size_t(row_bytes)) != 0;
+  const double submitted = now_seconds();
+  group_.start_all_reduce(bucket.touched, distributed::ReduceOp::Max, [this, &bucket, submitted] {
+    reduce_touched_rows(bucket, submitted);
+  });
+}
+
+void DataParallel::reduce_touched_rows(Bucket& bucket, double submitted) {
+  Tensor grad = params_[bucket.params.front()].grad();
+  const int64_t rows = grad.size(0), width = grad.numel() / rows;
+  const bool* marks = bucket.touched.data<bool>();
+  std::vector<int64_t> touched;
+  for (int64_t r = 0; r < rows; ++r)
+    if (marks[r]) touched.push_back(r);
+  const double scale = 1.0 / double(group_.size());
+  dispatch_floating(bucket.dtype, "DataParallel", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* g = grad.data<T>();
+    T* packed = bucket.buffer.data<T>();
+    for (size_t k = 0; k < touched.size(); ++k) std::memcpy(packed + k * width, g + touched[k] * width, width * sizeof(T));
+    Tensor sent = bucket.buffer.narrow(0, 0, int64_t(touched.size()) * width);
+    if (sent.numel() > 0) group_.all_reduce(sent, distributed::ReduceOp::Sum);  // on this (the communication) thread
+    const T s = T(scale);
+    for (size_t k = 0; k < touched.size(); ++k) {
+      T* out = g + touched[k] * width;
+      const T* in = packed + k * width;
+      for (int64_t i = 0; i < width; ++i) out[i] = in[i] * s;
+    }
+    stats_.bytes += int64_t(touched.size()) * width * int64_t(sizeof(T)) + rows;
+  });
+  const double done = now_seconds();
+  stats_.comm_seconds += done - std::max(submitted, comm_thread_free_at_);
+  comm_thread_free_at_ = done;
+}
+
 void DataParallel::synchronize_gradients() {
   const double start = now_seconds();
   if (options_.reduce_gradients) {
     for (Bucket& bucket : buckets_) bucket.ready = bucket.params.size();  // the rest count as ready now
     launch_ready_buckets(/*from_hook=*/false);
     group_.wait_all();
-    for (const Bucket& bucket : buckets_) stats_.bytes += bucket.numel * dtype_size(bucket.dtype);
+    for (const Bucket& bucket : buckets_)
+      if (!bucket.touched.defined()) stats_.bytes += bucket.numel * dtype_size(bucket.dtype);  // sparse: counted as sent
   }
   for (Bucket& bucket : buckets_) bucket.ready = 0;
   std::fill(ready_.begin(), ready_.end(), 0);

@@ -37,6 +37,12 @@ struct DataParallelOptions {
   // false: gradients are left as each rank computed them (only the start-up broadcast is done):
   // a sharded optimiser reduces them itself (optim/sharded_adamw.h).
   bool reduce_gradients = true;
+  // A parameter with at least this many rows (an embedding table; 0 = never) sends only the rows
+  // some rank's gradient touched: each rank marks its non-zero rows, the marks are all-reduced
+  // (max), and the marked rows alone are packed and all-reduced. The result is the dense
+  // all-reduce's, bit for bit (a row no rank touched is +0 everywhere either way); the bytes sent
+  // are the rows a batch uses, not the whole table. CPU groups only.
+  int64_t sparse_min_rows = 4096;
 };
 
 // Totals over the steps so far, for the benchmark and the trainer's log (CPU groups; on a GPU the
@@ -78,6 +84,7 @@ class DataParallel {
     Dtype dtype = Dtype::Float32;
     Tensor buffer;                // flat send buffer, allocated once
     size_t ready = 0;             // parameters whose gradient is ready this step
+    Tensor touched;               // sparse buckets (one parameter): per row, whether any rank's gradient is non-zero
   };
 
   void check_same_on_every_rank();
@@ -86,6 +93,8 @@ class DataParallel {
   void launch_ready_buckets(bool from_hook);
   void launch(Bucket& bucket);
   void unflatten(Bucket& bucket, double submitted);
+  void launch_sparse(Bucket& bucket);
+  void reduce_touched_rows(Bucket& bucket, double submitted);
 
   std::vector<Tensor> params_;
   distributed::ProcessGroup& group_;
