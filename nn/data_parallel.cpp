@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/distributed/agreement.h"
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -66,6 +67,8 @@ DataParallel::DataParallel(std::vector<Tensor> parameters, distributed::ProcessG
         first.size(0) >= options_.sparse_min_rows && group_.device().is_cpu())
       bucket.touched = Tensor::empty({first.size(0)}, Dtype::Bool);
   }
+  // One process: the gradients are already the average; nothing to send.
+  if (group_.size() == 1) options_.reduce_gradients = false;
   if (options_.reduce_gradients && options_.overlap)
     for (size_t k = 0; k < params_.size(); ++k)
       hooks_.push_back(on_grad_ready(params_[k], [this, k](const Tensor&) { on_ready(k); }));
@@ -94,12 +97,38 @@ void DataParallel::check_same_on_every_rank() {
   Tensor all = Tensor::empty({2 * int64_t(group_.size())}, Dtype::Int64, group_.device());
   group_.all_gather(mine, all);
   std::vector<int64_t> values = all.to(Device::cpu()).to_vector<int64_t>();
+  // Every rank sees every fingerprint, so every rank raises the same error (an AgreedError).
   for (int r = 1; r < group_.size(); ++r) {
-    EMBER_CHECK(values[2 * r] == values[0], "DataParallel: rank {} has other parameters than rank 0 (count, shapes or "
-                "dtypes differ): every rank must build the same model", r);
-    EMBER_CHECK(values[2 * r + 1] == values[1], "DataParallel: rank {} was given other options than rank 0 "
-                "(bucket_bytes, reduce_gradients or sparse_min_rows differ)", r);
+    if (values[2 * r] != values[0])
+      throw distributed::AgreedError(fmt::format("DataParallel: rank {} has other parameters than rank 0 (count, "
+                                                 "shapes or dtypes differ): every rank must build the same model", r));
+    if (values[2 * r + 1] != values[1])
+      throw distributed::AgreedError(fmt::format("DataParallel: rank {} was given other options than rank 0 "
+                                                 "(bucket_bytes, reduce_gradients or sparse_min_rows differ)", r));
   }
+}
+
+void DataParallel::check_replicas_agree() {
+  Fingerprint bits;
+  for (const Tensor& p : params_) {
+    Tensor host = p.detach().to(Device::cpu()).contiguous();
+    const unsigned char* data = static_cast<const unsigned char*>(host.raw_data());
+    const int64_t bytes = host.numel() * dtype_size(host.dtype());
+    uint64_t word = 0;
+    for (int64_t i = 0; i < bytes; ++i) {  // 8 bytes at a time into the fingerprint
+      word = (word << 8) | data[i];
+      if (i % 8 == 7 || i == bytes - 1) bits.add(word), word = 0;
+    }
+  }
+  Tensor mine = from_vector(std::vector<int64_t>{int64_t(bits.value)}, {1}, group_.device());
+  Tensor all = Tensor::empty({int64_t(group_.size())}, Dtype::Int64, group_.device());
+  group_.all_gather(mine, all);
+  std::vector<int64_t> values = all.to(Device::cpu()).to_vector<int64_t>();
+  for (int r = 1; r < group_.size(); ++r)
+    if (values[size_t(r)] != values[0])
+      throw distributed::AgreedError(fmt::format("DataParallel: rank {}'s parameters differ from rank 0's: the ranks "
+                                                 "no longer train the same model (a rank took another step, or its "
+                                                 "arithmetic differs)", r));
 }
 
 void DataParallel::broadcast_parameters() {

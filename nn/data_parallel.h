@@ -72,6 +72,10 @@ class DataParallel {
   // every parameter's .grad is the average over the ranks, identical on each. Collective.
   void synchronize_gradients();
 
+  // Throws on every rank when any rank's parameters differ, bit for bit, from rank 0's: the check
+  // that the ranks still train one model (the trainer makes it at each checkpoint). Collective.
+  void check_replicas_agree();
+
   int num_buckets() const { return int(buckets_.size()); }
   const DataParallelStats& stats() const { return stats_; }
   const DataParallelOptions& options() const { return options_; }

@@ -62,25 +62,32 @@ std::string broadcast_string(ProcessGroup& group, const std::string& text, int r
   return std::string(static_cast<const char*>(bytes.raw_data()), size_t(size));
 }
 
+namespace {
+// The first difference between rank 0's settings and rank r's, as a message.
+std::string difference(const std::map<std::string, std::string>& first, const std::map<std::string, std::string>& other,
+                       int r) {
+  for (const auto& [key, value] : first) {
+    auto found = other.find(key);
+    if (found == other.end()) return fmt::format("{} is set on rank 0 but not on rank {}", key, r);
+    if (found->second != value)
+      return fmt::format("{} is {} on rank 0 but {} on rank {}", key, value.empty() ? "empty" : value,
+                         found->second.empty() ? "empty" : found->second, r);
+  }
+  for (const auto& [key, value] : other)
+    if (!first.count(key)) return fmt::format("{} is set on rank {} but not on rank 0", key, r);
+  return "";
+}
+}  // namespace
+
 void check_same_settings(ProcessGroup& group, const std::map<std::string, std::string>& settings) {
   for (const auto& [key, value] : settings)
     EMBER_CHECK(key.find_first_of("=\n") == std::string::npos && value.find('\n') == std::string::npos,
                 "check_same_settings: setting '{}' has a '=' or a newline in its name, or a newline in its value", key);
   const std::vector<std::string> all = all_gather_strings(group, serialize(settings));
   const std::map<std::string, std::string> first = parse(all[0]);
-  for (int r = 1; r < group.size(); ++r) {
-    if (all[size_t(r)] == all[0]) continue;
-    const std::map<std::string, std::string> other = parse(all[size_t(r)]);
-    for (const auto& [key, value] : first) {
-      auto found = other.find(key);
-      if (found == other.end()) fail("the ranks were started with different settings: {} is set on rank 0 but not on rank {}", key, r);
-      if (found->second != value)
-        fail("the ranks were started with different settings: {} is {} on rank 0 but {} on rank {}", key,
-             value.empty() ? "empty" : value, found->second.empty() ? "empty" : found->second, r);
-    }
-    for (const auto& [key, value] : other)
-      if (!first.count(key)) fail("the ranks were started with different settings: {} is set on rank {} but not on rank 0", key, r);
-  }
+  for (int r = 1; r < group.size(); ++r)
+    if (all[size_t(r)] != all[0])
+      throw AgreedError("the ranks were started with different settings: " + difference(first, parse(all[size_t(r)]), r));
 }
 
 void on_root(ProcessGroup& group, const std::function<void()>& fn, int root) {
@@ -94,7 +101,7 @@ void on_root(ProcessGroup& group, const std::function<void()>& fn, int root) {
     }
   }
   error = broadcast_string(group, error, root);
-  if (!error.empty()) throw Error(error);
+  if (!error.empty()) throw AgreedError(error);
 }
 
 void broadcast_tensors(ProcessGroup& group, std::map<std::string, Tensor>& tensors, int root) {

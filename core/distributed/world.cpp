@@ -49,19 +49,22 @@ LaunchInfo launch_info() {
   LaunchInfo info;
   int value = 0;
   if (env_int("OMPI_COMM_WORLD_SIZE", &value)) {
-    info = {true, 0, value, 0, "mpirun"};
+    info = {true, 0, value, 0, 1, "mpirun"};
     env_int("OMPI_COMM_WORLD_RANK", &info.rank);
     env_int("OMPI_COMM_WORLD_LOCAL_RANK", &info.local_rank);
+    env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &info.local_size);
   } else if (env_int("PMIX_RANK", &value) || env_int("PMI_RANK", &value)) {
-    info = {true, value, 0, 0, "pmi"};  // size 0: not told
+    info = {true, value, 0, 0, 1, "pmi"};  // size 0: not told
     env_int("PMI_SIZE", &info.size);
     env_int("MPI_LOCALRANKID", &info.local_rank);
+    env_int("MPI_LOCALNRANKS", &info.local_size);
   } else if (env_int("SLURM_PROCID", &value) && env_int("SLURM_NTASKS", &info.size) && info.size > 1) {
     // srun without an MPI plugin still sets these: the processes would each train alone, so say so.
     info.launched = true;
     info.rank = value;
     info.launcher = "srun";
     env_int("SLURM_LOCALID", &info.local_rank);
+    env_int("SLURM_NTASKS_PER_NODE", &info.local_size);
   }
   return info;
 }

@@ -14,6 +14,7 @@ struct LaunchInfo {
   bool launched = false;  // started by an MPI launcher (even as a job of one process)
   int rank = 0, size = 1;  // size 0: the launcher did not say
   int local_rank = 0;     // among the processes on this machine (picks the GPU)
+  int local_size = 1;     // processes of the job on this machine (share its cores)
   std::string launcher;   // "mpirun", "srun", "pmi" or "" when not launched
 };
 LaunchInfo launch_info();

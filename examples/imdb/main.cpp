@@ -11,6 +11,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/distributed/agreement.h"
+#include "core/distributed/world.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/parallel.h"
@@ -61,6 +63,11 @@ Training flags (train and compare; defaults are the recipe):
   --resume           continue from OUT/checkpoint.safetensors
   --log-every N      steps between log lines when not on a terminal   [50]
   --quiet            no progress output
+Several processes (mpirun -np N imdb train ...; docs/distributed.md):
+  --bucket-kb N      gradient bucket size, KiB                        [256]
+  --no-overlap       all-reduce after backward, not during it
+  --zero             ZeRO-1: AdamW's moments sharded over the ranks
+  --dist-timeout S   seconds a collective may wait for the other ranks [300]
 compare only:
   --heads-list L     comma-separated head counts                      [1,4,8]
   --seeds N          seeds 0..N-1 per head count                      [3]
@@ -184,6 +191,10 @@ TrainConfig parse_train_flags(Flags& f, const std::string& default_out) {
   c.log_every = f.integer("log-every", c.log_every, 1);
   c.resume = f.flag("resume");
   c.quiet = f.flag("quiet");
+  c.bucket_kb = f.integer("bucket-kb", c.bucket_kb, 1);
+  c.overlap = !f.flag("no-overlap");
+  c.zero = f.flag("zero");
+  c.dist_timeout = f.real("dist-timeout", c.dist_timeout, 0.0, 1e9);
   if (c.model.dim % c.model.heads != 0)
     throw UsageError(fmt::format("--dim {} is not divisible by --heads {}", c.model.dim, c.model.heads));
   try {
@@ -214,13 +225,33 @@ std::vector<int64_t> parse_list(const std::string& text, const char* flag) {
   return out;
 }
 
+// Runs fn(world) in the group of every process of the job (one process, or mpirun's ranks). An
+// error on one rank ends every rank at once (MPI_Abort): the others would wait for it for ever.
+// An error every rank raised together (different settings, a bad checkpoint) is reported by rank 0.
+template <typename Fn>
+int in_world(double timeout_seconds, Fn&& fn) {
+  std::unique_ptr<distributed::ProcessGroup> world = distributed::init_world(timeout_seconds);
+  try {
+    fn(*world);
+  } catch (const distributed::AgreedError&) {
+    if (world->rank() == 0) throw;
+    return 1;
+  } catch (const std::exception& e) {
+    if (world->size() > 1)
+      world->abort_job(fmt::format("error (rank {} of {}): {}\nending every rank of the job", world->rank(),
+                                   world->size(), e.what()), 1);
+    throw;
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     fmt::print("{}", kUsage);
     return argc < 2 ? 2 : 0;
   }
   std::string command = argv[1];
-  Flags flags(argc, argv, 2, {"resume", "quiet"});
+  Flags flags(argc, argv, 2, {"resume", "quiet", "no-overlap", "zero"});
   if (flags.help) {
     fmt::print("{}", kUsage);
     return 0;
@@ -228,9 +259,12 @@ int run(int argc, char** argv) {
   if (command == "train") {
     TrainConfig config = parse_train_flags(flags, "runs/imdb");
     flags.reject_unknown();
-    RunResult r = train(config);
-    fmt::print("trained {} steps in {:.1f}s; final test accuracy {:.2f}%; outputs in {}\n", r.steps, r.wall_seconds,
-               r.epochs.empty() ? 0.0 : 100 * r.epochs.back().test_accuracy, config.out);
+    return in_world(config.dist_timeout, [&](distributed::ProcessGroup& world) {
+      RunResult r = train(config, world);
+      if (world.rank() == 0)
+        fmt::print("trained {} steps in {:.1f}s; final test accuracy {:.2f}%; outputs in {}\n", r.steps,
+                   r.wall_seconds, r.epochs.empty() ? 0.0 : 100 * r.epochs.back().test_accuracy, config.out);
+    });
   } else if (command == "compare") {
     CompareConfig config;
     config.base = parse_train_flags(flags, "runs/compare");
@@ -264,14 +298,19 @@ int run(int argc, char** argv) {
     int threads = int(flags.integer("threads", 0, 0));
     flags.reject_unknown();
     if (threads > 0) set_num_threads(threads);
-    SavedRun saved = load_run(folder);
-    TrainConfig data_config = saved.config;
-    data_config.data = overrides.data;
-    data_config.data_dir = overrides.data_dir;
-    data_config.limit = 0;  // always every test review
-    Data data = prepare_data(data_config, &saved.vocabulary);  // encoded with the run's own vocabulary
-    double accuracy = evaluate(*saved.model, data.test_tokens, data.test_labels);
-    fmt::print("test accuracy {:.2f}% on {} reviews ({})\n", 100 * accuracy, data.test_tokens.size(), folder);
+    // Under mpirun the ranks share the test batches (every rank reads the run and the data).
+    return in_world(distributed::default_timeout_seconds(), [&](distributed::ProcessGroup& world) {
+      SavedRun saved = load_run(folder);
+      TrainConfig data_config = saved.config;
+      data_config.data = overrides.data;
+      data_config.data_dir = overrides.data_dir;
+      data_config.limit = 0;  // always every test review
+      Data data = prepare_data(data_config, &saved.vocabulary);  // encoded with the run's own vocabulary
+      double accuracy = evaluate(*saved.model, data.test_tokens, data.test_labels, 64, &world);
+      if (world.rank() == 0)
+        fmt::print("test accuracy {:.2f}% on {} reviews ({}{})\n", 100 * accuracy, data.test_tokens.size(), folder,
+                   world.size() > 1 ? fmt::format(", {} ranks", world.size()) : std::string());
+    });
   } else if (command == "check") {
     std::string folder = flags.text("run", "runs/imdb");
     flags.reject_unknown();

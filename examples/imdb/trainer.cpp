@@ -9,19 +9,25 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
 #include "core/allocator.h"
+#include "core/distributed/agreement.h"
+#include "core/distributed/nccl.h"
+#include "core/distributed/world.h"
 #include "core/file_io.h"
 #include "core/parallel.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/report.h"
 #include "nn/checkpoint.h"
+#include "nn/data_parallel.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim/sharded_adamw.h"
 
 namespace ember::imdb {
 namespace fs = std::filesystem;
@@ -133,6 +139,23 @@ std::map<std::string, std::string> TrainConfig::to_metadata() const {
           {"limit", std::to_string(limit)},                 {"vocab_words", std::to_string(vocab_words)}};
 }
 
+std::map<std::string, std::string> TrainConfig::shared_settings() const {
+  std::map<std::string, std::string> m = to_metadata();
+  m["data"] = data;
+  m["data_dir"] = data_dir;
+  m["out"] = out;
+  m["device"] = device;
+  m["save_every"] = std::to_string(save_every);
+  m["log_every"] = std::to_string(log_every);
+  m["stop_after"] = std::to_string(stop_after);
+  m["resume"] = resume ? "true" : "false";
+  m["bucket_kb"] = std::to_string(bucket_kb);
+  m["overlap"] = overlap ? "true" : "false";
+  m["zero"] = zero ? "true" : "false";
+  m["dist_timeout"] = num(dist_timeout);
+  return m;
+}
+
 TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>& m) {
   auto get = [&](const char* key) -> const std::string& {
     auto it = m.find(key);
@@ -223,8 +246,9 @@ BatchTensors to_tensors(const Batch& batch, Device device) {
 // ---- Evaluation
 
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
-                const std::vector<int>& labels, int64_t batch_size) {
+                const std::vector<int>& labels, int64_t batch_size, distributed::ProcessGroup* world) {
   if (reviews.empty()) return 0.0;
+  const int rank = world != nullptr ? world->rank() : 0, ranks = world != nullptr ? world->size() : 1;
   NoGradGuard no_grad;
   bool was_training = model.is_training();
   model.eval();
@@ -234,12 +258,17 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   Batcher batcher(reviews, labels, batch_size);
   const Device device = model.parameters().front().device();
   int64_t correct = 0;
-  for (int64_t b = 0; b < batcher.num_batches(); ++b) {
+  for (int64_t b = rank; b < batcher.num_batches(); b += ranks) {  // whole batches, shared out in turn
     BatchTensors t = to_tensors(batcher.batch(order, b), device);
     Tensor predicted = argmax(model.forward(t.tokens, t.padding_mask), 1);
     correct += int64_t(sum(eq(predicted, t.labels).to(Dtype::Float64)).item<double>());
   }
   model.train(was_training);
+  if (ranks > 1) {
+    Tensor count = from_vector(std::vector<int64_t>{correct});
+    world->all_reduce(count, distributed::ReduceOp::Sum);
+    correct = count.item<int64_t>();
+  }
   return double(correct) / double(reviews.size());
 }
 
@@ -247,7 +276,7 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
 
 namespace {
 CheckpointInfo restore_checkpoint(const std::string& path, const nn::TensorMap& state, const nn::Metadata& meta,
-                                  nn::TransformerClassifier& model, optim::AdamW& optimizer) {
+                                  nn::TransformerClassifier& model, optim::Optimizer& optimizer) {
   auto field = [&](const char* key) -> const std::string& {
     auto it = meta.find(key);
     EMBER_CHECK(it != meta.end(), "checkpoint '{}' has no '{}' in its metadata (not a trainer checkpoint?)", path, key);
@@ -291,26 +320,77 @@ CheckpointInfo check_checkpoint(const std::string& path) {
 // ---- Training
 
 RunResult train(const TrainConfig& config) {
-  check_output_folder(config.out);
-  checked_device(config.device);  // before the data is loaded: a missing GPU fails at once
-  if (!config.quiet) fmt::print(stderr, "Loading IMDb...\n");
-  Data data = prepare_data(config);
-  return train(config, data);
+  std::unique_ptr<distributed::ProcessGroup> one = distributed::make_single_process_group();
+  return train(config, *one);
 }
 
-RunResult train(const TrainConfig& config_in, const Data& data) {
+RunResult train(const TrainConfig& config, const Data& data) {
+  std::unique_ptr<distributed::ProcessGroup> one = distributed::make_single_process_group();
+  return train(config, data, *one);
+}
+
+RunResult train(const TrainConfig& config, distributed::ProcessGroup& world) {
+  distributed::check_same_settings(world, config.shared_settings());  // before anything slow
+  distributed::on_root(world, [&] { check_output_folder(config.out); });
+  checked_device(config.device);  // before the data is loaded: a missing GPU fails at once
+  if (!config.quiet && world.rank() == 0) fmt::print(stderr, "Loading IMDb...\n");
+  // Rank 0 downloads first (when --data is not given); the others then find the download cached.
+  if (config.data.empty() && world.size() > 1)
+    distributed::on_root(world, [&] {
+      ensure_imdb_downloaded(config.data_dir.empty() ? default_data_dir() : config.data_dir);
+    });
+  Data data = prepare_data(config);
+  return train(config, data, world);
+}
+
+namespace {
+
+// The checkpoint's metadata, from rank 0 to every rank (as JSON text).
+nn::Metadata broadcast_metadata(distributed::ProcessGroup& world, const nn::Metadata& meta) {
+  std::string text = distributed::broadcast_string(world, nlohmann::json(meta).dump());
+  return nlohmann::json::parse(text).get<nn::Metadata>();
+}
+
+}  // namespace
+
+RunResult train(const TrainConfig& config_in, const Data& data, distributed::ProcessGroup& world) {
   TrainConfig config = config_in;
   config.model.vocab_size = data.vocabulary.size();
-  const Device device = checked_device(config.device);
+  const bool lead = world.rank() == 0;  // prints, and writes every file
+  if (!lead) config.quiet = true;
+  distributed::check_same_settings(world, config.shared_settings());
+  Device device = checked_device(config.device);
+  // Under mpirun, "cuda" is each rank's own GPU: cuda:(local rank % GPUs).
+  if (device.is_cuda() && world.size() > 1 && config.device == "cuda")
+    device = distributed::device_for_local_rank(distributed::launch_info().local_rank);
   EMBER_CHECK(config.batch_size > 0 && config.epochs > 0, "train: batch size and epochs must be positive");
-  if (config.threads > 0) set_num_threads(config.threads);
-  check_output_folder(config.out);
-  data.vocabulary.save(config.out + "/vocab.txt");
+  if (config.threads > 0) {
+    set_num_threads(config.threads);
+  } else if (world.size() > 1) {  // the ranks on this machine share its cores
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    set_num_threads(std::max(1, cores / std::max(1, distributed::launch_info().local_size)));
+  }
+  distributed::on_root(world, [&] {
+    check_output_folder(config.out);
+    data.vocabulary.save(config.out + "/vocab.txt");
+  });
 
   Generator gen(config.seed);  // initialisation, then dropout masks
   nn::TransformerClassifier model(config.model, gen);
   model.to(device);  // initialised on the CPU, so the same seed gives the same weights on every device
-  optim::AdamW optimizer(parameter_groups(model, config.weight_decay), config.lr);
+  // Gradients travel over MPI between CPUs, over NCCL between GPUs (its id sent over MPI).
+  std::unique_ptr<distributed::ProcessGroup> nccl;
+  distributed::ProcessGroup* group = &world;
+  if (device.is_cuda() && world.size() > 1) {
+    nccl = distributed::make_nccl_group(world, device, config.dist_timeout);
+    group = nccl.get();
+  }
+  std::unique_ptr<optim::Optimizer> optimizer;
+  if (config.zero)  // ZeRO-1: clips by the global norm itself, over every rank's shard
+    optimizer = std::make_unique<optim::ShardedAdamW>(parameter_groups(model, config.weight_decay), *group, config.lr,
+                                                      config.clip);
+  else
+    optimizer = std::make_unique<optim::AdamW>(parameter_groups(model, config.weight_decay), config.lr);
   Batcher batcher(data.train_tokens, data.train_labels, config.batch_size);
   const int64_t steps_per_epoch = batcher.num_batches();
   const int64_t total_steps = steps_per_epoch * config.epochs;
@@ -322,35 +402,58 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
   const std::string checkpoint_path = config.out + "/checkpoint.safetensors";
   int64_t step = 0;
   if (config.resume) {
+    // Rank 0 reads and checks the checkpoint; every rank loads what it read. The checkpoint holds
+    // whole tensors (the optimiser's too, under ZeRO-1): any number of ranks can resume it.
     nn::Metadata meta;
-    nn::TensorMap state = nn::load_tensors(checkpoint_path, &meta);
-    TrainConfig saved = TrainConfig::from_metadata(meta);
-    EMBER_CHECK(saved.to_metadata() == config.to_metadata(), "resume: {} was written with other settings", checkpoint_path);
+    nn::TensorMap state;
+    distributed::on_root(world, [&] {
+      state = nn::load_tensors(checkpoint_path, &meta);
+      TrainConfig saved = TrainConfig::from_metadata(meta);
+      EMBER_CHECK(saved.to_metadata() == config.to_metadata(), "resume: {} was written with other settings",
+                  checkpoint_path);
+    });
+    if (world.size() > 1) {
+      distributed::broadcast_tensors(world, state);
+      meta = broadcast_metadata(world, meta);
+    }
     // Loaded onto the model's device (load_state_dict copies).
-    CheckpointInfo info = restore_checkpoint(checkpoint_path, state, meta, model, optimizer);
+    CheckpointInfo info = restore_checkpoint(checkpoint_path, state, meta, model, *optimizer);
     step = info.step;
     gen.set_state(config.seed, info.generator_offset);
-    trim_metrics(config.out + "/metrics.jsonl", step);
+    if (lead) trim_metrics(config.out + "/metrics.jsonl", step);
   }
-  std::ofstream metrics(config.out + "/metrics.jsonl", config.resume ? std::ios::app : std::ios::trunc);
-  EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
-  auto save_checkpoint = [&]() {
-    // Every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those).
-    metrics.flush();
+  // Rank 0's parameters to every rank (equal already: same seed, same checkpoint); gradients
+  // averaged over the ranks during backward. Nothing to send on one process.
+  nn::DataParallel dp(model, *group, {.bucket_bytes = config.bucket_kb * 1024, .overlap = config.overlap,
+                                      .reduce_gradients = !config.zero});
+  std::ofstream metrics;
+  if (lead) {
+    metrics.open(config.out + "/metrics.jsonl", config.resume ? std::ios::app : std::ios::trunc);
     EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
+  }
+  // Collective: every rank gathers the state (ZeRO-1's moments live in shards); rank 0 writes it.
+  auto save_checkpoint = [&]() {
+    if (lead) {  // every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those)
+      metrics.flush();
+      EMBER_CHECK(metrics.good(), "cannot write {}/metrics.jsonl", config.out);
+    }
+    if (world.size() > 1) dp.check_replicas_agree();
     nn::Metadata meta = config.to_metadata();
     meta["format"] = "ember-imdb-checkpoint-v1";
     meta["step"] = std::to_string(step);
     meta["generator_offset"] = std::to_string(gen.offset());
     nn::TensorMap state = nn::with_prefix_added(model.state_dict(), "model.");
-    for (auto& [name, t] : nn::with_prefix_added(optimizer.state_dict(), "optim.")) state.emplace(name, t);
-    nn::save_tensors(checkpoint_path, state, meta);
+    for (auto& [name, t] : nn::with_prefix_added(optimizer->state_dict(), "optim.")) state.emplace(name, t);
+    if (lead) nn::save_tensors(checkpoint_path, state, meta);
   };
 
   if (!config.quiet)
-    fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {} threads\n",
+    fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {}{} threads\n",
                config.model.heads, config.model.layers, config.model.dim, result.parameters, data.train_tokens.size(),
-               data.test_tokens.size(), total_steps, num_threads());
+               data.test_tokens.size(), total_steps,
+               world.size() > 1 ? fmt::format("{} ranks ({}{}) x ", world.size(), group->backend(),
+                                              config.zero ? ", ZeRO-1" : "") : std::string(),
+               num_threads());
 
   Progress progress(config.quiet ? Progress::Mode::Silent : Progress::detect(), config.log_every);
   const auto run_start = Clock::now();
@@ -365,26 +468,43 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     const auto epoch_start = Clock::now();
     progress.start_epoch(epoch + 1, config.epochs, steps_per_epoch);
     for (int64_t b = step % steps_per_epoch; b < steps_per_epoch; ++b) {
-      Batch batch = batcher.batch(order, b);
+      // This rank's rows of the global batch b, padded as the whole batch is; dropout draws by
+      // global example (core/random.h, BatchSlice), so the ranks together compute one process's step.
+      const int64_t batch_rows = batcher.rows_in(b);
+      const distributed::Range rows = distributed::shard_range(batch_rows, world.rank(), world.size());
+      Batch batch = batcher.batch_rows(order, b, rows.begin, rows.size());
+      if (world.size() > 1) gen.set_batch_slice({batch_rows, rows.begin, rows.size()});
       BatchTensors t = to_tensors(batch, device);
-      optimizer.set_lr(schedule.lr_at(step));
+      optimizer->set_lr(schedule.lr_at(step));
       Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
-      optimizer.zero_grad();
-      loss.backward();
-      if (config.clip > 0) optim::clip_grad_norm(model.parameters(), config.clip);
-      optimizer.step();
+      optimizer->zero_grad();
+      // Each rank's mean weighs rows / batch_rows of the whole batch's; DataParallel averages (/ size).
+      if (world.size() > 1) (loss * (double(rows.size()) * world.size() / double(batch_rows))).backward();
+      else loss.backward();
+      dp.synchronize_gradients();
+      if (config.clip > 0 && !config.zero) optim::clip_grad_norm(model.parameters(), config.clip);
+      optimizer->step();
       ++step;
 
       double loss_value = loss.item<float>();
+      int64_t batch_real_tokens = batch.real_tokens;
+      if (world.size() > 1) {  // the whole batch's loss and tokens, for the log
+        Tensor sums = from_vector(std::vector<double>{loss_value * double(rows.size()), double(batch.real_tokens)});
+        world.all_reduce(sums, distributed::ReduceOp::Sum);
+        std::vector<double> totals = sums.to_vector<double>();
+        loss_value = totals[0] / double(batch_rows);
+        batch_real_tokens = int64_t(totals[1]);
+      }
       result.step_losses.push_back(loss_value);
       loss_sum += loss_value;
       ++loss_count;
-      real_tokens += batch.real_tokens;
-      padded_tokens += batch.batch * batch.seq_len;
+      real_tokens += batch_real_tokens;
+      padded_tokens += batch_rows * batch.seq_len;
       double elapsed = seconds_since(epoch_start);
       progress.update(b + 1, loss_sum / double(loss_count), double(real_tokens) / elapsed, elapsed);
-      metrics << json_line({{"kind", "\"step\""}, {"step", std::to_string(step)}, {"epoch", std::to_string(epoch + 1)},
-                            {"loss", fmt::format("{:.9g}", loss_value)}, {"lr", num(optimizer.lr())}});
+      if (lead)
+        metrics << json_line({{"kind", "\"step\""}, {"step", std::to_string(step)}, {"epoch", std::to_string(epoch + 1)},
+                              {"loss", fmt::format("{:.9g}", loss_value)}, {"lr", num(optimizer->lr())}});
       if (config.save_every > 0 && step % config.save_every == 0) save_checkpoint();
       if (config.stop_after > 0 && step >= config.stop_after) break;
     }
@@ -392,14 +512,14 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     progress.finish_epoch();
     if (config.stop_after > 0 && step >= config.stop_after && step % steps_per_epoch != 0) {
       save_checkpoint();
-      metrics.flush();
+      if (lead) metrics.flush();
       break;
     }
     const auto eval_start = Clock::now();
     EpochResult er;
     er.epoch = epoch + 1;
     er.train_loss = loss_count ? loss_sum / double(loss_count) : NAN;
-    er.test_accuracy = evaluate(model, data.test_tokens, data.test_labels);
+    er.test_accuracy = evaluate(model, data.test_tokens, data.test_labels, 64, &world);
     er.seconds = train_seconds;
     er.eval_seconds = seconds_since(eval_start);
     er.real_tokens_per_s = double(real_tokens) / train_seconds;
@@ -413,21 +533,32 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
       er.gpu_reserved_bytes = gpu.reserved;
     }
     result.epochs.push_back(er);
-    metrics << json_line({{"kind", "\"epoch\""}, {"epoch", std::to_string(er.epoch)}, {"step", std::to_string(step)},
-                          {"train_loss", num(er.train_loss)}, {"test_accuracy", num(er.test_accuracy)},
-                          {"test_reviews", std::to_string(data.test_tokens.size())},
-                          {"train_seconds", num(er.seconds)}, {"eval_seconds", num(er.eval_seconds)},
-                          {"real_tokens_per_s", num(er.real_tokens_per_s)},
-                          {"padded_tokens_per_s", num(er.padded_tokens_per_s)},
-                          {"peak_tensor_bytes", std::to_string(er.peak_bytes)},
-                          {"peak_rss_bytes", std::to_string(er.peak_rss_bytes)}});
-    if (device.is_cuda())
+    if (lead) {
+      std::vector<std::pair<std::string, std::string>> fields{
+          {"kind", "\"epoch\""}, {"epoch", std::to_string(er.epoch)}, {"step", std::to_string(step)},
+          {"train_loss", num(er.train_loss)}, {"test_accuracy", num(er.test_accuracy)},
+          {"test_reviews", std::to_string(data.test_tokens.size())},
+          {"train_seconds", num(er.seconds)}, {"eval_seconds", num(er.eval_seconds)},
+          {"real_tokens_per_s", num(er.real_tokens_per_s)},
+          {"padded_tokens_per_s", num(er.padded_tokens_per_s)},
+          {"peak_tensor_bytes", std::to_string(er.peak_bytes)},
+          {"peak_rss_bytes", std::to_string(er.peak_rss_bytes)}};
+      if (world.size() > 1) {  // this rank's share of the communication (nn/data_parallel.h)
+        const nn::DataParallelStats& comm = dp.stats();
+        fields.push_back({"ranks", std::to_string(world.size())});
+        fields.push_back({"allreduce_seconds", num(comm.comm_seconds)});
+        fields.push_back({"allreduce_exposed_seconds", num(comm.exposed_seconds)});
+        fields.push_back({"allreduce_bytes", std::to_string(comm.bytes)});
+      }
+      metrics << json_line(fields);
+    }
+    if (lead && device.is_cuda())
       metrics << json_line({{"kind", "\"gpu_memory\""}, {"epoch", std::to_string(er.epoch)},
                             {"device", "\"" + device.str() + "\""},
                             {"allocated_bytes", std::to_string(er.gpu_allocated_bytes)},
                             {"peak_bytes", std::to_string(er.gpu_peak_bytes)},
                             {"reserved_bytes", std::to_string(er.gpu_reserved_bytes)}});
-    metrics.flush();
+    if (lead) metrics.flush();
     if (!config.quiet)
       fmt::print(stderr,
                  "epoch {}/{}: train loss {:.4f} | test accuracy {:.2f}% ({} reviews) | {:.1f}s train + {:.1f}s eval | "
@@ -435,16 +566,21 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
                  er.epoch, config.epochs, er.train_loss, 100 * er.test_accuracy, data.test_tokens.size(), er.seconds,
                  er.eval_seconds, er.real_tokens_per_s, er.padded_tokens_per_s, er.peak_bytes / 1048576.0,
                  er.peak_rss_bytes / 1048576.0);
+    if (!config.quiet && world.size() > 1 && dp.stats().steps > 0)
+      fmt::print(stderr, "epoch {}/{}: all-reduce {:.1f} ms per step, {:.0f}% of it hidden behind backward, {:.1f} MB "
+                 "per step (rank 0)\n", er.epoch, config.epochs, 1e3 * dp.stats().comm_seconds / double(dp.stats().steps),
+                 100 * dp.stats().hidden_share(), double(dp.stats().bytes) / double(dp.stats().steps) / 1e6);
     if (!config.quiet && device.is_cuda())
       fmt::print(stderr, "epoch {}/{}: {} memory: {:.1f} MiB allocated, {:.1f} MiB peak, {:.1f} MiB reserved\n", er.epoch,
                  config.epochs, device.str(), er.gpu_allocated_bytes / 1048576.0, er.gpu_peak_bytes / 1048576.0,
                  er.gpu_reserved_bytes / 1048576.0);
     save_checkpoint();
-    nn::save_tensors(config.out + "/model.safetensors", model.state_dict(), config.to_metadata());
+    if (lead) nn::save_tensors(config.out + "/model.safetensors", model.state_dict(), config.to_metadata());
     if (config.stop_after > 0 && step >= config.stop_after) break;
   }
   result.steps = step;
   result.wall_seconds = seconds_since(run_start);
+  if (!lead) return result;
   metrics.flush();
   // The report is a by-product: when it cannot be written, the run has still succeeded.
   try {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/distributed/process_group.h"
 #include "examples/imdb/batcher.h"
 #include "examples/imdb/vocabulary.h"
 #include "nn/transformer.h"
@@ -36,8 +37,17 @@ struct TrainConfig {
   int64_t stop_after = 0;           // stop (after checkpointing) once this many steps are done; 0 = never
   bool resume = false;              // continue from out/checkpoint.safetensors
   bool quiet = false;
+  // Data parallelism (under mpirun; docs/distributed.md). Not in the checkpoint: a run resumes on
+  // any number of ranks, with or without ZeRO-1.
+  int64_t bucket_kb = 256;          // gradients are all-reduced in buckets of about this many KiB
+  bool overlap = true;              // ... during backward (false: all after it, for comparison)
+  bool zero = false;                // ZeRO-1: AdamW's moments sharded over the ranks
+  double dist_timeout = 300;        // seconds a collective may wait for the other ranks before the job ends
 
   std::map<std::string, std::string> to_metadata() const;
+  // Every setting the ranks of a job must share (to_metadata() and the run's other settings; not
+  // --threads or --quiet), checked at start-up.
+  std::map<std::string, std::string> shared_settings() const;
   static TrainConfig from_metadata(const std::map<std::string, std::string>& metadata);
 };
 
@@ -74,9 +84,13 @@ struct Data {
 Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary = nullptr);
 
 // Trains with per-epoch test accuracy, writing metrics.jsonl, checkpoint.safetensors,
-// model.safetensors and vocab.txt into config.out.
+// model.safetensors and vocab.txt into config.out. With a world of several ranks (mpirun), each
+// rank trains on its slice of every global batch (--batch-size stays global) and rank 0 alone
+// prints and writes files; collective: every rank calls it with the same settings.
 RunResult train(const TrainConfig& config);
 RunResult train(const TrainConfig& config, const Data& data);
+RunResult train(const TrainConfig& config, distributed::ProcessGroup& world);
+RunResult train(const TrainConfig& config, const Data& data, distributed::ProcessGroup& world);
 
 // AdamW's parameter groups of the recipe: weight matrices decay, biases, LayerNorm parameters
 // and embeddings do not.
@@ -92,9 +106,11 @@ struct CheckpointInfo {
 };
 CheckpointInfo check_checkpoint(const std::string& path);
 
-// Accuracy of `model` on encoded reviews (switched to eval mode and back, no grad).
+// Accuracy of `model` on encoded reviews (switched to eval mode and back, no grad). With a world,
+// its ranks share the batches (the same batches as one process, so the same predictions) and the
+// counts are summed: collective, every rank gets the accuracy.
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
-                const std::vector<int>& labels, int64_t batch_size = 64);
+                const std::vector<int>& labels, int64_t batch_size = 64, distributed::ProcessGroup* world = nullptr);
 
 // A trained run loaded back from its folder (model.safetensors + vocab.txt).
 struct SavedRun {
