@@ -4,8 +4,10 @@
 // all-reduce time per step with the share of it that backward hid.
 //
 // Usage: [scripts/mpirun.sh -np N] scaling_bench [--threads T] [--steps S] [--warmup W]
-//            [--batch-size B] [--len L] [--heads H] [--bucket-kb K] [--no-overlap] [--zero]
+//            [--batch-size B] [--len L] [--heads H] [--bucket-kb K] [--no-overlap] [--zero] [--comm-only]
 //   B x L is the global batch (default the recipe's full 32 x 256), random tokens, no padding.
+//   --comm-only: one backward, then S times only the gradient all-reduce of that step (the same
+//   buckets, the same touched embedding rows): the communication alone, for a link's cost.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Flags {
   int64_t threads = 1, steps = 20, warmup = 3, batch_size = 32, len = 256, heads = 4, bucket_kb = 256;
-  bool overlap = true, zero = false;
+  bool overlap = true, zero = false, comm_only = false;
 };
 
 Flags parse(int argc, char** argv) {
@@ -38,6 +40,7 @@ Flags parse(int argc, char** argv) {
     std::string flag = argv[i];
     if (flag == "--no-overlap") f.overlap = false;
     else if (flag == "--zero") f.zero = true;
+    else if (flag == "--comm-only") f.comm_only = true;
     else {
       EMBER_CHECK(i + 1 < argc, "scaling_bench: {} needs a value", flag);
       const int64_t value = std::stoll(argv[++i]);
@@ -81,6 +84,35 @@ void run(const Flags& f, distributed::ProcessGroup& world) {
   if (f.zero) optimizer = std::make_unique<optim::ShardedAdamW>(imdb::parameter_groups(model, 0.01), world, 5e-4, 1.0);
   else optimizer = std::make_unique<optim::AdamW>(imdb::parameter_groups(model, 0.01), 5e-4);
 
+  if (f.comm_only) {
+    gen.set_batch_slice({B, rows.begin, rows.size()});
+    (cross_entropy(model.forward(my_tokens, mask), my_labels) * weight).backward();
+    dp.synchronize_gradients();  // the buckets backward started; then these averages are resent
+    std::vector<Tensor> grads;
+    for (const Tensor& p : model.parameters()) grads.push_back(p.grad().clone());
+    std::vector<double> ms;
+    int64_t bytes = 0, calls = 0;
+    for (int64_t i = 0; i < f.warmup + f.steps; ++i) {
+      std::vector<Tensor> params = model.parameters();
+      for (size_t k = 0; k < params.size(); ++k) params[k].grad().copy_(grads[k]);
+      world.barrier();
+      const int64_t bytes_before = dp.stats().bytes, calls_before = dp.stats().collectives;
+      const auto start = Clock::now();
+      dp.synchronize_gradients();
+      if (i >= f.warmup) ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count());
+      bytes = dp.stats().bytes - bytes_before;
+      calls = dp.stats().collectives - calls_before;
+    }
+    const double step = median(ms);
+    if (world.rank() == 0)
+      fmt::print("{{\"framework\": \"ember\", \"ranks\": {}, \"comm_only\": true, \"bucket_kb\": {}, \"buckets\": {}, "
+                 "\"collectives_per_step\": {}, \"allreduce_ms_per_step\": {:.3f}, \"bytes_per_step\": {}, "
+                 "\"bus_gbit_per_s\": {:.2f}, \"allreduce_ms_all\": [{:.2f}]}}\n", world.size(), f.bucket_kb,
+                 dp.num_buckets(), calls, step, bytes,
+                 // a ring all-reduce moves 2 (n - 1) / n of the bytes through each rank's link
+                 8.0 * 2.0 * (world.size() - 1) / world.size() * double(bytes) / (step / 1e3) / 1e9, fmt::join(ms, ", "));
+    return;
+  }
   std::vector<double> step_ms, backward_ms;
   nn::DataParallelStats before;
   for (int64_t i = 0; i < f.warmup + f.steps; ++i) {

@@ -173,6 +173,7 @@ void DataParallel::launch(Bucket& bucket) {
       bucket.buffer.narrow(0, bucket.offsets[j], grad.numel()).copy_(grad.view({grad.numel()}));
   }
   const double submitted = now_seconds();
+  ++stats_.collectives;
   group_.start_all_reduce(bucket.buffer, distributed::ReduceOp::Sum, [this, &bucket, submitted] {
     unflatten(bucket, submitted);
   });
@@ -227,6 +228,7 @@ void DataParallel::launch_sparse(Bucket& bucket) {
   // Any bit set marks a row (-0.0 too), so that the result is the dense sum's bit for bit.
   for (int64_t r = 0; r < rows; ++r) marks[r] = std::memcmp(data + r * row_bytes, zero.data(), size_t(row_bytes)) != 0;
   const double submitted = now_seconds();
+  stats_.collectives += 2;
   group_.start_all_reduce(bucket.touched, distributed::ReduceOp::Max, [this, &bucket, submitted] {
     reduce_touched_rows(bucket, submitted);
   });

@@ -51,6 +51,7 @@ struct DataParallelStats {
   int64_t steps = 0;
   int64_t bytes = 0;             // gradient bytes all-reduced by this rank (its buffers' size)
   int64_t early_buckets = 0;     // buckets sent from backward's hooks, before synchronize_gradients()
+  int64_t collectives = 0;       // all-reduce calls (a sparse bucket makes two: its row marks, its rows)
   double comm_seconds = 0;       // time the all-reduces took on the communication thread
   double exposed_seconds = 0;    // time synchronize_gradients() blocked: what backward did not hide
   double hidden_share() const { return comm_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / comm_seconds) : 0; }
