@@ -58,8 +58,9 @@ LaunchInfo launch_info() {
     env_int("PMI_SIZE", &info.size);
     env_int("MPI_LOCALRANKID", &info.local_rank);
     env_int("MPI_LOCALNRANKS", &info.local_size);
-  } else if (env_int("SLURM_PROCID", &value) && env_int("SLURM_NTASKS", &info.size) && info.size > 1) {
-    // srun without an MPI plugin still sets these: the processes would each train alone, so say so.
+  } else if (env_int("SLURM_PROCID", &value) && env_int("SLURM_STEP_NUM_TASKS", &info.size) && info.size > 1) {
+    // An srun step of several tasks without an MPI plugin: MPI would see each process alone (and
+    // each would train alone); init_world() says so. (A batch script itself is no such step.)
     info.launched = true;
     info.rank = value;
     info.launcher = "srun";

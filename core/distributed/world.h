@@ -9,7 +9,7 @@
 namespace ember::distributed {
 
 // What the launcher told this process through its environment (Open MPI's OMPI_COMM_WORLD_*,
-// PMIx's PMIX_RANK, Slurm's SLURM_PROCID / SLURM_NTASKS, MPICH's PMI_*).
+// PMIx's PMIX_RANK, Slurm's SLURM_PROCID / SLURM_STEP_NUM_TASKS, MPICH's PMI_*).
 struct LaunchInfo {
   bool launched = false;  // started by an MPI launcher (even as a job of one process)
   int rank = 0, size = 1;  // size 0: the launcher did not say
