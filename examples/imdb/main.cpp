@@ -67,7 +67,7 @@ Several processes (mpirun -np N imdb train ...; docs/distributed.md):
   --bucket-kb N      gradient bucket size, KiB                        [256]
   --no-overlap       all-reduce after backward, not during it
   --zero             ZeRO-1: AdamW's moments sharded over the ranks
-  --dist-timeout S   seconds a collective may wait for the other ranks [300]
+  --dist-timeout S   seconds a collective may wait for the other ranks [$EMBER_DIST_TIMEOUT or 300]
 compare only:
   --heads-list L     comma-separated head counts                      [1,4,8]
   --seeds N          seeds 0..N-1 per head count                      [3]
@@ -194,7 +194,7 @@ TrainConfig parse_train_flags(Flags& f, const std::string& default_out) {
   c.bucket_kb = f.integer("bucket-kb", c.bucket_kb, 1);
   c.overlap = !f.flag("no-overlap");
   c.zero = f.flag("zero");
-  c.dist_timeout = f.real("dist-timeout", c.dist_timeout, 0.0, 1e9);
+  c.dist_timeout = f.real("dist-timeout", distributed::default_timeout_seconds(), 0.0, 1e9);
   if (c.model.dim % c.model.heads != 0)
     throw UsageError(fmt::format("--dim {} is not divisible by --heads {}", c.model.dim, c.model.heads));
   try {
