@@ -1,11 +1,14 @@
-// The MPI backend: each collective is one MPI call on a duplicate of MPI_COMM_WORLD, watched by a
-// watchdog that ends the job (MPI_Abort) when a peer does not answer in time.
+// The MPI backend: each collective is one non-blocking MPI call on a duplicate of MPI_COMM_WORLD,
+// waited for by polling that sleeps between tests, and watched by a watchdog that ends the job
+// (MPI_Abort) when a peer does not answer in time.
 #include "core/distributed/mpi.h"
 
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
+#include <thread>
 
 #include "core/distributed/watchdog.h"
 #include "core/error.h"
@@ -84,8 +87,10 @@ class MpiProcessGroup final : public ProcessGroup {
     const int64_t item = dtype_size(t.dtype());
     for (int64_t done = 0; done < t.numel(); done += kMaxCount) {
       const int count = int(std::min(kMaxCount, t.numel() - done));
-      check(MPI_Allreduce(MPI_IN_PLACE, data + done * item, count, mpi_type(t.dtype()), mpi_op(op), comm_),
+      MPI_Request request;
+      check(MPI_Iallreduce(MPI_IN_PLACE, data + done * item, count, mpi_type(t.dtype()), mpi_op(op), comm_, &request),
             "all_reduce", t);
+      wait(request, "all_reduce", t);
     }
     if (op == ReduceOp::Average) divide_by(t, size_);
   }
@@ -96,7 +101,9 @@ class MpiProcessGroup final : public ProcessGroup {
     const int64_t item = dtype_size(t.dtype());
     for (int64_t done = 0; done < t.numel(); done += kMaxCount) {
       const int count = int(std::min(kMaxCount, t.numel() - done));
-      check(MPI_Bcast(data + done * item, count, mpi_type(t.dtype()), root, comm_), "broadcast", t);
+      MPI_Request request;
+      check(MPI_Ibcast(data + done * item, count, mpi_type(t.dtype()), root, comm_, &request), "broadcast", t);
+      wait(request, "broadcast", t);
     }
   }
 
@@ -104,25 +111,46 @@ class MpiProcessGroup final : public ProcessGroup {
     Watchdog::Scope watch(*watchdog_, describe("all_gather", in));
     EMBER_CHECK(in.numel() <= kMaxCount, "mpi all_gather: {} elements per rank is more than this backend sends at "
                 "once ({})", in.numel(), kMaxCount);
-    check(MPI_Allgather(in.raw_data(), int(in.numel()), mpi_type(in.dtype()), out.raw_data(), int(in.numel()),
-                        mpi_type(in.dtype()), comm_), "all_gather", in);
+    MPI_Request request;
+    check(MPI_Iallgather(in.raw_data(), int(in.numel()), mpi_type(in.dtype()), out.raw_data(), int(in.numel()),
+                         mpi_type(in.dtype()), comm_, &request), "all_gather", in);
+    wait(request, "all_gather", in);
   }
 
   void do_reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
     Watchdog::Scope watch(*watchdog_, describe("reduce_scatter", in));
     EMBER_CHECK(out.numel() <= kMaxCount, "mpi reduce_scatter: {} elements per rank is more than this backend sends "
                 "at once ({})", out.numel(), kMaxCount);
-    check(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), int(out.numel()), mpi_type(in.dtype()), mpi_op(op),
-                                   comm_), "reduce_scatter", in);
+    MPI_Request request;
+    check(MPI_Ireduce_scatter_block(in.raw_data(), out.raw_data(), int(out.numel()), mpi_type(in.dtype()),
+                                    mpi_op(op), comm_, &request), "reduce_scatter", in);
+    wait(request, "reduce_scatter", in);
     if (op == ReduceOp::Average) divide_by(out, size_);
   }
 
   void do_barrier() override {
     Watchdog::Scope watch(*watchdog_, "barrier");
-    check(MPI_Barrier(comm_), "barrier", Tensor());
+    MPI_Request request;
+    check(MPI_Ibarrier(comm_, &request), "barrier", Tensor());
+    wait(request, "barrier", Tensor());
   }
 
  private:
+  // Waits for a non-blocking collective. MPI_Test also makes the progress (Open MPI has no
+  // progress thread), so it is called in a loop; after a short spin the loop sleeps between tests.
+  // NOTE: a blocking MPI call would spin at full speed while a slower peer catches up, taking
+  // the core from this rank's own computation (backward, on the same core, during overlap).
+  void wait(MPI_Request& request, const char* op, const Tensor& t) const {
+    int done = 0;
+    for (int tests = 0;; ++tests) {
+      check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), op, t);
+      if (done) return;
+      if (tests >= kSpinTests) std::this_thread::sleep_for(std::chrono::microseconds(kSleepMicroseconds));
+    }
+  }
+  static constexpr int kSpinTests = 100;
+  static constexpr int kSleepMicroseconds = 50;
+
   void check(int code, const char* op, const Tensor& t) const {
     if (code == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
