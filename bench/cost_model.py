@@ -33,6 +33,11 @@ def fit(points):
         return None
     a = (sxt * syy - syt * sxy) / det  # ms per call
     b = (sxx * syt - sxy * sxt) / det  # ms per link byte
+    # Neither cost can be negative: when noise makes one so, fit the other alone.
+    if a < 0:
+        a, b = 0.0, syt / syy
+    elif b < 0:
+        a, b = sxt / sxx, 0.0
     alpha_us = 1e3 * a / 2.0  # N = 2: a call is 2 (N - 1) = 2 latency steps
     beta_gbit = 8.0 / (b * 1e-3) / 1e9 if b > 0 else float("inf")
     return alpha_us, beta_gbit
@@ -44,8 +49,9 @@ print("|---|---:|---:|---:|---:|")
 fitted = {}
 for label, name in [("link_local", "one host, shared memory"), ("link_none", "two hosts, veth unlimited"),
                     ("link_10gbit", "two hosts, 10 Gbit/s"), ("link_1gbit", "two hosts, 1 Gbit/s")]:
-    points = [(r["collectives_per_step"], r["bytes_per_step"], r["allreduce_ms_per_step"])
-              for r in rows if r["label"] == label and "allreduce_ms_per_step" in r]
+    # Each rank's link carries 2 (N - 1) / N x the buffers: the bytes for N = 2.
+    points = [(r["collectives_per_step"], r["bytes_per_step"] * 2 * (r["ranks"] - 1) / r["ranks"],
+               r["allreduce_ms_per_step"]) for r in rows if r["label"] == label and "allreduce_ms_per_step" in r]
     if len({p[0] for p in points}) < 2:
         continue
     result = fit(points)

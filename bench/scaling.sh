@@ -73,14 +73,16 @@ if [[ $link == 1 ]]; then
   if why=$(bash scripts/two_hosts.sh check); then
     bash scripts/two_hosts.sh up
     round=1
-    # Two bucket sizes per link: the cost model (bench/cost_model.py) needs a per-call and a per-byte term.
+    # Three bucket sizes per link: the cost model (bench/cost_model.py) fits a per-call and a per-byte term.
     for rate in none 10gbit 1gbit; do
       if [[ $rate == none ]]; then bash scripts/two_hosts.sh unshape; else bash scripts/two_hosts.sh shape "$rate"; fi
-      for kb in 64 1024; do
+      for kb in 32 256 2048; do
         run "link_$rate" bash scripts/two_hosts.sh mpirun "$repo/$bench" --threads 1 --steps 10 --comm-only --bucket-kb $kb
       done
     done
-    for kb in 64 1024; do run link_local "${mpirun[@]}" -np 2 "$bench" --threads 1 --steps 10 --comm-only --bucket-kb $kb; done
+    for kb in 32 256 2048; do
+      run link_local "${mpirun[@]}" -np 2 "$bench" --threads 1 --steps 10 --comm-only --bucket-kb $kb
+    done
     bash scripts/two_hosts.sh down
   else
     link_note="two-host link: skipped ($why)"
