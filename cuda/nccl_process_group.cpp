@@ -54,7 +54,7 @@ class NcclProcessGroup final : public ProcessGroup {
     ncclUniqueId id;
     std::memset(&id, 0, sizeof id);
     if (bootstrap.rank() == 0) EMBER_NCCL_CHECK(ncclGetUniqueId(&id));
-    Tensor bytes = Tensor::empty({int64_t(sizeof id)}, Dtype::Bool);
+    Tensor bytes = Tensor::empty({int64_t(sizeof id + 7) / 8}, Dtype::Int64);  // the id's bytes as words
     std::memcpy(bytes.raw_data(), &id, sizeof id);
     bootstrap.broadcast(bytes, 0);
     std::memcpy(&id, bytes.raw_data(), sizeof id);

@@ -10,8 +10,10 @@
 namespace ember::distributed {
 namespace {
 
+// Text as int64 words (8 bytes each, zero-padded): no dtype holds raw bytes, and a Bool tensor
+// must hold only 0 and 1.
 Tensor bytes_of(const std::string& text, int64_t size) {
-  Tensor t = zeros({size}, Dtype::Bool);  // Bool: one byte per element
+  Tensor t = zeros({(size + 7) / 8}, Dtype::Int64);
   std::memcpy(t.raw_data(), text.data(), text.size());
   return t;
 }
@@ -44,11 +46,12 @@ std::vector<std::string> all_gather_strings(ProcessGroup& group, const std::stri
   std::vector<int64_t> sizes = lengths.to_vector<int64_t>();
   int64_t longest = 1;
   for (int64_t s : sizes) longest = std::max(longest, s);
-  Tensor all = Tensor::empty({group.size() * longest}, Dtype::Bool);
+  const int64_t words = (longest + 7) / 8;
+  Tensor all = Tensor::empty({group.size() * words}, Dtype::Int64);
   group.all_gather(bytes_of(text, longest), all);
   std::vector<std::string> out;
   const char* data = static_cast<const char*>(all.raw_data());
-  for (int r = 0; r < group.size(); ++r) out.emplace_back(data + r * longest, size_t(sizes[size_t(r)]));
+  for (int r = 0; r < group.size(); ++r) out.emplace_back(data + r * words * 8, size_t(sizes[size_t(r)]));
   return out;
 }
 
