@@ -1,11 +1,24 @@
-// The CUDA kernels of the tensor core, as the .cu files in cuda/ define them: raw pointers, sizes
-// and element strides only, so the .cu files need neither Tensor nor fmt (they compile as C++17).
-// core/gpu.cpp wraps them for tensors; core/cuda_ops_stubs.cpp raises a clear error in a build
-// without CUDA. Every function runs on `device`'s current stream (asynchronously: results are
-// read back through a copy, which waits).
+// The CUDA backend's interface: every entry point of the .cu files in cuda/, with raw pointers,
+// sizes and element strides only, so that the .cu files need neither Tensor nor fmt (they compile
+// as C++17). The ops (core/ops/*.cpp, through core/gpu.h) call these; cuda/ implements them. Every
+// function runs on `device`'s current stream (asynchronously: results are read back through a
+// copy, which waits).
+// Each entry point is declared once, as EMBER_CUDA_ENTRY(type, name, (parameters)), or
+// EMBER_CUDA_DEFAULT(type, name, (parameters), {body}) for a setting that a build without CUDA
+// answers with `body`. Here they are declarations; in a build without CUDA,
+// core/cuda_ops_stubs.cpp includes this file with them defined as functions that raise
+// "<name>: this build of Ember has no CUDA backend", so a new entry point is written only here.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #pragma once
 #include <cstdint>
+
+#include "core/unary_math.h"
+#include "core/update_rules.h"
+
+#ifndef EMBER_CUDA_ENTRY
+#define EMBER_CUDA_ENTRY(type, name, params) type name params;
+#define EMBER_CUDA_DEFAULT(type, name, params, body) type name params;
+#endif
 
 namespace ember::cuda {
 
@@ -28,67 +41,98 @@ struct Operand {
 };
 
 // ---- Runtime (cuda/runtime.cu)
-void synchronize(int device);            // waits for everything queued on the device's stream
-int64_t cudamalloc_count(int device);    // cudaMalloc calls made by the caching allocator so far
+// Waits for everything queued on the device's stream.
+EMBER_CUDA_ENTRY(void, synchronize, (int device))
+// cudaMalloc calls made by the caching allocator so far.
+EMBER_CUDA_ENTRY(int64_t, cudamalloc_count, (int device))
 
-// ---- Element-wise (cuda/elementwise_kernels.cu)
+// ---- Element-wise (cuda/elementwise_kernels.cu, cuda/unary_kernels.cu)
 // dst = src converted to dst's type, element by element over `shape`.
-void copy(int device, const Shape8& shape, const Operand& dst, const Operand& src);
-void fill(int device, const Shape8& shape, const Operand& dst, double value);
+EMBER_CUDA_ENTRY(void, copy, (int device, const Shape8& shape, const Operand& dst, const Operand& src))
+EMBER_CUDA_ENTRY(void, fill, (int device, const Shape8& shape, const Operand& dst, double value))
 // dst += alpha * src (same type), and dst *= value (floating).
-void add_into(int device, const Shape8& shape, const Operand& dst, const Operand& src, double alpha);
-void scale(int device, const Shape8& shape, const Operand& dst, double value);
-enum BinaryOp : int { kAdd, kSub, kMul, kDiv, kEq, kGt, kLt };
-// out = a (op) b; a and b of one type, out of that type (arithmetic) or bool (comparisons).
-void binary(int device, BinaryOp op, const Shape8& shape, const Operand& out, const Operand& a, const Operand& b);
+EMBER_CUDA_ENTRY(void, add_into, (int device, const Shape8& shape, const Operand& dst, const Operand& src,
+                                  double alpha))
+EMBER_CUDA_ENTRY(void, scale, (int device, const Shape8& shape, const Operand& dst, double value))
+// out = f(a, b) for every binary functor of core/unary_math.h (EMBER_BINARY_OPS): a and b of one
+// type, out of that type (arithmetic) or bool (comparisons).
+#define EMBER_CUDA_BINARY_ENTRY(name, Functor)                                                                     \
+  EMBER_CUDA_ENTRY(void, binary, (const math::Functor& f, int device, const Shape8& shape, const Operand& out, \
+                                  const Operand& a, const Operand& b))
+EMBER_BINARY_OPS(EMBER_CUDA_BINARY_ENTRY)
+#undef EMBER_CUDA_BINARY_ENTRY
+// y = f(x) and grad_x = grad * f'(x, y) for every unary functor of core/unary_math.h: n contiguous
+// elements of float32 (or float64 when `float64`).
+#define EMBER_CUDA_UNARY_ENTRY(name, Functor, ...)                                                                 \
+  EMBER_CUDA_ENTRY(void, unary_forward, (const math::Functor& f, int device, bool float64, const void* x, void* y, \
+                                         int64_t n))                                                              \
+  EMBER_CUDA_ENTRY(void, unary_backward, (const math::Functor& f, int device, bool float64, const void* grad,      \
+                                          const void* x, const void* y, void* grad_x, int64_t n))
+EMBER_UNARY_OPS(EMBER_CUDA_UNARY_ENTRY)
+EMBER_UNARY_PARAM_OPS(EMBER_CUDA_UNARY_ENTRY)
+#undef EMBER_CUDA_UNARY_ENTRY
 // out = cond ? a : b (cond bool; a, b and out of one type).
-void select(int device, const Shape8& shape, const Operand& out, const Operand& cond, const Operand& a,
-            const Operand& b);
+EMBER_CUDA_ENTRY(void, select, (int device, const Shape8& shape, const Operand& out, const Operand& cond,
+                                const Operand& a, const Operand& b))
 // out[i] = in[i] * scale where (random_bits(seed, first + i) >> 11) >= threshold, else 0 (core/random.h:
 // the same mask as the CPU's for the same seed and index). n contiguous elements.
-void dropout(int device, bool float64, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
-             uint64_t threshold, double scale);
+EMBER_CUDA_ENTRY(void, dropout, (int device, bool float64, const void* in, void* out, int64_t n, uint64_t seed,
+                                 uint64_t first, uint64_t threshold, double scale))
 
 // ---- Random fills (cuda/random_kernels.cu)
 // data[i] = element i of a uniform [a, b) (normal = false) or normal (mean a, std b) draw whose
 // range starts at `first` (core/random.h: the CPU's numbers). n contiguous elements.
-void random_fill(int device, bool float64, void* data, int64_t n, bool normal, uint64_t seed, uint64_t first, double a,
-                 double b);
+EMBER_CUDA_ENTRY(void, random_fill, (int device, bool float64, void* data, int64_t n, bool normal, uint64_t seed,
+                                     uint64_t first, double a, double b))
 
 // ---- Rows: reductions, softmax, layer norm, cross-entropy (cuda/row_kernels.cu)
 // Every kernel here gives each row to one block and combines in a fixed order: deterministic.
 enum ReduceKind : int { kSum = 0, kMax = 1 };
 // out[r] = reduce(in[r, 0..n)), in contiguous [rows, n] of `dtype` (float32/float64/int32/int64).
-void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows, int64_t n);
+EMBER_CUDA_ENTRY(void, reduce_rows, (int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows,
+                                     int64_t n))
 // out[r] = the first index of the largest in[r, :] (int64).
-void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n);
-void softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log);
-void softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
-                      bool log);
+EMBER_CUDA_ENTRY(void, argmax_rows, (int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n))
+EMBER_CUDA_ENTRY(void, softmax_forward, (int device, bool float64, const void* x, void* y, int64_t rows, int64_t n,
+                                         bool log))
+EMBER_CUDA_ENTRY(void, softmax_backward, (int device, bool float64, const void* grad, const void* y, void* dx,
+                                          int64_t rows, int64_t n, bool log))
 // The same through cuDNN (cuda/cudnn_softmax.cu): used by core/gpu.cpp instead of the kernels above
 // when softmax_cudnn() is on (set_softmax_cudnn(true), or EMBER_SOFTMAX=cudnn in the environment).
-bool cudnn_available();  // built with cuDNN
-void set_softmax_cudnn(bool on);
-bool softmax_cudnn();
-void cudnn_softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log);
-void cudnn_softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows,
-                            int64_t n, bool log);
+EMBER_CUDA_DEFAULT(bool, cudnn_available, (), { return false; })  // built with cuDNN
+EMBER_CUDA_DEFAULT(void, set_softmax_cudnn, (bool on), { if (on) no_cuda_backend("set_softmax_cudnn"); })
+EMBER_CUDA_DEFAULT(bool, softmax_cudnn, (), { return false; })
+EMBER_CUDA_ENTRY(void, cudnn_softmax_forward, (int device, bool float64, const void* x, void* y, int64_t rows,
+                                               int64_t n, bool log))
+EMBER_CUDA_ENTRY(void, cudnn_softmax_backward, (int device, bool float64, const void* grad, const void* y, void* dx,
+                                                int64_t rows, int64_t n, bool log))
 // Statistics in double like the CPU kernel (core/cpu/layer_norm.h); mean and rstd are float64 [rows].
-void layer_norm_forward(int device, bool float64, const void* x, const void* weight, const void* bias, void* y,
-                        double* mean, double* rstd, int64_t rows, int64_t D, double eps);
+EMBER_CUDA_ENTRY(void, layer_norm_forward, (int device, bool float64, const void* x, const void* weight,
+                                            const void* bias, void* y, double* mean, double* rstd, int64_t rows,
+                                            int64_t D, double eps))
 // dx, dweight, dbias may each be null (not wanted). `partial` is scratch of 2 * chunks * D doubles,
 // chunks = layer_norm_chunks(rows): dweight / dbias are summed per chunk of rows, then the chunks
 // in order.
-int64_t layer_norm_chunks(int64_t rows);
-void layer_norm_backward(int device, bool float64, const void* grad, const void* x, const double* mean,
-                         const double* rstd, const void* weight, void* dx, void* dweight, void* dbias, int64_t rows,
-                         int64_t D, double* partial);
+EMBER_CUDA_ENTRY(int64_t, layer_norm_chunks, (int64_t rows))
+EMBER_CUDA_ENTRY(void, layer_norm_backward, (int device, bool float64, const void* grad, const void* x,
+                                             const double* mean, const double* rstd, const void* weight, void* dx,
+                                             void* dweight, void* dbias, int64_t rows, int64_t D, double* partial))
+// RMS norm of contiguous [rows, D]: y = x * rstd * weight (weight [D] or null), rstd = 1 / sqrt(mean(x^2) + eps)
+// per row, float64 [rows], like the CPU's (core/ops/layer_norm.cpp). Backward: dx and dweight (each
+// null when not wanted); `partial` is scratch of layer_norm_chunks(rows) * D doubles (dweight by chunks).
+EMBER_CUDA_ENTRY(void, rms_norm_forward, (int device, bool float64, const void* x, const void* weight, void* y,
+                                          double* rstd, int64_t rows, int64_t D, double eps))
+EMBER_CUDA_ENTRY(void, rms_norm_backward, (int device, bool float64, const void* grad, const void* x,
+                                           const double* rstd, const void* weight, void* dx, void* dweight,
+                                           int64_t rows, int64_t D, double* partial))
 // Per row: row_max, sum_exp (the logits' type) and the row's loss (double; 0 for ignored rows).
-void cross_entropy_forward(int device, bool float64, const void* logits, const int64_t* targets, int64_t N, int64_t C,
-                           int64_t ignore_index, void* row_max, void* sum_exp, double* row_loss);
-void cross_entropy_backward(int device, bool float64, const void* logits, const int64_t* targets, const void* row_max,
-                            const void* sum_exp, void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
-                            double scale);
+EMBER_CUDA_ENTRY(void, cross_entropy_forward, (int device, bool float64, const void* logits, const int64_t* targets,
+                                               int64_t N, int64_t C, int64_t ignore_index, void* row_max,
+                                               void* sum_exp, double* row_loss))
+EMBER_CUDA_ENTRY(void, cross_entropy_backward, (int device, bool float64, const void* logits,
+                                                const int64_t* targets, const void* row_max, const void* sum_exp,
+                                                void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
+                                                double scale))
 
 // ---- Fused attention (cuda/attention_kernels.cu: tiled, FlashAttention-2 style), the layout of
 // core/cpu/attention.h: qkv contiguous [B, T, 3 D], key_padding_mask bool [B, T] or null, out [B, T, D];
@@ -96,37 +140,41 @@ void cross_entropy_backward(int device, bool float64, const void* logits, const 
 // or null (only when asked for). Any T; head size D / heads up to attention_max_head_dim() (a larger
 // one raises). Used by core/ops/attention.cpp on a GPU when attention_fused() is on
 // (set_attention_fused(true), or EMBER_ATTENTION=fused); otherwise the composed attention_reference runs.
-void set_attention_fused(bool on);
-bool attention_fused();
-int64_t attention_max_head_dim();  // largest head size the fused kernels take (128; 0 without CUDA)
-void attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                       int64_t heads, int64_t D, bool causal, void* out, double* lse, void* probs);
+EMBER_CUDA_DEFAULT(void, set_attention_fused, (bool on), {})
+EMBER_CUDA_DEFAULT(bool, attention_fused, (), { return false; })
+// The largest head size the fused kernels take (128; 0 without CUDA).
+EMBER_CUDA_DEFAULT(int64_t, attention_max_head_dim, (), { return 0; })
+EMBER_CUDA_ENTRY(void, attention_forward, (int device, bool float64, const void* qkv, const bool* key_padding_mask,
+                                           int64_t B, int64_t T, int64_t heads, int64_t D, bool causal, void* out,
+                                           double* lse, void* probs))
 // grad_qkv [B, T, 3 D] is written whole (dq and delta by one kernel, then dk and dv by another).
-void attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                        int64_t heads, int64_t D, bool causal, const void* out, const void* grad_out, const double* lse,
-                        double* delta, void* grad_qkv);
+EMBER_CUDA_ENTRY(void, attention_backward, (int device, bool float64, const void* qkv, const bool* key_padding_mask,
+                                            int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
+                                            const void* out, const void* grad_out, const double* lse, double* delta,
+                                            void* grad_qkv))
 
 // ---- Embedding (cuda/embedding_kernels.cu)
 // out[i, :] = weight[ids[i], :] (weight strides in elements), n ids, D columns.
-void embedding_forward(int device, bool float64, const void* weight, int64_t w_rs, int64_t w_cs, const int64_t* ids,
-                       int64_t n, int64_t D, void* out);
+EMBER_CUDA_ENTRY(void, embedding_forward, (int device, bool float64, const void* weight, int64_t w_rs, int64_t w_cs,
+                                           const int64_t* ids, int64_t n, int64_t D, void* out))
 // dweight[rows[k], :] += sum over p in [starts[k], starts[k+1]) of grad[positions[p], :], in order of p:
 // one block per distinct row, no atomics, the same order of additions as the CPU.
-void embedding_backward(int device, bool float64, const void* grad, const int64_t* rows, const int64_t* starts,
-                        const int64_t* positions, int64_t nrows, int64_t D, void* dweight);
+EMBER_CUDA_ENTRY(void, embedding_backward, (int device, bool float64, const void* grad, const int64_t* rows,
+                                            const int64_t* starts, const int64_t* positions, int64_t nrows,
+                                            int64_t D, void* dweight))
 
 // ---- GEMM through cuBLAS (cuda/blas.cu), row-major like the CPU's cpu::gemm:
 // C[b] (M x N, row stride ldc) = A[b] (M x K) @ B[b] (K x N) + beta * C[b] for b < batch, where
 // A(i, k) = A[b * a_bs + i * a_rs + k * a_cs] (one of a_rs, a_cs must be 1; same for B).
-void gemm(int device, bool float64, int64_t batch, int64_t M, int64_t N, int64_t K, const void* A, int64_t a_rs,
-          int64_t a_cs, int64_t a_bs, const void* B, int64_t b_rs, int64_t b_cs, int64_t b_bs, double beta, void* C,
-          int64_t ldc, int64_t c_bs);
+EMBER_CUDA_ENTRY(void, gemm, (int device, bool float64, int64_t batch, int64_t M, int64_t N, int64_t K, const void* A,
+                              int64_t a_rs, int64_t a_cs, int64_t a_bs, const void* B, int64_t b_rs, int64_t b_cs,
+                              int64_t b_bs, double beta, void* C, int64_t ldc, int64_t c_bs))
 // float32 GEMMs in TF32 (faster, about 1e-3 relative error) when on; off by default.
-void set_allow_tf32(bool allow);
-bool allow_tf32();
+EMBER_CUDA_DEFAULT(void, set_allow_tf32, (bool allow), {})
+EMBER_CUDA_DEFAULT(bool, allow_tf32, (), { return false; })
 
 // ---- Optimisers (cuda/optim_kernels.cu): one fused launch updates many tensors, with the per-element
-// rules of optim/update_rules.h (the CPU's loops use the same functions).
+// rules of core/update_rules.h (the CPU's loops use the same functions).
 // The tensors of one update, as host arrays of `count` entries: params[t] (written), grads[t]
 // (read) and up to two state buffers (state1[t], state2[t]) of sizes[t] contiguous elements each,
 // and each tensor's weight decay; an array a kernel does not use may be null. They travel as
@@ -140,24 +188,16 @@ struct TensorList {
   const int64_t* sizes = nullptr;
   const double* weight_decays = nullptr;
 };
-struct AdamHyper {
-  double lr, beta1, beta2, eps, correction1, correction2;  // correction_k = 1 - beta_k^step
-  bool decoupled;                                          // AdamW: decay the weights, not the gradient
-};
 // Adam / AdamW: state1 = the first moments (exp_avg), state2 = the second (exp_avg_sq).
-void adam_step(int device, bool float64, const TensorList& tensors, const AdamHyper& hyper);
-struct SgdHyper {
-  double lr, momentum;
-  bool first_step;
-};
+EMBER_CUDA_ENTRY(void, adam_step, (int device, bool float64, const TensorList& tensors, const AdamHyper& hyper))
 // SGD: state1 = the velocities (null without momentum); state2 unused.
-void sgd_step(int device, bool float64, const TensorList& tensors, const SgdHyper& hyper);
+EMBER_CUDA_ENTRY(void, sgd_step, (int device, bool float64, const TensorList& tensors, const SgdHyper& hyper))
 // Gradient clipping. sum_squares: the squares of every element of every grads[t], summed in double
 // in fixed chunks, one partial sum per chunk written to partials (device memory for
 // sum_squares_partials(tensors) doubles; the caller adds them up in order). scale_all:
 // params[t][j] *= value for every tensor (here the gradients), in the tensors' type.
-int64_t sum_squares_partials(const TensorList& tensors);
-void sum_squares(int device, bool float64, const TensorList& tensors, double* partials);
-void scale_all(int device, bool float64, const TensorList& tensors, double value);
+EMBER_CUDA_ENTRY(int64_t, sum_squares_partials, (const TensorList& tensors))
+EMBER_CUDA_ENTRY(void, sum_squares, (int device, bool float64, const TensorList& tensors, double* partials))
+EMBER_CUDA_ENTRY(void, scale_all, (int device, bool float64, const TensorList& tensors, double value))
 
 }  // namespace ember::cuda

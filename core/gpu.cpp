@@ -1,9 +1,9 @@
-// Host wrappers of the CUDA kernels (see core/gpu.h): checks, operand layout, result allocation.
+// Host wrappers of the CUDA kernels (see core/gpu.h): operand layout, result allocation. The ops
+// have checked their inputs (devices, dtypes, shapes); only what the GPU cannot do is refused here.
 #include "core/gpu.h"
 
 #include <algorithm>
 
-#include "core/cpu/elementwise.h"
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -21,18 +21,22 @@ int scalar_type(Dtype dtype, const char* op) {
   return int(dtype);
 }
 
-void check_cuda(const char* op, const Tensor& t) {
-  EMBER_CHECK(t.defined(), "{}: an input tensor is undefined", op);
-  EMBER_CHECK(t.device().is_cuda(), "{}: expected a CUDA tensor, got one on {}", op, t.device().str());
-}
-
 int device_of(const Tensor& t) { return t.device().index; }
 bool is_f64(const Tensor& t) { return t.dtype() == Dtype::Float64; }
 
-void check_floating(const char* op, const Tensor& t) {
-  EMBER_CHECK(is_floating(t.dtype()), "{}: expected a floating tensor (float32 or float64), got {}", op,
-              dtype_name(t.dtype()));
+// x with `dim` moved last, as a contiguous tensor (detached: this is kernel plumbing, not a graph).
+Tensor last_dim_contiguous(const Tensor& x, int64_t dim) {
+  Tensor t = x.detach();
+  if (dim != x.dim() - 1) t = t.transpose(dim, -1);
+  return t.contiguous();
 }
+
+Tensor upload(const std::vector<int64_t>& values, Device device) {
+  if (values.empty()) return Tensor::empty({0}, Dtype::Int64, device);
+  return from_vector(values, {int64_t(values.size())}).to(device);
+}
+
+}  // namespace
 
 // The output shape as the kernels take it (at most 8 dims).
 cuda::Shape8 shape8(const Shape& shape, const char* op) {
@@ -56,66 +60,26 @@ cuda::Operand operand(const Tensor& t, const Shape& shape, const char* op) {
   return o;
 }
 
-// x with `dim` moved last, as a contiguous tensor (detached: this is kernel plumbing, not a graph).
-Tensor last_dim_contiguous(const Tensor& x, int64_t dim) {
-  Tensor t = x.detach();
-  if (dim != x.dim() - 1) t = t.transpose(dim, -1);
-  return t.contiguous();
-}
-
-Tensor upload(const std::vector<int64_t>& values, Device device) {
-  if (values.empty()) return Tensor::empty({0}, Dtype::Int64, device);
-  return from_vector(values, {int64_t(values.size())}).to(device);
-}
-
-}  // namespace
-
 void copy(const Tensor& src, const Tensor& dst) {
-  check_same_device("copy", {&src, &dst});
-  check_cuda("copy", dst);
-  broadcast_shapes(src.shape(), dst.shape(), "copy");
   cuda::copy(device_of(dst), shape8(dst.shape(), "copy"), operand(dst, dst.shape(), "copy"),
              operand(src, dst.shape(), "copy"));
 }
 
 void fill(const Tensor& dst, double value) {
-  check_cuda("fill_", dst);
   cuda::fill(device_of(dst), shape8(dst.shape(), "fill_"), operand(dst, dst.shape(), "fill_"), value);
 }
 
 void add_into(const Tensor& dst, const Tensor& src, double alpha) {
-  check_same_device("add_", {&src, &dst});
-  EMBER_CHECK(src.dtype() == dst.dtype(), "add_: dtypes differ ({} and {})", dtype_name(dst.dtype()),
-              dtype_name(src.dtype()));
-  Shape shape = broadcast_shapes(src.shape(), dst.shape(), "add_");
-  EMBER_CHECK(shape == dst.shape(), "add_: {} does not broadcast into {}", shape_str(src.shape()),
-              shape_str(dst.shape()));
+  const Shape& shape = dst.shape();
   cuda::add_into(device_of(dst), shape8(shape, "add_"), operand(dst, shape, "add_"), operand(src, shape, "add_"),
                  alpha);
 }
 
 void scale(const Tensor& dst, double value) {
-  check_cuda("mul_", dst);
-  check_floating("mul_", dst);
   cuda::scale(device_of(dst), shape8(dst.shape(), "mul_"), operand(dst, dst.shape(), "mul_"), value);
 }
 
-Tensor binary(cuda::BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
-  check_same_device(name, {&a, &b});
-  EMBER_CHECK(a.dtype() == b.dtype(), "{}: dtypes differ ({} and {})", name, dtype_name(a.dtype()),
-              dtype_name(b.dtype()));
-  const bool comparison = op == cuda::kEq || op == cuda::kGt || op == cuda::kLt;
-  EMBER_CHECK(comparison || a.dtype() != Dtype::Bool, "{}: arithmetic on bool tensors is not defined", name);
-  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor out = Tensor::empty(shape, comparison ? Dtype::Bool : a.dtype(), a.device());
-  cuda::binary(device_of(a), op, shape8(shape, name), operand(out, shape, name), operand(a, shape, name),
-               operand(b, shape, name));
-  return out;
-}
-
 Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape) {
-  check_same_device("where", {&cond, &a, &b});
-  EMBER_CHECK(a.dtype() == b.dtype(), "where: dtypes differ ({} and {})", dtype_name(a.dtype()), dtype_name(b.dtype()));
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   cuda::select(device_of(a), shape8(shape, "where"), operand(out, shape, "where"), operand(cond, shape, "where"),
                operand(a, shape, "where"), operand(b, shape, "where"));
@@ -123,8 +87,6 @@ Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape&
 }
 
 Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale) {
-  check_cuda("dropout", x);
-  check_floating("dropout", x);
   Tensor in = x.detach().contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   cuda::dropout(device_of(x), is_f64(x), in.raw_data(), out.raw_data(), x.numel(), seed, first, threshold, scale);
@@ -132,16 +94,11 @@ Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t thr
 }
 
 void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b) {
-  const char* op = normal ? "normal_" : "uniform_";
-  check_cuda(op, t);
-  check_floating(op, t);
-  EMBER_CHECK(t.is_contiguous(), "{}: the tensor must be contiguous", op);
   cuda::random_fill(device_of(t), is_f64(t), t.raw_data(), t.numel(), normal, seed, first, a, b);
 }
 
 Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind) {
   const char* op = kind == cuda::kSum ? "sum" : "max";
-  check_cuda(op, x);
   // Kept dims first (in order), reduced dims last: the result is [outer] laid out like keepdim.
   std::vector<int64_t> order;
   Shape keep_shape = x.shape();
@@ -156,8 +113,7 @@ Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKin
   Tensor y = Tensor::empty(keep_shape, x.dtype(), x.device());
   const int64_t outer = y.numel();
   if (outer == 0) return y;
-  if (R == 0) {
-    EMBER_CHECK(kind == cuda::kSum, "max: cannot reduce over an empty dim (shape {})", shape_str(x.shape()));
+  if (R == 0) {  // a sum (the op refuses the max over an empty dim)
     fill(y, 0.0);
     return y;
   }
@@ -167,14 +123,12 @@ Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKin
 }
 
 Tensor argmax(const Tensor& x, int64_t dim) {
-  check_cuda("argmax", x);
   Shape keep_shape = x.shape();
   const int64_t n = x.shape()[size_t(dim)];
   keep_shape[size_t(dim)] = 1;
   Tensor in = last_dim_contiguous(x, dim);
   Tensor out = Tensor::empty(keep_shape, Dtype::Int64, x.device());
   if (out.numel() == 0) return out;
-  EMBER_CHECK(n > 0, "argmax: dim {} of shape {} is empty", dim, shape_str(x.shape()));
   // Rows of `in` follow x's other dims in order, dim itself last: the same order as keep_shape.
   cuda::argmax_rows(device_of(x), scalar_type(x.dtype(), "argmax"), in.raw_data(), out.data<int64_t>(), out.numel(), n);
   return out;
@@ -182,9 +136,6 @@ Tensor argmax(const Tensor& x, int64_t dim) {
 
 // in is x with dim moved last (contiguous); the result is transposed back and made contiguous.
 Tensor softmax_forward(const Tensor& x, int64_t dim, bool log) {
-  const char* op = log ? "log_softmax" : "softmax";
-  check_cuda(op, x);
-  check_floating(op, x);
   Tensor in = last_dim_contiguous(x, dim);
   Tensor y = Tensor::empty(in.shape(), x.dtype(), x.device());
   const int64_t n = x.dim() == 0 ? 1 : x.shape()[size_t(dim)];
@@ -197,11 +148,7 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, bool log) {
 }
 
 Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log) {
-  const char* op = log ? "log_softmax" : "softmax";
-  check_same_device(op, {&grad, &y});
   Tensor g = last_dim_contiguous(grad, dim), yt = last_dim_contiguous(y, dim);
-  EMBER_CHECK(g.dtype() == yt.dtype(), "{} backward: gradient dtype {} differs from {}", op, dtype_name(g.dtype()),
-              dtype_name(yt.dtype()));
   Tensor dx = Tensor::empty(g.shape(), y.dtype(), y.device());
   const int64_t n = y.dim() == 0 ? 1 : y.shape()[size_t(dim)];
   if (dx.numel() > 0 && cuda::softmax_cudnn())
@@ -213,10 +160,9 @@ Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool l
   return dx;
 }
 
-cpu::LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  check_cuda("layer_norm", x);
+LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   const int64_t rows = x.shape()[0], D = x.shape()[1];
-  cpu::LayerNormForward f;
+  LayerNormForward f;
   f.y = Tensor::empty({rows, D}, x.dtype(), x.device());
   f.mean = Tensor::empty({rows}, Dtype::Float64, x.device());
   f.rstd = Tensor::empty({rows}, Dtype::Float64, x.device());
@@ -226,11 +172,10 @@ cpu::LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, 
   return f;
 }
 
-cpu::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                         const Tensor& weight, bool need_dx, bool need_dweight, bool need_dbias) {
-  check_same_device("layer_norm", {&grad, &x, &mean, &rstd});
   const int64_t rows = x.shape()[0], D = x.shape()[1];
-  cpu::LayerNormGrads out;
+  LayerNormGrads out;
   if (need_dx) out.dx = Tensor::empty({rows, D}, x.dtype(), x.device());
   if (need_dweight) out.dweight = Tensor::empty({D}, x.dtype(), x.device());
   if (need_dbias) out.dbias = Tensor::empty({D}, x.dtype(), x.device());
@@ -250,12 +195,11 @@ cpu::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, con
   return out;
 }
 
-cpu::CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                                int64_t count) {
-  check_same_device("cross_entropy", {&logits, &targets});
   const int64_t N = logits.shape()[0], C = logits.shape()[1];
   const Device device = logits.device();
-  cpu::CrossEntropyForward f;
+  CrossEntropyForward f;
   f.row_max = Tensor::empty({N}, logits.dtype(), device);
   f.sum_exp = Tensor::empty({N}, logits.dtype(), device);
   f.count = count;
@@ -273,7 +217,7 @@ cpu::CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tenso
   return f;
 }
 
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const cpu::CrossEntropyForward& saved,
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyForward& saved,
                               int64_t ignore_index, double scale) {
   const int64_t N = logits.shape()[0], C = logits.shape()[1];
   Tensor dx = Tensor::empty({N, C}, logits.dtype(), logits.device());
@@ -284,8 +228,6 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
 }
 
 Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, const Shape& out_shape) {
-  check_cuda("embedding", weight);
-  check_floating("embedding", weight);
   const int64_t D = weight.shape()[1];
   Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
   Tensor ids_gpu = upload(ids, weight.device());
@@ -296,7 +238,6 @@ Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, 
 
 Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const std::vector<int64_t>& rows,
                           const std::vector<int64_t>& starts, const std::vector<int64_t>& positions) {
-  check_cuda("embedding backward", grad);
   Tensor dweight = zeros({V, D}, grad.dtype(), grad.device());
   if (rows.empty()) return dweight;
   Tensor r = upload(rows, grad.device()), s = upload(starts, grad.device()), p = upload(positions, grad.device());
@@ -315,11 +256,9 @@ bool gemm_readable(const Tensor& x) {
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
                     int64_t N) {
-  check_same_device("linear", {&x, &w, &y});
   const int device = device_of(x);
   double beta = 0.0;
   if (b.defined()) {  // y starts as the bias on every row; the GEMM adds x W^T to it
-    check_same_device("linear", {&x, &b});
     copy(b, y.view({rows, N}));
     beta = 1.0;
   }
@@ -338,13 +277,10 @@ void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Te
 
 Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, Tensor& lse,
                          Tensor* weights) {
-  check_cuda("attention", qkv);
-  check_floating("attention", qkv);
   const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
   EMBER_CHECK(D % heads == 0 && D / heads <= cuda::attention_max_head_dim(),
               "attention: head size {} exceeds the fused CUDA kernels' {} (use EMBER_ATTENTION=composed)",
               heads > 0 ? D / heads : 0, cuda::attention_max_head_dim());
-  if (mask.defined()) check_same_device("attention", {&qkv, &mask});
   Tensor out = Tensor::empty({B, T, D}, qkv.dtype(), qkv.device());
   lse = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
   Tensor probs;
@@ -358,7 +294,6 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, b
 
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           int64_t heads, const Tensor& mask, bool causal) {
-  check_same_device("attention backward", {&grad_out, &qkv, &out, &lse});
   const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
   Tensor g = grad_out.contiguous();
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
@@ -384,31 +319,12 @@ struct TensorPointers {
   }
 };
 
-// grads, state1, state2: empty, or one tensor per parameter. Checks that every tensor shares the
-// first parameter's device and dtype, is contiguous and has its parameter's shape.
-TensorPointers tensor_pointers(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+// grads, state1, state2: empty, or one tensor per parameter (the op has checked that each is
+// contiguous, of its parameter's device, dtype and shape).
+TensorPointers tensor_pointers(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                                const std::vector<Tensor>& state1, const std::vector<Tensor>& state2) {
-  for (const std::vector<Tensor>* list : {&grads, &state1, &state2})
-    EMBER_CHECK(list->empty() || list->size() == params.size(),
-                "{} (CUDA): {} parameters but {} gradients and {} and {} state buffers", op, params.size(),
-                grads.size(), state1.size(), state2.size());
-  const Device device = params[0].device();
-  const Dtype dtype = params[0].dtype();
-  check_floating(op, params[0]);
   TensorPointers out;
   for (size_t i = 0; i < params.size(); ++i) {
-    std::vector<const Tensor*> all{&params[i]};
-    if (!grads.empty()) all.push_back(&grads[i]);
-    if (!state1.empty()) all.push_back(&state1[i]);
-    if (!state2.empty()) all.push_back(&state2[i]);
-    for (const Tensor* t : all) {
-      EMBER_CHECK(t->device() == device && t->dtype() == dtype,
-                  "{} (CUDA): all tensors must share one device and dtype ({} {} and {} {})", op, device.str(),
-                  dtype_name(dtype), t->device().str(), dtype_name(t->dtype()));
-      EMBER_CHECK(t->is_contiguous() && t->shape() == params[i].shape(),
-                  "{} (CUDA): parameter {} and its gradient and state must be contiguous, of shape {}", op, i,
-                  shape_str(params[i].shape()));
-    }
     out.params.push_back(params[i].raw_data());
     if (!grads.empty()) out.grads.push_back(grads[i].raw_data());
     if (!state1.empty()) out.state1.push_back(state1[i].raw_data());
@@ -421,32 +337,24 @@ TensorPointers tensor_pointers(const char* op, const std::vector<Tensor>& params
 }  // namespace
 
 void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
-               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const cuda::AdamHyper& hyper) {
+               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const AdamHyper& hyper) {
   if (params.empty()) return;
-  const char* op = hyper.decoupled ? "AdamW" : "Adam";
-  EMBER_CHECK(grads.size() == params.size() && m.size() == params.size() && v.size() == params.size() &&
-                  weight_decays.size() == params.size(),
-              "{} (CUDA): every parameter needs a gradient, both moments and a weight decay", op);
-  TensorPointers pointers = tensor_pointers(op, params, grads, m, v);
-  cuda::adam_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays.data()),
-                  hyper);
+  TensorPointers pointers = tensor_pointers(params, grads, m, v);
+  cuda::adam_step(device_of(params[0]), is_f64(params[0]), pointers.list(weight_decays.data()), hyper);
 }
 
 void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
               const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
-              const cuda::SgdHyper& hyper) {
+              const SgdHyper& hyper) {
   if (params.empty()) return;
-  EMBER_CHECK(grads.size() == params.size() && weight_decays.size() == params.size(),
-              "SGD (CUDA): every parameter needs a gradient and a weight decay");
-  TensorPointers pointers = tensor_pointers("SGD", params, grads, velocities, {});
-  cuda::sgd_step(params[0].device().index, params[0].dtype() == Dtype::Float64, pointers.list(weight_decays.data()),
-                 hyper);
+  TensorPointers pointers = tensor_pointers(params, grads, velocities, {});
+  cuda::sgd_step(device_of(params[0]), is_f64(params[0]), pointers.list(weight_decays.data()), hyper);
 }
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {
   if (tensors.empty()) return 0;
   // The kernel reads grads[t]: the tensors go there, with no parameter to write.
-  TensorPointers pointers = tensor_pointers("clip_grad_norm", tensors, tensors, {}, {});
+  TensorPointers pointers = tensor_pointers(tensors, tensors, {}, {});
   cuda::TensorList list = pointers.list(nullptr);
   list.params = nullptr;
   const Device device = tensors[0].device();
@@ -461,7 +369,7 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
 void scale_all(const std::vector<Tensor>& tensors, double value) {
   if (tensors.empty()) return;
   // The kernel writes params[t]: the tensors themselves.
-  TensorPointers pointers = tensor_pointers("clip_grad_norm", tensors, {}, {}, {});
+  TensorPointers pointers = tensor_pointers(tensors, {}, {}, {});
   cuda::TensorList list = pointers.list(nullptr);
   cuda::scale_all(tensors[0].device().index, tensors[0].dtype() == Dtype::Float64, list, value);
 }

@@ -1,25 +1,30 @@
-// The CUDA backend for tensors: host C++ wrappers that check shapes and devices, lay operands out
-// for the raw kernels of core/cuda_ops.h (cuda/*.cu) and allocate the results. The ops in
-// core/ops/*.cpp route a CUDA tensor here in a line or two; CPU tensors never come here.
+// The CUDA backend for tensors: the operand layout an op hands a raw kernel of core/cuda_ops.h
+// (cuda/*.cu), and host C++ wrappers that lay operands out, launch and allocate the results for the
+// ops that share kernels. The ops in core/ops/*.cpp have checked their inputs (devices, dtypes,
+// shapes) and route a CUDA tensor here in a line or two; CPU tensors never come here.
 // In a build without CUDA every kernel behind these raises "this build of Ember has no CUDA
 // backend" (core/cuda_ops_stubs.cpp); no tensor can be on a GPU there anyway.
 // NOTE: compiled by CI and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #pragma once
 #include <vector>
 
-#include "core/cpu/cross_entropy.h"
-#include "core/cpu/layer_norm.h"
 #include "core/cuda_ops.h"
+#include "core/kernel_results.h"
 #include "core/tensor.h"
 
 namespace ember::gpu {
+
+// ---- Operand layout: how an op hands a tensor to a kernel of core/cuda_ops.h
+// The output shape as the kernels take it (at most cuda::kMaxDims dims).
+cuda::Shape8 shape8(const Shape& shape, const char* op);
+// t read over `shape` (t broadcast to it): its data, dtype, and element strides (0 along broadcast dims).
+cuda::Operand operand(const Tensor& t, const Shape& shape, const char* op);
 
 // ---- Element-wise (any strides; operands broadcast to the output)
 void copy(const Tensor& src, const Tensor& dst);  // dst = src (broadcast, converted to dst's dtype)
 void fill(const Tensor& dst, double value);
 void add_into(const Tensor& dst, const Tensor& src, double alpha);  // dst += alpha * src
 void scale(const Tensor& dst, double value);                         // dst *= value
-Tensor binary(cuda::BinaryOp op, const Tensor& a, const Tensor& b, const char* name);
 Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape);  // cond ? a : b
 // x * keep / (1 - p) with the CPU's mask (core/ops/dropout.cpp): contiguous result.
 Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale);
@@ -36,14 +41,14 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, bool log);
 Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log);
 
 // ---- Layer norm over the last dim of contiguous [rows, D] (same contract as core/cpu/layer_norm.h)
-cpu::LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
-cpu::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                         const Tensor& weight, bool need_dx, bool need_dweight, bool need_dbias);
 
 // ---- Cross-entropy on contiguous logits [N, C] and int64 targets [N] (on the GPU); `count` rows counted.
-cpu::CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                                int64_t count);
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const cpu::CrossEntropyForward& saved,
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyForward& saved,
                               int64_t ignore_index, double scale);
 
 // ---- Embedding: ids already checked on the host (`ids` is their host copy, row-major)
@@ -74,13 +79,14 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, b
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           int64_t heads, const Tensor& mask, bool causal);
 
-// ---- Optimisers: one fused launch over all the parameters (optim/update_rules.h per element).
+// ---- Optimisers: one fused launch over all the parameters (core/update_rules.h per element), all
+// on one GPU, of one dtype, contiguous (core/ops/optimizer_steps.cpp checks them).
 // m, v: Adam's moments, one per parameter; velocities: SGD's, one per parameter or none (no momentum).
 void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
-               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const cuda::AdamHyper& hyper);
+               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const AdamHyper& hyper);
 void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
               const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
-              const cuda::SgdHyper& hyper);
+              const SgdHyper& hyper);
 
 // ---- Gradient clipping: the sum of the squares of every element of `tensors` (in double, the same
 // on every run; one read back for all of them), and tensors[t] *= value for all (one launch).

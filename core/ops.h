@@ -97,6 +97,8 @@ Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 // Normalises over the last dim: (x - mean) / sqrt(var + eps) * weight + bias. Fused forward and backward.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// Normalises over the last dim by the root mean square: x / sqrt(mean(x^2) + eps) * weight (weight [D] or undefined).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 
 // ---- Attention (core/ops/attention.cpp)
 // Multi-head self-attention on a fused projection qkv [B, T, 3 D] (q | k | v, each `heads` heads of
@@ -129,5 +131,23 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = defaul
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
 // In-place updates outside autograd (copy_, fill_, add_, mul_) are members of Tensor (core/tensor.h).
+
+// ---- Optimiser steps, in place, outside autograd (core/ops/optimizer_steps.cpp): one pass over
+// each parameter on the CPU, one fused launch per GPU and dtype, with the per-element rules and the
+// step's numbers (SgdHyper, AdamHyper) of core/update_rules.h. One gradient, weight decay and (when
+// the optimiser keeps one) state buffer per parameter, each of its parameter's device, dtype and shape.
+struct SgdHyper;
+struct AdamHyper;
+// velocities: SGD's momentum buffers, or none (no momentum).
+void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+               const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays, const SgdHyper& hyper);
+// exp_avg, exp_avg_sq: Adam's first and second moments.
+void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avg,
+                const std::vector<Tensor>& exp_avg_sq, const std::vector<double>& weight_decays,
+                const AdamHyper& hyper);
+// Gradient clipping: the sum of the squares of every element (in double, the same on every run), and
+// t *= value for every tensor.
+double sum_of_squares(const std::vector<Tensor>& tensors);
+void scale_all_(const std::vector<Tensor>& tensors, double value);
 
 }  // namespace ember

@@ -1,8 +1,10 @@
 // Element-wise math: each op's value f(x) and derivative df(x, y) (y = f(x)) side by side.
 // EMBER_HD: the same functor runs in the CPU loop and in the CUDA kernel.
-// To add an element-wise op: a functor here, one line in EMBER_UNARY_OPS, a test. That is all.
+// To add an element-wise op: a functor here, one line in EMBER_UNARY_OPS, its declaration in
+// core/ops.h, a test. That is all (docs/adding-an-op.md).
 #pragma once
 #include <cmath>
+#include <type_traits>
 
 #include "core/fast_math.h"
 #include "core/hd.h"
@@ -82,21 +84,30 @@ struct MulScalar {
   template <typename T> EMBER_HD T df(T, T) const { return T(value); }
 };
 
-// name, functor: one line per parameterless op. (pow, add_scalar, mul_scalar take a parameter.)
-#define EMBER_UNARY_OPS(X) \
-  X(neg, Neg)              \
-  X(exp, Exp)              \
-  X(log, Log)              \
-  X(sqrt, Sqrt)            \
-  X(rsqrt, Rsqrt)          \
-  X(tanh, Tanh)            \
-  X(sigmoid, Sigmoid)      \
-  X(relu, Relu)            \
-  X(gelu, Gelu)            \
-  X(softplus, Softplus)    \
-  X(abs, Abs)
+// name, functor, and the inputs the GPU-vs-CPU test draws (low, high: inside the op's domain):
+// one line per parameterless op. The list generates each op (core/ops/unary.cpp), its CUDA
+// kernels (cuda/unary_kernels.cu), their declarations and stubs (core/cuda_ops.h), and its row
+// in the GPU-vs-CPU test (tests/test_cuda.cpp).
+#define EMBER_UNARY_OPS(X)       \
+  X(neg, Neg, -3, 3)             \
+  X(exp, Exp, -3, 3)             \
+  X(log, Log, 0.1, 3)            \
+  X(sqrt, Sqrt, 0.1, 3)          \
+  X(rsqrt, Rsqrt, 0.1, 3)        \
+  X(tanh, Tanh, -3, 3)           \
+  X(sigmoid, Sigmoid, -3, 3)     \
+  X(relu, Relu, -3, 3)           \
+  X(gelu, Gelu, -3, 3)           \
+  X(softplus, Softplus, -30, 30) \
+  X(abs, Abs, -3, 3)
+// The ops whose functor takes a parameter (pow(x, p), x + c, x * c): their CUDA kernels come from
+// this list; their ops and test rows are written out (each needs its parameter).
+#define EMBER_UNARY_PARAM_OPS(X) \
+  X(pow, Pow)                    \
+  X(add_scalar, AddScalar)       \
+  X(mul_scalar, MulScalar)
 
-// Binary arithmetic: value and the partial derivatives d/da, d/db.
+// Binary ops: f(a, b). Arithmetic returns the inputs' type, a comparison bool.
 struct Add { template <typename T> EMBER_HD T f(T a, T b) const { return a + b; } };
 struct Sub { template <typename T> EMBER_HD T f(T a, T b) const { return a - b; } };
 struct Mul { template <typename T> EMBER_HD T f(T a, T b) const { return a * b; } };
@@ -104,5 +115,24 @@ struct Div { template <typename T> EMBER_HD T f(T a, T b) const { return a / b; 
 struct Equal { template <typename T> EMBER_HD bool f(T a, T b) const { return a == b; } };
 struct Greater { template <typename T> EMBER_HD bool f(T a, T b) const { return a > b; } };
 struct Less { template <typename T> EMBER_HD bool f(T a, T b) const { return a < b; } };
+
+// name, functor: one line per binary op. The lists generate the CUDA kernels
+// (cuda/elementwise_kernels.cu), their declarations and stubs (core/cuda_ops.h) and the rows of the
+// GPU-vs-CPU test (tests/test_cuda_ops.cpp); the comparisons' ops too (core/ops/binary.cpp: they
+// have no gradient). Each arithmetic op's backward is written out in core/ops/binary.cpp.
+#define EMBER_ARITHMETIC_OPS(X) \
+  X(add, Add)                   \
+  X(sub, Sub)                   \
+  X(mul, Mul)                   \
+  X(div, Div)
+#define EMBER_COMPARISON_OPS(X) \
+  X(eq, Equal)                  \
+  X(gt, Greater)                \
+  X(lt, Less)
+#define EMBER_BINARY_OPS(X) EMBER_ARITHMETIC_OPS(X) EMBER_COMPARISON_OPS(X)
+
+// True for a comparison functor (its f gives bool): the result of the op is then a bool tensor.
+template <typename F>
+constexpr bool is_comparison = std::is_same_v<decltype(F{}.f(0.0f, 0.0f)), bool>;
 
 }  // namespace ember::math

@@ -7,6 +7,7 @@
 // EMBER_HD, so the CPU and the GPU compute the very same formulas.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <initializer_list>
+#include <type_traits>
 
 #include "core/cuda_ops.h"
 #include "core/merge_dims.h"
@@ -107,12 +108,29 @@ __global__ void dropout_kernel(const T* in, T* out, int64_t n, uint64_t seed, ui
   }
 }
 
-template <typename F, typename T, typename R>
-void launch_binary(cudaStream_t stream, const F& f, const Shape8& shape, int64_t n, const Operand& out,
-                   const Operand& a, const Operand& b) {
-  binary_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, shape, n, static_cast<R*>(out.data), out,
-                                                        static_cast<const T*>(a.data), a,
-                                                        static_cast<const T*>(b.data), b);
+// out = f(a, b) over `shape`: the kernel for a's element type; the result is bool for a comparison.
+template <typename F>
+void launch_binary(const F& f, int device, const Shape8& shape_in, const Operand& out_in, const Operand& a_in,
+                   const Operand& b_in) {
+  Shape8 shape = shape_in;
+  Operand out = out_in, a = a_in, b = b_in;
+  coalesce(shape, {&out, &a, &b});
+  int64_t n = numel(shape);
+  if (n == 0) return;
+  cudaStream_t stream = use_device(device);
+  dispatch(a.dtype, "binary op: unsupported dtype on CUDA", [&](auto tag) {
+    using T = decltype(tag);
+    using R = typename std::conditional<math::is_comparison<F>, bool, T>::type;
+    // NOTE: the op (core/ops/binary.cpp) refuses arithmetic on bool; this only keeps it from being compiled.
+    if constexpr (std::is_same<T, bool>::value && !math::is_comparison<F>) {
+      raise_message("arithmetic on bool tensors is not defined");
+    } else {
+      binary_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, shape, n, static_cast<R*>(out.data), out,
+                                                            static_cast<const T*>(a.data), a,
+                                                            static_cast<const T*>(b.data), b);
+    }
+  });
+  EMBER_CUDA_LAUNCHED("binary_kernel");
 }
 
 }  // namespace
@@ -184,36 +202,13 @@ void scale(int device, const Shape8& shape_in, const Operand& dst_in, double val
   EMBER_CUDA_LAUNCHED("scale_kernel");
 }
 
-void binary(int device, BinaryOp op, const Shape8& shape_in, const Operand& out_in, const Operand& a_in,
-            const Operand& b_in) {
-  Shape8 shape = shape_in;
-  Operand out = out_in, a = a_in, b = b_in;
-  coalesce(shape, {&out, &a, &b});
-  int64_t n = numel(shape);
-  if (n == 0) return;
-  cudaStream_t stream = use_device(device);
-  dispatch(a.dtype, "binary op: unsupported dtype on CUDA", [&](auto tag) {
-    using T = decltype(tag);
-    switch (op) {
-      case kEq: launch_binary<math::Equal, T, bool>(stream, math::Equal{}, shape, n, out, a, b); return;
-      case kGt: launch_binary<math::Greater, T, bool>(stream, math::Greater{}, shape, n, out, a, b); return;
-      case kLt: launch_binary<math::Less, T, bool>(stream, math::Less{}, shape, n, out, a, b); return;
-      default: break;
-    }
-    if constexpr (std::is_same<T, bool>::value) {
-      raise_message("arithmetic on bool tensors is not defined");
-    } else {
-      switch (op) {
-        case kAdd: launch_binary<math::Add, T, T>(stream, math::Add{}, shape, n, out, a, b); break;
-        case kSub: launch_binary<math::Sub, T, T>(stream, math::Sub{}, shape, n, out, a, b); break;
-        case kMul: launch_binary<math::Mul, T, T>(stream, math::Mul{}, shape, n, out, a, b); break;
-        case kDiv: launch_binary<math::Div, T, T>(stream, math::Div{}, shape, n, out, a, b); break;
-        default: raise_message("binary op: unknown op");
-      }
-    }
-  });
-  EMBER_CUDA_LAUNCHED("binary_kernel");
-}
+#define EMBER_DEFINE_CUDA_BINARY(name, Functor)                                                             \
+  void binary(const math::Functor& f, int device, const Shape8& shape, const Operand& out, const Operand& a,     \
+              const Operand& b) {                                                                               \
+    launch_binary(f, device, shape, out, a, b);                                                                 \
+  }
+EMBER_BINARY_OPS(EMBER_DEFINE_CUDA_BINARY)
+#undef EMBER_DEFINE_CUDA_BINARY
 
 void select(int device, const Shape8& shape_in, const Operand& out_in, const Operand& cond_in, const Operand& a_in,
             const Operand& b_in) {

@@ -3,12 +3,12 @@
 // each one launch over all the tensors too.
 // Up to 32 tensors travel in the kernel's arguments (pointers, sizes, weight decays); each thread
 // takes flat indices over all of them and finds its tensor by a scan of the (at most 32) offsets,
-// then applies the per-element rule of optim/update_rules.h, the very function the CPU loop of
-// optim/optimizer.cpp calls.
+// then applies the per-element rule of core/update_rules.h, the very function the CPU loop of
+// core/ops/optimizer_steps.cpp calls.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include "core/cuda_ops.h"
+#include "core/update_rules.h"
 #include "cuda/launch.h"
-#include "optim/update_rules.h"
 
 namespace ember::cuda {
 namespace {
@@ -35,7 +35,7 @@ __device__ __forceinline__ void locate(const Batch& batch, int64_t i, int& t, in
 
 template <typename T>
 __global__ void adam_kernel(Batch batch, AdamHyper h) {
-  const optim::AdamRule<T> rule(h.lr, h.beta1, h.beta2, h.eps, h.correction1, h.correction2, h.decoupled);
+  const AdamRule<T> rule(h.lr, h.beta1, h.beta2, h.eps, h.correction1, h.correction2, h.decoupled);
   EMBER_CUDA_LOOP(i, batch.offsets[batch.count]) {
     int t;
     int64_t j;
@@ -49,7 +49,7 @@ __global__ void adam_kernel(Batch batch, AdamHyper h) {
 
 template <typename T>
 __global__ void sgd_kernel(Batch batch, SgdHyper h) {
-  const optim::SgdRule<T> rule{T(h.lr), T(h.momentum), h.first_step};
+  const SgdRule<T> rule{T(h.lr), T(h.momentum), h.first_step};
   EMBER_CUDA_LOOP(i, batch.offsets[batch.count]) {
     int t;
     int64_t j;

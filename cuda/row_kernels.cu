@@ -1,5 +1,5 @@
-// Row kernels: reductions over the last dim, argmax, softmax and log-softmax (forward and backward),
-// layer norm (forward and backward) and cross-entropy (forward and backward).
+// Row kernels, forward and backward: reductions over the last dim, argmax, softmax and log-softmax,
+// the normalisations (layer norm, and below it RMS norm) and cross-entropy.
 // One block of 256 threads per row: each thread accumulates a fixed, strided subset of the row, and
 // the 256 partial results are combined by a tree in shared memory in a fixed order. No atomics:
 // the same input always gives the same bits, whatever the GPU. Floating sums accumulate in double.
@@ -374,6 +374,107 @@ void cross_entropy_backward(int device, bool float64, const void* logits, const 
         static_cast<const float*>(logits), targets, static_cast<const float*>(row_max),
         static_cast<const float*>(sum_exp), static_cast<float*>(dlogits), N, C, ignore_index, scale);
   EMBER_CUDA_LAUNCHED("cross_entropy_backward_kernel");
+}
+
+// ---- RMS norm (core/ops/layer_norm.cpp; the op added in docs/adding-an-op.md): one block per row
+// like layer norm, sums in double; dweight by chunks of kLayerNormChunkRows rows, then the chunks in
+// order (the CPU's order too).
+namespace {
+
+// y[r, :] = x[r, :] * rstd[r] * w, rstd[r] = 1 / sqrt(mean(x[r, :]^2) + eps).
+template <typename T>
+__global__ void rms_norm_forward_kernel(const T* x, const T* w, T* y, double* rstd_out, int64_t D, double eps) {
+  const int64_t base = int64_t(blockIdx.x) * D;
+  double q = 0;
+  for (int64_t j = threadIdx.x; j < D; j += kThreads) q += double(x[base + j]) * double(x[base + j]);
+  const double rstd = 1.0 / std::sqrt(block_reduce(q, SumOp{}) / double(D) + eps);
+  for (int64_t j = threadIdx.x; j < D; j += kThreads)
+    y[base + j] = T(double(x[base + j]) * rstd * (w != nullptr ? double(w[j]) : 1.0));
+  if (threadIdx.x == 0) rstd_out[blockIdx.x] = rstd;
+}
+
+// dx[r, :] = rstd * (gw - xhat * mean(gw * xhat)), gw = grad * w, xhat = x * rstd.
+template <typename T>
+__global__ void rms_norm_dx_kernel(const T* grad, const T* x, const double* rstd, const T* w, T* dx, int64_t D) {
+  const int64_t base = int64_t(blockIdx.x) * D;
+  const double rs = rstd[blockIdx.x];
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < D; j += kThreads)
+    s += double(grad[base + j]) * (w != nullptr ? double(w[j]) : 1.0) * double(x[base + j]) * rs;
+  const double mean_gwx = block_reduce(s, SumOp{}) / double(D);
+  for (int64_t j = threadIdx.x; j < D; j += kThreads) {
+    const double gw = double(grad[base + j]) * (w != nullptr ? double(w[j]) : 1.0);
+    dx[base + j] = T(rs * (gw - double(x[base + j]) * rs * mean_gwx));
+  }
+}
+
+// partial[c, j] = sum over the rows of chunk c (in order) of grad * xhat; dweight[j] = sum over c in order.
+template <typename T>
+__global__ void rms_norm_partial_kernel(const T* grad, const T* x, const double* rstd, int64_t rows, int64_t D,
+                                        double* partial) {
+  const int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x, c = blockIdx.y;
+  if (j >= D) return;
+  double p = 0;
+  const int64_t end = (c + 1) * kLayerNormChunkRows < rows ? (c + 1) * kLayerNormChunkRows : rows;
+  for (int64_t r = c * kLayerNormChunkRows; r < end; ++r) p += double(grad[r * D + j]) * double(x[r * D + j]) * rstd[r];
+  partial[c * D + j] = p;
+}
+
+template <typename T>
+__global__ void rms_norm_combine_kernel(const double* partial, int64_t chunks, int64_t D, T* dweight) {
+  const int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (j >= D) return;
+  double sum = 0;
+  for (int64_t c = 0; c < chunks; ++c) sum += partial[c * D + j];
+  dweight[j] = T(sum);
+}
+
+template <typename T>
+void rms_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, const double* rstd, const T* w, T* dx,
+                             T* dw, int64_t rows, int64_t D, double* partial) {
+  if (dx != nullptr) {
+    rms_norm_dx_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(grad, x, rstd, w, dx, D);
+    EMBER_CUDA_LAUNCHED("rms_norm_dx_kernel");
+  }
+  if (dw != nullptr) {
+    const int64_t chunks = layer_norm_chunks(rows);
+    if (chunks > 65535) raise_message("rms_norm backward: too many rows for the CUDA kernel (over 4 million)");
+    const unsigned columns = unsigned((D + kThreads - 1) / kThreads);
+    const dim3 grid(columns, unsigned(chunks));
+    rms_norm_partial_kernel<<<grid, kThreads, 0, stream>>>(grad, x, rstd, rows, D, partial);
+    EMBER_CUDA_LAUNCHED("rms_norm_partial_kernel");
+    rms_norm_combine_kernel<<<columns, kThreads, 0, stream>>>(partial, chunks, D, dw);
+    EMBER_CUDA_LAUNCHED("rms_norm_combine_kernel");
+  }
+}
+
+}  // namespace
+
+void rms_norm_forward(int device, bool float64, const void* x, const void* weight, void* y, double* rstd, int64_t rows,
+                      int64_t D, double eps) {
+  if (rows == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (float64)
+    rms_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<double*>(y), rstd, D, eps);
+  else
+    rms_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<float*>(y), rstd, D, eps);
+  EMBER_CUDA_LAUNCHED("rms_norm_forward_kernel");
+}
+
+void rms_norm_backward(int device, bool float64, const void* grad, const void* x, const double* rstd,
+                       const void* weight, void* dx, void* dweight, int64_t rows, int64_t D, double* partial) {
+  if (rows == 0) return;  // dweight stays as the op made it: zeros
+  cudaStream_t stream = use_device(device);
+  if (float64)
+    rms_norm_backward_typed(stream, static_cast<const double*>(grad), static_cast<const double*>(x), rstd,
+                            static_cast<const double*>(weight), static_cast<double*>(dx), static_cast<double*>(dweight),
+                            rows, D, partial);
+  else
+    rms_norm_backward_typed(stream, static_cast<const float*>(grad), static_cast<const float*>(x), rstd,
+                            static_cast<const float*>(weight), static_cast<float*>(dx), static_cast<float*>(dweight),
+                            rows, D, partial);
 }
 
 }  // namespace ember::cuda

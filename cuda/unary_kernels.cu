@@ -2,7 +2,7 @@
 // grad_x = grad * f'(x, y), instantiated for every functor of core/unary_math.h (EMBER_HD makes
 // each functor __host__ __device__, so the GPU runs the very formulas the CPU tests check).
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
-#include "core/cuda_unary.h"
+#include "core/cuda_ops.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -47,7 +47,7 @@ void launch_backward(const F& f, int device, bool float64, const void* grad, con
 
 }  // namespace
 
-#define EMBER_DEFINE_CUDA_UNARY(name, Functor)                                                              \
+#define EMBER_DEFINE_CUDA_UNARY(name, Functor, ...)                                                         \
   void unary_forward(const math::Functor& f, int device, bool float64, const void* x, void* y, int64_t n) { \
     launch_forward(f, device, float64, x, y, n);                                                            \
   }                                                                                                         \
@@ -56,9 +56,7 @@ void launch_backward(const F& f, int device, bool float64, const void* grad, con
     launch_backward(f, device, float64, grad, x, y, grad_x, n);                                             \
   }
 EMBER_UNARY_OPS(EMBER_DEFINE_CUDA_UNARY)
-EMBER_DEFINE_CUDA_UNARY(pow, Pow)
-EMBER_DEFINE_CUDA_UNARY(add_scalar, AddScalar)
-EMBER_DEFINE_CUDA_UNARY(mul_scalar, MulScalar)
+EMBER_UNARY_PARAM_OPS(EMBER_DEFINE_CUDA_UNARY)
 #undef EMBER_DEFINE_CUDA_UNARY
 
 }  // namespace ember::cuda

@@ -43,7 +43,6 @@ class Optimizer {
   }
   // Named state buffers, one per parameter and kind; created (zeros) on first use.
   Tensor& buffer(const std::string& kind, size_t index, const Tensor& like);
-  bool on_cuda() const;  // the first parameter is on a GPU (they must all share its device)
 
   std::vector<ParamGroup> groups_;
   double lr_;

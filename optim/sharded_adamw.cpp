@@ -6,10 +6,8 @@
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
-#include "core/gpu.h"
 #include "core/ops.h"
-#include "core/parallel.h"
-#include "optim/update_rules.h"
+#include "core/update_rules.h"
 
 namespace ember::optim {
 
@@ -73,16 +71,7 @@ void ShardedAdamW::step() {
   group_.reduce_scatter(flat_grad_, shard_grad_, distributed::ReduceOp::Average);
 
   // 2. The global norm: every shard's sum of squares (in double), summed over the ranks.
-  double local = 0;
-  if (shard_grad_.device().is_cuda()) {
-    local = gpu::sum_of_squares({shard_grad_});
-  } else {
-    dispatch_floating(shard_grad_.dtype(), "ShardedAdamW", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* g = shard_grad_.data<T>();
-      for (int64_t i = 0; i < shard_; ++i) local += double(g[i]) * double(g[i]);
-    });
-  }
+  const double local = sum_of_squares({shard_grad_});
   Tensor squares = from_vector(std::vector<double>{local}, {1}, group_.device());
   group_.all_reduce(squares, distributed::ReduceOp::Sum);
   last_norm_ = std::sqrt(squares.to(Device::cpu()).item<double>());
@@ -102,35 +91,19 @@ void ShardedAdamW::step() {
     all[k].detach().view({all[k].numel()}).copy_(flat_param_.narrow(0, flat_offset_[k], all[k].numel()));
 }
 
+// The rank's shard, piece by piece (each with its parameter's weight decay), through the same op
+// as optim::AdamW: one pass on the CPU, one fused launch on a GPU.
 void ShardedAdamW::update_shard(double correction1, double correction2) {
-  if (shard_param_.device().is_cuda()) {
-    std::vector<Tensor> ps, gs, ms, vs;
-    std::vector<double> decays;
-    for (const Piece& piece : pieces_) {
-      ps.push_back(shard_param_.narrow(0, piece.shard_offset, piece.length));
-      gs.push_back(shard_grad_.narrow(0, piece.shard_offset, piece.length));
-      ms.push_back(exp_avg_.narrow(0, piece.shard_offset, piece.length));
-      vs.push_back(exp_avg_sq_.narrow(0, piece.shard_offset, piece.length));
-      decays.push_back(piece.weight_decay);
-    }
-    if (!ps.empty()) gpu::adam_step(ps, gs, ms, vs, decays, {lr_, beta1, beta2, eps, correction1, correction2, true});
-    return;
+  std::vector<Tensor> ps, gs, ms, vs;
+  std::vector<double> decays;
+  for (const Piece& piece : pieces_) {
+    ps.push_back(shard_param_.narrow(0, piece.shard_offset, piece.length));
+    gs.push_back(shard_grad_.narrow(0, piece.shard_offset, piece.length));
+    ms.push_back(exp_avg_.narrow(0, piece.shard_offset, piece.length));
+    vs.push_back(exp_avg_sq_.narrow(0, piece.shard_offset, piece.length));
+    decays.push_back(piece.weight_decay);
   }
-  dispatch_floating(shard_param_.dtype(), "ShardedAdamW", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const AdamRule<T> rule(lr_, beta1, beta2, eps, correction1, correction2, /*decoupled=*/true);
-    T* p = shard_param_.data<T>();
-    const T* g = shard_grad_.data<T>();
-    T* m = exp_avg_.data<T>();
-    T* v = exp_avg_sq_.data<T>();
-    for (const Piece& piece : pieces_) {
-      const int64_t at = piece.shard_offset;
-      const double wd = piece.weight_decay;
-      parallel_for(at, at + piece.length, 1 << 15, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) rule(p[i], g[i], m[i], v[i], wd);
-      });
-    }
-  });
+  if (!ps.empty()) adam_step_(ps, gs, ms, vs, decays, {lr_, beta1, beta2, eps, correction1, correction2, true});
 }
 
 std::map<std::string, Tensor> ShardedAdamW::state_dict() const {

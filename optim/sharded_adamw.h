@@ -6,7 +6,7 @@
 //      its shard (the gradients are each rank's own: nn::DataParallel with reduce_gradients off);
 //   2. clips by the global norm when max_grad_norm > 0: the sums of squares of every shard,
 //      all-reduced, so the norm (and the clipping) is that of the whole averaged gradient;
-//   3. applies AdamW (optim/update_rules.h, the same rule as optim::AdamW) to its shard;
+//   3. applies AdamW (the op adam_step_, as optim::AdamW does) to its shard;
 //   4. all-gathers the updated shards into every rank's parameters.
 // It sends as many bytes as a plain all-reduce (a reduce-scatter plus an all-gather) and keeps
 // 2 x params / N moment values per rank instead of 2 x params.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Ember needs to build (from Debian's packages) and configures + builds it.
-# Usage: scripts/setup.sh [build-dir]   (default: build). Safe to run again: it skips what is there.
+# Usage: scripts/setup.sh [build-dir [target...]]   (default: build, every target). Safe to run
+#        again: it skips what is there. scripts/train.sh builds only the trainer: setup.sh build imdb
 #        scripts/setup.sh --deps-only   installs the packages only (the sanitizer scripts configure their own builds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,4 +31,7 @@ fi
 # CUDA is used when nvcc is found (on PATH or in /usr/local/cuda); CPU-only otherwise.
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${EMBER_CMAKE_ARGS:-} >/dev/null
-cmake --build "$BUILD_DIR" -j"$(nproc)"
+shift || true
+targets=()
+for target in "$@"; do targets+=(--target "$target"); done
+cmake --build "$BUILD_DIR" -j"$(nproc)" "${targets[@]}"

@@ -1,5 +1,6 @@
-// GPU tests skip cleanly without a CUDA device: they print why, and under ctest they exit with
-// code 77, which CMake's test properties turn into "Skipped" in ctest's summary.
+// Tests that cannot run here say so: they print why and, under ctest, exit with code 77, which the
+// test properties turn into "Skipped" in ctest's summary (never a silent "Passed"). GPU tests skip
+// this way without a CUDA device.
 #pragma once
 #include <cstdio>
 #include <cstdlib>
@@ -16,12 +17,20 @@ extern "C" __attribute__((weak)) const bool ember_cuda_emulator;
 // test may then shrink its sizes (saying so where it does).
 inline bool cuda_emulated() { return &ember_cuda_emulator != nullptr; }
 
-// Returns true (after printing the reason) when there is no GPU; the caller returns at once.
-inline bool skip_without_cuda() {
-  if (cuda_device_count() > 0) return false;
-  std::printf("skipped: no CUDA device\n");
+// Prints "skipped: <reason>"; under ctest (EMBER_CTEST_SKIP, set by CMakeLists.txt on every test
+// case, which ctest runs one per process) the process ends with 77: ctest reports "Skipped". Run
+// by hand, the caller returns at once and doctest counts the case as passed, after this line.
+// Use it as `if (...) return skip_test("why");` at the top of a TEST_CASE.
+inline void skip_test(const char* reason) {
+  std::printf("skipped: %s\n", reason);
   std::fflush(stdout);
   if (std::getenv("EMBER_CTEST_SKIP") != nullptr) std::_Exit(77);
+}
+
+// Returns true (after skip_test) when there is no GPU; the caller returns at once.
+inline bool skip_without_cuda() {
+  if (cuda_device_count() > 0) return false;
+  skip_test("no CUDA device");
   return true;
 }
 

@@ -22,7 +22,7 @@ Tensor reference_cross_entropy(const Tensor& logits, const std::vector<int64_t>&
       onehot[size_t(r * C + targets[size_t(r)])] = 1.0;
       ++count;
     }
-  Tensor mask = from_vector(onehot, {N, C}).to(logits.dtype());
+  Tensor mask = from_vector(onehot, {N, C}).to(logits.dtype()).to(logits.device());
   return sum(log_softmax(logits, 1) * mask) * (-1.0 / double(count));
 }
 
@@ -36,38 +36,38 @@ std::vector<int64_t> random_targets(int64_t N, int64_t C, uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("cross_entropy: known values") {
+DEVICE_TEST_CASE("cross_entropy: known values") {
   for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
-    Tensor logits = tensor({1, 2, 3, 1, 2, 3}, {2, 3}, dtype);
+    Tensor logits = tensor({1, 2, 3, 1, 2, 3}, {2, 3}, dtype).to(device);
     // -log softmax([1, 2, 3]) = [2.4076059644, 1.4076059644, 0.4076059644]
-    check_values(cross_entropy(logits, from_vector<int64_t>({2, 2})), {0.4076059644}, 1e-6);
-    check_values(cross_entropy(logits, from_vector<int64_t>({0, 2})), {(2.4076059644 + 0.4076059644) / 2}, 1e-6);
-    Tensor loss = cross_entropy(logits, from_vector<int64_t>({1, 0}));
+    check_values(cross_entropy(logits, from_vector<int64_t>({2, 2}).to(device)), {0.4076059644}, 1e-6);
+    check_values(cross_entropy(logits, from_vector<int64_t>({0, 2}).to(device)), {(2.4076059644 + 0.4076059644) / 2}, 1e-6);
+    Tensor loss = cross_entropy(logits, from_vector<int64_t>({1, 0}).to(device));
     CHECK(loss.dim() == 0);
     CHECK(loss.dtype() == dtype);
     check_values(loss, {(1.4076059644 + 2.4076059644) / 2}, 1e-6);
     // Uniform logits: log C.
-    check_values(cross_entropy(zeros({3, 4}, dtype), from_vector<int64_t>({0, 1, 3})), {std::log(4.0)}, 1e-6);
+    check_values(cross_entropy(zeros({3, 4}, dtype, device), from_vector<int64_t>({0, 1, 3}).to(device)), {std::log(4.0)}, 1e-6);
     // Large logits stay finite.
-    check_values(cross_entropy(tensor({1000, 1001, 1002}, {1, 3}, dtype), from_vector<int64_t>({0})), {2.4076059644},
+    check_values(cross_entropy(tensor({1000, 1001, 1002}, {1, 3}, dtype).to(device), from_vector<int64_t>({0}).to(device)), {2.4076059644},
                  1e-6);
-    check_values(cross_entropy(tensor({-1e4, 0, 1e4}, {1, 3}, dtype), from_vector<int64_t>({2})), {0.0});
+    check_values(cross_entropy(tensor({-1e4, 0, 1e4}, {1, 3}, dtype).to(device), from_vector<int64_t>({2}).to(device)), {0.0});
   }
 }
 
-TEST_CASE("cross_entropy: gradient is (softmax - onehot) / N") {
-  Tensor logits = tensor({1, 2, 3, 0, 0, 0}, {2, 3}, Dtype::Float64).requires_grad_();
-  cross_entropy(logits, from_vector<int64_t>({2, 0})).backward();
+DEVICE_TEST_CASE("cross_entropy: gradient is (softmax - onehot) / N") {
+  Tensor logits = tensor({1, 2, 3, 0, 0, 0}, {2, 3}, Dtype::Float64).to(device).requires_grad_();
+  cross_entropy(logits, from_vector<int64_t>({2, 0}).to(device)).backward();
   const double third = 1.0 / 3.0;
   check_values(logits.grad(), {0.0900305732 / 2, 0.2447284711 / 2, (0.6652409558 - 1) / 2, (third - 1) / 2, third / 2,
                                third / 2}, 1e-9);
   // An upstream gradient scales it.
-  Tensor l2 = tensor({1, 2, 3}, {1, 3}, Dtype::Float64).requires_grad_();
-  (cross_entropy(l2, from_vector<int64_t>({0})) * 3.0).backward();
+  Tensor l2 = tensor({1, 2, 3}, {1, 3}, Dtype::Float64).to(device).requires_grad_();
+  (cross_entropy(l2, from_vector<int64_t>({0}).to(device)) * 3.0).backward();
   check_values(l2.grad(), {3 * (0.0900305732 - 1), 3 * 0.2447284711, 3 * 0.6652409558}, 1e-9);
 }
 
-TEST_CASE("cross_entropy: matches log_softmax + NLL, values and gradients") {
+DEVICE_TEST_CASE("cross_entropy: matches log_softmax + NLL, values and gradients") {
   Generator gen(9);
   struct Case {
     int64_t N, C;
@@ -76,14 +76,14 @@ TEST_CASE("cross_entropy: matches log_softmax + NLL, values and gradients") {
   for (Case c : {Case{1, 2}, Case{37, 11}, Case{150, 7}, Case{5, 1000}}) {
     for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
       INFO("N " << c.N << " C " << c.C << " " << dtype_name(dtype));
-      Tensor base = uniform({c.N, c.C}, -6, 6, gen, dtype);
+      Tensor base = uniform({c.N, c.C}, -6, 6, gen, dtype).to(device);
       std::vector<int64_t> t = random_targets(c.N, c.C, 100 + uint64_t(c.N));
       for (int64_t ignore : {int64_t(-100), t[0]}) {  // also ignore every row that targets class t[0]
         Tensor a = base.clone().detach().requires_grad_();
         Tensor b = base.clone().detach().requires_grad_();
         bool any_counted = false;
         for (int64_t v : t) any_counted = any_counted || v != ignore;
-        Tensor fused = cross_entropy(a, from_vector(t), ignore);
+        Tensor fused = cross_entropy(a, from_vector(t).to(device), ignore);
         if (!any_counted) {
           check_values(fused, {0.0});
           continue;
@@ -99,10 +99,10 @@ TEST_CASE("cross_entropy: matches log_softmax + NLL, values and gradients") {
   }
 }
 
-TEST_CASE("cross_entropy: ignore_index leaves rows out of the mean and the gradient") {
-  Tensor logits = tensor({1, 2, 3, 5, 5, 5, 3, 2, 1}, {3, 3}, Dtype::Float64).requires_grad_();
+DEVICE_TEST_CASE("cross_entropy: ignore_index leaves rows out of the mean and the gradient") {
+  Tensor logits = tensor({1, 2, 3, 5, 5, 5, 3, 2, 1}, {3, 3}, Dtype::Float64).to(device).requires_grad_();
   // Row 0 [1, 2, 3] -> 2: 0.4076; row 2 [3, 2, 1] -> 1: 1.4076; row 1 ignored.
-  Tensor loss = cross_entropy(logits, from_vector<int64_t>({2, -100, 1}));
+  Tensor loss = cross_entropy(logits, from_vector<int64_t>({2, -100, 1}).to(device));
   check_values(loss, {(0.4076059644 + 1.4076059644) / 2}, 1e-9);
   loss.backward();
   std::vector<double> g = logits.grad().to_vector<double>();
@@ -111,35 +111,35 @@ TEST_CASE("cross_entropy: ignore_index leaves rows out of the mean and the gradi
   CHECK(g[5] == 0.0);
   CHECK(g[2] == doctest::Approx((0.6652409558 - 1) / 2).epsilon(1e-9));
   // A custom ignore_index; it may also be a valid class.
-  check_values(cross_entropy(logits.detach(), from_vector<int64_t>({2, 7, 1}), 7), {(0.4076059644 + 1.4076059644) / 2},
+  check_values(cross_entropy(logits.detach(), from_vector<int64_t>({2, 7, 1}).to(device), 7), {(0.4076059644 + 1.4076059644) / 2},
                1e-9);
-  check_values(cross_entropy(logits.detach(), from_vector<int64_t>({2, 1, 0}), 0), {(0.4076059644 + std::log(3.0)) / 2},
+  check_values(cross_entropy(logits.detach(), from_vector<int64_t>({2, 1, 0}).to(device), 0), {(0.4076059644 + std::log(3.0)) / 2},
                1e-9);
 }
 
-TEST_CASE("cross_entropy: every row ignored gives 0 and zero gradients") {
-  Tensor logits = tensor({1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();
-  Tensor loss = cross_entropy(logits, from_vector<int64_t>({-100, -100}));
+DEVICE_TEST_CASE("cross_entropy: every row ignored gives 0 and zero gradients") {
+  Tensor logits = tensor({1, 2, 3, 4, 5, 6}, {2, 3}).to(device).requires_grad_();
+  Tensor loss = cross_entropy(logits, from_vector<int64_t>({-100, -100}).to(device));
   check_values(loss, {0.0});
   loss.backward();
   check_values(logits.grad(), {0, 0, 0, 0, 0, 0});
   // No rows at all: the same.
-  Tensor empty = zeros({0, 3}).requires_grad_();
-  Tensor l0 = cross_entropy(empty, zeros({0}, Dtype::Int64));
+  Tensor empty = zeros({0, 3}, Dtype::Float32, device).requires_grad_();
+  Tensor l0 = cross_entropy(empty, zeros({0}, Dtype::Int64, device));
   check_values(l0, {0.0});
   l0.backward();
   CHECK(empty.grad().shape() == Shape{0, 3});
 }
 
-TEST_CASE("cross_entropy: int32 targets and non-contiguous logits") {
+DEVICE_TEST_CASE("cross_entropy: int32 targets and non-contiguous logits") {
   Generator gen(12);
-  Tensor logits = uniform({6, 5}, -3, 3, gen);
+  Tensor logits = uniform({6, 5}, -3, 3, gen).to(device);
   std::vector<int64_t> t = random_targets(6, 5, 13);
   std::vector<int32_t> t32(t.begin(), t.end());
-  check_close(cross_entropy(logits, from_vector(t32)), cross_entropy(logits, from_vector(t)), 0);
+  check_close(cross_entropy(logits, from_vector(t32).to(device)), cross_entropy(logits, from_vector(t).to(device)), 0);
   Tensor transposed = logits.transpose(0, 1).contiguous().transpose(0, 1);
   REQUIRE_FALSE(transposed.is_contiguous());
-  check_close(cross_entropy(transposed, from_vector(t)), cross_entropy(logits, from_vector(t)), 0);
+  check_close(cross_entropy(transposed, from_vector(t).to(device)), cross_entropy(logits, from_vector(t).to(device)), 0);
 }
 
 TEST_CASE("cross_entropy: the loss does not depend on the thread count") {
@@ -156,16 +156,16 @@ TEST_CASE("cross_entropy: the loss does not depend on the thread count") {
   CHECK(one == three);
 }
 
-TEST_CASE("gradcheck: cross_entropy") {
+DEVICE_TEST_CASE("gradcheck: cross_entropy") {
   auto logits = random64({5, 4}, 60, -3, 3);
-  Tensor t = from_vector<int64_t>({3, 0, -100, 1, 3});
-  check_gradient([t](auto& in) { return cross_entropy(in[0], t); }, {logits.clone()});
-  check_gradient([](auto& in) { return cross_entropy(in[0], from_vector<int64_t>({3, 0, 2, 1, 3}), 3); },
+  Tensor t = from_vector<int64_t>({3, 0, -100, 1, 3}).to(device);
+  check_gradient(device, [t](auto& in) { return cross_entropy(in[0], t); }, {logits.clone()});
+  check_gradient(device, [device](auto& in) { return cross_entropy(in[0], from_vector<int64_t>({3, 0, 2, 1, 3}).to(device), 3); },
                  {logits.clone()});
   // Non-contiguous logits: [C, N] transposed.
-  check_gradient([t](auto& in) { return cross_entropy(in[0].transpose(0, 1), t); }, {random64({4, 5}, 61, -3, 3)});
+  check_gradient(device, [t](auto& in) { return cross_entropy(in[0].transpose(0, 1), t); }, {random64({4, 5}, 61, -3, 3)});
   // Composed: the loss scaled by another input's sum, so the incoming gradient is not 1.
-  check_gradient([t](auto& in) { return cross_entropy(in[0], t) * sum(in[1]); },
+  check_gradient(device, [t](auto& in) { return cross_entropy(in[0], t) * sum(in[1]); },
                  {logits.clone(), random64({3}, 62)});
 }
 

@@ -1,10 +1,15 @@
 // The CUDA device plumbing: allocation, copies both ways, the fill kernel. Skipped without a GPU.
+#include <iterator>
+
 #include "core/allocator.h"
+#include "core/unary_math.h"
 #include "cuda_skip.h"
 #include "helpers.h"
 
 using namespace ember;
 using namespace ember::testing;
+
+#define EMBER_COUNT_OP(...) +1
 
 TEST_CASE("cuda: tensors move to the GPU and back unchanged, and the fill kernel writes every element") {
   if (skip_without_cuda()) return;
@@ -21,12 +26,13 @@ TEST_CASE("cuda: tensors move to the GPU and back unchanged, and the fill kernel
 }
 
 TEST_CASE("cuda: without a GPU, asking for one is a clear error") {
-  if (cuda_device_count() > 0) return;
+  if (cuda_device_count() > 0) return skip_test("this process has a CUDA device (the no-GPU path is tested without one)");
   check_error([] { zeros({2}).to(Device::cuda(0)); }, "CUDA");
 }
 
 // The element-wise kernels of cuda/unary_kernels.cu against the CPU loop: same functors, so the
-// values and the gradients must agree to rounding, for float32 and float64.
+// values and the gradients must agree to rounding, for float32 and float64. One row per entry of
+// EMBER_UNARY_OPS (core/unary_math.h), generated: a new op is tested here from its first commit.
 TEST_CASE("cuda: every element-wise math op and its backward match the CPU") {
   if (skip_without_cuda()) return;
   struct Case {
@@ -34,22 +40,17 @@ TEST_CASE("cuda: every element-wise math op and its backward match the CPU") {
     Tensor (*op)(const Tensor&);
     double low, high;
   };
+#define EMBER_UNARY_CASE(name, Functor, low, high) {#name, [](const Tensor& x) { return ember::name(x); }, low, high},
   const Case cases[] = {
-      {"neg", [](const Tensor& x) { return neg(x); }, -3, 3},
-      {"exp", [](const Tensor& x) { return exp(x); }, -3, 3},
-      {"log", [](const Tensor& x) { return log(x); }, 0.1, 3},
-      {"sqrt", [](const Tensor& x) { return sqrt(x); }, 0.1, 3},
-      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, 0.1, 3},
-      {"tanh", [](const Tensor& x) { return tanh(x); }, -3, 3},
-      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, -3, 3},
-      {"relu", [](const Tensor& x) { return relu(x); }, -3, 3},
-      {"gelu", [](const Tensor& x) { return gelu(x); }, -3, 3},
-      {"softplus", [](const Tensor& x) { return softplus(x); }, -30, 30},
-      {"abs", [](const Tensor& x) { return abs(x); }, -3, 3},
+      EMBER_UNARY_OPS(EMBER_UNARY_CASE)
+      // The ops with a parameter (EMBER_UNARY_PARAM_OPS), each with one:
       {"pow", [](const Tensor& x) { return pow(x, 1.5); }, 0.1, 3},
       {"add_scalar", [](const Tensor& x) { return add_scalar(x, 0.25); }, -3, 3},
       {"mul_scalar", [](const Tensor& x) { return mul_scalar(x, -1.5); }, -3, 3},
   };
+#undef EMBER_UNARY_CASE
+  // Every functor the CUDA kernels are made for has a row above.
+  CHECK(std::size(cases) == size_t(0 EMBER_UNARY_OPS(EMBER_COUNT_OP) EMBER_UNARY_PARAM_OPS(EMBER_COUNT_OP)));
   for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
     for (const Case& c : cases) {
       INFO(c.name << " " << dtype_name(dtype));

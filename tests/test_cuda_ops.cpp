@@ -3,6 +3,7 @@
 // float32 to a relative 1e-5. Then the caching allocator, the optimiser, and one whole training
 // step of the IMDb recipe's model (small sizes) on both devices. Each case is skipped, with the
 // reason printed, where there is no GPU; the last cases check what a machine without one does.
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <unistd.h>
@@ -10,6 +11,8 @@
 #include "core/allocator.h"
 #include "core/cuda_ops.h"
 #include "core/gpu.h"
+#include "core/unary_math.h"
+#include "core/update_rules.h"
 #include "cuda_skip.h"
 #include "examples/imdb/trainer.h"
 #include "helpers.h"
@@ -112,35 +115,95 @@ TEST_CASE("cuda ops: fill_, add_ and mul_ on strided views") {
   check_values(ints.to(Device::cpu()), {7, 7, 7, 7, 7}, 0);
 }
 
-TEST_CASE("cuda ops: element-wise arithmetic with broadcasting and strided operands, values and gradients") {
+// One row per entry of EMBER_BINARY_OPS (core/unary_math.h), generated: a new binary op is
+// tested here from its first commit. Inputs are multiples of 1/2 (so that eq finds equal pairs),
+// b away from 0 (div).
+TEST_CASE("cuda ops: every binary op with broadcasting and strided operands, values and gradients") {
   if (skip_without_cuda()) return;
   struct Op {
     const char* name;
     Tensor (*f)(const Tensor&, const Tensor&);
   };
-  const Op ops[] = {{"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
-                    {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }},
-                    {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
-                    {"div", [](const Tensor& a, const Tensor& b) { return a / b; }}};
+#define EMBER_BINARY_CASE(name, Functor) {#name, [](const Tensor& a, const Tensor& b) { return ember::name(a, b); }},
+  const Op ops[] = {EMBER_BINARY_OPS(EMBER_BINARY_CASE)};
+#undef EMBER_BINARY_CASE
+  // Multiples of 1/2 drawn from [low, high), rounded on the host; b keeps away from 0 with a random sign.
+  auto halves = [](const Shape& shape, uint64_t seed, double low, double high, bool nonzero, Dtype dtype) {
+    std::vector<double> v = rnd(shape, seed, low, high, Dtype::Float64).to_vector<double>();
+    for (size_t i = 0; i < v.size(); ++i) {
+      v[i] = std::round(v[i] * 2) / 2;
+      if (nonzero && v[i] == 0) v[i] = i % 2 ? 0.5 : -0.5;
+    }
+    return from_vector(v, shape).to(dtype);
+  };
+  auto a_of = [&](const Shape& shape, uint64_t seed, Dtype dtype = Dtype::Float32) {
+    return halves(shape, seed, -3, 3, false, dtype);
+  };
+  auto b_of = [&](const Shape& shape, uint64_t seed, Dtype dtype = Dtype::Float32) {
+    return halves(shape, seed, -3, 3, true, dtype);
+  };
   for (const Op& op : ops) {
     auto f = op.f;
-    check_parity(std::string(op.name) + " same shape", {rnd({3, 40}, 1), rnd({3, 40}, 2, 0.5, 2)},
-                 [f](const std::vector<Tensor>& v) { return f(v[0], v[1]); });
-    check_parity(std::string(op.name) + " broadcast", {rnd({4, 1, 6}, 3), rnd({5, 1}, 4, 0.5, 2)},
-                 [f](const std::vector<Tensor>& v) { return f(v[0], v[1]); });
-    check_parity(std::string(op.name) + " transposed", {rnd({7, 5}, 5), rnd({5, 7}, 6, 0.5, 2)},
+    Fn fn = [f](const std::vector<Tensor>& v) { return f(v[0], v[1]); };
+    check_parity(std::string(op.name) + " same shape", {a_of({3, 40}, 1), b_of({3, 40}, 2)}, fn);
+    check_parity(std::string(op.name) + " broadcast", {a_of({4, 1, 6}, 3), b_of({5, 1}, 4)}, fn);
+    check_parity(std::string(op.name) + " transposed", {a_of({7, 5}, 5), b_of({5, 7}, 6)},
                  [f](const std::vector<Tensor>& v) { return f(v[0].transpose(0, 1), v[1]); });
-    check_parity(std::string(op.name) + " float64 scalar", {rnd({3, 4}, 7, -2, 2, Dtype::Float64), rnd({}, 8, 0.5, 2, Dtype::Float64)},
-                 [f](const std::vector<Tensor>& v) { return f(v[0], v[1]); }, 1e-12);
+    check_parity(std::string(op.name) + " float64 scalar", {a_of({3, 4}, 7, Dtype::Float64), b_of({}, 8, Dtype::Float64)},
+                 fn, 1e-12);
+    check_parity(std::string(op.name) + " int64", {(a_of({3, 4}, 9) * 2.0).to(Dtype::Int64),
+                 (b_of({4}, 10) * 2.0).to(Dtype::Int64)}, fn, 0);
   }
-  Tensor a = rnd({3, 5}, 9).mul_(2.0), b = rnd({5}, 10);
-  for (auto cmp : {&eq, &gt, &lt}) {
-    Tensor want = cmp(a, b);
-    Tensor got = cmp(a.to(kGpu), b.to(kGpu));
-    CHECK(got.dtype() == Dtype::Bool);
-    check_close(got.to(Device::cpu()), want, 0);
-  }
+  // The comparisons found both outcomes (the inputs are not all different or all equal).
+  Tensor a = a_of({3, 40}, 1), b = a_of({3, 40}, 2);
+  CHECK(sum(eq(a, b).to(Dtype::Float32)).item<float>() > 0);
+  CHECK(sum(eq(a, b).to(Dtype::Float32)).item<float>() < 120);
   check_error([&] { (a.to(kGpu) + b).to(Device::cpu()); }, "different devices");
+}
+
+// Each op checks its inputs once, for every device, and the kernels assume checked input: so a bad
+// input gets the very same message on the CPU and on the GPU.
+TEST_CASE("cuda ops: a bad input gets the same error on both devices (the op checks it, not the kernel)") {
+  if (skip_without_cuda()) return;
+  const Dtype f32 = Dtype::Float32, f64 = Dtype::Float64, i64 = Dtype::Int64;
+  const std::pair<const char*, std::function<void(Device)>> cases[] = {
+      {"exp of int64", [](Device d) { exp(arange(3).to(d)); }},
+      {"add of float32 and float64", [&](Device d) { add(zeros({2}, f32, d), zeros({2}, f64, d)); }},
+      {"add of bools", [](Device d) { add(zeros({2}, Dtype::Bool, d), zeros({2}, Dtype::Bool, d)); }},
+      {"mul of shapes that do not broadcast", [&](Device d) { mul(zeros({2, 3}, f32, d), zeros({4}, f32, d)); }},
+      {"max over an empty dim", [&](Device d) { max(zeros({2, 0}, f32, d), {1}); }},
+      {"argmax over an empty dim", [&](Device d) { argmax(zeros({2, 0}, f32, d), 1); }},
+      {"argmax of int64", [&](Device d) { argmax(zeros({2, 3}, i64, d), 1); }},
+      {"softmax of int64", [](Device d) { softmax(arange(3).to(d), 0); }},
+      {"layer_norm with a float64 weight", [&](Device d) { layer_norm(zeros({2, 3}, f32, d), ones({3}, f64, d), Tensor()); }},
+      {"rms_norm with a weight of the wrong size", [&](Device d) { rms_norm(zeros({2, 3}, f32, d), ones({4}, f32, d)); }},
+      {"copy_ from a larger tensor", [&](Device d) { zeros({3}, f32, d).copy_(zeros({2, 3}, f32, d)); }},
+      {"add_ of another dtype", [&](Device d) { zeros({3}, f32, d).add_(zeros({3}, f64, d)); }},
+      {"mul_ of int64", [&](Device d) { zeros({3}, i64, d).mul_(2.0); }},
+      {"embedding of an int64 weight", [&](Device d) { embedding(zeros({4, 2}, i64, d), zeros({3}, i64, d)); }},
+      {"attention on int64", [&](Device d) { attention(zeros({1, 2, 6}, i64, d), 1, Tensor()); }},
+      {"cross_entropy with a target out of range",
+       [&](Device d) { cross_entropy(zeros({2, 3}, f32, d), full({2}, 3.0, i64, d)); }},
+      {"an AdamW step with a gradient of another shape",
+       [&](Device d) {
+         adam_step_({zeros({3}, f32, d)}, {zeros({4}, f32, d)}, {zeros({3}, f32, d)}, {zeros({3}, f32, d)}, {0.0},
+                    AdamHyper{0.1, 0.9, 0.999, 1e-8, 0.1, 0.001, true});
+       }},
+  };
+  auto message = [](const std::function<void(Device)>& f, Device d) -> std::string {
+    try {
+      f(d);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  for (const auto& [name, f] : cases) {
+    INFO(name);
+    const std::string on_cpu = message(f, Device::cpu()), on_gpu = message(f, kGpu);
+    CHECK(on_cpu != "(no error)");
+    CHECK(on_gpu == on_cpu);
+  }
 }
 
 TEST_CASE("cuda ops: element-wise math on non-contiguous inputs") {
@@ -188,10 +251,7 @@ TEST_CASE("cuda ops: softmax and log_softmax over every dim, values and gradient
 
 TEST_CASE("cuda ops: softmax through cuDNN (EMBER_SOFTMAX=cudnn) matches the CPU too") {
   if (skip_without_cuda()) return;
-  if (!cuda::cudnn_available()) {
-    std::printf("skipped: this build has no cuDNN\n");
-    return;
-  }
+  if (!cuda::cudnn_available()) return skip_test("this build has no cuDNN");
   cuda::set_softmax_cudnn(true);
   try {
     for (int64_t d : {0, -1}) {
@@ -596,10 +656,7 @@ TEST_CASE("cuda allocator: blocks are reused (no cudaMalloc in a steady loop), s
 
 // What a machine without a GPU sees: clear errors, never a crash (this runs in CI).
 TEST_CASE("cuda (no GPU): asking for a GPU anywhere is a clear error") {
-  if (cuda_device_count() > 0) {
-    std::printf("skipped: this machine has a CUDA device (the no-GPU path is tested without one)\n");
-    return;
-  }
+  if (cuda_device_count() > 0) return skip_test("this process has a CUDA device (the no-GPU path is tested without one)");
   check_error([] { Tensor::empty({2}, Dtype::Float32, kGpu); }, "CUDA");
   check_error([] { zeros({2}, Dtype::Int64, Device::cuda(1)); }, "CUDA");
   check_error([] { rnd({3}, 1).to(kGpu); }, "CUDA");

@@ -6,10 +6,10 @@
 using namespace ember;
 using namespace ember::testing;
 
-TEST_CASE("dropout: keeps about 1 - p of the elements, scaled by 1 / (1 - p)") {
+DEVICE_TEST_CASE("dropout: keeps about 1 - p of the elements, scaled by 1 / (1 - p)") {
   for (double p : {0.1, 0.5, 0.9}) {
     Generator gen(7);
-    Tensor x = ones({200, 500});
+    Tensor x = ones({200, 500}, Dtype::Float32, device);
     Tensor y = dropout(x, p, /*training=*/true, gen);
     CHECK(y.shape() == x.shape());
     std::vector<float> v = y.to_vector<float>();
@@ -28,10 +28,10 @@ TEST_CASE("dropout: keeps about 1 - p of the elements, scaled by 1 / (1 - p)") {
   }
 }
 
-TEST_CASE("dropout: element i is kept iff random_uniform(seed, first + i) >= p") {
+DEVICE_TEST_CASE("dropout: element i is kept iff random_uniform(seed, first + i) >= p") {
   Generator gen(99);
   gen.take(1000);  // a non-zero starting offset
-  Tensor x = randn({37, 29}, gen, Dtype::Float64);
+  Tensor x = randn({37, 29}, gen, Dtype::Float64).to(device);
   const uint64_t seed = gen.seed(), first = gen.offset();
   const double p = 0.3;
   Tensor y = dropout(x, p, true, gen);
@@ -42,13 +42,13 @@ TEST_CASE("dropout: element i is kept iff random_uniform(seed, first + i) >= p")
   }
   // A transposed input: the mask follows logical (row-major) order, not memory order.
   Generator g1(3), g2(3);
-  Tensor t = randn({8, 6}, g1, Dtype::Float64);
+  Tensor t = randn({8, 6}, g1, Dtype::Float64).to(device);
   g2.set_state(g1.seed(), g1.offset());
   check_close(dropout(t.transpose(0, 1), 0.5, true, g1), dropout(t.transpose(0, 1).contiguous(), 0.5, true, g2), 0);
 }
 
-TEST_CASE("dropout: same generator state, same mask, and the next call a new one") {
-  Tensor x = ones({1000});
+DEVICE_TEST_CASE("dropout: same generator state, same mask, and the next call a new one") {
+  Tensor x = ones({1000}, Dtype::Float32, device);
   Generator a(42), b(42);
   Tensor ya = dropout(x, 0.5, true, a);
   Tensor yb = dropout(x, 0.5, true, b);
@@ -77,33 +77,33 @@ TEST_CASE("dropout: identical for 1 and 2 threads") {
   CHECK(one.second == two.second);
 }
 
-TEST_CASE("dropout: eval mode and p == 0 return the input itself, p == 1 zeroes everything") {
-  Tensor x = randn({4, 5});
+DEVICE_TEST_CASE("dropout: eval mode and p == 0 return the input itself, p == 1 zeroes everything") {
+  Tensor x = randn({4, 5}).to(device);
   Generator gen(1);
   Tensor eval = dropout(x, 0.5, /*training=*/false, gen);
   CHECK(eval.impl() == x.impl());
   Tensor zero_p = dropout(x, 0.0, true, gen);
   CHECK(zero_p.impl() == x.impl());
   CHECK(gen.offset() == 0);  // nothing was drawn
-  Tensor xg = randn({4, 5}, gen, Dtype::Float64).requires_grad_();
+  Tensor xg = randn({4, 5}, gen, Dtype::Float64).to(device).requires_grad_();
   Tensor all = dropout(xg, 1.0, true, gen);
   check_values(all, std::vector<double>(20, 0.0));
   all.backward(ones_like(all));
   check_values(xg.grad(), std::vector<double>(20, 0.0));
 }
 
-TEST_CASE("gradcheck: dropout with a fixed generator seed") {
+DEVICE_TEST_CASE("gradcheck: dropout with a fixed generator seed") {
   // Re-seeded inside f, so every evaluation uses the same mask.
-  check_gradient([](auto& in) {
+  check_gradient(device, [](auto& in) {
     Generator gen(2024);
     return dropout(in[0], 0.4, true, gen);
   }, {random64({6, 7}, 1)});
-  check_gradient([](auto& in) {
+  check_gradient(device, [](auto& in) {
     Generator gen(7);
     return dropout(in[0].transpose(0, 1), 0.5, true, gen) * in[1];
   }, {random64({5, 4}, 2), random64({4, 5}, 3)});
   // The gradient is g * mask / (1 - p): 0 or 1 / (1 - p) for a gradient of ones.
-  Tensor x = ones({100}, Dtype::Float64).requires_grad_();
+  Tensor x = ones({100}, Dtype::Float64, device).requires_grad_();
   Generator gen(5);
   Tensor y = dropout(x, 0.2, true, gen);
   y.backward(ones_like(y));

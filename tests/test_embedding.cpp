@@ -6,29 +6,29 @@
 using namespace ember;
 using namespace ember::testing;
 
-TEST_CASE("embedding: picks rows of the weight") {
-  Tensor weight = tensor({0, 1, 10, 11, 20, 21, 30, 31}, {4, 2});
-  Tensor ids = from_vector<int64_t>({3, 0, 3, 1, 2, 2}, {2, 3});
+DEVICE_TEST_CASE("embedding: picks rows of the weight") {
+  Tensor weight = tensor({0, 1, 10, 11, 20, 21, 30, 31}, {4, 2}).to(device);
+  Tensor ids = from_vector<int64_t>({3, 0, 3, 1, 2, 2}, {2, 3}).to(device);
   Tensor out = embedding(weight, ids);
   CHECK(out.shape() == Shape{2, 3, 2});
   CHECK(out.dtype() == Dtype::Float32);
   check_values(out, {30, 31, 0, 1, 30, 31, 10, 11, 20, 21, 20, 21});
   // int32 ids, a 0-dim id, a transposed (strided) weight and non-contiguous ids.
-  check_values(embedding(weight, from_vector<int32_t>({2, 1})), {20, 21, 10, 11});
-  Tensor one = embedding(weight, scalar(1, Dtype::Int64));
+  check_values(embedding(weight, from_vector<int32_t>({2, 1}).to(device)), {20, 21, 10, 11});
+  Tensor one = embedding(weight, scalar(1, Dtype::Int64).to(device));
   CHECK(one.shape() == Shape{2});
   check_values(one, {10, 11});
-  Tensor wt = tensor({0, 10, 20, 30, 1, 11, 21, 31}, {2, 4}).transpose(0, 1);  // same values as weight
+  Tensor wt = tensor({0, 10, 20, 30, 1, 11, 21, 31}, {2, 4}).to(device).transpose(0, 1);  // same values as weight
   check_values(embedding(wt, ids), {30, 31, 0, 1, 30, 31, 10, 11, 20, 21, 20, 21});
   check_values(embedding(weight, ids.transpose(0, 1)), {30, 31, 10, 11, 0, 1, 20, 21, 30, 31, 20, 21});
-  Tensor none = embedding(weight, from_vector<int64_t>({}, {0}));
+  Tensor none = embedding(weight, from_vector<int64_t>({}, {0}).to(device));
   CHECK(none.shape() == Shape{0, 2});
 }
 
-TEST_CASE("embedding: gradient sums the rows of repeated ids") {
-  Tensor weight = zeros({5, 3}, Dtype::Float64).requires_grad_();
-  Tensor ids = from_vector<int64_t>({1, 3, 1, 1, 0}, {5});
-  Tensor g = tensor({1, 2, 3, 10, 20, 30, 100, 200, 300, 1000, 2000, 3000, 7, 8, 9}, {5, 3}, Dtype::Float64);
+DEVICE_TEST_CASE("embedding: gradient sums the rows of repeated ids") {
+  Tensor weight = zeros({5, 3}, Dtype::Float64, device).requires_grad_();
+  Tensor ids = from_vector<int64_t>({1, 3, 1, 1, 0}, {5}).to(device);
+  Tensor g = tensor({1, 2, 3, 10, 20, 30, 100, 200, 300, 1000, 2000, 3000, 7, 8, 9}, {5, 3}, Dtype::Float64).to(device);
   embedding(weight, ids).backward(g);
   REQUIRE(weight.grad().defined());
   CHECK(weight.grad().shape() == Shape{5, 3});
@@ -57,11 +57,11 @@ TEST_CASE("embedding: gradient is identical for 1 and 2 threads") {
   CHECK(one == expected);
 }
 
-TEST_CASE("gradcheck: embedding") {
-  Tensor ids = from_vector<int64_t>({2, 0, 2, 3, 2, 1}, {3, 2});
-  check_gradient([ids](auto& in) { return embedding(in[0], ids); }, {random64({4, 3}, 1)});
-  check_gradient([ids](auto& in) { return embedding(in[0].transpose(0, 1), ids) * 2.0; }, {random64({3, 4}, 2)});
-  check_gradient([](auto& in) { return embedding(in[0].narrow(1, 1, 2), from_vector<int32_t>({0, 0, 1})); },
+DEVICE_TEST_CASE("gradcheck: embedding") {
+  Tensor ids = from_vector<int64_t>({2, 0, 2, 3, 2, 1}, {3, 2}).to(device);
+  check_gradient(device, [ids](auto& in) { return embedding(in[0], ids); }, {random64({4, 3}, 1)});
+  check_gradient(device, [ids](auto& in) { return embedding(in[0].transpose(0, 1), ids) * 2.0; }, {random64({3, 4}, 2)});
+  check_gradient(device, [device](auto& in) { return embedding(in[0].narrow(1, 1, 2), from_vector<int32_t>({0, 0, 1}).to(device)); },
                  {random64({2, 4}, 3)});
 }
 

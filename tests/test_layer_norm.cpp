@@ -37,32 +37,33 @@ Run run_with_grads(F&& f, const Tensor& x0, const Tensor& w0, const Tensor& b0, 
 
 }  // namespace
 
-TEST_CASE("layer_norm: closed-form values") {
+DEVICE_TEST_CASE("layer_norm: closed-form values") {
   for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
     // [1, 2, 3, 4]: mean 2.5, population variance 1.25, so y = (x - 2.5) / sqrt(1.25) = [-3, -1, 1, 3] / sqrt(5).
     // [-2, 0, 0, 2]: mean 0, variance 2, so y = [-1, 0, 0, 1] * sqrt(2).
-    Tensor x = tensor({1, 2, 3, 4, -2, 0, 0, 2}, {2, 4}, dtype);
+    Tensor x = tensor({1, 2, 3, 4, -2, 0, 0, 2}, {2, 4}, dtype).to(device);
     const double s5 = std::sqrt(5.0), s2 = std::sqrt(2.0);
     check_values(layer_norm(x, Tensor(), Tensor(), 0.0), {-3 / s5, -1 / s5, 1 / s5, 3 / s5, -s2, 0, 0, s2}, 1e-6);
     // With the default eps the rows are scaled by 1 / sqrt(var + 1e-5).
     const double r1 = 1.0 / std::sqrt(1.25 + 1e-5), r2 = 1.0 / std::sqrt(2.0 + 1e-5);
     check_values(layer_norm(x, Tensor(), Tensor()), {-1.5 * r1, -0.5 * r1, 0.5 * r1, 1.5 * r1, -2 * r2, 0, 0, 2 * r2},
                  1e-6);
-    Tensor w = tensor({2, 1, 0.5, -1}, {}, dtype);
-    Tensor b = tensor({0.5, 0, 0, 1}, {}, dtype);
+    Tensor w = tensor({2, 1, 0.5, -1}, {}, dtype).to(device);
+    Tensor b = tensor({0.5, 0, 0, 1}, {}, dtype).to(device);
     check_values(layer_norm(x, w, b, 0.0),
                  {-6 / s5 + 0.5, -1 / s5, 0.5 / s5, -3 / s5 + 1, -2 * s2 + 0.5, 0, 0, -s2 + 1}, 1e-6);
     check_values(layer_norm(x, w, Tensor(), 0.0), {-6 / s5, -1 / s5, 0.5 / s5, -3 / s5, -2 * s2, 0, 0, -s2}, 1e-6);
     check_values(layer_norm(x, Tensor(), b, 0.0),
                  {-3 / s5 + 0.5, -1 / s5, 1 / s5, 3 / s5 + 1, -s2 + 0.5, 0, 0, s2 + 1}, 1e-6);
     // A constant row normalises to 0 (eps keeps the division finite), then gets the bias.
-    check_values(layer_norm(full({1, 4}, 10.0, dtype), w, b), {0.5, 0, 0, 1});
+    check_values(layer_norm(full({1, 4}, 10.0, dtype, device), w, b), {0.5, 0, 0, 1});
+    CHECK(layer_norm(x, w, b).device() == device);
     CHECK(layer_norm(x, w, b).dtype() == dtype);
     CHECK(layer_norm(x, w, b).shape() == Shape{2, 4});
   }
 }
 
-TEST_CASE("layer_norm: fused matches the composed reference, values and gradients") {
+DEVICE_TEST_CASE("layer_norm: fused matches the composed reference, values and gradients") {
   Generator gen(5);
   struct Case {
     Shape shape;
@@ -73,10 +74,10 @@ TEST_CASE("layer_norm: fused matches the composed reference, values and gradient
                         Case{{3, 4}, false, false}, Case{{70, 1037}, true, true}}) {
     for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
       const int64_t D = c.shape.back();
-      Tensor x = uniform(c.shape, -2, 3, gen, dtype);
-      Tensor w = c.weight ? uniform({D}, 0.5, 1.5, gen, dtype) : Tensor();
-      Tensor b = c.bias ? uniform({D}, -1, 1, gen, dtype) : Tensor();
-      Tensor probe = uniform(c.shape, -1, 1, gen, dtype);
+      Tensor x = uniform(c.shape, -2, 3, gen, dtype).to(device);
+      Tensor w = c.weight ? uniform({D}, 0.5, 1.5, gen, dtype).to(device) : Tensor();
+      Tensor b = c.bias ? uniform({D}, -1, 1, gen, dtype).to(device) : Tensor();
+      Tensor probe = uniform(c.shape, -1, 1, gen, dtype).to(device);
       Run fused = run_with_grads([](auto& x, auto& w, auto& b) { return layer_norm(x, w, b, 1e-5); }, x, w, b, probe);
       Run ref = run_with_grads([](auto& x, auto& w, auto& b) { return reference_layer_norm(x, w, b, 1e-5); }, x, w,
                                b, probe);
@@ -93,9 +94,9 @@ TEST_CASE("layer_norm: fused matches the composed reference, values and gradient
   }
 }
 
-TEST_CASE("layer_norm: float32 stays accurate far from zero (two-pass statistics)") {
+DEVICE_TEST_CASE("layer_norm: float32 stays accurate far from zero (two-pass statistics)") {
   Generator gen(6);
-  Tensor x = uniform({8, 64}, -1, 1, gen, Dtype::Float64);
+  Tensor x = uniform({8, 64}, -1, 1, gen, Dtype::Float64).to(device);
   // Shifting by 1e4 changes nothing in exact arithmetic; float32 rounds x + 1e4 to ~1e-3 absolute.
   Tensor shifted = (x + 1e4).to(Dtype::Float32);
   Tensor expected = layer_norm(shifted.to(Dtype::Float64), Tensor(), Tensor());
@@ -125,27 +126,27 @@ TEST_CASE("layer_norm: dweight and dbias do not depend on the thread count") {
   }
 }
 
-TEST_CASE("gradcheck: layer_norm") {
+DEVICE_TEST_CASE("gradcheck: layer_norm") {
   auto x = random64({3, 4, 6}, 50, -2, 2);
   auto w = random64({6}, 51, 0.5, 1.5);
   auto b = random64({6}, 52);
-  check_gradient([](auto& in) { return layer_norm(in[0], in[1], in[2]); }, {x.clone(), w.clone(), b.clone()});
-  check_gradient([](auto& in) { return layer_norm(in[0], in[1], Tensor()); }, {x.clone(), w.clone()});
-  check_gradient([](auto& in) { return layer_norm(in[0], Tensor(), in[1]); }, {x.clone(), b.clone()});
-  check_gradient([](auto& in) { return layer_norm(in[0], Tensor(), Tensor()); }, {x.clone()});
+  check_gradient(device, [](auto& in) { return layer_norm(in[0], in[1], in[2]); }, {x.clone(), w.clone(), b.clone()});
+  check_gradient(device, [](auto& in) { return layer_norm(in[0], in[1], Tensor()); }, {x.clone(), w.clone()});
+  check_gradient(device, [](auto& in) { return layer_norm(in[0], Tensor(), in[1]); }, {x.clone(), b.clone()});
+  check_gradient(device, [](auto& in) { return layer_norm(in[0], Tensor(), Tensor()); }, {x.clone()});
   // Non-contiguous input: normalise over what was dim 1.
-  check_gradient([](auto& in) { return layer_norm(in[0].transpose(1, 2), in[1], in[2], 1e-3); },
+  check_gradient(device, [](auto& in) { return layer_norm(in[0].transpose(1, 2), in[1], in[2], 1e-3); },
                  {x.clone(), random64({4}, 53, 0.5, 1.5), random64({4}, 54)});
   // A non-contiguous weight (every other element of a [6, 2] tensor).
-  check_gradient([](auto& in) { return layer_norm(in[0], in[1].select(1, 0), in[2]); },
+  check_gradient(device, [](auto& in) { return layer_norm(in[0], in[1].select(1, 0), in[2]); },
                  {x.clone(), random64({6, 2}, 55, 0.5, 1.5), b.clone()});
   // Only the parameters need grad: dx is not computed, dweight / dbias still are.
-  check_gradient(
-      [x = x.clone().detach()](auto& in) { return layer_norm(x, in[0], in[1]); }, {w.clone(), b.clone()});
+  check_gradient(device,
+      [x = x.clone().detach().to(device)](auto& in) { return layer_norm(x, in[0], in[1]); }, {w.clone(), b.clone()});
   // Rows longer than the lanes (tails) and a 1-D input.
-  check_gradient([](auto& in) { return layer_norm(in[0], in[1], in[2]); },
+  check_gradient(device, [](auto& in) { return layer_norm(in[0], in[1], in[2]); },
                  {random64({2, 37}, 56), random64({37}, 57, 0.5, 1.5), random64({37}, 58)});
-  check_gradient([](auto& in) { return layer_norm(in[0], Tensor(), Tensor()); }, {random64({5}, 59)});
+  check_gradient(device, [](auto& in) { return layer_norm(in[0], Tensor(), Tensor()); }, {random64({5}, 59)});
 }
 
 TEST_CASE("layer_norm: errors name the op and the shapes") {

@@ -5,10 +5,10 @@
 using namespace ember;
 using namespace ember::testing;
 
-TEST_CASE("linear: known numbers, with and without bias") {
-  Tensor x = tensor({1, 2, 3, 4, 5, 6}, {2, 3});
-  Tensor w = tensor({1, 0, -1, 2, 1, 0}, {2, 3});  // rows: [1, 0, -1], [2, 1, 0]
-  Tensor b = tensor({10, 20});
+DEVICE_TEST_CASE("linear: known numbers, with and without bias") {
+  Tensor x = tensor({1, 2, 3, 4, 5, 6}, {2, 3}).to(device);
+  Tensor w = tensor({1, 0, -1, 2, 1, 0}, {2, 3}).to(device);  // rows: [1, 0, -1], [2, 1, 0]
+  Tensor b = tensor({10, 20}).to(device);
   // x W^T = [[1 - 3, 2 + 2], [4 - 6, 8 + 5]] = [[-2, 4], [-2, 13]]
   check_values(linear(x, w, Tensor()), {-2, 4, -2, 13});
   check_values(linear(x, w, b), {8, 24, 8, 33});
@@ -40,10 +40,10 @@ TEST_CASE("linear: matches matmul(x, W^T) + b, values and gradients, for 3-D and
   check_close(linear(xt, wt, Tensor()), matmul(xt, wt.transpose(0, 1)), 1e-6);
 }
 
-TEST_CASE("gradcheck: linear in float64") {
-  check_gradient([](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+DEVICE_TEST_CASE("gradcheck: linear in float64") {
+  check_gradient(device, [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
                  {random64({2, 3, 4}, 1), random64({5, 4}, 2), random64({5}, 3)});
-  check_gradient([](const std::vector<Tensor>& in) { return linear(in[0], in[1], Tensor()); },
+  check_gradient(device, [](const std::vector<Tensor>& in) { return linear(in[0], in[1], Tensor()); },
                  {random64({3, 4}, 4), random64({2, 4}, 5)});
 }
 

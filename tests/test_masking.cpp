@@ -23,53 +23,53 @@ TEST_CASE("masking: bool tensors convert to and from other dtypes") {
   CHECK(gt(tensor({1, 5}), scalar(2)).dtype() == Dtype::Bool);
 }
 
-TEST_CASE("masked_fill: values, broadcasting, strided inputs") {
-  Tensor x = tensor({1, 2, 3, 4, 5, 6}, {2, 3});
-  check_values(masked_fill(x, bools({1, 0, 0, 0, 1, 1}, {2, 3}), -1.0), {-1, 2, 3, 4, -1, -1});
-  check_values(masked_fill(x, bools({0, 1, 0}), 9.0), {1, 9, 3, 4, 9, 6});      // a row mask
-  check_values(masked_fill(x, bools({1, 0}, {2, 1}), 0.0), {0, 0, 0, 4, 5, 6});  // a column mask
-  check_values(masked_fill(x, bools({1}, {}), 7.0).to(Dtype::Float64), {7, 7, 7, 7, 7, 7});
-  check_values(masked_fill(x.transpose(0, 1), bools({1, 0}), 0.0), {0, 4, 0, 5, 0, 6});
+DEVICE_TEST_CASE("masked_fill: values, broadcasting, strided inputs") {
+  Tensor x = tensor({1, 2, 3, 4, 5, 6}, {2, 3}).to(device);
+  check_values(masked_fill(x, bools({1, 0, 0, 0, 1, 1}, {2, 3}).to(device), -1.0), {-1, 2, 3, 4, -1, -1});
+  check_values(masked_fill(x, bools({0, 1, 0}).to(device), 9.0), {1, 9, 3, 4, 9, 6});      // a row mask
+  check_values(masked_fill(x, bools({1, 0}, {2, 1}).to(device), 0.0), {0, 0, 0, 4, 5, 6});  // a column mask
+  check_values(masked_fill(x, bools({1}, {}).to(device), 7.0).to(Dtype::Float64), {7, 7, 7, 7, 7, 7});
+  check_values(masked_fill(x.transpose(0, 1), bools({1, 0}).to(device), 0.0), {0, 4, 0, 5, 0, 6});
   // The attention pattern: -inf above the diagonal.
-  Tensor scores = zeros({3, 3});
-  Tensor causal = gt(arange(3).unsqueeze(0), arange(3).unsqueeze(1));  // j > i
+  Tensor scores = zeros({3, 3}, Dtype::Float32, device);
+  Tensor causal = gt(arange(3).to(device).unsqueeze(0), arange(3).to(device).unsqueeze(1));  // j > i
   std::vector<float> got = masked_fill(scores, causal, -std::numeric_limits<double>::infinity()).to_vector<float>();
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 3; ++j) CHECK((j > i ? std::isinf(got[size_t(i * 3 + j)]) && got[size_t(i * 3 + j)] < 0 : got[size_t(i * 3 + j)] == 0));
   // Integer tensors too.
-  check_values(masked_fill(arange(4), bools({0, 1, 1, 0}), 42), {0, 42, 42, 3});
+  check_values(masked_fill(arange(4).to(device), bools({0, 1, 1, 0}).to(device), 42), {0, 42, 42, 3});
 }
 
-TEST_CASE("where: values with all three operands broadcast") {
-  Tensor a = tensor({1, 2, 3, 4, 5, 6}, {2, 3});
-  Tensor b = tensor({-1, -2, -3});
-  check_values(where(bools({1, 0, 1, 0, 1, 0}, {2, 3}), a, b), {1, -2, 3, -1, 5, -3});
-  Tensor out = where(bools({1, 0}, {2, 1}), tensor({10, 20, 30}), tensor({7}));
+DEVICE_TEST_CASE("where: values with all three operands broadcast") {
+  Tensor a = tensor({1, 2, 3, 4, 5, 6}, {2, 3}).to(device);
+  Tensor b = tensor({-1, -2, -3}).to(device);
+  check_values(where(bools({1, 0, 1, 0, 1, 0}, {2, 3}).to(device), a, b), {1, -2, 3, -1, 5, -3});
+  Tensor out = where(bools({1, 0}, {2, 1}).to(device), tensor({10, 20, 30}).to(device), tensor({7}).to(device));
   CHECK(out.shape() == Shape{2, 3});
   check_values(out, {10, 20, 30, 7, 7, 7});
   // cond is the largest: [2, 1, 3] with [3] and [] -> [2, 1, 3]... and a transposed operand.
-  Tensor c3 = bools({1, 0, 0, 0, 1, 1}, {2, 1, 3});
-  Tensor w = where(c3, tensor({1, 2, 3}), scalar(0));
+  Tensor c3 = bools({1, 0, 0, 0, 1, 1}, {2, 1, 3}).to(device);
+  Tensor w = where(c3, tensor({1, 2, 3}).to(device), scalar(0).to(device));
   CHECK(w.shape() == Shape{2, 1, 3});
   check_values(w, {1, 0, 0, 0, 2, 3});
-  check_values(where(bools({1, 0, 1, 0, 1, 0}, {3, 2}), a.transpose(0, 1), zeros({3, 2})), {1, 0, 2, 0, 3, 0});
+  check_values(where(bools({1, 0, 1, 0, 1, 0}, {3, 2}).to(device), a.transpose(0, 1), zeros({3, 2}).to(device)), {1, 0, 2, 0, 3, 0});
 }
 
-TEST_CASE("gradcheck: masked_fill and where") {
-  Tensor mask = bools({1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 1, 0}, {3, 4});
-  Tensor row = bools({0, 1, 1, 0});
-  check_gradient([mask](auto& in) { return masked_fill(in[0], mask, 3.0); }, {random64({3, 4}, 1)});
-  check_gradient([row](auto& in) { return masked_fill(in[0], row, -2.0); }, {random64({3, 4}, 2)});
-  check_gradient([mask](auto& in) { return masked_fill(in[0].transpose(0, 1), mask.transpose(0, 1), 0.0); },
+DEVICE_TEST_CASE("gradcheck: masked_fill and where") {
+  Tensor mask = bools({1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 1, 0}, {3, 4}).to(device);
+  Tensor row = bools({0, 1, 1, 0}).to(device);
+  check_gradient(device, [mask](auto& in) { return masked_fill(in[0], mask, 3.0); }, {random64({3, 4}, 1)});
+  check_gradient(device, [row](auto& in) { return masked_fill(in[0], row, -2.0); }, {random64({3, 4}, 2)});
+  check_gradient(device, [mask](auto& in) { return masked_fill(in[0].transpose(0, 1), mask.transpose(0, 1), 0.0); },
                  {random64({3, 4}, 3)});
-  check_gradient([mask](auto& in) { return where(mask, in[0], in[1]); }, {random64({3, 4}, 4), random64({3, 4}, 5)});
+  check_gradient(device, [mask](auto& in) { return where(mask, in[0], in[1]); }, {random64({3, 4}, 4), random64({3, 4}, 5)});
   // Broadcast operands: gradients are summed back to each one's shape.
-  check_gradient([mask](auto& in) { return where(mask, in[0], in[1]); }, {random64({4}, 6), random64({3, 1}, 7)});
-  check_gradient([row](auto& in) { return where(row, in[0], in[1]); }, {random64({2, 1, 4}, 8), random64({3, 1}, 9)});
-  check_gradient([mask](auto& in) { return where(mask, in[0].narrow(1, 1, 4), in[1].transpose(0, 1)); },
+  check_gradient(device, [mask](auto& in) { return where(mask, in[0], in[1]); }, {random64({4}, 6), random64({3, 1}, 7)});
+  check_gradient(device, [row](auto& in) { return where(row, in[0], in[1]); }, {random64({2, 1, 4}, 8), random64({3, 1}, 9)});
+  check_gradient(device, [mask](auto& in) { return where(mask, in[0].narrow(1, 1, 4), in[1].transpose(0, 1)); },
                  {random64({3, 6}, 10), random64({4, 3}, 11)});
-  Tensor constant = random64({3, 4}, 12);
-  check_gradient([mask, constant](auto& in) { return where(mask, constant, in[0]); }, {random64({3, 4}, 13)});
+  Tensor constant = random64({3, 4}, 12).to(device);
+  check_gradient(device, [mask, constant](auto& in) { return where(mask, constant, in[0]); }, {random64({3, 4}, 13)});
 }
 
 TEST_CASE("masked_fill and where: gradient is exactly 0 where not selected") {

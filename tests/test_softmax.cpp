@@ -25,39 +25,39 @@ Tensor reference_log_softmax(const Tensor& x, int64_t dim) {
 
 }  // namespace
 
-TEST_CASE("softmax: known values in float32 and float64") {
+DEVICE_TEST_CASE("softmax: known values in float32 and float64") {
   for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
-    Tensor x = tensor({1, 2, 3}, {}, dtype);
+    Tensor x = tensor({1, 2, 3}, {}, dtype).to(device);
     check_values(softmax(x, 0), {0.0900305732, 0.2447284711, 0.6652409558}, 1e-6);
     check_values(log_softmax(x, -1), {-2.4076059644, -1.4076059644, -0.4076059644}, 1e-6);
     CHECK(softmax(x, 0).dtype() == dtype);
     // Two rows: each is normalised on its own; shifting a row changes nothing.
-    Tensor m = tensor({1, 2, 3, 11, 12, 13}, {2, 3}, dtype);
+    Tensor m = tensor({1, 2, 3, 11, 12, 13}, {2, 3}, dtype).to(device);
     check_values(softmax(m, 1), {0.0900305732, 0.2447284711, 0.6652409558, 0.0900305732, 0.2447284711,
                                  0.6652409558}, 1e-6);
-    check_values(softmax(tensor({0, 0, 0, 0}, {}, dtype), 0), {0.25, 0.25, 0.25, 0.25});
+    check_values(softmax(tensor({0, 0, 0, 0}, {}, dtype).to(device), 0), {0.25, 0.25, 0.25, 0.25});
   }
   // A 0-d tensor is a single element: probability 1.
-  check_values(softmax(scalar(3.0), 0), {1.0});
-  check_values(log_softmax(scalar(3.0), -1), {0.0});
+  check_values(softmax(scalar(3.0).to(device), 0), {1.0});
+  check_values(log_softmax(scalar(3.0).to(device), -1), {0.0});
 }
 
-TEST_CASE("softmax: large values stay finite, -inf gets probability 0") {
+DEVICE_TEST_CASE("softmax: large values stay finite, -inf gets probability 0") {
   for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
-    check_values(softmax(tensor({1000, 1001, 1002}, {}, dtype), 0), {0.0900305732, 0.2447284711, 0.6652409558}, 1e-6);
-    check_values(log_softmax(tensor({1000, 1001, 1002}, {}, dtype), 0), {-2.4076059644, -1.4076059644, -0.4076059644},
+    check_values(softmax(tensor({1000, 1001, 1002}, {}, dtype).to(device), 0), {0.0900305732, 0.2447284711, 0.6652409558}, 1e-6);
+    check_values(log_softmax(tensor({1000, 1001, 1002}, {}, dtype).to(device), 0), {-2.4076059644, -1.4076059644, -0.4076059644},
                  1e-6);
-    check_values(softmax(tensor({-1000, -1001, -1002}, {}, dtype), 0), {0.6652409558, 0.2447284711, 0.0900305732},
+    check_values(softmax(tensor({-1000, -1001, -1002}, {}, dtype).to(device), 0), {0.6652409558, 0.2447284711, 0.0900305732},
                  1e-6);
     // The same over a non-last dim (the column kernel): columns [1000, 1001, 1002] and [0, 0, 0].
-    check_values(softmax(tensor({1000, 0, 1001, 0, 1002, 0}, {3, 2}, dtype), 0),
+    check_values(softmax(tensor({1000, 0, 1001, 0, 1002, 0}, {3, 2}, dtype).to(device), 0),
                  {0.0900305732, 1.0 / 3, 0.2447284711, 1.0 / 3, 0.6652409558, 1.0 / 3}, 1e-6);
-    check_values(log_softmax(tensor({1000, 0, 1001, 0, 1002, 0}, {3, 2}, dtype), 0),
+    check_values(log_softmax(tensor({1000, 0, 1001, 0, 1002, 0}, {3, 2}, dtype).to(device), 0),
                  {-2.4076059644, -std::log(3.0), -1.4076059644, -std::log(3.0), -0.4076059644, -std::log(3.0)}, 1e-6);
     // 1e4 apart: the small one underflows to exactly 0, nothing becomes nan.
-    check_values(softmax(tensor({0, 10000}, {}, dtype), 0), {0, 1});
+    check_values(softmax(tensor({0, 10000}, {}, dtype).to(device), 0), {0, 1});
     const double inf = std::numeric_limits<double>::infinity();
-    Tensor with_inf = tensor({0, -inf, 0, 5}, {2, 2}, dtype);
+    Tensor with_inf = tensor({0, -inf, 0, 5}, {2, 2}, dtype).to(device);
     check_values(softmax(with_inf, 1), {1, 0, 0.0066928509, 0.9933071491}, 1e-6);
     std::vector<double> logs = log_softmax(with_inf, 1).to_vector<double>();
     CHECK(logs[0] == 0.0);
@@ -66,9 +66,9 @@ TEST_CASE("softmax: large values stay finite, -inf gets probability 0") {
   }
 }
 
-TEST_CASE("softmax: non-last dims and non-contiguous inputs") {
+DEVICE_TEST_CASE("softmax: non-last dims and non-contiguous inputs") {
   for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
-    Tensor x = tensor({1, 2, 3, 4, 5, 6}, {3, 2}, dtype);
+    Tensor x = tensor({1, 2, 3, 4, 5, 6}, {3, 2}, dtype).to(device);
     // dim 0: columns [1, 3, 5] and [2, 4, 6], each the softmax of [0, 2, 4].
     const std::vector<double> col = {0.0158762400, 0.1173104340, 0.8668133260};
     check_values(softmax(x, 0), {col[0], col[0], col[1], col[1], col[2], col[2]}, 1e-6);
@@ -83,20 +83,20 @@ TEST_CASE("softmax: non-last dims and non-contiguous inputs") {
   }
   // A middle dim with inner > the kernel's column block (256), and a leading dim: against the reference.
   Generator gen(7);
-  Tensor x = uniform({2, 5, 300}, -4, 4, gen, Dtype::Float32);
+  Tensor x = uniform({2, 5, 300}, -4, 4, gen, Dtype::Float32).to(device);
   check_close(softmax(x, 1), reference_softmax(x, 1), 1e-5);
   check_close(log_softmax(x, 1), reference_log_softmax(x, 1), 1e-5);
   check_close(softmax(x, 0), reference_softmax(x, 0), 1e-5);
   check_close(softmax(x, 1), softmax(x.transpose(1, 2), 2).transpose(1, 2), 1e-6);
   // Empty tensors give empty results.
-  CHECK(softmax(zeros({0, 3}), 1).shape() == Shape{0, 3});
-  CHECK(log_softmax(zeros({4, 0}), 1).shape() == Shape{4, 0});
+  CHECK(softmax(zeros({0, 3}, Dtype::Float32, device), 1).shape() == Shape{0, 3});
+  CHECK(log_softmax(zeros({4, 0}, Dtype::Float32, device), 1).shape() == Shape{4, 0});
 }
 
-TEST_CASE("softmax: long rows (vectorised path) against the composed reference") {
+DEVICE_TEST_CASE("softmax: long rows (vectorised path) against the composed reference") {
   Generator gen(11);
   // 1037 = 64 * 16 + 13: full lanes and a tail.
-  Tensor x32 = uniform({3, 1037}, -20, 20, gen, Dtype::Float32);
+  Tensor x32 = uniform({3, 1037}, -20, 20, gen, Dtype::Float32).to(device);
   Tensor x64 = x32.to(Dtype::Float64);
   check_close(softmax(x32, 1), softmax(x64, 1), 1e-5);
   check_close(log_softmax(x32, 1), log_softmax(x64, 1), 1e-5);
@@ -129,11 +129,11 @@ TEST_CASE("softmax: the vectorised float exp matches std::exp") {
   CHECK(std::isnan(cpu::exp_vec(std::numeric_limits<float>::quiet_NaN())));
 }
 
-TEST_CASE("softmax: fused backward matches the gradient of the composed reference") {
+DEVICE_TEST_CASE("softmax: fused backward matches the gradient of the composed reference") {
   Generator gen(21);
   for (int64_t dim : {1, 0}) {
-    Tensor base = uniform({6, 1037}, -5, 5, gen, Dtype::Float32);
-    Tensor w = uniform({6, 1037}, -1, 1, gen, Dtype::Float32);
+    Tensor base = uniform({6, 1037}, -5, 5, gen, Dtype::Float32).to(device);
+    Tensor w = uniform({6, 1037}, -1, 1, gen, Dtype::Float32).to(device);
     for (bool log : {false, true}) {
       Tensor a = base.clone().detach().requires_grad_();
       Tensor b = base.clone().detach().requires_grad_();
@@ -147,19 +147,19 @@ TEST_CASE("softmax: fused backward matches the gradient of the composed referenc
   }
 }
 
-TEST_CASE("gradcheck: softmax and log_softmax") {
+DEVICE_TEST_CASE("gradcheck: softmax and log_softmax") {
   auto x = random64({3, 4, 5}, 40, -3, 3);
   for (int64_t dim : {0, 1, 2, -1}) {
-    check_gradient([dim](auto& in) { return softmax(in[0], dim); }, {x.clone().detach()});
-    check_gradient([dim](auto& in) { return log_softmax(in[0], dim); }, {x.clone().detach()});
+    check_gradient(device, [dim](auto& in) { return softmax(in[0], dim); }, {x.clone().detach()});
+    check_gradient(device, [dim](auto& in) { return log_softmax(in[0], dim); }, {x.clone().detach()});
   }
   // Non-contiguous inputs.
-  check_gradient([](auto& in) { return softmax(in[0].transpose(0, 2), -1); }, {x.clone().detach()});
-  check_gradient([](auto& in) { return log_softmax(in[0].transpose(1, 2), 1); }, {x.clone().detach()});
+  check_gradient(device, [](auto& in) { return softmax(in[0].transpose(0, 2), -1); }, {x.clone().detach()});
+  check_gradient(device, [](auto& in) { return log_softmax(in[0].transpose(1, 2), 1); }, {x.clone().detach()});
   // Composed with another op, so the incoming gradient is not the gradcheck weight itself.
-  check_gradient([](auto& in) { return sum(softmax(in[0], 1) * in[0], {1}); }, {x.clone().detach()});
+  check_gradient(device, [](auto& in) { return sum(softmax(in[0], 1) * in[0], {1}); }, {x.clone().detach()});
   // Long rows: the vectorised path, with tails.
-  check_gradient([](auto& in) { return log_softmax(in[0], 1); }, {random64({2, 37}, 41, -3, 3)});
+  check_gradient(device, [](auto& in) { return log_softmax(in[0], 1); }, {random64({2, 37}, 41, -3, 3)});
 }
 
 TEST_CASE("softmax: errors name the op") {

@@ -24,13 +24,14 @@ TEST_CASE("tensor: creation functions give the expected values, shapes and dtype
   CHECK(t.device() == Device::cpu());
 }
 
-TEST_CASE("tensor: views share storage and copy nothing") {
-  Tensor t = tensor({0, 1, 2, 3, 4, 5}, {2, 3});
+DEVICE_TEST_CASE("tensor: views share storage and copy nothing") {
+  Tensor t = tensor({0, 1, 2, 3, 4, 5}, {2, 3}).to(device);
   Tensor tt = t.transpose(0, 1);
   CHECK(tt.shape() == Shape{3, 2});
   CHECK(tt.strides() == Strides{1, 3});
   CHECK_FALSE(tt.is_contiguous());
   CHECK(tt.raw_data() == t.raw_data());
+  CHECK(tt.device() == device);
   check_values(tt, {0, 3, 1, 4, 2, 5});
   check_values(t.narrow(1, 1, 2), {1, 2, 4, 5});
   check_values(t.slice(1, -2, 3), {1, 2, 4, 5});
@@ -41,13 +42,13 @@ TEST_CASE("tensor: views share storage and copy nothing") {
   CHECK(t.unsqueeze(0).shape() == Shape{1, 2, 3});
   CHECK(t.unsqueeze(-1).shape() == Shape{2, 3, 1});
   CHECK(t.unsqueeze(1).squeeze(1).shape() == Shape{2, 3});
-  Tensor row = tensor({1, 2, 3}).unsqueeze(0);
+  Tensor row = tensor({1, 2, 3}).to(device).unsqueeze(0);
   Tensor wide = row.expand({4, 3});
   CHECK(wide.strides()[0] == 0);
   check_values(wide, {1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3});
   // A view writes through to its base.
   {
-    Tensor base = zeros({2, 3});
+    Tensor base = zeros({2, 3}, Dtype::Float32, device);
     base.narrow(1, 1, 1).fill_(7);
     check_values(base, {0, 7, 0, 0, 7, 0});
   }
@@ -67,6 +68,18 @@ TEST_CASE("tensor: view refuses layouts that need a copy, and bad views are clea
   check_error([&] { t.transpose(0, 2); }, "dim 2 out of range");
   check_error([&] { t.item<float>(); }, "6 elements");
   check_error([&] { t.data<double>(); }, "holds float32");
+}
+
+// A 0-d tensor has the dims 0 and -1 (like PyTorch): transposing them is the tensor itself. (It
+// wrote through an empty dims list and crashed, softmax of a 0-d GPU tensor with it.)
+DEVICE_TEST_CASE("tensor: a 0-d tensor transposes to itself, and its gradient flows back") {
+  Tensor s = scalar(3.0, Dtype::Float64, device).requires_grad_();
+  Tensor t = s.transpose(0, -1);
+  CHECK(t.shape() == Shape{});
+  check_values(t, {3});
+  (t * 2.0).backward();
+  check_values(s.grad(), {2});
+  check_error([&] { s.transpose(0, 1); }, "transpose: dim 1 out of range for a tensor with 0 dims");
 }
 
 TEST_CASE("tensor: dtype conversion and copy_ with broadcast") {

@@ -18,11 +18,9 @@ struct Dims {
   int64_t row() const { return 3 * D; }  // row stride of qkv
 };
 
+// qkv [B, T, 3 D] with D divisible by heads: the op has checked it (core/ops/attention.cpp).
 Dims dims_of(const Tensor& qkv, int64_t heads) {
-  EMBER_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, "attention: qkv must be [B, T, 3 * D], got {}",
-              shape_str(qkv.shape()));
   const int64_t D = qkv.size(2) / 3;
-  EMBER_CHECK(heads > 0 && D % heads == 0, "attention: model width {} is not divisible by heads {}", D, heads);
   return {qkv.size(0), qkv.size(1), D, heads, D / heads};
 }
 
@@ -121,12 +119,6 @@ void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs,
 AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
                                    bool keep_probs) {
   const Dims d = dims_of(qkv, heads);
-  EMBER_CHECK(qkv.is_contiguous(), "attention: qkv must be contiguous");
-  if (key_padding_mask.defined())
-    EMBER_CHECK(key_padding_mask.dtype() == Dtype::Bool && key_padding_mask.shape() == Shape({d.B, d.T}) &&
-                    key_padding_mask.is_contiguous(),
-                "attention: key_padding_mask must be a contiguous bool [{}, {}], got {} {}", d.B, d.T,
-                dtype_name(key_padding_mask.dtype()), shape_str(key_padding_mask.shape()));
   AttentionForward result;
   result.out = Tensor::empty({d.B, d.T, d.D}, qkv.dtype());
   if (keep_probs) result.probs = Tensor::empty({d.B, d.H, d.T, d.T}, qkv.dtype());
@@ -142,8 +134,6 @@ AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tenso
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
                           const Tensor& key_padding_mask) {
   const Dims d = dims_of(qkv, heads);
-  EMBER_CHECK(grad_out.is_contiguous() && grad_out.shape() == Shape({d.B, d.T, d.D}),
-              "attention backward: the gradient must be a contiguous [{}, {}, {}]", d.B, d.T, d.D);
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
   dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -20,11 +20,6 @@ constexpr int64_t kGrainElements = 32768;  // about this many elements per paral
 }  // namespace
 
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  check_cpu("cross_entropy", logits);
-  EMBER_CHECK(logits.dim() == 2 && logits.is_contiguous() && targets.dtype() == Dtype::Int64 &&
-                  targets.is_contiguous() && targets.dim() == 1 && targets.size(0) == logits.size(0),
-              "cross_entropy: the kernel expects contiguous [N, C] logits and int64 [N] targets, got {} and {}",
-              shape_str(logits.shape()), shape_str(targets.shape()));
   const int64_t N = logits.size(0), C = logits.size(1);
   const int64_t* t = targets.data<int64_t>();
   CrossEntropyForward out;

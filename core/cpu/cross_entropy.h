@@ -3,18 +3,9 @@
 #pragma once
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "core/kernel_results.h"
 
 namespace ember::cpu {
-
-struct CrossEntropyForward {
-  Tensor loss;       // 0-d, the logits' dtype: mean over counted rows; 0 if no row counts
-  // Per row (the logits' dtype; 0 and 1 for ignored rows): the max m and s = sum(e^(x - m)), so that
-  // log_softmax = (x - m) - log(s) and softmax = e^(x - m) / s without rounding m + log(s).
-  Tensor row_max;   // [N]
-  Tensor sum_exp;   // [N]
-  int64_t count = 0; // rows whose target is not ignore_index
-};
 
 // logits: contiguous [N, C] floating; targets: contiguous int64 [N], already validated (each in
 // [0, C) or == ignore_index). The loss sum is taken per fixed chunk of rows in double and the chunks

@@ -1,4 +1,4 @@
-// CPU copies, fills and in-place accumulation over strided tensors.
+// CPU copies, fills and in-place accumulation over strided tensors (checked by the ops: core/ops/views.cpp).
 #include "core/cpu/elementwise.h"
 
 namespace ember::cpu {
@@ -12,9 +12,6 @@ Strides broadcast_byte_strides(const Shape& shape, const Strides& strides, int64
 }
 
 void copy(const Tensor& src, const Tensor& dst) {
-  check_same_device("copy", {&src, &dst});
-  check_cpu("copy", dst);
-  broadcast_shapes(src.shape(), dst.shape(), "copy");
   dispatch_all(dst.dtype(), "copy", [&](auto out_tag) {
     using D = typename decltype(out_tag)::type;
     dispatch_all(src.dtype(), "copy", [&](auto in_tag) {
@@ -35,13 +32,7 @@ void copy(const Tensor& src, const Tensor& dst) {
 }
 
 void add_into(const Tensor& dst, const Tensor& src, double alpha) {
-  check_same_device("add_", {&src, &dst});
-  check_cpu("add_", dst);
-  EMBER_CHECK(src.dtype() == dst.dtype(), "add_: dtypes differ ({} and {})", dtype_name(dst.dtype()),
-              dtype_name(src.dtype()));
-  Shape shape = broadcast_shapes(src.shape(), dst.shape(), "add_");
-  EMBER_CHECK(shape == dst.shape(), "add_: {} does not broadcast into {}", shape_str(src.shape()),
-              shape_str(dst.shape()));
+  const Shape& shape = dst.shape();
   dispatch_all(dst.dtype(), "add_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, bool>) {
@@ -63,7 +54,6 @@ void add_into(const Tensor& dst, const Tensor& src, double alpha) {
 }
 
 void fill(const Tensor& dst, double value) {
-  check_cpu("fill_", dst);
   dispatch_all(dst.dtype(), "fill_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T v = static_cast<T>(value);
@@ -74,7 +64,6 @@ void fill(const Tensor& dst, double value) {
 }
 
 void scale(const Tensor& dst, double value) {
-  check_cpu("mul_", dst);
   dispatch_floating(dst.dtype(), "mul_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T v = static_cast<T>(value);

@@ -4,6 +4,7 @@
 #include "core/cpu/loops.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "core/unary_math.h"
 
 namespace ember::cpu {
 
@@ -17,10 +18,9 @@ inline LoopOperand broadcast_operand(const Tensor& t, const Shape& out_shape) {
           broadcast_byte_strides(t.shape(), t.strides(), dtype_size(t.dtype()), out_shape)};
 }
 
-// out = f(x), a new contiguous tensor.
+// out = f(x), a new contiguous tensor (x floating: the op has checked it).
 template <typename F>
 Tensor map_unary(const F& f, const Tensor& x, const char* op) {
-  check_cpu(op, x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -64,21 +64,15 @@ Tensor map_unary_backward(const F& f, const Tensor& grad, const Tensor& x, const
   return out;
 }
 
-// out = f(a, b) with a and b broadcast together; Out is the result's element type
-// (void = same as the inputs; bool for comparisons).
-template <typename Out, typename F>
-Tensor map_binary(const F& f, const Tensor& a, const Tensor& b, const char* op) {
-  check_same_device(op, {&a, &b});
-  check_cpu(op, a);
-  EMBER_CHECK(a.dtype() == b.dtype(), "{}: dtypes differ ({} and {})", op, dtype_name(a.dtype()),
-              dtype_name(b.dtype()));
-  Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
-  constexpr bool same_type = std::is_void_v<Out>;
-  Tensor out = Tensor::empty(shape, same_type ? a.dtype() : dtype_of<std::conditional_t<same_type, float, Out>>(),
-                             a.device());
+// out = f(a, b) with a and b (of one dtype, on the CPU) broadcast together to `shape`: of their
+// dtype, or bool for a comparison (math::is_comparison). The op has checked the inputs.
+template <typename F>
+Tensor map_binary(const F& f, const Tensor& a, const Tensor& b, const Shape& shape, const char* op) {
+  constexpr bool same_type = !math::is_comparison<F>;
+  Tensor out = Tensor::empty(shape, same_type ? a.dtype() : Dtype::Bool, a.device());
   dispatch_all(a.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using R = std::conditional_t<same_type, T, Out>;
+    using R = std::conditional_t<same_type, T, bool>;
     if constexpr (std::is_same_v<T, bool> && same_type) {
       fail("{}: arithmetic on bool tensors is not defined", op);
     } else {
@@ -105,6 +99,7 @@ Tensor map_binary(const F& f, const Tensor& a, const Tensor& b, const char* op) 
   return out;
 }
 
+// The ops have checked the operands (device, dtype, broadcasting: core/ops/views.cpp).
 // dst = src (src broadcast to dst's shape), converting the element type; dst may be strided.
 void copy(const Tensor& src, const Tensor& dst);
 // dst += alpha * src (src broadcast to dst's shape); same dtype.

@@ -114,9 +114,6 @@ void combine_chunks(const std::vector<double>& parts, int64_t chunks, int64_t D,
 int64_t layer_norm_rows_per_chunk(int64_t D) { return std::max<int64_t>(16, kGrainElements / std::max<int64_t>(D, 1)); }
 
 LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  check_cpu("layer_norm", x);
-  EMBER_CHECK(x.dim() == 2 && x.is_contiguous(), "layer_norm: the kernel expects a contiguous [rows, D] input, got {}",
-              shape_str(x.shape()));
   const int64_t rows = x.size(0), D = x.size(1);
   LayerNormForward out;
   out.y = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -140,10 +137,6 @@ LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const
 
 LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& weight, bool need_dx, bool need_dweight, bool need_dbias) {
-  EMBER_CHECK(grad.shape() == x.shape() && grad.dtype() == x.dtype() && grad.is_contiguous() && x.is_contiguous() &&
-                  x.dim() == 2,
-              "layer_norm backward: gradient {} ({}) does not match the input {} ({})", shape_str(grad.shape()),
-              dtype_name(grad.dtype()), shape_str(x.shape()), dtype_name(x.dtype()));
   const int64_t rows = x.size(0), D = x.size(1);
   LayerNormGrads out;
   if (need_dx) out.dx = Tensor::empty(x.shape(), x.dtype(), x.device());

@@ -11,24 +11,12 @@
 #pragma once
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "core/kernel_results.h"
 
 namespace ember::cpu {
 
-struct LayerNormForward {
-  Tensor y;     // [rows, D], the input dtype
-  Tensor mean;  // [rows], float64
-  Tensor rstd;  // [rows], float64: 1 / sqrt(var + eps), var the biased (population) variance
-};
-
 // x: contiguous [rows, D], floating; weight, bias: contiguous [D] of x's dtype, or undefined.
 LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
-
-struct LayerNormGrads {
-  Tensor dx;       // [rows, D]; undefined unless asked for
-  Tensor dweight;  // [D]; undefined unless asked for
-  Tensor dbias;    // [D]; undefined unless asked for
-};
 
 // grad, x: contiguous [rows, D]; mean, rstd: from layer_norm_forward; weight: [D] or undefined.
 //   xhat = (x - mean) * rstd, gw = grad * weight

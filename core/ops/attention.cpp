@@ -7,10 +7,8 @@
 //   head h: softmax(q_h k_h^T / sqrt(Dh) + masks) v_h, the heads' outputs side by side.
 #include <cmath>
 
-#include "autograd/node.h"
 #include "core/cpu/attention.h"
-#include "core/gpu.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 
 namespace ember {
 namespace {
@@ -18,6 +16,7 @@ namespace {
 void check_attention_inputs(const char* op, const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask) {
   EMBER_CHECK(qkv.defined() && qkv.dim() == 3 && qkv.size(2) % 3 == 0, "{}: qkv must be [B, T, 3 * D], got {}", op,
               qkv.defined() ? shape_str(qkv.shape()) : std::string("undefined"));
+  EMBER_CHECK(is_floating(qkv.dtype()), "{}: qkv must be float32 or float64, got {}", op, dtype_name(qkv.dtype()));
   const int64_t D = qkv.size(2) / 3;
   EMBER_CHECK(heads > 0 && D % heads == 0, "{}: model width {} is not divisible by heads {}", op, D, heads);
   if (key_padding_mask.defined())

@@ -1,26 +1,35 @@
 // Element-wise arithmetic with NumPy broadcasting. The gradient of a broadcast input is the
 // output gradient summed back to the input's shape (sum_to), the one place broadcasting is undone.
-#include "autograd/node.h"
 #include "core/cpu/elementwise.h"
-#include "core/gpu.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 #include "core/unary_math.h"
 
 namespace ember {
 namespace {
 
-// The kernel for a's device: the CPU loop, or the CUDA kernel made from the same functor.
-template <typename Out, typename F>
-Tensor binary_kernel(cuda::BinaryOp op, const F& f, const Tensor& a, const Tensor& b, const char* name) {
-  if (a.defined() && a.device().is_cuda()) return gpu::binary(op, a, b, name);
-  return cpu::map_binary<Out>(f, a, b, name);
+// The checks every device relies on, then the kernel for a's device: the CPU loop, or the CUDA
+// kernel made from the same functor (a comparison gives a bool tensor).
+template <typename F>
+Tensor binary_kernel(const F& f, const Tensor& a, const Tensor& b, const char* name) {
+  EMBER_CHECK(a.defined() && b.defined(), "{}: an input tensor is undefined", name);
+  check_same_device(name, {&a, &b});
+  EMBER_CHECK(a.dtype() == b.dtype(), "{}: dtypes differ ({} and {})", name, dtype_name(a.dtype()),
+              dtype_name(b.dtype()));
+  EMBER_CHECK(math::is_comparison<F> || a.dtype() != Dtype::Bool, "{}: arithmetic on bool tensors is not defined",
+              name);
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  if (a.device().is_cpu()) return cpu::map_binary(f, a, b, shape, name);
+  Tensor out = Tensor::empty(shape, math::is_comparison<F> ? Dtype::Bool : a.dtype(), a.device());
+  cuda::binary(f, a.device().index, gpu::shape8(shape, name), gpu::operand(out, shape, name),
+               gpu::operand(a, shape, name), gpu::operand(b, shape, name));
+  return out;
 }
 
 }  // namespace
 
 // d(a+b) = (dy, dy)
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor y = binary_kernel<void>(cuda::kAdd, math::Add{}, a, b, "add");
+  Tensor y = binary_kernel(math::Add{}, a, b, "add");
   record("add", y, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) -> Grads {
     return {sum_to(g, sa), sum_to(g, sb)};
   });
@@ -29,7 +38,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 // d(a-b) = (dy, -dy)
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor y = binary_kernel<void>(cuda::kSub, math::Sub{}, a, b, "sub");
+  Tensor y = binary_kernel(math::Sub{}, a, b, "sub");
   record("sub", y, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) -> Grads {
     return {sum_to(g, sa), sum_to(-g, sb)};
   });
@@ -38,7 +47,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 // d(a*b) = (dy * b, dy * a)
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor y = binary_kernel<void>(cuda::kMul, math::Mul{}, a, b, "mul");
+  Tensor y = binary_kernel(math::Mul{}, a, b, "mul");
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   record("mul", y, {a, b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) -> Grads {
     return {need_a ? sum_to(g * b, a.shape()) : Tensor(), need_b ? sum_to(g * a, b.shape()) : Tensor()};
@@ -48,7 +57,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 // d(a/b) = (dy / b, -dy * a / b^2)
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor y = binary_kernel<void>(cuda::kDiv, math::Div{}, a, b, "div");
+  Tensor y = binary_kernel(math::Div{}, a, b, "div");
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   record("div", y, {a, b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) -> Grads {
     Tensor ga = g / b;
@@ -62,8 +71,10 @@ Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_kernel<bool>(cuda::kEq, math::Equal{}, a, b, "eq"); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_kernel<bool>(cuda::kGt, math::Greater{}, a, b, "gt"); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_kernel<bool>(cuda::kLt, math::Less{}, a, b, "lt"); }
+// Comparisons: bool results, no gradient.
+#define EMBER_DEFINE_COMPARISON(name, Functor) \
+  Tensor name(const Tensor& a, const Tensor& b) { return binary_kernel(math::Functor{}, a, b, #name); }
+EMBER_COMPARISON_OPS(EMBER_DEFINE_COMPARISON)
+#undef EMBER_DEFINE_COMPARISON
 
 }  // namespace ember

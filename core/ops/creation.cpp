@@ -1,6 +1,6 @@
 // Creating tensors: constants, ranges and tensors from C++ values.
 #include "core/cpu/elementwise.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 
 namespace ember {
 

@@ -8,10 +8,8 @@
 // Validation: logits 2-D floating [N, C]; targets 1-D int32 or int64 of length N, each in [0, C)
 // or equal to ignore_index; otherwise an ember::Error naming the op, the shapes and the bad value.
 // Kernels: core/cpu/cross_entropy.cpp.
-#include "autograd/node.h"
 #include "core/cpu/cross_entropy.h"
-#include "core/gpu.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 
 namespace ember {
 
@@ -36,7 +34,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                 tp[r], r, C, shape_str(logits.shape()), ignore_index);
 
   Tensor x = logits.detach().contiguous();
-  cpu::CrossEntropyForward f;
+  CrossEntropyForward f;
   if (logits.device().is_cuda()) {  // targets checked above on a host copy; the kernels read them on the GPU
     int64_t count = 0;
     for (int64_t r = 0; r < N; ++r) count += tp[r] != ignore_index;

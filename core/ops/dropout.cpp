@@ -14,10 +14,8 @@
 // p == 1: every element is dropped; the result (and gradient) is all zeros.
 #include <cmath>
 
-#include "autograd/node.h"
-#include "core/gpu.h"
-#include "core/ops.h"
-#include "core/parallel.h"
+#include "core/ops/op_support.h"
+
 
 namespace ember {
 namespace {

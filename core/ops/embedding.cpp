@@ -7,10 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "autograd/node.h"
-#include "core/gpu.h"
-#include "core/ops.h"
-#include "core/parallel.h"
+#include "core/ops/op_support.h"
+
 
 namespace ember {
 namespace {
@@ -95,6 +93,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   check_same_device("embedding", {&weight, &ids});
   EMBER_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [V, D], got shape {}", shape_str(weight.shape()));
   EMBER_CHECK(is_integer(ids.dtype()), "embedding: ids must be int32 or int64, got {}", dtype_name(ids.dtype()));
+  EMBER_CHECK(is_floating(weight.dtype()), "embedding: weight must be float32 or float64, got {}",
+              dtype_name(weight.dtype()));
   const int64_t V = weight.shape()[0], D = weight.shape()[1];
   std::vector<int64_t> id_list = checked_ids(ids, V);
 

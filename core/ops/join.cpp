@@ -1,9 +1,7 @@
 // Joining tensors: cat along an existing dim, stack along a new one (cat of unsqueezed views).
 // Backward of cat: each input's gradient is the narrow view of the output gradient it came from.
-#include "autograd/node.h"
 #include "core/cpu/elementwise.h"
-#include "core/gpu.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 
 namespace ember {
 namespace {

@@ -4,10 +4,8 @@
 // Backward (x seen as [rows, K], g as [rows, N]):
 //   dx = g W      dW = g^T x      db = sum over rows of g
 // W^T and g^T are strided views read in place by the GEMM; db uses the deterministic row sum.
-#include "autograd/node.h"
 #include "core/cpu/gemm.h"
-#include "core/gpu.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 
 namespace ember {
 namespace {

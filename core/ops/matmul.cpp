@@ -7,11 +7,9 @@
 // batch dims the operand was broadcast along.
 #include <algorithm>
 
-#include "autograd/node.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/gemm.h"
-#include "core/gpu.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 
 namespace ember {
 namespace {

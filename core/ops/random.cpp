@@ -2,9 +2,8 @@
 // not depend on how many threads fill the tensor.
 #include <cmath>
 
-#include "core/gpu.h"
-#include "core/ops.h"
-#include "core/parallel.h"
+#include "core/ops/op_support.h"
+
 
 namespace ember {
 

@@ -1,10 +1,8 @@
 // Reductions: sum, mean, max, var over any dims, with keepdim; sum_to undoes broadcasting.
 #include <algorithm>
 
-#include "autograd/node.h"
 #include "core/cpu/reduce.h"
-#include "core/gpu.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 
 namespace ember {
 namespace {
@@ -35,9 +33,13 @@ int64_t count_over(const Shape& shape, const std::vector<int64_t>& dims) {
   return n;
 }
 
-// The reduction kernel for x's device.
+// The checks every device relies on, then the reduction kernel for x's device.
 Tensor reduce_kernel(const Tensor& x, const std::vector<int64_t>& dims, cpu::ReduceKind kind, const char* op) {
   EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", op);
+  if (kind == cpu::ReduceKind::Max)
+    for (int64_t d : dims)
+      EMBER_CHECK(x.shape()[size_t(d)] > 0, "{}: cannot take the max over an empty dim {} (shape {})", op, d,
+                  shape_str(x.shape()));
   if (x.device().is_cuda()) return gpu::reduce(x, dims, kind == cpu::ReduceKind::Sum ? cuda::kSum : cuda::kMax);
   return cpu::reduce(x, dims, kind, op);
 }
@@ -82,7 +84,11 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, int6
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  EMBER_CHECK(x.defined(), "argmax: the input tensor is undefined");
   dim = normalize_dim(dim, x.dim(), "argmax");
+  EMBER_CHECK(is_floating(x.dtype()), "argmax: expected a floating tensor (float32 or float64), got {}",
+              dtype_name(x.dtype()));
+  EMBER_CHECK(x.dim() == 0 || x.size(dim) > 0, "argmax: dim {} is empty (shape {})", dim, shape_str(x.shape()));
   Tensor kept = x.device().is_cuda() ? gpu::argmax(x, dim) : cpu::argmax(x, dim);
   return keepdim ? kept : kept.squeeze(dim);
 }

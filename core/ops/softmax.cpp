@@ -4,16 +4,16 @@
 //   softmax:     dx = y * (g - sum(g * y, dim))
 //   log_softmax: dx = g - exp(y) * sum(g, dim)
 // Kernels: core/cpu/softmax.cpp.
-#include "autograd/node.h"
 #include "core/cpu/softmax.h"
-#include "core/gpu.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 
 namespace ember {
 namespace {
 
 Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log) {
   EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", name);
+  EMBER_CHECK(is_floating(x.dtype()), "{}: expected a floating tensor (float32 or float64), got {}", name,
+              dtype_name(x.dtype()));
   int64_t d = normalize_dim(dim, x.dim(), name);
   Tensor y = x.device().is_cuda() ? gpu::softmax_forward(x, d, log) : cpu::softmax_forward(x, d, log, name);
   // NOTE: a detached view of y, never y itself (y's node would own y: a cycle).

@@ -1,21 +1,21 @@
 // Element-wise math ops. Forward: y = f(x). Backward: dx = dy * f'(x, y), one fused pass.
 // The formulas live in core/unary_math.h; this file picks the kernel for the device (the CPU
 // loop, or cuda/unary_kernels.cu for a CUDA tensor) and wires them into autograd.
-#include "autograd/node.h"
 #include "core/cpu/elementwise.h"
-#include "core/cuda_unary.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 #include "core/unary_math.h"
 
 namespace ember {
 namespace {
 
-// The forward kernel for x's device: the CPU loop, or the CUDA kernel made from the same functor.
+// The checks every device relies on, then the forward kernel for x's device: the CPU loop, or the
+// CUDA kernel made from the same functor.
 template <typename F>
 Tensor forward_kernel(const F& f, const Tensor& x, const char* name) {
-  if (x.device().is_cpu()) return cpu::map_unary(f, x, name);
+  EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", name);
   EMBER_CHECK(is_floating(x.dtype()), "{}: expected a floating tensor (float32 or float64), got {}", name,
               dtype_name(x.dtype()));
+  if (x.device().is_cpu()) return cpu::map_unary(f, x, name);
   Tensor in = x.detach().contiguous();  // the kernel walks contiguous memory: a strided view is copied first
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   cuda::unary_forward(f, x.device().index, x.dtype() == Dtype::Float64, in.raw_data(), y.raw_data(), x.numel());
@@ -25,9 +25,6 @@ Tensor forward_kernel(const F& f, const Tensor& x, const char* name) {
 template <typename F>
 Tensor backward_kernel(const F& f, const Tensor& grad, const Tensor& x, const Tensor& y, const char* name) {
   if (x.device().is_cpu()) return cpu::map_unary_backward(f, grad, x, y, name);
-  check_same_device(name, {&grad, &x});
-  EMBER_CHECK(grad.dtype() == x.dtype(), "{}: backward on {} needs a {} gradient, got {}", name, x.device().str(),
-              dtype_name(x.dtype()), dtype_name(grad.dtype()));
   Tensor g = grad.detach().contiguous(), xc = x.contiguous(), yc = y.contiguous();
   Tensor grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
   cuda::unary_backward(f, x.device().index, x.dtype() == Dtype::Float64, g.raw_data(), xc.raw_data(), yc.raw_data(),
@@ -47,7 +44,7 @@ Tensor unary_op(const char* name, const F& f, const Tensor& x) {
 
 }  // namespace
 
-#define EMBER_DEFINE_UNARY(name, Functor) \
+#define EMBER_DEFINE_UNARY(name, Functor, ...) \
   Tensor name(const Tensor& x) { return unary_op(#name, math::Functor{}, x); }
 EMBER_UNARY_OPS(EMBER_DEFINE_UNARY)
 #undef EMBER_DEFINE_UNARY

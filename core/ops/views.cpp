@@ -3,11 +3,9 @@
 #include <numeric>
 #include <optional>
 
-#include "autograd/node.h"
 #include "core/cpu/elementwise.h"
 #include "core/device_copy.h"
-#include "core/gpu.h"
-#include "core/ops.h"
+#include "core/ops/op_support.h"
 
 namespace ember {
 namespace {
@@ -101,7 +99,9 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   std::vector<int64_t> dims(static_cast<size_t>(this->dim()));
   std::iota(dims.begin(), dims.end(), 0);
-  std::swap(dims[size_t(normalize_dim(dim0, dim(), "transpose"))], dims[size_t(normalize_dim(dim1, dim(), "transpose"))]);
+  const int64_t d0 = normalize_dim(dim0, dim(), "transpose"), d1 = normalize_dim(dim1, dim(), "transpose");
+  // NOTE: a 0-d tensor's dims 0 and -1 are valid but there is nothing to swap.
+  if (!dims.empty()) std::swap(dims[size_t(d0)], dims[size_t(d1)]);
   return permute(dims);
 }
 
@@ -221,14 +221,22 @@ Tensor Tensor::to(Device target) const {
 
 namespace {
 void check_inplace(const char* op, const Tensor& t) {
+  EMBER_CHECK(t.defined(), "{}: the tensor is undefined", op);
   EMBER_CHECK(!grad_enabled() || !t.requires_grad(),
               "{}: in-place update of a tensor that requires grad; wrap it in NoGradGuard", op);
+}
+// src broadcasts to dst's own shape (an in-place update does not resize dst).
+void check_into(const char* op, const Tensor& dst, const Tensor& src) {
+  EMBER_CHECK(src.defined(), "{}: the source tensor is undefined", op);
+  EMBER_CHECK(broadcast_shapes(src.shape(), dst.shape(), op) == dst.shape(), "{}: {} does not broadcast into {}", op,
+              shape_str(src.shape()), shape_str(dst.shape()));
 }
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& source) {
   check_inplace("copy_", *this);
-  if (source.defined() && source.device() != device()) return copy_(source.detach().to(device()));
+  check_into("copy_", *this, source);
+  if (source.device() != device()) return copy_(source.detach().to(device()));
   if (device().is_cuda()) gpu::copy(source, *this);
   else cpu::copy(source, *this);
   return *this;
@@ -241,12 +249,19 @@ Tensor& Tensor::fill_(double value) {
 }
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_inplace("add_", *this);
+  check_into("add_", *this, other);
+  check_same_device("add_", {this, &other});
+  EMBER_CHECK(other.dtype() == dtype(), "add_: dtypes differ ({} and {})", dtype_name(dtype()),
+              dtype_name(other.dtype()));
+  EMBER_CHECK(dtype() != Dtype::Bool, "add_: not defined for bool tensors");
   if (device().is_cuda()) gpu::add_into(*this, other, alpha);
   else cpu::add_into(*this, other, alpha);
   return *this;
 }
 Tensor& Tensor::mul_(double value) {
   check_inplace("mul_", *this);
+  EMBER_CHECK(is_floating(dtype()), "mul_: expected a floating tensor (float32 or float64), got {}",
+              dtype_name(dtype()));
   if (device().is_cuda()) gpu::scale(*this, value);
   else cpu::scale(*this, value);
   return *this;

@@ -1,5 +1,5 @@
 // The optimisers' update of one element, written once for both devices: the CPU loops of
-// optim/optimizer.cpp and the GPU's fused multi-tensor kernels (cuda/optim_kernels.cu) call these
+// core/ops/optimizer_steps.cpp and the GPU's fused multi-tensor kernels (cuda/optim_kernels.cu) call these
 // same functions (EMBER_HD: __host__ __device__ under nvcc), so the CPU tests of SGD and Adam check
 // the GPU's arithmetic too. The per-step numbers (bias corrections, step size) are computed once in
 // double and rounded to the parameter type, the same way on both devices.
@@ -8,7 +8,17 @@
 
 #include "core/hd.h"
 
-namespace ember::optim {
+namespace ember {
+
+// The numbers of one step, the same for every parameter (optim/optimizer.cpp computes them).
+struct SgdHyper {
+  double lr, momentum;
+  bool first_step;
+};
+struct AdamHyper {
+  double lr, beta1, beta2, eps, correction1, correction2;  // correction_k = 1 - beta_k^step
+  bool decoupled;                                          // AdamW: decay the weights, not the gradient
+};
 
 // SGD with optional momentum and L2 weight decay: d = g + wd p; with momentum, v = mu v + d
 // (v = d on the first step) and d = v; then p -= lr d.
@@ -52,4 +62,4 @@ struct AdamRule {
   }
 };
 
-}  // namespace ember::optim
+}  // namespace ember
