@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "core/error.h"
 #include "core/ops.h"
@@ -56,6 +57,30 @@ void accumulate_leaf_grad(TensorImpl* leaf, const Tensor& grad) {
   }
 }
 
+// Gradient-ready hooks (autograd/hooks.h): for each leaf with a hook, how many edges of this pass's
+// nodes have yet to deliver to it. The last one delivered (or skipped: no gradient flowed) runs
+// its hooks. Empty, and free, when no hook is registered.
+class ReadyLeaves {
+ public:
+  explicit ReadyLeaves(const std::vector<Node*>& order) {
+    if (!detail::any_grad_hooks()) return;
+    for (Node* node : order)
+      for (const Edge& edge : node->inputs)
+        if (edge.leaf && detail::has_grad_hooks(edge.leaf.get())) ++remaining_[edge.leaf.get()];
+  }
+  void delivered(const Edge& edge) {
+    if (remaining_.empty() || !edge.leaf) return;
+    auto it = remaining_.find(edge.leaf.get());
+    if (it != remaining_.end() && --it->second == 0) detail::run_grad_hooks(edge.leaf);
+  }
+  void skipped(const Node& node) {
+    for (const Edge& edge : node.inputs) delivered(edge);
+  }
+
+ private:
+  std::unordered_map<const TensorImpl*, int> remaining_;
+};
+
 }  // namespace
 
 const Node* running_node() { return running; }
@@ -80,12 +105,18 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   BackwardScope in_backward;  // anomaly mode checks what each node returns, not the ops inside it
   if (is_leaf()) {
     accumulate_leaf_grad(impl(), seed);
+    if (detail::any_grad_hooks()) detail::run_grad_hooks(impl_);
     return;
   }
   std::unordered_map<Node*, Tensor> pending{{grad_fn().get(), seed}};
-  for (Node* node : topological_order(grad_fn().get())) {
+  const std::vector<Node*> order = topological_order(grad_fn().get());
+  ReadyLeaves ready(order);
+  for (Node* node : order) {
     auto found = pending.find(node);
-    if (found == pending.end()) continue;  // nothing flowed into this node
+    if (found == pending.end()) {  // nothing flowed into this node
+      ready.skipped(*node);
+      continue;
+    }
     Tensor grad_output = std::move(found->second);
     pending.erase(found);
     EMBER_CHECK(node->backward, "backward: the graph through '{}' was already freed; "
@@ -102,11 +133,15 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
                 node->name, grads.size(), node->inputs.size());
     for (size_t i = 0; i < grads.size(); ++i) {
       const Edge& edge = node->inputs[i];
-      if (!edge.active() || !grads[i].defined()) continue;
+      if (!edge.active() || !grads[i].defined()) {
+        ready.delivered(edge);  // nothing to add, but the leaf may now be complete
+        continue;
+      }
       EMBER_CHECK(grads[i].shape() == edge.shape, "backward of {}: gradient {} has shape {}, input has {}",
                   node->name, i, shape_str(grads[i].shape()), shape_str(edge.shape));
       if (edge.leaf) {
         accumulate_leaf_grad(edge.leaf.get(), grads[i]);
+        ready.delivered(edge);
       } else {
         Tensor& slot = pending[edge.node.get()];
         slot = slot.defined() ? slot + grads[i] : grads[i];

@@ -39,6 +39,16 @@ EMBER_HD inline double normal_element(uint64_t seed, uint64_t first, uint64_t i,
   return mean + std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+// Data parallelism: this process computes rows [first_row, first_row + rows) of a batch of
+// batch_rows (nn/data_parallel.h). An op that draws per example (dropout) then takes the range of
+// the whole batch from the generator, as one process would, and uses its own rows' part of it:
+// every draw depends on the example, not on the rank, and every rank's generator stays in step.
+struct BatchSlice {
+  int64_t batch_rows = 0;  // 0: the whole batch is here (no slicing)
+  int64_t first_row = 0;
+  int64_t rows = 0;
+};
+
 // A generator is a seed plus a counter of numbers handed out; each op takes a fresh range.
 class Generator {
  public:
@@ -49,9 +59,13 @@ class Generator {
   // Reserves `count` numbers: returns the first index of the range.
   uint64_t take(uint64_t count) { uint64_t first = offset_; offset_ += count; return first; }
 
+  const BatchSlice& batch_slice() const { return slice_; }
+  void set_batch_slice(const BatchSlice& slice) { slice_ = slice; }
+
  private:
   uint64_t seed_;
   uint64_t offset_ = 0;
+  BatchSlice slice_;
 };
 
 // The generator used when none is passed (seed 0 until manual_seed).

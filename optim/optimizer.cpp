@@ -143,6 +143,10 @@ Adam::Adam(std::vector<ParamGroup> groups, double lr, double beta1, double beta2
 std::vector<std::string> Adam::state_kinds() const { return {"exp_avg", "exp_avg_sq"}; }
 
 void Adam::check_state_entry(const std::string& name, const std::string& kind, const Tensor& value) const {
+  check_adam_state_entry(name, kind, value);
+}
+
+void check_adam_state_entry(const std::string& name, const std::string& kind, const Tensor& value) {
   if (kind != "exp_avg_sq" || value.numel() == 0) return;
   // A second moment is a running mean of squares: a negative one would make sqrt(v) NaN.
   double smallest = 0;

@@ -39,7 +39,7 @@ class Optimizer {
   virtual std::vector<std::string> state_kinds() const = 0;
   // The "<i>.<kind>" buffers a parameter lacks (a parameter gets them at its first update): for a
   // caller that knows every parameter has been updated, e.g. a trainer checking a checkpoint.
-  std::vector<std::string> missing_state() const;
+  virtual std::vector<std::string> missing_state() const;
   static constexpr int64_t max_steps = int64_t(1) << 62;  // far beyond any run; step() refuses to go past it
 
  protected:
@@ -87,6 +87,9 @@ class Adam : public Optimizer {
  protected:
   void check_state_entry(const std::string& name, const std::string& kind, const Tensor& value) const override;
 };
+
+// Adam's check of a loaded buffer: a second moment ("exp_avg_sq") must be >= 0 (else sqrt(v) is NaN).
+void check_adam_state_entry(const std::string& name, const std::string& kind, const Tensor& value);
 
 class AdamW : public Adam {
  public:

@@ -16,6 +16,11 @@ command -v g++ >/dev/null || need+=(g++)
 [ -f /usr/include/openssl/evp.h ] || need+=(libssl-dev)      # libcrypto: the dataset's SHA-1, run fingerprints
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)      # CLI11: the imdb program's flags
 command -v python3 >/dev/null || need+=(python3)  # the docs test, the CUDA emulator's translator
+# Open MPI: training on several processes (mpirun; docs/distributed.md) and its tests; iproute2 for
+# the two-host test (network namespaces).
+command -v mpicc >/dev/null || need+=(libopenmpi-dev)
+command -v mpirun >/dev/null || need+=(openmpi-bin)
+command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -2,8 +2,8 @@
 # The fast test loop: builds only what one area's tests run and runs them (ctest -L <area>), the
 # slow ones left out unless the area is slow. scripts/test.sh is the full gate (CI).
 #   scripts/test-area.sh <area> [ctest arguments...]      e.g. scripts/test-area.sh core -R matmul
-# Areas (ctest labels, CMakeLists.txt): core autograd nn optim imdb cuda-emulated docs examples
-# install slow. EMBER_SLOW=1 keeps the slow tests of the area too.
+# Areas (ctest labels, CMakeLists.txt): core autograd nn optim imdb cuda-emulated distributed docs
+# examples install slow. EMBER_SLOW=1 keeps the slow tests of the area too.
 # Which programs to build is read from ctest itself: every build-folder program that a test of the
 # area runs (a test program not built yet stands in with its <name>_NOT_BUILT test).
 # It builds in build-fast/ (BUILD_DIR), without the CUDA backend: the CUDA libraries cost a test

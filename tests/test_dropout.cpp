@@ -117,3 +117,31 @@ TEST_CASE("dropout: errors") {
   check_error([] { dropout(ones({3}), std::nan(""), true); }, "dropout: p must be in [0, 1]");
   check_error([] { dropout(arange(3), 0.5, true); }, "dropout: expected a floating tensor (float32 or float64), got int64");
 }
+
+TEST_CASE("dropout: a batch slice (data parallelism) draws its rows' part of the whole batch's range") {
+  // One process runs the whole batch of 7 rows; three "ranks" run rows [0, 3), [3, 5), [5, 7) and
+  // [7, 7) (no rows). Each slice must equal its rows of the whole result, forward and backward, and
+  // every generator must end at the same offset, as the one process's.
+  Generator whole_gen(5);
+  whole_gen.take(11);
+  Tensor x = random64({7, 4, 3}, 21);
+  Tensor whole = dropout(x, 0.4, true, whole_gen);
+  for (auto [first, rows] : {std::pair<int64_t, int64_t>{0, 3}, {3, 2}, {5, 2}, {7, 0}}) {
+    Generator gen(5);
+    gen.take(11);
+    gen.set_batch_slice({7, first, rows});
+    Tensor part = x.narrow(0, first, rows).detach().requires_grad_();
+    Tensor y = dropout(part, 0.4, true, gen);
+    check_close(y, whole.narrow(0, first, rows), 0);
+    CHECK(gen.offset() == whole_gen.offset());
+    if (rows > 0) {
+      sum(y).backward();
+      // d/dx = the mask * 1 / (1 - p): nonzero exactly where the output kept the input.
+      std::vector<double> g = part.grad().to_vector<double>(), out = y.to_vector<double>();
+      for (size_t i = 0; i < g.size(); ++i) CHECK((g[i] != 0) == (out[i] != 0));
+    }
+  }
+  Generator gen(5);
+  gen.set_batch_slice({7, 0, 3});
+  check_error([&] { dropout(ones({4, 2}), 0.5, true, gen); }, "dropout: the generator holds rows [0, 3) of a batch of 7");
+}

@@ -71,7 +71,7 @@ class PackBuffer {
       std::free(data_);
       capacity_ = round_up(static_cast<int64_t>(bytes), 4096);
       data_ = std::aligned_alloc(64, capacity_);
-      EMBER_CHECK(data_ != nullptr, "gemm: cannot allocate a {}-byte packing buffer", capacity_);
+      EMBER_CHECK(data_ != nullptr, "out of CPU memory: gemm cannot allocate a {}-byte packing buffer", capacity_);
     }
     return static_cast<T*>(data_);
   }

@@ -5,6 +5,11 @@
 // first, i): the result is the same for any thread count, and backward regenerates the mask
 // instead of saving it (no memory kept per element).
 //
+// Under data parallelism (the generator's batch_slice(), core/random.h) x holds rows
+// [first_row, first_row + rows) of a batch of batch_rows along dim 0: the call takes the whole
+// batch's range and uses its rows' part, so element i of global row r gets the number a single
+// process running the whole batch would give it.
+//
 // p == 0 or !training: returns x itself (no copy, the generator is not advanced).
 // p == 1: every element is dropped; the result (and gradient) is all zeros.
 #include <cmath>
@@ -51,6 +56,20 @@ Tensor masked_scale(const Tensor& x, uint64_t seed, uint64_t first, double p) {
   return out;
 }
 
+// The first index of x's numbers: a fresh range of x.numel(), or x's rows' part of the range of
+// the whole batch when the generator holds a slice of one.
+uint64_t take_range(const Tensor& x, Generator& gen) {
+  const BatchSlice& slice = gen.batch_slice();
+  if (slice.batch_rows == 0) return gen.take(uint64_t(x.numel()));
+  EMBER_CHECK(x.dim() >= 1 && x.size(0) == slice.rows,
+              "dropout: the generator holds rows [{}, {}) of a batch of {} (data parallelism), but the input has "
+              "shape {}: its dim 0 must be those {} rows", slice.first_row, slice.first_row + slice.rows,
+              slice.batch_rows, shape_str(x.shape()), slice.rows);
+  int64_t per_row = 1;
+  for (int64_t d = 1; d < x.dim(); ++d) per_row *= x.size(d);
+  return gen.take(uint64_t(slice.batch_rows * per_row)) + uint64_t(slice.first_row * per_row);
+}
+
 }  // namespace
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
@@ -58,7 +77,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   EMBER_CHECK(is_floating(x.dtype()), "dropout: expected a floating tensor (float32 or float64), got {}",
               dtype_name(x.dtype()));
   if (!training || p == 0.0) return x;
-  const uint64_t seed = gen.seed(), first = gen.take(uint64_t(x.numel()));
+  const uint64_t seed = gen.seed(), first = take_range(x, gen);
   Tensor out = masked_scale(x, seed, first, p);
   // d/dx = mask * scale: the same pass over the gradient with the same (seed, first).
   record("dropout", out, {x}, [seed, first, p](const Tensor& g) -> Grads { return {masked_scale(g, seed, first, p)}; });

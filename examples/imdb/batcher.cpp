@@ -58,21 +58,29 @@ Batcher::Batcher(std::vector<std::vector<int32_t>> reviews, std::vector<int> lab
 }
 
 Batch Batcher::batch(const std::vector<int64_t>& order, int64_t index) const {
+  EMBER_CHECK(index >= 0 && index < num_batches(), "Batcher::batch: batch {} is out of range [0, {})", index,
+              num_batches());
+  return batch_rows(order, index, 0, rows_in(index));
+}
+
+Batch Batcher::batch_rows(const std::vector<int64_t>& order, int64_t index, int64_t first_row, int64_t count) const {
   EMBER_CHECK(int64_t(order.size()) == size(), "Batcher::batch: order has {} entries for {} reviews", order.size(),
               size());
   EMBER_CHECK(index >= 0 && index < num_batches(), "Batcher::batch: batch {} is out of range [0, {})", index,
               num_batches());
-  int64_t first = index * batch_size_;
-  int64_t last = std::min(first + batch_size_, size());
-
+  EMBER_CHECK(first_row >= 0 && count >= 0 && first_row + count <= rows_in(index),
+              "Batcher::batch_rows: rows [{}, {}) are not in batch {} of {} reviews", first_row, first_row + count,
+              index, rows_in(index));
+  // The whole batch's longest review sets the padding, whichever rows are asked for.
   Batch out;
-  out.batch = last - first;
   out.seq_len = 1;
-  for (int64_t i = first; i < last; ++i) {
+  for (int64_t i = index * batch_size_, end = i + rows_in(index); i < end; ++i) {
     int64_t review = order[size_t(i)];
     EMBER_CHECK(review >= 0 && review < size(), "Batcher::batch: order[{}] = {} is not a review index", i, review);
     out.seq_len = std::max(out.seq_len, int64_t(reviews_[size_t(review)].size()));
   }
+  const int64_t first = index * batch_size_ + first_row;
+  out.batch = count;
 
   out.tokens.assign(size_t(out.batch * out.seq_len), 0);  // 0 = [PAD]
   out.key_mask.assign(size_t(out.batch * out.seq_len), 0);

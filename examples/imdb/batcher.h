@@ -1,5 +1,6 @@
 // Batches of encoded reviews: seeded per-epoch shuffling, dynamic padding and key-padding masks.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -59,6 +60,11 @@ class Batcher {
   // Batch number `index` of an epoch whose review order is `order` (a permutation of 0..size-1).
   // NOTE: a review with no tokens gives an all-zero mask row; seq_len is at least 1.
   Batch batch(const std::vector<int64_t>& order, int64_t index) const;
+  // Rows [first, first + count) of that batch (data parallelism: each rank's slice), padded to the
+  // whole batch's longest review, so that they are exactly those rows of batch(order, index).
+  Batch batch_rows(const std::vector<int64_t>& order, int64_t index, int64_t first, int64_t count) const;
+  // The number of reviews in batch `index` (batch_size, or fewer in the last batch).
+  int64_t rows_in(int64_t index) const { return std::min(batch_size_, size() - index * batch_size_); }
 
  private:
   std::vector<std::vector<int32_t>> reviews_;

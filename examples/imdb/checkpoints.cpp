@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <nlohmann/json.hpp>
+
+#include "core/distributed/agreement.h"
 #include "core/error.h"
 #include "examples/imdb/digest.h"
 #include "examples/imdb/trainer.h"
@@ -22,10 +25,12 @@ struct ReadCheckpoint {
   CheckpointInfo info;
 };
 
-ReadCheckpoint read_checkpoint(const std::string& path) {
+// Checks what was read from the file at `path` (by this process, or by rank 0 and sent).
+ReadCheckpoint check_read(const std::string& path, nn::TensorMap tensors, nn::Metadata metadata) {
   ReadCheckpoint read;
+  read.state = std::move(tensors);
+  read.meta = std::move(metadata);
   nn::Metadata& meta = read.meta;
-  read.state = nn::load_tensors(path, &meta);  // its size is bounded by the file's
   auto field = [&](const char* key) -> const std::string& {
     auto it = meta.find(key);
     EMBER_CHECK(it != meta.end(), "checkpoint '{}' has no '{}' in its metadata (not a trainer checkpoint?)", path, key);
@@ -78,6 +83,22 @@ ReadCheckpoint read_checkpoint(const std::string& path) {
   EMBER_CHECK(optimizer_steps == info.step, "checkpoint '{}': the optimiser has taken {} steps but the checkpoint "
               "says {}", path, optimizer_steps, info.step);
   return read;
+}
+
+ReadCheckpoint read_checkpoint(const std::string& path) {
+  nn::Metadata meta;
+  nn::TensorMap state = nn::load_tensors(path, &meta);  // its size is bounded by the file's
+  return check_read(path, std::move(state), std::move(meta));
+}
+
+// The settings it was written with must be `expected`'s.
+void check_same_settings(const std::string& path, const ReadCheckpoint& read, const TrainConfig& expected) {
+  const auto saved = read.info.config.to_metadata(), wanted = expected.to_metadata();
+  for (const auto& [key, value] : wanted) {
+    auto it = saved.find(key);
+    EMBER_CHECK(it != saved.end() && it->second == value, "resume: {} was written with other settings: {} is {} "
+                "there but {} here", path, key, it == saved.end() ? "missing" : it->second, value);
+  }
 }
 
 // Loads the model and optimiser tensors, checks that the optimiser has every moment, and last
@@ -133,9 +154,9 @@ void check_content_fingerprint(const nn::TensorMap& tensors, const nn::Metadata&
 }
 
 void save_checkpoint(const std::string& path, const TrainConfig& config, const CheckpointInfo& info,
-                     const nn::TransformerClassifier& model, const optim::Optimizer& optimizer) {
+                     const nn::TransformerClassifier& model, const nn::TensorMap& optimizer_state) {
   nn::TensorMap state = nn::with_prefix_added(model.state_dict(), "model.");
-  for (auto& [name, t] : nn::with_prefix_added(optimizer.state_dict(), "optim.")) state.emplace(name, t);
+  for (auto& [name, t] : nn::with_prefix_added(optimizer_state, "optim.")) state.emplace(name, t);
   try {
     nn::check_all_finite(state, "after step " + std::to_string(info.step));
   } catch (const Error& e) {
@@ -155,14 +176,30 @@ void save_checkpoint(const std::string& path, const TrainConfig& config, const C
 CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& expected,
                                   nn::TransformerClassifier& model, optim::Optimizer& optimizer) {
   ReadCheckpoint read = read_checkpoint(path);
-  const auto saved = read.info.config.to_metadata(), wanted = expected.to_metadata();
-  for (const auto& [key, value] : wanted) {
-    auto it = saved.find(key);
-    EMBER_CHECK(it != saved.end() && it->second == value, "resume: {} was written with other settings: {} is {} "
-                "there but {} here", path, key, it == saved.end() ? "missing" : it->second, value);
-  }
+  check_same_settings(path, read, expected);
   load_into(path, read, model, optimizer);
   return read.info;
+}
+
+CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& expected,
+                                  nn::TransformerClassifier& model, optim::Optimizer& optimizer,
+                                  distributed::ProcessGroup& world) {
+  if (world.size() == 1) return restore_checkpoint(path, expected, model, optimizer);
+  // Rank 0 reads the file; every rank checks and loads what it read (the same bytes everywhere, so
+  // a check that fails fails on every rank: an agreed error, reported once by rank 0).
+  nn::TensorMap state;
+  nn::Metadata meta;
+  distributed::on_root(world, [&] { state = nn::load_tensors(path, &meta); });
+  distributed::broadcast_tensors(world, state);
+  meta = nlohmann::json::parse(distributed::broadcast_string(world, nlohmann::json(meta).dump())).get<nn::Metadata>();
+  try {
+    ReadCheckpoint read = check_read(path, std::move(state), std::move(meta));
+    check_same_settings(path, read, expected);
+    load_into(path, read, model, optimizer);
+    return read.info;
+  } catch (const Error& e) {
+    throw distributed::AgreedError(e.what());
+  }
 }
 
 CheckpointInfo check_checkpoint(const std::string& path) {

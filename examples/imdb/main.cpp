@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/distributed/agreement.h"
+#include "core/distributed/world.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/parallel.h"
@@ -98,6 +100,32 @@ void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& defaul
   app.add_flag("--resume", c.resume, "continue from OUT/checkpoint.safetensors");
   integer_option(app, "--log-every", c.log_every, 1, limits::max_reviews, "steps between log lines when not on a terminal");
   app.add_flag("--quiet", c.quiet, "no progress output");
+  // Several processes (mpirun -np N imdb train ...; docs/distributed.md).
+  c.dist_timeout = distributed::default_timeout_seconds();
+  integer_option(app, "--bucket-kb", c.bucket_kb, 1, limits::max_bucket_kb, "gradient bucket size, KiB (several processes)");
+  app.add_flag("--no-overlap{false}", c.overlap, "all-reduce after backward, not during it (several processes)");
+  app.add_flag("--zero", c.zero, "ZeRO-1: AdamW's moments sharded over the ranks (several processes)");
+  real_option(app, "--dist-timeout", c.dist_timeout, 0.0, limits::max_dist_timeout,
+              "seconds a collective may wait for the other ranks (default: $EMBER_DIST_TIMEOUT or 300)");
+}
+
+// Runs fn(world) in the group of every process of the job (one process, or mpirun's ranks). An
+// error on one rank ends every rank at once (MPI_Abort): the others would wait for it for ever.
+// An error every rank raised together (different settings, a bad checkpoint) is reported by rank 0.
+template <typename Fn>
+int in_world(double timeout_seconds, Fn&& fn) {
+  std::unique_ptr<distributed::ProcessGroup> world = distributed::init_world(timeout_seconds);
+  try {
+    return fn(*world);
+  } catch (const distributed::AgreedError&) {
+    if (world->rank() == 0) throw;
+    return 1;
+  } catch (const std::exception& e) {
+    if (world->size() > 1)
+      world->abort_job(fmt::format("error (rank {} of {}): {}\nending every rank of the job", world->rank(),
+                                   world->size(), e.what()), 1);
+    throw;
+  }
 }
 
 // --data and --data-dir for the commands that read the test reviews of a saved run.
@@ -206,19 +234,26 @@ int run(int argc, char** argv) {
 
   if (train_command->parsed()) {
     check_training_config(train_config);
-    RunResult r = train(train_config);
-    if (r.stopped_by_signal != 0) {
-      fmt::print("stopped by {} at step {} of {}, checkpointed; continue with --resume (outputs in {})\n",
-                 r.stopped_by_signal == SIGINT ? "SIGINT" : "SIGTERM", r.steps, r.total_steps, train_config.out);
-      return 128 + r.stopped_by_signal;
-    }
-    if (!r.finished) {
-      fmt::print("stopped after {} of {} steps, checkpointed; continue with --resume (outputs in {})\n", r.steps,
-                 r.total_steps, train_config.out);
+    return in_world(train_config.dist_timeout, [&](distributed::ProcessGroup& world) {
+      RunResult r = train(train_config, world);
+      const bool lead = world.rank() == 0;
+      if (r.stopped_by_signal != 0) {
+        if (lead)
+          fmt::print("stopped by {} at step {} of {}, checkpointed; continue with --resume (outputs in {})\n",
+                     r.stopped_by_signal == SIGINT ? "SIGINT" : "SIGTERM", r.steps, r.total_steps, train_config.out);
+        return 128 + r.stopped_by_signal;
+      }
+      if (!r.finished) {
+        if (lead)
+          fmt::print("stopped after {} of {} steps, checkpointed; continue with --resume (outputs in {})\n", r.steps,
+                     r.total_steps, train_config.out);
+        return 0;
+      }
+      if (lead)
+        fmt::print("trained {} steps in {:.1f}s; final test accuracy {:.2f}%; outputs in {}\n", r.steps,
+                   r.wall_seconds, 100 * r.final_test_accuracy, train_config.out);
       return 0;
-    }
-    fmt::print("trained {} steps in {:.1f}s; final test accuracy {:.2f}%; outputs in {}\n", r.steps, r.wall_seconds,
-               100 * r.final_test_accuracy, train_config.out);
+    });
   } else if (compare_command->parsed()) {
     check_training_config(compare_config.base);
     compare_config.out = compare_config.base.out;
@@ -236,14 +271,20 @@ int run(int argc, char** argv) {
     fmt::print("wrote {}\n", path);
   } else if (eval_command->parsed()) {
     if (threads > 0) set_num_threads(threads);
-    SavedRun saved = load_run(run_folder);
-    TrainConfig config = saved.config;
-    config.data = data_config.data;
-    config.data_dir = data_config.data_dir;
-    config.limit = 0;  // always every test review
-    Data data = prepare_data(config, &saved.vocabulary);  // encoded with the run's own vocabulary
-    double accuracy = evaluate(*saved.model, data.test_tokens, data.test_labels);
-    fmt::print("test accuracy {:.2f}% on {} reviews ({})\n", 100 * accuracy, data.test_tokens.size(), run_folder);
+    // Under mpirun the ranks share the test batches (every rank reads the run and the data).
+    return in_world(distributed::default_timeout_seconds(), [&](distributed::ProcessGroup& world) {
+      SavedRun saved = load_run(run_folder);
+      TrainConfig config = saved.config;
+      config.data = data_config.data;
+      config.data_dir = data_config.data_dir;
+      config.limit = 0;  // always every test review
+      Data data = prepare_data(config, &saved.vocabulary);  // encoded with the run's own vocabulary
+      double accuracy = evaluate(*saved.model, data.test_tokens, data.test_labels, 64, &world);
+      if (world.rank() == 0)
+        fmt::print("test accuracy {:.2f}% on {} reviews ({}{})\n", 100 * accuracy, data.test_tokens.size(), run_folder,
+                   world.size() > 1 ? fmt::format(", {} ranks", world.size()) : std::string());
+      return 0;
+    });
   } else if (check_command->parsed()) {
     std::string path = run_folder + "/checkpoint.safetensors";
     CheckpointInfo info = check_checkpoint(path);

@@ -69,6 +69,8 @@ void TrainConfig::validate() const {
   in("save_every", save_every, 0, limits::max_reviews);
   in("stop_after", stop_after, 0, limits::max_reviews);
   in("log_every", log_every, 1, limits::max_reviews);
+  in("bucket_kb", bucket_kb, 1, limits::max_bucket_kb);
+  real_in("dist_timeout", dist_timeout, 0.0, limits::max_dist_timeout);
   EMBER_CHECK(schedule == "linear" || schedule == "cosine" || schedule == "constant",
               "setting schedule = '{}': expected linear, cosine or constant", schedule);
   EMBER_CHECK(model.dim % model.heads == 0, "setting dim = {} is not divisible by heads = {}", model.dim, model.heads);
@@ -84,6 +86,23 @@ std::map<std::string, std::string> TrainConfig::to_metadata() const {
           {"warmup", exact(warmup)},                        {"schedule", schedule},
           {"clip", exact(clip)},                            {"seed", std::to_string(seed)},
           {"limit", std::to_string(limit)},                 {"vocab_words", std::to_string(vocab_words)}};
+}
+
+std::map<std::string, std::string> TrainConfig::shared_settings() const {
+  std::map<std::string, std::string> m = to_metadata();
+  m["data"] = data;
+  m["data_dir"] = data_dir;
+  m["out"] = out;
+  m["device"] = device;
+  m["save_every"] = std::to_string(save_every);
+  m["log_every"] = std::to_string(log_every);
+  m["stop_after"] = std::to_string(stop_after);
+  m["resume"] = resume ? "true" : "false";
+  m["bucket_kb"] = std::to_string(bucket_kb);
+  m["overlap"] = overlap ? "true" : "false";
+  m["zero"] = zero ? "true" : "false";
+  m["dist_timeout"] = exact(dist_timeout);
+  return m;
 }
 
 TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>& m) {

@@ -17,6 +17,8 @@ namespace limits {
 constexpr int64_t max_heads = 1024, max_layers = 1024, max_dim = 1 << 16, max_ffn = 1 << 20, max_len = 1 << 20;
 constexpr int64_t max_vocab_words = 1 << 30, max_batch_size = 1 << 20, max_epochs = 1'000'000, max_threads = 4096;
 constexpr int64_t max_reviews = int64_t(1) << 40;  // --limit, --save-every, --stop-after, --log-every
+constexpr int64_t max_bucket_kb = 1 << 20;         // 1 GiB
+constexpr double max_dist_timeout = 1e9;          // seconds
 }  // namespace limits
 
 // Every setting of a run. The defaults are the reference recipe (../shared/imdb-recipe.md).
@@ -42,6 +44,12 @@ struct TrainConfig {
   int64_t stop_after = 0;           // stop (after checkpointing) once this many steps are done; 0 = never
   bool resume = false;              // continue from out/checkpoint.safetensors
   bool quiet = false;
+  // Data parallelism (under mpirun; docs/distributed.md). Not in the checkpoint: a run resumes on
+  // any number of ranks, with or without ZeRO-1.
+  int64_t bucket_kb = 256;          // gradients are all-reduced in buckets of about this many KiB
+  bool overlap = true;              // ... during backward (false: all after it, for comparison)
+  bool zero = false;                // ZeRO-1: AdamW's moments sharded over the ranks
+  double dist_timeout = 300;        // seconds a collective may wait for the other ranks before the job ends
 
   // Throws ember::Error naming the setting if one is out of its range (limits above) or they
   // disagree (dim not divisible by heads, an unknown schedule, classes other than 2).
@@ -51,6 +59,9 @@ struct TrainConfig {
   // checks its range and validate()s the whole.
   std::map<std::string, std::string> to_metadata() const;
   static TrainConfig from_metadata(const std::map<std::string, std::string>& metadata);
+  // Every setting the ranks of a job must share (to_metadata() and the run's other settings; not
+  // --threads or --quiet), checked at start-up.
+  std::map<std::string, std::string> shared_settings() const;
 };
 
 // The model's sizes in the settings must be those of the tensors present (vocabulary, width,

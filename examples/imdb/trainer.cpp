@@ -5,14 +5,20 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
 #include "core/allocator.h"
+#include "core/distributed/agreement.h"
+#include "core/distributed/nccl.h"
+#include "core/distributed/world.h"
 #include "core/file_io.h"
 #include "core/parallel.h"
 #include "examples/imdb/dataset.h"
@@ -21,8 +27,10 @@
 #include "examples/imdb/report.h"
 #include "examples/imdb/run_folder.h"
 #include "nn/checkpoint.h"
+#include "nn/data_parallel.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim/sharded_adamw.h"
 
 namespace ember::imdb {
 namespace fs = std::filesystem;
@@ -154,8 +162,9 @@ BatchTensors to_tensors(const Batch& batch, Device device) {
 // ---- Evaluation
 
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
-                const std::vector<int>& labels, int64_t batch_size) {
+                const std::vector<int>& labels, int64_t batch_size, distributed::ProcessGroup* world) {
   if (reviews.empty()) return 0.0;
+  const int rank = world != nullptr ? world->rank() : 0, ranks = world != nullptr ? world->size() : 1;
   NoGradGuard no_grad;
   bool was_training = model.is_training();
   model.eval();
@@ -165,24 +174,45 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   Batcher batcher(reviews, labels, batch_size);
   const Device device = model.parameters().front().device();
   int64_t correct = 0;
-  for (int64_t b = 0; b < batcher.num_batches(); ++b) {
+  for (int64_t b = rank; b < batcher.num_batches(); b += ranks) {  // whole batches, shared out in turn
     BatchTensors t = to_tensors(batcher.batch(order, b), device);
     Tensor predicted = argmax(model.forward(t.tokens, t.padding_mask), 1);
     correct += int64_t(sum(eq(predicted, t.labels).to(Dtype::Float64)).item<double>());
   }
   model.train(was_training);
+  if (ranks > 1) {
+    Tensor count = from_vector(std::vector<int64_t>{correct});
+    world->all_reduce(count, distributed::ReduceOp::Sum);
+    correct = count.item<int64_t>();
+  }
   return double(correct) / double(reviews.size());
 }
 
 // ---- Training
 
 RunResult train(const TrainConfig& config) {
+  std::unique_ptr<distributed::ProcessGroup> one = distributed::make_single_process_group();
+  return train(config, *one);
+}
+
+RunResult train(const TrainConfig& config, const Data& data) {
+  std::unique_ptr<distributed::ProcessGroup> one = distributed::make_single_process_group();
+  return train(config, data, *one);
+}
+
+RunResult train(const TrainConfig& config, distributed::ProcessGroup& world) {
   config.validate();
-  check_output_folder(config.out);
+  distributed::check_same_settings(world, config.shared_settings());  // before anything slow
+  distributed::on_root(world, [&] { check_output_folder(config.out); });
   checked_device(config.device);  // before the data is loaded: a missing GPU fails at once
-  if (!config.quiet) fmt::print(stderr, "Loading IMDb...\n");
+  if (!config.quiet && world.rank() == 0) fmt::print(stderr, "Loading IMDb...\n");
+  // Rank 0 downloads first (when --data is not given); the others then find the download cached.
+  if (config.data.empty() && world.size() > 1)
+    distributed::on_root(world, [&] {
+      ensure_imdb_downloaded(config.data_dir.empty() ? default_data_dir() : config.data_dir);
+    });
   Data data = prepare_data(config);
-  return train(config, data);
+  return train(config, data, world);
 }
 
 namespace {
@@ -219,6 +249,21 @@ void save_model(const std::string& path, const TrainConfig& config, const nn::Tr
   nn::save_tensors(path, weights, meta);
 }
 
+// Runs fn on every rank. Its inputs are the same on every rank (the settings, the data, the
+// checkpoint rank 0 read), so an error it raises is raised by every rank at once: an agreed one,
+// which ends the job normally with rank 0 reporting it.
+template <typename Fn>
+void on_every_rank_alike(distributed::ProcessGroup& world, Fn&& fn) {
+  try {
+    fn();
+  } catch (const distributed::AgreedError&) {
+    throw;
+  } catch (const Error& e) {
+    if (world.size() > 1) throw distributed::AgreedError(e.what());
+    throw;
+  }
+}
+
 }  // namespace
 
 std::string vocabulary_fingerprint(const Vocabulary& vocabulary) {
@@ -227,21 +272,48 @@ std::string vocabulary_fingerprint(const Vocabulary& vocabulary) {
   return digest.hex_digest();
 }
 
-RunResult train(const TrainConfig& config_in, const Data& data) {
+RunResult train(const TrainConfig& config_in, const Data& data, distributed::ProcessGroup& world) {
   TrainConfig config = config_in;
   config.model.vocab_size = data.vocabulary.size();
   config.validate();
-  const Device device = checked_device(config.device);
+  const bool lead = world.rank() == 0;  // prints, and writes every file
+  const bool several = world.size() > 1;
+  if (!lead) config.quiet = true;
+  distributed::check_same_settings(world, config.shared_settings());
+  Device device = checked_device(config.device);
+  // Under mpirun, "cuda" is each rank's own GPU: cuda:(local rank % GPUs).
+  if (device.is_cuda() && several && config.device == "cuda")
+    device = distributed::device_for_local_rank(distributed::launch_info().local_rank);
   EMBER_CHECK(!data.train_tokens.empty(), "train: there are no training reviews");
-  check_output_folder(config.out);
-  RunLock lock(config.out);  // one trainer per folder, from here until the end
-  StopSignals signals;       // SIGINT / SIGTERM: checkpoint at the next step boundary, then stop
-  if (config.threads > 0) set_num_threads(config.threads);
+  std::optional<RunLock> lock;  // one trainer (job) per folder, from here until the end
+  distributed::on_root(world, [&] {
+    check_output_folder(config.out);
+    lock.emplace(config.out);
+  });
+  StopSignals signals;  // SIGINT / SIGTERM: checkpoint at the next step boundary, then stop
+  if (config.threads > 0) {
+    set_num_threads(config.threads);
+  } else if (several) {  // the ranks on this machine share its cores
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    set_num_threads(std::max(1, cores / std::max(1, distributed::launch_info().local_size)));
+  }
 
   Generator gen(config.seed);  // initialisation, then dropout masks
   nn::TransformerClassifier model(config.model, gen);
   model.to(device);  // initialised on the CPU, so the same seed gives the same weights on every device
-  optim::AdamW optimizer(parameter_groups(model, config.weight_decay), config.lr);
+  // Gradients travel over MPI between CPUs, over NCCL between GPUs (its id sent over MPI).
+  std::unique_ptr<distributed::ProcessGroup> nccl;
+  distributed::ProcessGroup* group = &world;
+  if (device.is_cuda() && several) {
+    nccl = distributed::make_nccl_group(world, device, config.dist_timeout);
+    group = nccl.get();
+  }
+  std::unique_ptr<optim::Optimizer> optimizer;
+  if (config.zero)  // ZeRO-1: clips by the global norm itself, over every rank's shard
+    optimizer = std::make_unique<optim::ShardedAdamW>(parameter_groups(model, config.weight_decay), *group, config.lr,
+                                                      config.clip);
+  else
+    optimizer = std::make_unique<optim::AdamW>(parameter_groups(model, config.weight_decay), config.lr);
   Batcher batcher(data.train_tokens, data.train_labels, config.batch_size);
   const int64_t steps_per_epoch = batcher.num_batches();
   int64_t total_steps = 0;
@@ -258,60 +330,100 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
   const std::string checkpoint_path = config.out + "/checkpoint.safetensors";
   const std::string model_path = config.out + "/model.safetensors";
   if (config.resume) {
-    // Everything is checked before any file of the folder is written: a refused resume changes nothing.
-    CheckpointInfo saved = restore_checkpoint(checkpoint_path, config, model, optimizer);  // onto the model's device
-    EMBER_CHECK(saved.data_fingerprint == state.data_fingerprint,
-                "resume: {} was trained on other data (its vocabulary or reviews differ from these); give the same "
-                "--data and --limit, or a new --out", checkpoint_path);
-    EMBER_CHECK(saved.total_steps == total_steps, "resume: {} is of a run of {} steps, these settings and data make {}",
-                checkpoint_path, saved.total_steps, total_steps);
+    // Everything is checked before any file of the folder is written: a refused resume changes
+    // nothing. Rank 0 reads the file and sends it to every rank; it holds whole tensors (the
+    // optimiser's too, under ZeRO-1), so any number of ranks can resume it.
+    CheckpointInfo saved = restore_checkpoint(checkpoint_path, config, model, *optimizer, world);  // onto the model's device
+    on_every_rank_alike(world, [&] {
+      EMBER_CHECK(saved.data_fingerprint == state.data_fingerprint,
+                  "resume: {} was trained on other data (its vocabulary or reviews differ from these); give the same "
+                  "--data and --limit, or a new --out", checkpoint_path);
+      EMBER_CHECK(saved.total_steps == total_steps, "resume: {} is of a run of {} steps, these settings and data make {}",
+                  checkpoint_path, saved.total_steps, total_steps);
+    });
     state = saved;
     gen.set_state(config.seed, state.generator_offset);
   }
-  data.vocabulary.save(config.out + "/vocab.txt");
-  MetricsLog metrics(config.out + "/metrics.jsonl", config.resume, state.step);
+  std::optional<MetricsLog> metrics;
+  distributed::on_root(world, [&] {
+    data.vocabulary.save(config.out + "/vocab.txt");
+    metrics.emplace(config.out + "/metrics.jsonl", config.resume, state.step);
+  });
+  // Rank 0's parameters to every rank (equal already: same seed, same checkpoint); gradients
+  // averaged over the ranks during backward. Nothing to send on one process.
+  nn::DataParallel dp(model, *group, {.bucket_bytes = config.bucket_kb * 1024, .overlap = config.overlap,
+                                      .reduce_gradients = !config.zero});
   int64_t& step = state.step;
+  // Collective: every rank gathers the state (ZeRO-1's moments live in shards); rank 0 writes it.
   auto save = [&]() {
-    metrics.flush();  // every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those)
+    if (several) dp.check_replicas_agree();
     state.generator_offset = gen.offset();
-    save_checkpoint(checkpoint_path, config, state, model, optimizer);
+    const nn::TensorMap optimizer_state = optimizer->state_dict();
+    distributed::on_root(world, [&] {
+      metrics->flush();  // every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those)
+      save_checkpoint(checkpoint_path, config, state, model, optimizer_state);
+    });
   };
 
   RunResult result;
   result.parameters = model.num_parameters();
   result.total_steps = total_steps;
   if (!config.quiet)
-    fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {} threads\n",
+    fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {}{} threads\n",
                config.model.heads, config.model.layers, config.model.dim, result.parameters, data.train_tokens.size(),
-               data.test_tokens.size(), total_steps, num_threads());
+               data.test_tokens.size(), total_steps,
+               several ? fmt::format("{} ranks ({}{}) x ", world.size(), group->backend(), config.zero ? ", ZeRO-1" : "")
+                       : std::string(),
+               num_threads());
 
   Progress progress(config.quiet ? Progress::Mode::Silent : Progress::detect(), config.log_every);
   const auto run_start = Clock::now();
+  int agreed_signal = 0;  // several ranks: a signal any rank received, agreed on after each step
   while (step < total_steps) {
     const int64_t epoch = step / steps_per_epoch;
     std::vector<int64_t> order = batcher.shuffled_order(config.seed, epoch);
     model.train();
     reset_peak_memory();
     if (device.is_cuda()) reset_peak_memory(device);
-    int64_t real_tokens = 0, padded_tokens = 0;  // this process's part of the epoch (throughput)
+    int64_t real_tokens = 0, padded_tokens = 0;  // the whole batches' (every rank's) tokens, for throughput
     bool stop = false;
     const auto epoch_start = Clock::now();
     progress.start_epoch(epoch + 1, config.epochs, steps_per_epoch);
     for (int64_t b = step % steps_per_epoch; b < steps_per_epoch; ++b) {
-      if (const int signal = StopSignals::received()) {
+      // NOTE: on several ranks each stops at the same step (a signal reaches the ranks at different
+      // moments; one that stopped alone would leave the others waiting in an all-reduce).
+      if (const int signal = several ? agreed_signal : StopSignals::received()) {
         result.stopped_by_signal = signal;
         stop = true;
         break;
       }
-      Batch batch = batcher.batch(order, b);
+      // This rank's rows of the global batch b, padded as the whole batch is; dropout draws by
+      // global example (core/random.h, BatchSlice), so the ranks together compute one process's step.
+      const int64_t batch_rows = batcher.rows_in(b);
+      const distributed::Range rows = distributed::shard_range(batch_rows, world.rank(), world.size());
+      Batch batch = batcher.batch_rows(order, b, rows.begin, rows.size());
+      if (several) gen.set_batch_slice({batch_rows, rows.begin, rows.size()});
       BatchTensors t = to_tensors(batch, device);
-      optimizer.set_lr(schedule.lr_at(step));
+      optimizer->set_lr(schedule.lr_at(step));
       Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
-      optimizer.zero_grad();
-      loss.backward();
-      if (config.clip > 0) optim::clip_grad_norm(model.parameters(), config.clip);
-      optimizer.step();
-      const double loss_value = loss.item<float>();
+      optimizer->zero_grad();
+      // Each rank's mean weighs rows / batch_rows of the whole batch's; DataParallel averages (/ size).
+      if (several) (loss * (double(rows.size()) * world.size() / double(batch_rows))).backward();
+      else loss.backward();
+      dp.synchronize_gradients();
+      if (config.clip > 0 && !config.zero) optim::clip_grad_norm(model.parameters(), config.clip);
+      optimizer->step();
+      double loss_value = loss.item<float>();
+      int64_t batch_real_tokens = batch.real_tokens;
+      if (several) {  // the whole batch's loss and tokens, for the log; and any rank's signal
+        Tensor sums = from_vector(std::vector<double>{loss_value * double(rows.size()), double(batch.real_tokens),
+                                                      double(StopSignals::received())});
+        world.all_reduce(sums, distributed::ReduceOp::Sum);
+        std::vector<double> totals = sums.to_vector<double>();
+        loss_value = totals[0] / double(batch_rows);
+        batch_real_tokens = int64_t(totals[1]);
+        if (totals[2] > 0) agreed_signal = StopSignals::received() != 0 ? StopSignals::received() : SIGTERM;
+      }
       EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "
                   "not saved and the last checkpoint is kept (lower --lr, or clip with --clip)", step + 1, epoch + 1,
                   loss_value);
@@ -319,11 +431,11 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
 
       result.step_losses.push_back(loss_value);
       state.epoch_loss_sum += loss_value;
-      real_tokens += batch.real_tokens;
-      padded_tokens += batch.batch * batch.seq_len;
+      real_tokens += batch_real_tokens;
+      padded_tokens += batch_rows * batch.seq_len;
       double elapsed = seconds_since(epoch_start);
       progress.update(b + 1, state.epoch_loss_sum / double(b + 1), double(real_tokens) / elapsed, elapsed);
-      metrics.write(step_record(step, epoch + 1, loss_value, optimizer.lr()));
+      if (lead) metrics->write(step_record(step, epoch + 1, loss_value, optimizer->lr()));
       // An epoch's last step is checkpointed after its evaluation (below), not here.
       if (config.save_every > 0 && step % config.save_every == 0 && step % steps_per_epoch != 0) save();
       if (config.stop_after > 0 && step >= config.stop_after) {
@@ -341,7 +453,7 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     EpochResult er;
     er.epoch = epoch + 1;
     er.train_loss = state.epoch_loss_sum / double(steps_per_epoch);  // every step of the epoch, resumed or not
-    er.test_accuracy = evaluate(model, data.test_tokens, data.test_labels);
+    er.test_accuracy = evaluate(model, data.test_tokens, data.test_labels, 64, &world);
     er.seconds = train_seconds;
     er.eval_seconds = seconds_since(eval_start);
     er.real_tokens_per_s = double(real_tokens) / train_seconds;
@@ -355,11 +467,21 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
       er.gpu_reserved_bytes = gpu.reserved;
     }
     result.epochs.push_back(er);
-    metrics.write(epoch_record(er, step, data.test_tokens.size()));
-    if (device.is_cuda())
-      metrics.write({{"kind", "gpu_memory"}, {"epoch", er.epoch}, {"device", device.str()},
-                     {"allocated_bytes", er.gpu_allocated_bytes}, {"peak_bytes", er.gpu_peak_bytes},
-                     {"reserved_bytes", er.gpu_reserved_bytes}});
+    if (lead) {
+      nlohmann::ordered_json record = epoch_record(er, step, data.test_tokens.size());
+      if (several) {  // this rank's share of the communication (nn/data_parallel.h)
+        const nn::DataParallelStats& comm = dp.stats();
+        record["ranks"] = world.size();
+        record["allreduce_seconds"] = comm.comm_seconds;
+        record["allreduce_exposed_seconds"] = comm.exposed_seconds;
+        record["allreduce_bytes"] = comm.bytes;
+      }
+      metrics->write(record);
+      if (device.is_cuda())
+        metrics->write({{"kind", "gpu_memory"}, {"epoch", er.epoch}, {"device", device.str()},
+                        {"allocated_bytes", er.gpu_allocated_bytes}, {"peak_bytes", er.gpu_peak_bytes},
+                        {"reserved_bytes", er.gpu_reserved_bytes}});
+    }
     if (!config.quiet)
       fmt::print(stderr,
                  "epoch {}/{}: train loss {:.4f} | test accuracy {:.2f}% ({} reviews) | {:.1f}s train + {:.1f}s eval | "
@@ -367,6 +489,10 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
                  er.epoch, config.epochs, er.train_loss, 100 * er.test_accuracy, data.test_tokens.size(), er.seconds,
                  er.eval_seconds, er.real_tokens_per_s, er.padded_tokens_per_s, er.peak_bytes / 1048576.0,
                  er.peak_rss_bytes / 1048576.0);
+    if (!config.quiet && several && dp.stats().steps > 0)
+      fmt::print(stderr, "epoch {}/{}: all-reduce {:.1f} ms per step, {:.0f}% of it hidden behind backward, {:.1f} MB "
+                 "per step (rank 0)\n", er.epoch, config.epochs, 1e3 * dp.stats().comm_seconds / double(dp.stats().steps),
+                 100 * dp.stats().hidden_share(), double(dp.stats().bytes) / double(dp.stats().steps) / 1e6);
     if (!config.quiet && device.is_cuda())
       fmt::print(stderr, "epoch {}/{}: {} memory: {:.1f} MiB allocated, {:.1f} MiB peak, {:.1f} MiB reserved\n", er.epoch,
                  config.epochs, device.str(), er.gpu_allocated_bytes / 1048576.0, er.gpu_peak_bytes / 1048576.0,
@@ -374,28 +500,46 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     // The model, then the checkpoint: a checkpoint at an epoch's end always has its evaluation line
     // in metrics.jsonl and its model.safetensors beside it (a kill between the two redoes the epoch's
     // end from the checkpoint before).
-    metrics.flush();
-    save_model(model_path, config, model, data.vocabulary);
+    distributed::on_root(world, [&] {
+      metrics->flush();
+      save_model(model_path, config, model, data.vocabulary);
+    });
     state.epoch_loss_sum = 0;
     save();
     if (stop) break;
   }
-  metrics.flush();
   result.steps = step;
   result.wall_seconds = seconds_since(run_start);
   result.finished = step == total_steps;
   if (result.stopped_by_signal != 0) return result;  // checkpointed; the report can wait for the resume
   if (result.finished) {
-    std::error_code error;
-    if (!fs::exists(model_path, error))  // a resume of a finished run whose model file was lost
-      save_model(model_path, config, model, data.vocabulary);
-    nlohmann::json last = last_epoch_record(metrics.path());
-    if (!result.epochs.empty()) result.final_test_accuracy = result.epochs.back().test_accuracy;
-    else if (last.is_object() && last.value("epoch", int64_t(0)) == config.epochs && last["test_accuracy"].is_number())
-      result.final_test_accuracy = last["test_accuracy"].get<double>();
-    else
-      result.final_test_accuracy = evaluate(model, data.test_tokens, data.test_labels);
+    // A resume of a finished run: the last evaluation from metrics.jsonl, else evaluated again
+    // (collective: rank 0 says whether it is needed).
+    double recorded_accuracy = NAN;
+    if (!result.epochs.empty()) {
+      recorded_accuracy = result.epochs.back().test_accuracy;
+    } else {
+      distributed::on_root(world, [&] {
+        metrics->flush();
+        std::error_code error;
+        if (!fs::exists(model_path, error))  // its model file was lost
+          save_model(model_path, config, model, data.vocabulary);
+        nlohmann::json last = last_epoch_record(metrics->path());
+        if (last.is_object() && last.value("epoch", int64_t(0)) == config.epochs && last["test_accuracy"].is_number())
+          recorded_accuracy = last["test_accuracy"].get<double>();
+      });
+      if (several) {
+        Tensor value = from_vector(std::vector<double>{lead ? recorded_accuracy : 0.0});
+        world.broadcast(value, 0);
+        recorded_accuracy = value.item<double>();
+      }
+    }
+    result.final_test_accuracy = std::isnan(recorded_accuracy)
+                                     ? evaluate(model, data.test_tokens, data.test_labels, 64, &world)
+                                     : recorded_accuracy;
   }
+  if (!lead) return result;
+  metrics->flush();
   // The report is a by-product: when it cannot be written, the run has still succeeded.
   try {
     model.to(Device::cpu());  // the report's attention maps are computed on the CPU

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/distributed/process_group.h"
 #include "examples/imdb/batcher.h"
 #include "examples/imdb/settings.h"
 #include "examples/imdb/vocabulary.h"
@@ -59,8 +60,13 @@ std::string data_fingerprint(const Data& data);
 // config.out/.lock). A --resume is checked in full (settings, data, every tensor) before any file
 // is written. SIGINT and SIGTERM stop it at the next step boundary, checkpointed. A loss that is
 // not finite stops it with an error naming the step (the last checkpoint is kept).
+// With a world of several ranks (mpirun), each rank trains on its slice of every global batch
+// (--batch-size stays global) and rank 0 alone prints and writes files; collective: every rank
+// calls it with the same settings (checked), and a signal to any rank stops every rank at the same step.
 RunResult train(const TrainConfig& config);
 RunResult train(const TrainConfig& config, const Data& data);
+RunResult train(const TrainConfig& config, distributed::ProcessGroup& world);
+RunResult train(const TrainConfig& config, const Data& data, distributed::ProcessGroup& world);
 
 // AdamW's parameter groups of the recipe: weight matrices decay, biases, LayerNorm parameters
 // and embeddings do not.
@@ -87,17 +93,24 @@ std::string content_fingerprint(const std::map<std::string, Tensor>& tensors,
 void check_content_fingerprint(const std::map<std::string, Tensor>& tensors,
                                const std::map<std::string, std::string>& metadata, const std::string& what);
 // Writes the checkpoint (atomically) after checking that every tensor is finite (a run that
-// diverged is an error, and the previous checkpoint stays).
+// diverged is an error, and the previous checkpoint stays). `optimizer_state` is the optimiser's
+// state_dict() (collective under ZeRO-1: every rank gathers it, rank 0 writes).
 void save_checkpoint(const std::string& path, const TrainConfig& config, const CheckpointInfo& info,
-                     const nn::TransformerClassifier& model, const optim::Optimizer& optimizer);
+                     const nn::TransformerClassifier& model, const std::map<std::string, Tensor>& optimizer_state);
 // Reads and checks a checkpoint, checks that it was written with the `expected` settings, and
 // loads it into `model` and `optimizer` (built from them). On error, discard both.
 CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& expected,
                                   nn::TransformerClassifier& model, optim::Optimizer& optimizer);
+// The same on every rank of `world`: rank 0 reads the file and sends it; collective.
+CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& expected,
+                                  nn::TransformerClassifier& model, optim::Optimizer& optimizer,
+                                  distributed::ProcessGroup& world);
 
-// Accuracy of `model` on encoded reviews (switched to eval mode and back, no grad).
+// Accuracy of `model` on encoded reviews (switched to eval mode and back, no grad). With a world,
+// its ranks share the batches (the same batches as one process, so the same predictions) and the
+// counts are summed: collective, every rank gets the accuracy.
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
-                const std::vector<int>& labels, int64_t batch_size = 64);
+                const std::vector<int>& labels, int64_t batch_size = 64, distributed::ProcessGroup* world = nullptr);
 
 // A trained run loaded back from its folder (model.safetensors + vocab.txt), checked: settings,
 // every tensor, the vocabulary the model was trained with.
