@@ -221,7 +221,8 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* tar
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* targets, const T* row_max,
                                               const T* sum_exp, T* dlogits, int64_t N, int64_t C,
-                                              int64_t ignore_index, double scale) {
+                                              int64_t ignore_index, const double* grad, int64_t count) {
+  const double scale = count > 0 ? grad[0] / double(count) : 0.0;  // the CPU's g.item() / count
   EMBER_CUDA_LOOP(i, N * C) {
     const int64_t r = i / C, c = i % C;
     const int64_t t = targets[r];
@@ -362,17 +363,17 @@ void cross_entropy_forward(int device, bool float64, const void* logits, const i
 
 void cross_entropy_backward(int device, bool float64, const void* logits, const int64_t* targets, const void* row_max,
                             const void* sum_exp, void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
-                            double scale) {
+                            const double* grad, int64_t count) {
   if (N * C == 0) return;
   cudaStream_t stream = use_device(device);
   if (float64)
     cross_entropy_backward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(
         static_cast<const double*>(logits), targets, static_cast<const double*>(row_max),
-        static_cast<const double*>(sum_exp), static_cast<double*>(dlogits), N, C, ignore_index, scale);
+        static_cast<const double*>(sum_exp), static_cast<double*>(dlogits), N, C, ignore_index, grad, count);
   else
     cross_entropy_backward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(
         static_cast<const float*>(logits), targets, static_cast<const float*>(row_max),
-        static_cast<const float*>(sum_exp), static_cast<float*>(dlogits), N, C, ignore_index, scale);
+        static_cast<const float*>(sum_exp), static_cast<float*>(dlogits), N, C, ignore_index, grad, count);
   EMBER_CUDA_LAUNCHED("cross_entropy_backward_kernel");
 }
 

@@ -143,11 +143,9 @@ BatchTensors to_tensors(const Batch& batch, Device device) {
   bool* mask = t.padding_mask.data<bool>();
   for (size_t i = 0; i < batch.key_mask.size(); ++i) mask[i] = batch.key_mask[i] == 0;
   t.labels = from_vector(batch.labels, {batch.batch});
-  if (!device.is_cpu()) {
-    t.tokens = t.tokens.to(device);
-    t.padding_mask = t.padding_mask.to(device);
-    t.labels = t.labels.to(device);
-  }
+  // On a GPU the tokens and labels stay on the host: the embedding and cross-entropy check them there
+  // and upload them without the host waiting for the GPU (docs/cuda.md, the step without waits).
+  if (!device.is_cpu()) t.padding_mask = t.padding_mask.to(device);
   return t;
 }
 
@@ -168,7 +166,7 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   for (int64_t b = 0; b < batcher.num_batches(); ++b) {
     BatchTensors t = to_tensors(batcher.batch(order, b), device);
     Tensor predicted = argmax(model.forward(t.tokens, t.padding_mask), 1);
-    correct += int64_t(sum(eq(predicted, t.labels).to(Dtype::Float64)).item<double>());
+    correct += int64_t(sum(eq(predicted, t.labels.to(predicted.device())).to(Dtype::Float64)).item<double>());
   }
   model.train(was_training);
   return double(correct) / double(reviews.size());
@@ -271,13 +269,34 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
   data.vocabulary.save(config.out + "/vocab.txt");
   MetricsLog metrics(config.out + "/metrics.jsonl", config.resume, state.step);
   int64_t& step = state.step;
+  // The steps' losses not read yet. On a GPU reading one makes the host wait for the step, so they
+  // are read on logging steps and before a save (on a CPU, every step).
+  struct PendingLoss {
+    int64_t step, epoch;
+    double lr;
+    Tensor loss;
+  };
+  std::vector<PendingLoss> pending;
+  RunResult result;
+  auto read_losses = [&]() {
+    for (const PendingLoss& p : pending) {
+      const double loss_value = p.loss.item<float>();
+      EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "
+                  "not saved and the last checkpoint is kept (lower --lr, or clip with --clip)", p.step, p.epoch,
+                  loss_value);
+      result.step_losses.push_back(loss_value);
+      state.epoch_loss_sum += loss_value;
+      metrics.write(step_record(p.step, p.epoch, loss_value, p.lr));
+    }
+    pending.clear();
+  };
   auto save = [&]() {
+    read_losses();
     metrics.flush();  // every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those)
     state.generator_offset = gen.offset();
     save_checkpoint(checkpoint_path, config, state, model, optimizer);
   };
 
-  RunResult result;
   result.parameters = model.num_parameters();
   result.total_steps = total_steps;
   if (!config.quiet)
@@ -309,24 +328,23 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
       Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
       optimizer.zero_grad();
       loss.backward();
-      if (config.clip > 0) optim::clip_grad_norm(model.parameters(), config.clip);
+      if (config.clip > 0) optim::clip_grad_norm_(model.parameters(), config.clip);  // the norm stays on the GPU
       optimizer.step();
-      const double loss_value = loss.item<float>();
-      EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "
-                  "not saved and the last checkpoint is kept (lower --lr, or clip with --clip)", step + 1, epoch + 1,
-                  loss_value);
       ++step;
+      pending.push_back({step, epoch + 1, optimizer.lr(), loss});
 
-      result.step_losses.push_back(loss_value);
-      state.epoch_loss_sum += loss_value;
       real_tokens += batch.real_tokens;
       padded_tokens += batch.batch * batch.seq_len;
-      double elapsed = seconds_since(epoch_start);
-      progress.update(b + 1, state.epoch_loss_sum / double(b + 1), double(real_tokens) / elapsed, elapsed);
-      metrics.write(step_record(step, epoch + 1, loss_value, optimizer.lr()));
       // An epoch's last step is checkpointed after its evaluation (below), not here.
-      if (config.save_every > 0 && step % config.save_every == 0 && step % steps_per_epoch != 0) save();
-      if (config.stop_after > 0 && step >= config.stop_after) {
+      const bool save_now = config.save_every > 0 && step % config.save_every == 0 && step % steps_per_epoch != 0;
+      const bool stop_now = config.stop_after > 0 && step >= config.stop_after;
+      if (!device.is_cuda() || (b + 1) % config.log_every == 0 || b + 1 == steps_per_epoch || save_now || stop_now) {
+        read_losses();
+        double elapsed = seconds_since(epoch_start);
+        progress.update(b + 1, state.epoch_loss_sum / double(b + 1), double(real_tokens) / elapsed, elapsed);
+      }
+      if (save_now) save();
+      if (stop_now) {
         stop = true;
         break;
       }

@@ -53,6 +53,7 @@ enum cudaError_t : int {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorLaunchFailure = 719,
 };
@@ -82,6 +83,20 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+
+// ---- Events: handles too. All work has run by the time an event is recorded, so an event is
+// complete as soon as it is recorded; waiting on one is only checked.
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+constexpr unsigned cudaEventDefault = 0x0;
+constexpr unsigned cudaEventDisableTiming = 0x2;
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
 
 // ---- Memory (memory.cpp).
 enum cudaMemcpyKind : int {
@@ -128,3 +143,30 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 // ---- The kernel side: __syncthreads() and the launch (emulator.h).
 #include "emulator.h"
 #define __syncthreads() ::ember_emu::syncthreads(__FILE__, __LINE__)
+
+// ---- Pinned (page-locked) host memory (pinned.cpp): copies from and to it do not make the host
+// wait; copies from and to pageable memory do, and the emulator counts them (counters.h).
+constexpr unsigned cudaHostAllocDefault = 0x0;
+constexpr unsigned cudaHostAllocPortable = 0x1;
+constexpr unsigned cudaHostAllocMapped = 0x2;
+constexpr unsigned cudaHostAllocWriteCombined = 0x4;
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned flags);
+cudaError_t cudaMallocHost(void** ptr, size_t size);
+cudaError_t cudaFreeHost(void* ptr);
+
+// ---- Host waits, counted where they are called (counters.h). Every call that makes the host wait
+// for the GPU is wrapped, in the code that calls it (not in the emulator's own files, which define
+// EMBER_EMU_IMPLEMENTATION), so that the count names the call's file and line. EMBER_CUDA_CHECK's
+// message quotes the call as written (#call does not expand the macro).
+#ifndef EMBER_EMU_IMPLEMENTATION
+#include "counters.h"
+#define EMBER_EMU_WAITS(call, ...) (::ember_emu::note_host_wait(#call, __FILE__, __LINE__), ::call(__VA_ARGS__))
+#define EMBER_EMU_COPY(call, ...) (::ember_emu::note_call_site(__FILE__, __LINE__), ::call(__VA_ARGS__))
+#define cudaStreamSynchronize(...) EMBER_EMU_WAITS(cudaStreamSynchronize, __VA_ARGS__)
+#define cudaDeviceSynchronize(...) EMBER_EMU_WAITS(cudaDeviceSynchronize, __VA_ARGS__)
+#define cudaEventSynchronize(...) EMBER_EMU_WAITS(cudaEventSynchronize, __VA_ARGS__)
+#define cudaFree(...) EMBER_EMU_WAITS(cudaFree, __VA_ARGS__)  // cudaFree synchronises the device
+#define cudaFreeHost(...) EMBER_EMU_WAITS(cudaFreeHost, __VA_ARGS__)
+#define cudaMemcpy(...) EMBER_EMU_COPY(cudaMemcpy, __VA_ARGS__)
+#define cudaMemcpyAsync(...) EMBER_EMU_COPY(cudaMemcpyAsync, __VA_ARGS__)
+#endif

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cuda_runtime.h"
+#include "counters.h"
 #include "fiber.h"
 #include "state.h"
 
@@ -224,10 +225,14 @@ LaunchCounts launch_counts;
 
 }  // namespace
 
-void count_launch(const char* name) { launch_counts.count(name); }
+void count_launch(const char* name) {
+  launch_counts.count(name);
+  note_library_call(name);  // only cuBLAS and cuDNN call this; kernels are counted by launch_grid
+}
 
 void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void*), void* context) {
   launch_counts.count(name);
+  note_kernel_launch(name, uint64_t(config.grid.x) * config.grid.y * config.grid.z);
   if (running != nullptr) {
     set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + " launched from inside kernel " +
                                           running->name + " (dynamic parallelism is not emulated)");

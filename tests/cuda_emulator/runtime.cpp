@@ -5,7 +5,7 @@
 // NVIDIA's text, followed by what the emulator saw when the code is the one it last recorded:
 //   "invalid configuration argument (emulator: kernel k: block (2048, 1, 1) has 2048 threads; ...)".
 // Devices: EMBER_EMULATED_DEVICES (default 1) of them, 0 to test the no-GPU path.
-// Streams: handles, checked when used; all work is done synchronously by the call that asks.
+// Streams and events: handles, checked when used; all work is done synchronously by the call that asks.
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -23,6 +23,12 @@ thread_local int device = 0;
 
 std::mutex streams_mutex;
 std::set<cudaStream_t> streams;
+std::set<cudaEvent_t> events;  // under streams_mutex
+
+bool event_is_valid(cudaEvent_t event) {
+  std::lock_guard<std::mutex> lock(streams_mutex);
+  return events.count(event) > 0;
+}
 
 const char* nvidia_text(cudaError_t code) {
   switch (code) {
@@ -36,6 +42,7 @@ const char* nvidia_text(cudaError_t code) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
   }
@@ -96,6 +103,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
   }
@@ -145,5 +153,46 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!stream_is_valid(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown stream");
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  if (event == nullptr || (flags & ~cudaEventDisableTiming) != 0)
+    return set_error(cudaErrorInvalidValue, "cudaEventCreateWithFlags: bad arguments");
+  if (device_count() == 0) return set_error(cudaErrorNoDevice, "EMBER_EMULATED_DEVICES=0");
+  *event = reinterpret_cast<cudaEvent_t>(new char);
+  std::lock_guard<std::mutex> lock(streams_mutex);
+  events.insert(*event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  std::lock_guard<std::mutex> lock(streams_mutex);
+  if (events.erase(event) == 0) return set_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy: unknown event");
+  delete reinterpret_cast<char*>(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (!event_is_valid(event)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown event");
+  if (!stream_is_valid(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream");
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (!event_is_valid(event)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventQuery: unknown event");
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (!event_is_valid(event)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: unknown event");
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
+  if (!event_is_valid(event) || !stream_is_valid(stream) || flags != 0)
+    return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: unknown stream or event, or flags");
   return cudaSuccess;
 }
