@@ -170,3 +170,6 @@ cudaError_t cudaFreeHost(void* ptr);
 #define cudaMemcpy(...) EMBER_EMU_COPY(cudaMemcpy, __VA_ARGS__)
 #define cudaMemcpyAsync(...) EMBER_EMU_COPY(cudaMemcpyAsync, __VA_ARGS__)
 #endif
+
+// ---- Kernel parameters read in place (sm_70 and later): nothing to do on a CPU.
+#define __grid_constant__
