@@ -173,3 +173,6 @@ cudaError_t cudaFreeHost(void* ptr);
 
 // ---- Kernel parameters read in place (sm_70 and later): nothing to do on a CPU.
 #define __grid_constant__
+
+// ---- Warps (shuffles, votes, __syncwarp: their lanes meet in lockstep, masks checked) and atomics.
+#include "warp.h"
