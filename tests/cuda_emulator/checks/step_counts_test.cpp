@@ -150,3 +150,38 @@ TEST_CASE("emulator counts: a wait is named by its call site, and a pageable cop
   CHECK(c.bytes_to_device == 12);
   REQUIRE(cudaFreeHost(pinned) == cudaSuccess);
 }
+
+// Before the warp kernels, softmax and layer norm launched one 256-thread block per row (counted by
+// the emulator: softmax_forward_kernel, 256 blocks for 256 rows): 32768 blocks for the recipe's
+// attention softmax ([32, 4, 256, 256]) and 8192 for each layer norm ([32, 256, 128]). Now a warp
+// per row, 8 rows per block, at most 512 blocks: 1/64 and 1/16 of those.
+TEST_CASE("emulator counts: softmax and layer norm at the recipe's shapes launch at most 1/16 of one block per row") {
+  const Device gpu = Device::cuda(0);
+  Generator gen(5);
+  Tensor scores = uniform({32, 4, 256, 256}, -4, 4, gen).to(gpu).requires_grad_();
+  Tensor grad = uniform({32, 4, 256, 256}, -1, 1, gen).to(gpu);
+  const int64_t softmax_rows = 32 * 4 * 256;
+  ember_emu::reset_counts();
+  softmax(scores, -1).backward(grad);
+  ember_emu::Counts c = ember_emu::counts();
+  INFO(ember_emu::describe(c));
+  CHECK(c.launches_by_kernel.count("softmax_forward_kernel") == 0);
+  REQUIRE(c.launches_by_kernel["softmax_forward_warp_kernel"] == 1);
+  REQUIRE(c.launches_by_kernel["softmax_backward_warp_kernel"] == 1);
+  CHECK(c.blocks_by_kernel["softmax_forward_warp_kernel"] * 16 <= softmax_rows);
+  CHECK(c.blocks_by_kernel["softmax_backward_warp_kernel"] * 16 <= softmax_rows);
+
+  Tensor x = uniform({32, 256, 128}, -2, 2, gen).to(gpu).requires_grad_();
+  Tensor w = uniform({128}, 0.5, 1.5, gen).to(gpu).requires_grad_();
+  Tensor b = uniform({128}, -1, 1, gen).to(gpu).requires_grad_();
+  Tensor g = uniform({32, 256, 128}, -1, 1, gen).to(gpu);
+  const int64_t norm_rows = 32 * 256;
+  ember_emu::reset_counts();
+  layer_norm(x, w, b).backward(g);
+  c = ember_emu::counts();
+  INFO(ember_emu::describe(c));
+  REQUIRE(c.launches_by_kernel["layer_norm_forward_warp_kernel"] == 1);
+  REQUIRE(c.launches_by_kernel["layer_norm_dx_warp_kernel"] == 1);
+  CHECK(c.blocks_by_kernel["layer_norm_forward_warp_kernel"] * 16 <= norm_rows);
+  CHECK(c.blocks_by_kernel["layer_norm_dx_warp_kernel"] * 16 <= norm_rows);
+}
