@@ -166,7 +166,10 @@ class StagingPool {
     Block* oldest = nullptr;
     for (Block& b : blocks_) {
       if (b.size < n) continue;
-      if (cudaEventQuery(b.done) == cudaSuccess) return &b;
+      const cudaError_t state = cudaEventQuery(b.done);
+      if (state == cudaSuccess) return &b;
+      if (state != cudaErrorNotReady) EMBER_CUDA_CHECK(state);
+      cudaGetLastError();  // NOTE: "not ready" is no error; clear it, as PyTorch does, or the next check reports it
       if (oldest == nullptr || b.serial < oldest->serial) oldest = &b;
     }
     size_t size = kStagingMin;
