@@ -147,9 +147,9 @@ struct Trainee {
     Tensor loss = cross_entropy(model.forward(tokens, mask), labels);
     optimizer.zero_grad();
     loss.backward();
-    optim::clip_grad_norm(model.parameters(), 1.0);
+    optim::clip_grad_norm_(model.parameters(), 1.0);  // the norm stays on the device
     optimizer.step();
-    return loss.item<float>();
+    return loss.item<float>();  // the one wait of the step: its time includes the GPU's work
   }
 };
 
@@ -157,7 +157,8 @@ void run(const Flags& f) {
   set_num_threads(int(f.threads));
   const Device device = imdb::checked_device(f.device);
   nn::TensorMap init = nn::load_tensors(f.init);
-  Tensor tokens = init.at("batch.tokens").to(device), labels = init.at("batch.labels").to(device);
+  // Tokens and labels stay on the host, as in the trainer: the embedding and cross-entropy upload them.
+  Tensor tokens = init.at("batch.tokens"), labels = init.at("batch.labels");
   Tensor mask = zeros(tokens.shape(), Dtype::Bool, device);  // a full batch: no padding
   Trainee trainee(f.heads, init, device);
   if (device.is_cuda()) reset_peak_memory(device);
@@ -202,7 +203,7 @@ void run(const Flags& f) {
     for (; run_steps < f.run_steps && batches.count(std::to_string(run_steps) + ".tokens"); ++run_steps) {
       std::string i = std::to_string(run_steps);
       const Tensor& m = batches.at(i + ".mask");
-      run_last_loss = fresh.step(batches.at(i + ".tokens").to(device), m.to(device), batches.at(i + ".labels").to(device));
+      run_last_loss = fresh.step(batches.at(i + ".tokens"), m.to(device), batches.at(i + ".labels"));
       const bool* padding = m.data<bool>();
       for (int64_t j = 0; j < m.numel(); ++j) real_tokens += padding[j] ? 0 : 1;
     }

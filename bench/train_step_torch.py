@@ -3,7 +3,7 @@ the weights Ember saved (train_step_bench --write-init) and fed the same batches
 way as bench/train_step_bench.cpp. Prints one JSON object.
 
 Usage: train_step_torch.py --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
-                           [--batches FILE] [--run-steps N] [--device cpu|cuda]
+                           [--batches FILE] [--run-steps N] [--device cpu|cuda] [--compile]
 (--device cuda needs a CUDA build of torch: bench/gpu-check.sh checks torch.cuda.is_available() first.)
 """
 import argparse
@@ -92,7 +92,7 @@ class Classifier(nn.Module):
         return self.head(pooled)
 
 
-def make_trainee(heads, init, device=torch.device("cpu")):
+def make_trainee(heads, init, device=torch.device("cpu"), compile_model=False):
     model = Classifier(heads=heads)
     state = {name[len("model.") :]: t for name, t in init.items() if name.startswith("model.")}
     model.load_state_dict(state, strict=True)
@@ -100,9 +100,14 @@ def make_trainee(heads, init, device=torch.device("cpu")):
     # The recipe's groups: weight matrices decay, biases, LayerNorm and embeddings do not.
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embedding" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embedding" not in n)]
+    # On a GPU, AdamW as PyTorch picks it by default (its multi-tensor foreach path, or fused where
+    # that is its default): PyTorch at its best there. On the CPU the plain loop (foreach=False).
+    foreach = None if device.type == "cuda" else False
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=5e-4, foreach=False
+        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=5e-4, foreach=foreach
     )
+    if compile_model:  # torch.compile (PyTorch 2): the caller checks it exists and catches its failures
+        model = torch.compile(model)
     return model, optimizer
 
 
@@ -125,7 +130,10 @@ def main():
     parser.add_argument("--batches")
     parser.add_argument("--run-steps", type=int, default=0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2; an error otherwise)")
     args = parser.parse_args()
+    if args.compile and not hasattr(torch, "compile"):
+        raise SystemExit(f"--compile: torch {torch.__version__} has no torch.compile")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -137,7 +145,7 @@ def main():
     init = load_safetensors(args.init)
     tokens, labels = init["batch.tokens"].to(device), init["batch.labels"].to(device)
     padding = torch.zeros(tokens.shape, dtype=torch.bool, device=device)
-    model, optimizer = make_trainee(args.heads, init, device)
+    model, optimizer = make_trainee(args.heads, init, device, args.compile)
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = False  # like Ember: exact float32 GEMMs
         torch.backends.cudnn.allow_tf32 = False
@@ -169,7 +177,7 @@ def main():
     run_steps, run_seconds, run_tokens_per_s, run_last_loss = 0, 0.0, 0.0, 0.0
     if args.batches and args.run_steps > 0:
         batches = load_safetensors(args.batches)
-        model, optimizer = make_trainee(args.heads, init, device)
+        model, optimizer = make_trainee(args.heads, init, device, args.compile)
         model.train()
         real_tokens = 0
         start = time.perf_counter()
@@ -187,6 +195,8 @@ def main():
             {
                 "framework": "torch",
                 "torch": torch.__version__,
+                "compiled": args.compile,
+                "adamw": "default (foreach/fused as PyTorch picks)" if cuda else "foreach=False",
                 "heads": args.heads,
                 "threads": torch.get_num_threads(),
                 "first_loss": first_loss,

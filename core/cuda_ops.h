@@ -126,13 +126,15 @@ EMBER_CUDA_ENTRY(void, rms_norm_backward, (int device, bool float64, const void*
                                            const double* rstd, const void* weight, void* dx, void* dweight,
                                            int64_t rows, int64_t D, double* partial))
 // Per row: row_max, sum_exp (the logits' type) and the row's loss (double; 0 for ignored rows).
+// Backward: dlogits = (softmax - onehot) * grad[0] / count (grad: the loss's gradient, on the GPU;
+// all zeros when count is 0), 0 on ignored rows.
 EMBER_CUDA_ENTRY(void, cross_entropy_forward, (int device, bool float64, const void* logits, const int64_t* targets,
                                                int64_t N, int64_t C, int64_t ignore_index, void* row_max,
                                                void* sum_exp, double* row_loss))
 EMBER_CUDA_ENTRY(void, cross_entropy_backward, (int device, bool float64, const void* logits,
                                                 const int64_t* targets, const void* row_max, const void* sum_exp,
                                                 void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
-                                                double scale))
+                                                const double* grad, int64_t count))
 
 // ---- Fused attention (cuda/attention_kernels.cu: tiled, FlashAttention-2 style), the layout of
 // core/cpu/attention.h: qkv contiguous [B, T, 3 D], key_padding_mask bool [B, T] or null, out [B, T, D];
@@ -199,5 +201,12 @@ EMBER_CUDA_ENTRY(void, sgd_step, (int device, bool float64, const TensorList& te
 EMBER_CUDA_ENTRY(int64_t, sum_squares_partials, (const TensorList& tensors))
 EMBER_CUDA_ENTRY(void, sum_squares, (int device, bool float64, const TensorList& tensors, double* partials))
 EMBER_CUDA_ENTRY(void, scale_all, (int device, bool float64, const TensorList& tensors, double value))
+// Clipping without the host: clip_scale adds the `count` partials up in order (one thread, the
+// host's order), and writes norm_scale[0] = the norm (the square root) and norm_scale[1] = the
+// factor, max_norm / (norm + 1e-6) when norm > max_norm, else 1; scale_all_by multiplies every
+// params[t] by *factor (device memory), in the tensors' type.
+EMBER_CUDA_ENTRY(void, clip_scale, (int device, const double* partials, int64_t count, double max_norm,
+                                    double* norm_scale))
+EMBER_CUDA_ENTRY(void, scale_all_by, (int device, bool float64, const TensorList& tensors, const double* factor))
 
 }  // namespace ember::cuda

@@ -218,12 +218,13 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyForward& saved,
-                              int64_t ignore_index, double scale) {
+                              int64_t ignore_index, const Tensor& grad) {
   const int64_t N = logits.shape()[0], C = logits.shape()[1];
   Tensor dx = Tensor::empty({N, C}, logits.dtype(), logits.device());
+  Tensor g = grad.to(Dtype::Float64).contiguous();  // on the GPU: a kernel, no wait
   cuda::cross_entropy_backward(device_of(logits), is_f64(logits), logits.raw_data(), targets.data<int64_t>(),
                                saved.row_max.raw_data(), saved.sum_exp.raw_data(), dx.raw_data(), N, C, ignore_index,
-                               scale);
+                               g.data<double>(), saved.count);
   return dx;
 }
 
@@ -372,6 +373,22 @@ void scale_all(const std::vector<Tensor>& tensors, double value) {
   TensorPointers pointers = tensor_pointers(tensors, {}, {}, {});
   cuda::TensorList list = pointers.list(nullptr);
   cuda::scale_all(tensors[0].device().index, tensors[0].dtype() == Dtype::Float64, list, value);
+}
+
+Tensor clip_by_norm(const std::vector<Tensor>& tensors, double max_norm) {
+  const Device device = tensors[0].device();
+  const bool f64 = tensors[0].dtype() == Dtype::Float64;
+  TensorPointers pointers = tensor_pointers(tensors, tensors, {}, {});
+  cuda::TensorList list = pointers.list(nullptr);
+  list.params = nullptr;
+  const int64_t count = cuda::sum_squares_partials(list);
+  Tensor partials = Tensor::empty({count > 0 ? count : 1}, Dtype::Float64, device);
+  if (count > 0) cuda::sum_squares(device.index, f64, list, partials.data<double>());
+  Tensor norm_scale = Tensor::empty({2}, Dtype::Float64, device);
+  cuda::clip_scale(device.index, partials.data<double>(), count, max_norm, norm_scale.data<double>());
+  TensorPointers targets = tensor_pointers(tensors, {}, {}, {});
+  cuda::scale_all_by(device.index, f64, targets.list(nullptr), norm_scale.data<double>() + 1);
+  return norm_scale.select(0, 0);
 }
 
 void synchronize(Device device) {

@@ -48,8 +48,9 @@ LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Te
 // ---- Cross-entropy on contiguous logits [N, C] and int64 targets [N] (on the GPU); `count` rows counted.
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                                int64_t count);
+// dlogits scaled by grad / saved.count, grad the loss's incoming gradient (a scalar, read on the GPU).
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyForward& saved,
-                              int64_t ignore_index, double scale);
+                              int64_t ignore_index, const Tensor& grad);
 
 // ---- Embedding: ids already checked on the host (`ids` is their host copy, row-major)
 Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, const Shape& out_shape);
@@ -93,6 +94,8 @@ void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grad
 // All on one GPU, contiguous, of one floating dtype.
 double sum_of_squares(const std::vector<Tensor>& tensors);
 void scale_all(const std::vector<Tensor>& tensors, double value);
+// Clipping on the GPU, nothing read back: the norm (a float64 scalar on the device) is returned.
+Tensor clip_by_norm(const std::vector<Tensor>& tensors, double max_norm);
 
 // Waits for the device's queued work (for timing).
 void synchronize(Device device);

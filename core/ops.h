@@ -151,5 +151,10 @@ void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
 // t *= value for every tensor.
 double sum_of_squares(const std::vector<Tensor>& tensors);
 void scale_all_(const std::vector<Tensor>& tensors, double value);
+// Clipping by the global norm: when the L2 norm of all the elements exceeds max_norm, every tensor
+// is scaled by max_norm / (norm + 1e-6). Returns the norm as a float64 scalar on the tensors'
+// device: on one GPU the norm and the factor are computed there and nothing is read back (the host
+// does not wait); read the result only when you need it.
+Tensor clip_by_norm_(const std::vector<Tensor>& tensors, double max_norm);
 
 }  // namespace ember

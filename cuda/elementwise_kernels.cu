@@ -5,6 +5,9 @@
 // operand walks as one are merged first (coalesce), so a contiguous tensor is one flat loop.
 // The arithmetic is the functors of core/unary_math.h and the dropout hash core/random.h, both
 // EMBER_HD, so the CPU and the GPU compute the very same formulas.
+// Kernel parameters: the shape and operands are `const __grid_constant__`, so that offset_of reads
+// their arrays in place from the parameter space; without it, taking their address made every
+// thread copy them to local memory first (152-392 bytes per thread; tests/ptxas_check.py checks).
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <initializer_list>
 #include <type_traits>
@@ -63,36 +66,44 @@ void dispatch(int dtype, const char* op, Fn&& fn) {
 }
 
 template <typename D, typename S>
-__global__ void copy_kernel(Shape8 shape, int64_t n, D* dst, Operand d, const S* src, Operand s) {
+__global__ void copy_kernel(const __grid_constant__ Shape8 shape, int64_t n, D* dst, const __grid_constant__ Operand d,
+                            const S* src, const __grid_constant__ Operand s) {
   EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] = static_cast<D>(src[offset_of(shape, s.stride, i)]);
 }
 
 template <typename T>
-__global__ void fill_kernel(Shape8 shape, int64_t n, T* dst, Operand d, T value) {
+__global__ void fill_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst, const __grid_constant__ Operand d,
+                            T value) {
   EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] = value;
 }
 
 template <typename T>
-__global__ void add_into_kernel(Shape8 shape, int64_t n, T* dst, Operand d, const T* src, Operand s, T alpha) {
+__global__ void add_into_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst,
+                                const __grid_constant__ Operand d, const T* src, const __grid_constant__ Operand s,
+                                T alpha) {
   EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] += alpha * src[offset_of(shape, s.stride, i)];
 }
 
 template <typename T>
-__global__ void scale_kernel(Shape8 shape, int64_t n, T* dst, Operand d, T value) {
+__global__ void scale_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst, const __grid_constant__ Operand d,
+                             T value) {
   EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] *= value;
 }
 
 template <typename F, typename T, typename R>
-__global__ void binary_kernel(F f, Shape8 shape, int64_t n, R* out, Operand o, const T* a, Operand oa, const T* b,
-                              Operand ob) {
+__global__ void binary_kernel(F f, const __grid_constant__ Shape8 shape, int64_t n, R* out,
+                              const __grid_constant__ Operand o, const T* a, const __grid_constant__ Operand oa,
+                              const T* b, const __grid_constant__ Operand ob) {
   EMBER_CUDA_LOOP(i, n) {
     out[offset_of(shape, o.stride, i)] = f.f(a[offset_of(shape, oa.stride, i)], b[offset_of(shape, ob.stride, i)]);
   }
 }
 
 template <typename T>
-__global__ void select_kernel(Shape8 shape, int64_t n, T* out, Operand o, const bool* cond, Operand oc, const T* a,
-                              Operand oa, const T* b, Operand ob) {
+__global__ void select_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* out,
+                              const __grid_constant__ Operand o, const bool* cond, const __grid_constant__ Operand oc,
+                              const T* a, const __grid_constant__ Operand oa, const T* b,
+                              const __grid_constant__ Operand ob) {
   EMBER_CUDA_LOOP(i, n) {
     out[offset_of(shape, o.stride, i)] =
         cond[offset_of(shape, oc.stride, i)] ? a[offset_of(shape, oa.stride, i)] : b[offset_of(shape, ob.stride, i)];

@@ -6,6 +6,8 @@
 // then applies the per-element rule of core/update_rules.h, the very function the CPU loop of
 // core/ops/optimizer_steps.cpp calls.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
+#include <cmath>
+
 #include "core/cuda_ops.h"
 #include "core/update_rules.h"
 #include "cuda/launch.h"
@@ -103,6 +105,27 @@ __global__ void scale_all_kernel(Batch batch, T value) {
   }
 }
 
+// Clipping's factor, on the GPU (one thread): the partials added up in order, like the host did.
+__global__ void clip_scale_kernel(const double* partials, int64_t count, double max_norm, double* norm_scale) {
+  double total = 0;
+  for (int64_t c = 0; c < count; ++c) total += partials[c];
+  const double norm = std::sqrt(total);
+  norm_scale[0] = norm;
+  norm_scale[1] = norm > max_norm && norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+}
+
+// params[t][j] *= *factor (read on the GPU), in the tensor's type like scale_all_kernel.
+template <typename T>
+__global__ void scale_all_by_kernel(Batch batch, const double* factor) {
+  const T value = T(*factor);
+  EMBER_CUDA_LOOP(i, batch.offsets[batch.count]) {
+    int t;
+    int64_t j;
+    locate(batch, i, t, j);
+    static_cast<T*>(batch.params[t])[j] *= value;
+  }
+}
+
 // Calls launch(batch, total) for each group of up to kMaxTensors tensors that has elements.
 template <typename Launch>
 void for_each_batch(const TensorList& list, Launch launch) {
@@ -178,6 +201,23 @@ void scale_all(int device, bool float64, const TensorList& tensors, double value
     else
       scale_all_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, float(value));
     EMBER_CUDA_LAUNCHED("scale_all_kernel");
+  });
+}
+
+void clip_scale(int device, const double* partials, int64_t count, double max_norm, double* norm_scale) {
+  cudaStream_t stream = use_device(device);
+  clip_scale_kernel<<<1, 1, 0, stream>>>(partials, count, max_norm, norm_scale);
+  EMBER_CUDA_LAUNCHED("clip_scale_kernel");
+}
+
+void scale_all_by(int device, bool float64, const TensorList& tensors, const double* factor) {
+  cudaStream_t stream = use_device(device);
+  for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
+    if (float64)
+      scale_all_by_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, factor);
+    else
+      scale_all_by_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, factor);
+    EMBER_CUDA_LAUNCHED("scale_all_by_kernel");
   });
 }
 

@@ -1,8 +1,10 @@
 // Row kernels, forward and backward: reductions over the last dim, argmax, softmax and log-softmax,
 // the normalisations (layer norm, and below it RMS norm) and cross-entropy.
-// One block of 256 threads per row: each thread accumulates a fixed, strided subset of the row, and
-// the 256 partial results are combined by a tree in shared memory in a fixed order. No atomics:
-// the same input always gives the same bits, whatever the GPU. Floating sums accumulate in double.
+// Long rows: one block of 256 threads per row: each thread accumulates a fixed, strided subset of
+// the row, and the 256 partial results are combined by a tree in shared memory in a fixed order;
+// floating sums accumulate in double. Short rows of softmax and layer norm (up to 1024 elements,
+// the recipe's 128 and 256): one warp per row, several rows per block, warp shuffles (below). No
+// atomics: the same input always gives the same bits, whatever the GPU.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <cmath>
 
@@ -117,6 +119,140 @@ __global__ void softmax_backward_kernel(const T* grad, const T* y, T* dx, int64_
   }
 }
 
+// ---- Short rows: one warp per row, several rows per block, sums by warp shuffles (no shared
+// memory, no __syncthreads). A row of up to kWarpRowMax elements goes to one warp of 32 lanes;
+// lane l takes elements l, l + 32, ...; a butterfly of __shfl_xor_sync gives every lane the same
+// total in the same order (addition is commutative, so lanes i and i ^ k compute the same bits):
+// deterministic. The grid is at most kMaxRowBlocks blocks of kRowsPerBlock warps; each warp then
+// takes rows kRowsPerBlock * gridDim.x apart. float32 rows accumulate in float (their sums are of
+// at most 1024 terms; double where the row is float64).
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = kThreads / kWarp;  // 8 warps of a 256-thread block
+constexpr int64_t kWarpRowMax = 1024;
+constexpr int64_t kMaxRowBlocks = 512;
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+
+unsigned warp_row_blocks(int64_t rows) {
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  return unsigned(blocks < kMaxRowBlocks ? blocks : kMaxRowBlocks);
+}
+
+// Row r of warp (threadIdx.x / 32) of this block, then every kRowsPerBlock * gridDim.x rows.
+#define EMBER_WARP_ROWS(r, rows)                                                                    \
+  for (int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp; r < (rows);          \
+       r += int64_t(gridDim.x) * kRowsPerBlock)
+
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int offset = kWarp / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+template <typename A>
+__device__ __forceinline__ A warp_max(A v) {
+  for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
+    A other = __shfl_xor_sync(kFullMask, v, offset);
+    v = other > v ? other : v;
+  }
+  return v;
+}
+
+// y[r, :] = softmax(x[r, :]) (or log-softmax), rows of n <= kWarpRowMax.
+template <typename T>
+__global__ void softmax_forward_warp_kernel(const T* x, T* y, int64_t rows, int64_t n, bool log) {
+  const int lane = int(threadIdx.x) % kWarp;
+  EMBER_WARP_ROWS(r, rows) {
+    const T* row = x + r * n;
+    T* out = y + r * n;
+    T m = T(-INFINITY);
+    for (int64_t j = lane; j < n; j += kWarp) m = row[j] > m ? row[j] : m;
+    m = warp_max(m);
+    T s = 0;
+    for (int64_t j = lane; j < n; j += kWarp) s += std::exp(row[j] - m);
+    s = warp_sum(s);
+    if (log) {
+      const T log_s = std::log(s);
+      for (int64_t j = lane; j < n; j += kWarp) out[j] = (row[j] - m) - log_s;
+    } else {
+      const T inv = T(1) / s;
+      for (int64_t j = lane; j < n; j += kWarp) out[j] = std::exp(row[j] - m) * inv;
+    }
+  }
+}
+
+// dx[r, :] from grad and y = softmax (or log-softmax) of the row, rows of n <= kWarpRowMax.
+template <typename T>
+__global__ void softmax_backward_warp_kernel(const T* grad, const T* y, T* dx, int64_t rows, int64_t n, bool log) {
+  const int lane = int(threadIdx.x) % kWarp;
+  EMBER_WARP_ROWS(r, rows) {
+    const int64_t base = r * n;
+    T acc = 0;
+    for (int64_t j = lane; j < n; j += kWarp) acc += log ? grad[base + j] : grad[base + j] * y[base + j];
+    const T total = warp_sum(acc);
+    for (int64_t j = lane; j < n; j += kWarp) {
+      T g = grad[base + j], v = y[base + j];
+      dx[base + j] = log ? g - std::exp(v) * total : v * (g - total);
+    }
+  }
+}
+
+// Layer norm of rows of D <= kWarpRowMax: the mean, then the mean square deviation (two passes),
+// both of the row shifted by its first element, like the CPU.
+// NOTE: the shift is what lets float32 accumulate in float: rows far from zero (x + 1e4) lost three
+// digits without it (measured by "layer_norm: float32 stays accurate far from zero"); x - x0 is
+// exact for nearby floats.
+template <typename T>
+__global__ void layer_norm_forward_warp_kernel(const T* x, const T* w, const T* b, T* y, double* mean_out,
+                                               double* rstd_out, int64_t rows, int64_t D, double eps) {
+  const int lane = int(threadIdx.x) % kWarp;
+  EMBER_WARP_ROWS(r, rows) {
+    const int64_t base = r * D;
+    const T shift = x[base];
+    T s = 0;
+    for (int64_t j = lane; j < D; j += kWarp) s += x[base + j] - shift;
+    const T mean = warp_sum(s) / T(D);  // of the shifted row
+    T q = 0;
+    for (int64_t j = lane; j < D; j += kWarp) {
+      T d = (x[base + j] - shift) - mean;
+      q += d * d;
+    }
+    const T rstd = T(1) / std::sqrt(warp_sum(q) / T(D) + T(eps));
+    for (int64_t j = lane; j < D; j += kWarp) {
+      T v = ((x[base + j] - shift) - mean) * rstd;
+      if (w != nullptr) v *= w[j];
+      if (b != nullptr) v += b[j];
+      y[base + j] = v;
+    }
+    if (lane == 0) {
+      mean_out[r] = double(shift) + double(mean);
+      rstd_out[r] = double(rstd);
+    }
+  }
+}
+
+// dx of layer norm, rows of D <= kWarpRowMax (layer_norm_dx_kernel's formula).
+template <typename T>
+__global__ void layer_norm_dx_warp_kernel(const T* grad, const T* x, const double* mean, const double* rstd,
+                                          const T* w, T* dx, int64_t rows, int64_t D) {
+  const int lane = int(threadIdx.x) % kWarp;
+  EMBER_WARP_ROWS(r, rows) {
+    const int64_t base = r * D;
+    const double mu = mean[r];  // NOTE: x - mu in double: mu of a row far from zero is not a float
+    const T rs = T(rstd[r]);
+    T s_gw = 0, s_gwx = 0;
+    for (int64_t j = lane; j < D; j += kWarp) {
+      T gw = grad[base + j] * (w != nullptr ? w[j] : T(1));
+      s_gw += gw;
+      s_gwx += gw * (T(double(x[base + j]) - mu) * rs);
+    }
+    const T mean_gw = warp_sum(s_gw) / T(D), mean_gwx = warp_sum(s_gwx) / T(D);
+    for (int64_t j = lane; j < D; j += kWarp) {
+      T gw = grad[base + j] * (w != nullptr ? w[j] : T(1));
+      T xhat = T(double(x[base + j]) - mu) * rs;
+      dx[base + j] = rs * (gw - mean_gw - xhat * mean_gwx);
+    }
+  }
+}
+
 template <typename T>
 __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T* y, double* mean_out,
                                           double* rstd_out, int64_t D, double eps) {
@@ -221,7 +357,8 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* tar
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* targets, const T* row_max,
                                               const T* sum_exp, T* dlogits, int64_t N, int64_t C,
-                                              int64_t ignore_index, double scale) {
+                                              int64_t ignore_index, const double* grad, int64_t count) {
+  const double scale = count > 0 ? grad[0] / double(count) : 0.0;  // the CPU's g.item() / count
   EMBER_CUDA_LOOP(i, N * C) {
     const int64_t r = i / C, c = i % C;
     const int64_t t = targets[r];
@@ -275,6 +412,16 @@ void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t ro
 void softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log) {
   if (rows == 0 || n == 0) return;
   cudaStream_t stream = use_device(device);
+  if (n <= kWarpRowMax) {  // short rows: a warp each
+    if (float64)
+      softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const double*>(x), static_cast<double*>(y), rows, n, log);
+    else
+      softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const float*>(x), static_cast<float*>(y), rows, n, log);
+    EMBER_CUDA_LAUNCHED("softmax_forward_warp_kernel");
+    return;
+  }
   if (float64)
     softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const double*>(x), static_cast<double*>(y), n, log);
   else
@@ -286,6 +433,16 @@ void softmax_backward(int device, bool float64, const void* grad, const void* y,
                       bool log) {
   if (rows == 0 || n == 0) return;
   cudaStream_t stream = use_device(device);
+  if (n <= kWarpRowMax) {  // short rows: a warp each
+    if (float64)
+      softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const double*>(grad), static_cast<const double*>(y), static_cast<double*>(dx), rows, n, log);
+    else
+      softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const float*>(grad), static_cast<const float*>(y), static_cast<float*>(dx), rows, n, log);
+    EMBER_CUDA_LAUNCHED("softmax_backward_warp_kernel");
+    return;
+  }
   if (float64)
     softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
         static_cast<const double*>(grad), static_cast<const double*>(y), static_cast<double*>(dx), n, log);
@@ -299,6 +456,18 @@ void layer_norm_forward(int device, bool float64, const void* x, const void* wei
                         double* mean, double* rstd, int64_t rows, int64_t D, double eps) {
   if (rows == 0) return;
   cudaStream_t stream = use_device(device);
+  if (D <= kWarpRowMax) {  // short rows: a warp each
+    if (float64)
+      layer_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<const double*>(bias),
+          static_cast<double*>(y), mean, rstd, rows, D, eps);
+    else
+      layer_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<const float*>(bias),
+          static_cast<float*>(y), mean, rstd, rows, D, eps);
+    EMBER_CUDA_LAUNCHED("layer_norm_forward_warp_kernel");
+    return;
+  }
   if (float64)
     layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
         static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<const double*>(bias),
@@ -315,7 +484,10 @@ int64_t layer_norm_chunks(int64_t rows) { return (rows + kLayerNormChunkRows - 1
 template <typename T>
 void layer_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, const double* mean, const double* rstd,
                                const T* w, T* dx, T* dw, T* db, int64_t rows, int64_t D, double* partial) {
-  if (dx != nullptr) {
+  if (dx != nullptr && D <= kWarpRowMax) {  // short rows: a warp each
+    layer_norm_dx_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(grad, x, mean, rstd, w, dx, rows, D);
+    EMBER_CUDA_LAUNCHED("layer_norm_dx_warp_kernel");
+  } else if (dx != nullptr) {
     layer_norm_dx_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(grad, x, mean, rstd, w, dx, D);
     EMBER_CUDA_LAUNCHED("layer_norm_dx_kernel");
   }
@@ -362,17 +534,17 @@ void cross_entropy_forward(int device, bool float64, const void* logits, const i
 
 void cross_entropy_backward(int device, bool float64, const void* logits, const int64_t* targets, const void* row_max,
                             const void* sum_exp, void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
-                            double scale) {
+                            const double* grad, int64_t count) {
   if (N * C == 0) return;
   cudaStream_t stream = use_device(device);
   if (float64)
     cross_entropy_backward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(
         static_cast<const double*>(logits), targets, static_cast<const double*>(row_max),
-        static_cast<const double*>(sum_exp), static_cast<double*>(dlogits), N, C, ignore_index, scale);
+        static_cast<const double*>(sum_exp), static_cast<double*>(dlogits), N, C, ignore_index, grad, count);
   else
     cross_entropy_backward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(
         static_cast<const float*>(logits), targets, static_cast<const float*>(row_max),
-        static_cast<const float*>(sum_exp), static_cast<float*>(dlogits), N, C, ignore_index, scale);
+        static_cast<const float*>(sum_exp), static_cast<float*>(dlogits), N, C, ignore_index, grad, count);
   EMBER_CUDA_LAUNCHED("cross_entropy_backward_kernel");
 }
 

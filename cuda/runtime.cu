@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <mutex>
 
 #include "core/allocator.h"
@@ -114,6 +116,91 @@ CachingAllocator& caching_allocator(int index) {
   return *allocators[index];
 }
 
+// Host-to-device copies go through pinned staging blocks: the source is copied into one (a host
+// memcpy, so the caller may reuse its memory at once), the block is copied to the device
+// asynchronously on the stream, and an event recorded after that copy tells when the block may be
+// used again. The host does not wait: a block whose copy has not finished is left alone and
+// another one taken (or made, up to kStagingLimit bytes in all; past that the oldest is waited for).
+// NOTE: a copy from pageable memory would make the host wait for the stream (the driver stages it).
+constexpr size_t kStagingMin = size_t(64) << 10;     // the smallest block
+constexpr size_t kStagingMax = size_t(16) << 20;     // larger copies go directly, and wait
+constexpr size_t kStagingLimit = size_t(256) << 20;  // pinned bytes per device at most
+
+class StagingPool {
+ public:
+  // False when the copy is too large for staging (the caller copies directly).
+  bool upload(int device, void* dst, const void* src, size_t n, cudaStream_t stream) {
+    if (n > kStagingMax) return false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    Block* block = take(device, n);
+    std::memcpy(block->ptr, src, n);
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, block->ptr, n, cudaMemcpyHostToDevice, stream));
+    EMBER_CUDA_CHECK(cudaEventRecord(block->done, stream));
+    block->serial = ++serial_;
+    return true;
+  }
+
+  // To the host: into a pinned block, one wait for the stream, then a host memcpy (a read of the
+  // GPU waits anyway; through pinned memory the copy is one DMA and the wait is the only one).
+  bool download(int device, void* dst, const void* src, size_t n, cudaStream_t stream) {
+    if (n > kStagingMax) return false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    Block* block = take(device, n);
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(block->ptr, src, n, cudaMemcpyDeviceToHost, stream));
+    EMBER_CUDA_CHECK(cudaEventRecord(block->done, stream));
+    EMBER_CUDA_CHECK(cudaEventSynchronize(block->done));
+    std::memcpy(dst, block->ptr, n);
+    block->serial = ++serial_;
+    return true;
+  }
+
+ private:
+  struct Block {
+    void* ptr;
+    size_t size;
+    cudaEvent_t done;  // recorded after the block's last copy
+    uint64_t serial;   // when it was last used (the oldest is waited for at the limit)
+  };
+
+  Block* take(int device, size_t n) {
+    Block* oldest = nullptr;
+    for (Block& b : blocks_) {
+      if (b.size < n) continue;
+      const cudaError_t state = cudaEventQuery(b.done);
+      if (state == cudaSuccess) return &b;
+      if (state != cudaErrorNotReady) EMBER_CUDA_CHECK(state);
+      cudaGetLastError();  // NOTE: "not ready" is no error; clear it, as PyTorch does, or the next check reports it
+      if (oldest == nullptr || b.serial < oldest->serial) oldest = &b;
+    }
+    size_t size = kStagingMin;
+    while (size < n) size *= 2;
+    if (bytes_ + size > kStagingLimit && oldest != nullptr) {
+      EMBER_CUDA_CHECK(cudaEventSynchronize(oldest->done));  // far ahead of the GPU: wait for the oldest
+      return oldest;
+    }
+    Block b{nullptr, size, nullptr, 0};
+    EMBER_CUDA_CHECK(cudaSetDevice(device));
+    EMBER_CUDA_CHECK(cudaHostAlloc(&b.ptr, size, cudaHostAllocDefault));
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
+    bytes_ += size;
+    blocks_.push_back(b);
+    return &blocks_.back();
+  }
+
+  std::mutex mutex_;
+  std::deque<Block> blocks_;  // a deque: pointers to blocks stay valid as it grows
+  size_t bytes_ = 0;
+  uint64_t serial_ = 0;
+};
+
+StagingPool& staging_pool(int index) {
+  static StagingPool* pools[kMaxDevices] = {};
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (pools[index] == nullptr) pools[index] = new StagingPool();  // NOTE: leaked on purpose, like the allocators
+  return *pools[index];
+}
+
 }  // namespace
 
 cudaStream_t current_stream(int device) {
@@ -184,9 +271,16 @@ void copy_bytes_across_devices(void* dst, Device dst_device, const void* src, De
     return;
   }
   cudaStream_t stream = cuda::use_device(device);
+  // To the device: through a pinned staging block, without waiting (see StagingPool).
+  if (kind == cudaMemcpyHostToDevice && cuda::staging_pool(device).upload(device, dst, src, size_t(nbytes), stream))
+    return;
+  // To the host: through a pinned block too, with one wait.
+  if (kind == cudaMemcpyDeviceToHost && cuda::staging_pool(device).download(device, dst, src, size_t(nbytes), stream))
+    return;
   EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(nbytes), kind, stream));
-  // The host side must not be reused (or read) before the copy is done: wait for it.
-  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // Within the device the stream orders the copy; otherwise the host side must not be reused (or
+  // read) before the copy is done: wait for it.
+  if (kind != cudaMemcpyDeviceToDevice) EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace ember

@@ -26,6 +26,14 @@ ScheduleKind parse_schedule(const std::string& name) {
   fail("unknown schedule '{}': expected constant, linear or cosine", name);
 }
 
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return clip_by_norm_(grads, max_norm);  // on one GPU: the norm, the factor and the scaling stay there
+}
+
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
   // One read of each gradient, squares summed in double: no temporaries in the training step. On a

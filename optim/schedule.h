@@ -26,5 +26,8 @@ ScheduleKind parse_schedule(const std::string& name);  // "constant", "linear", 
 // Scales all gradients in place so that their global L2 norm is at most max_norm.
 // Returns the norm before clipping.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The same without reading the norm back: it is returned as a float64 scalar on the gradients'
+// device, where (on one GPU) the norm and the scaling are computed: the host does not wait.
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace ember::optim

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Copies the C++ dependencies Ember builds against (fmt, doctest, nlohmann-json: headers, CMake
-# config files, libfmt) from this machine's Debian packages into .deps/ (git-ignored), laid out
+# Copies the C++ dependencies Ember builds against (fmt, doctest, nlohmann-json, CLI11, OpenSSL's
+# libcrypto: headers, CMake config files, libfmt and libcrypto) from this machine's Debian packages
+# into .deps/ (git-ignored), laid out
 # like /usr so that their CMake files still find everything. For a GPU machine whose image has
 # nvcc and CMake but not these packages, and no network: carry .deps along and bench/gpu-check.sh
-# uses it (CMAKE_PREFIX_PATH, LD_LIBRARY_PATH). About 3 MB.
+# uses it (CMAKE_PREFIX_PATH, LD_LIBRARY_PATH). About 10 MB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=.deps/usr
@@ -14,6 +15,11 @@ cp -r /usr/lib/x86_64-linux-gnu/cmake/fmt "$dest/lib/x86_64-linux-gnu/cmake/"
 cp -a /usr/lib/x86_64-linux-gnu/libfmt.so* "$dest/lib/x86_64-linux-gnu/"
 cp -r /usr/lib/cmake/doctest "$dest/lib/cmake/"
 cp -r /usr/share/cmake/nlohmann_json "$dest/share/cmake/"
+# CLI11 (header-only; the imdb program's flags) and OpenSSL's libcrypto (the dataset's SHA-1).
+cp -r /usr/include/CLI /usr/include/openssl "$dest/include/"
+cp /usr/include/x86_64-linux-gnu/openssl/* "$dest/include/openssl/"  # Debian's per-architecture part, merged
+cp -r /usr/share/cmake/CLI11 "$dest/share/cmake/"
+cp -a /usr/lib/x86_64-linux-gnu/libcrypto.so* "$dest/lib/x86_64-linux-gnu/"
 # doctest's targets file names /usr outright: make it relative to where the file now is.
 sed -i 's|^set(_IMPORT_PREFIX "/usr")$|get_filename_component(_IMPORT_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)|' \
   "$dest/lib/cmake/doctest/doctestTargets.cmake"

@@ -12,6 +12,7 @@
 #   suites_only      files whose cases are kept only if their test suite is "devices" or "cuda"
 #                    (the CPU-only cases of a device test file, in the emulated program)
 #   slow             regular expressions: a case whose name matches one also gets the label slow
+#   (a case of the normal program that runs on a GPU also gets the label gpu: see below)
 #   properties       more test properties for every case
 cmake_minimum_required(VERSION 3.24)
 include(${CONFIG})
@@ -62,6 +63,11 @@ while(TRUE)
     set(labels ${area_${file}})
   else()
     set(labels ${default_area})
+  endif()
+  # The cases that use a GPU when there is one (the cuda area's files, and the device and cuda test
+  # suites of the others) also get the label gpu: bench/gpu-check.sh runs `ctest -L gpu`.
+  if("${label}" STREQUAL "" AND (suite MATCHES "^(devices|cuda)$" OR labels STREQUAL "cuda"))
+    list(APPEND labels gpu)
   endif()
   foreach(regex IN LISTS slow)
     if(name MATCHES "${regex}")

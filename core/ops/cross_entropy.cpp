@@ -7,6 +7,9 @@
 // nan here; a batch of padding only should not poison a running sum of losses).
 // Validation: logits 2-D floating [N, C]; targets 1-D int32 or int64 of length N, each in [0, C)
 // or equal to ignore_index; otherwise an ember::Error naming the op, the shapes and the bad value.
+// On a GPU the targets may stay on the host (the trainer keeps them there): they are checked there
+// and uploaded without the host waiting; targets already on the GPU are read back to be checked
+// (the host waits for the GPU). The backward reads its incoming gradient on the GPU, never on the host.
 // Kernels: core/cpu/cross_entropy.cpp.
 #include "core/cpu/cross_entropy.h"
 #include "core/ops/op_support.h"
@@ -15,7 +18,8 @@ namespace ember {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   EMBER_CHECK(logits.defined() && targets.defined(), "cross_entropy: an input tensor is undefined");
-  check_same_device("cross_entropy", {&logits, &targets});
+  if (!(logits.device().is_cuda() && targets.device().is_cpu()))  // host targets: checked before upload
+    check_same_device("cross_entropy", {&logits, &targets});
   EMBER_CHECK(logits.dim() == 2, "cross_entropy: logits must be 2-D [N, C], got {}", shape_str(logits.shape()));
   EMBER_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be float32 or float64, got {}",
               dtype_name(logits.dtype()));
@@ -48,8 +52,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   record("cross_entropy", loss, {logits, targets},
          [saved_x = save(x), saved_t = save(t), f, ignore_index](const Tensor& g) -> Grads {
     const Tensor &x = saved_x.get(), &t = saved_t.get();
+    // NOTE: on a GPU, g stays there (g.item() would make the host wait for the whole forward).
+    if (x.device().is_cuda()) return {gpu::cross_entropy_backward(x, t, f, ignore_index, g), Tensor()};
     double scale = f.count > 0 ? g.item<double>() / double(f.count) : 0.0;
-    if (x.device().is_cuda()) return {gpu::cross_entropy_backward(x, t, f, ignore_index, scale), Tensor()};
     return {cpu::cross_entropy_backward(x, t, f, ignore_index, scale), Tensor()};
   });
   return loss;

@@ -77,6 +77,9 @@ void scatter_rows(const std::vector<int64_t>& ids, const Tensor& grad, const Ten
 
 // The same op on a GPU: the ids were checked on the host; the backward buckets them there too and
 // sums each row's positions in order on the GPU (no atomics, the CPU's order).
+// NOTE: ids may stay on the host with a GPU weight (the trainer keeps its tokens there): then
+// neither the forward nor the backward makes the host wait for the GPU (the ids and buckets are
+// uploaded through pinned staging). Ids on the GPU are read back first, which waits.
 Tensor embedding_cuda(const Tensor& weight, std::vector<int64_t> id_list, const Shape& out_shape, int64_t V, int64_t D) {
   Tensor out = gpu::embedding_forward(weight, id_list, out_shape);
   record("embedding", out, {weight}, [id_list = std::move(id_list), V, D](const Tensor& g) -> Grads {
@@ -90,7 +93,8 @@ Tensor embedding_cuda(const Tensor& weight, std::vector<int64_t> id_list, const 
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
-  check_same_device("embedding", {&weight, &ids});
+  if (!(weight.device().is_cuda() && ids.device().is_cpu()))  // host ids: checked before upload
+    check_same_device("embedding", {&weight, &ids});
   EMBER_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [V, D], got shape {}", shape_str(weight.shape()));
   EMBER_CHECK(is_integer(ids.dtype()), "embedding: ids must be int32 or int64, got {}", dtype_name(ids.dtype()));
   EMBER_CHECK(is_floating(weight.dtype()), "embedding: weight must be float32 or float64, got {}",

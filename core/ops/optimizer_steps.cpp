@@ -3,6 +3,7 @@
 // on the CPU (the per-element rules of core/update_rules.h, on the thread pool), or all the
 // parameters of a GPU and dtype by one fused launch of the same rules (core/gpu.h,
 // cuda/optim_kernels.cu). Gradient clipping's sum of squares and scaling likewise.
+#include <cmath>
 #include <map>
 #include <utility>
 
@@ -160,6 +161,24 @@ double sum_of_squares(const std::vector<Tensor>& tensors_in) {
   // On a GPU: all the tensors of a device and dtype in one launch and one read back of its partial sums.
   for (const auto& [where, group] : cuda_groups(tensors)) total += gpu::sum_of_squares(pick(tensors, group));
   return total;
+}
+
+Tensor clip_by_norm_(const std::vector<Tensor>& tensors, double max_norm) {
+  // All on one GPU, of one dtype, contiguous: the norm and the factor stay there (no read back).
+  bool one_gpu = !tensors.empty();
+  for (const Tensor& t : tensors) {
+    EMBER_CHECK(t.defined(), "clip_by_norm_: a tensor is undefined");
+    EMBER_CHECK(is_floating(t.dtype()), "clip_by_norm_: expected floating tensors, got {}", dtype_name(t.dtype()));
+    one_gpu = one_gpu && t.device().is_cuda() && t.device() == tensors[0].device() &&
+              t.dtype() == tensors[0].dtype() && t.is_contiguous();
+  }
+  if (one_gpu) {
+    for (const Tensor& t : tensors) t.bump_version();  // written in place by the scaling launch
+    return gpu::clip_by_norm(tensors, max_norm);
+  }
+  const double norm = std::sqrt(sum_of_squares(tensors));
+  if (norm > max_norm && norm > 0) scale_all_(tensors, max_norm / (norm + 1e-6));
+  return from_vector(std::vector<double>{norm}, {});
 }
 
 void scale_all_(const std::vector<Tensor>& tensors, double value) {

@@ -151,11 +151,9 @@ BatchTensors to_tensors(const Batch& batch, Device device) {
   bool* mask = t.padding_mask.data<bool>();
   for (size_t i = 0; i < batch.key_mask.size(); ++i) mask[i] = batch.key_mask[i] == 0;
   t.labels = from_vector(batch.labels, {batch.batch});
-  if (!device.is_cpu()) {
-    t.tokens = t.tokens.to(device);
-    t.padding_mask = t.padding_mask.to(device);
-    t.labels = t.labels.to(device);
-  }
+  // On a GPU the tokens and labels stay on the host: the embedding and cross-entropy check them there
+  // and upload them without the host waiting for the GPU (docs/cuda.md, the step without waits).
+  if (!device.is_cpu()) t.padding_mask = t.padding_mask.to(device);
   return t;
 }
 
@@ -177,7 +175,7 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   for (int64_t b = rank; b < batcher.num_batches(); b += ranks) {  // whole batches, shared out in turn
     BatchTensors t = to_tensors(batcher.batch(order, b), device);
     Tensor predicted = argmax(model.forward(t.tokens, t.padding_mask), 1);
-    correct += int64_t(sum(eq(predicted, t.labels).to(Dtype::Float64)).item<double>());
+    correct += int64_t(sum(eq(predicted, t.labels.to(predicted.device())).to(Dtype::Float64)).item<double>());
   }
   model.train(was_training);
   if (ranks > 1) {
@@ -354,8 +352,31 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
   nn::DataParallel dp(model, *group, {.bucket_bytes = config.bucket_kb * 1024, .overlap = config.overlap,
                                       .reduce_gradients = !config.zero});
   int64_t& step = state.step;
+  // The steps' losses not read yet. On a GPU reading one makes the host wait for the step, so they
+  // are read on logging steps and before a save (on a CPU, and on several ranks, every step).
+  struct PendingLoss {
+    int64_t step, epoch;
+    double lr;
+    Tensor loss;                   // this process's loss, read when needed
+    std::optional<double> value;   // several ranks: the whole batch's, already read
+  };
+  std::vector<PendingLoss> pending;
+  RunResult result;
+  auto read_losses = [&]() {
+    for (const PendingLoss& p : pending) {
+      const double loss_value = p.value ? *p.value : double(p.loss.item<float>());
+      EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "
+                  "not saved and the last checkpoint is kept (lower --lr, or clip with --clip)", p.step, p.epoch,
+                  loss_value);
+      result.step_losses.push_back(loss_value);
+      state.epoch_loss_sum += loss_value;
+      if (lead) metrics->write(step_record(p.step, p.epoch, loss_value, p.lr));
+    }
+    pending.clear();
+  };
   // Collective: every rank gathers the state (ZeRO-1's moments live in shards); rank 0 writes it.
   auto save = [&]() {
+    read_losses();
     if (several) dp.check_replicas_agree();
     state.generator_offset = gen.offset();
     const nn::TensorMap optimizer_state = optimizer->state_dict();
@@ -365,7 +386,6 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
     });
   };
 
-  RunResult result;
   result.parameters = model.num_parameters();
   result.total_steps = total_steps;
   if (!config.quiet)
@@ -411,34 +431,35 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
       if (several) (loss * (double(rows.size()) * world.size() / double(batch_rows))).backward();
       else loss.backward();
       dp.synchronize_gradients();
-      if (config.clip > 0 && !config.zero) optim::clip_grad_norm(model.parameters(), config.clip);
+      if (config.clip > 0 && !config.zero) optim::clip_grad_norm_(model.parameters(), config.clip);  // the norm stays on the GPU
       optimizer->step();
-      double loss_value = loss.item<float>();
       int64_t batch_real_tokens = batch.real_tokens;
+      std::optional<double> whole_batch_loss;
       if (several) {  // the whole batch's loss and tokens, for the log; and any rank's signal
-        Tensor sums = from_vector(std::vector<double>{loss_value * double(rows.size()), double(batch.real_tokens),
-                                                      double(StopSignals::received())});
+        Tensor sums = from_vector(std::vector<double>{double(loss.item<float>()) * double(rows.size()),
+                                                      double(batch.real_tokens), double(StopSignals::received())});
         world.all_reduce(sums, distributed::ReduceOp::Sum);
         std::vector<double> totals = sums.to_vector<double>();
-        loss_value = totals[0] / double(batch_rows);
+        whole_batch_loss = totals[0] / double(batch_rows);
         batch_real_tokens = int64_t(totals[1]);
         if (totals[2] > 0) agreed_signal = StopSignals::received() != 0 ? StopSignals::received() : SIGTERM;
       }
-      EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "
-                  "not saved and the last checkpoint is kept (lower --lr, or clip with --clip)", step + 1, epoch + 1,
-                  loss_value);
       ++step;
+      pending.push_back({step, epoch + 1, optimizer->lr(), loss, whole_batch_loss});
 
-      result.step_losses.push_back(loss_value);
-      state.epoch_loss_sum += loss_value;
       real_tokens += batch_real_tokens;
       padded_tokens += batch_rows * batch.seq_len;
-      double elapsed = seconds_since(epoch_start);
-      progress.update(b + 1, state.epoch_loss_sum / double(b + 1), double(real_tokens) / elapsed, elapsed);
-      if (lead) metrics->write(step_record(step, epoch + 1, loss_value, optimizer->lr()));
       // An epoch's last step is checkpointed after its evaluation (below), not here.
-      if (config.save_every > 0 && step % config.save_every == 0 && step % steps_per_epoch != 0) save();
-      if (config.stop_after > 0 && step >= config.stop_after) {
+      const bool save_now = config.save_every > 0 && step % config.save_every == 0 && step % steps_per_epoch != 0;
+      const bool stop_now = config.stop_after > 0 && step >= config.stop_after;
+      if (!device.is_cuda() || several || (b + 1) % config.log_every == 0 || b + 1 == steps_per_epoch || save_now ||
+          stop_now) {
+        read_losses();
+        double elapsed = seconds_since(epoch_start);
+        progress.update(b + 1, state.epoch_loss_sum / double(b + 1), double(real_tokens) / elapsed, elapsed);
+      }
+      if (save_now) save();
+      if (stop_now) {
         stop = true;
         break;
       }

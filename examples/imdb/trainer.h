@@ -129,7 +129,8 @@ double predict_positive(const SavedRun& run, const std::string& review);
 struct BatchTensors {
   Tensor tokens, padding_mask, labels;
 };
-// On `device` (copied there from the host).
+// The padding mask on `device` (copied there from the host); tokens and labels stay on the host, where
+// the embedding and cross-entropy check them before they upload them (no wait for the GPU).
 BatchTensors to_tensors(const Batch& batch, Device device = Device::cpu());
 // The device of a --device flag, checked: cuda:N with no such GPU (or no CUDA build) is an ember::Error.
 Device checked_device(const std::string& name);

@@ -143,3 +143,36 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 // ---- The kernel side: __syncthreads() and the launch (emulator.h).
 #include "emulator.h"
 #define __syncthreads() ::ember_emu::syncthreads(__FILE__, __LINE__)
+
+// ---- Pinned (page-locked) host memory (pinned.cpp): copies from and to it do not make the host
+// wait; copies from and to pageable memory do, and the emulator counts them (counters.h).
+constexpr unsigned cudaHostAllocDefault = 0x0;
+constexpr unsigned cudaHostAllocPortable = 0x1;
+constexpr unsigned cudaHostAllocMapped = 0x2;
+constexpr unsigned cudaHostAllocWriteCombined = 0x4;
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned flags);
+cudaError_t cudaMallocHost(void** ptr, size_t size);
+cudaError_t cudaFreeHost(void* ptr);
+
+// ---- Host waits, counted where they are called (counters.h). Every call that makes the host wait
+// for the GPU is wrapped, in the code that calls it (not in the emulator's own files, which define
+// EMBER_EMU_IMPLEMENTATION), so that the count names the call's file and line. EMBER_CUDA_CHECK's
+// message quotes the call as written (#call does not expand the macro).
+#ifndef EMBER_EMU_IMPLEMENTATION
+#include "counters.h"
+#define EMBER_EMU_WAITS(call, ...) (::ember_emu::note_host_wait(#call, __FILE__, __LINE__), ::call(__VA_ARGS__))
+#define EMBER_EMU_COPY(call, ...) (::ember_emu::note_call_site(__FILE__, __LINE__), ::call(__VA_ARGS__))
+#define cudaStreamSynchronize(...) EMBER_EMU_WAITS(cudaStreamSynchronize, __VA_ARGS__)
+#define cudaDeviceSynchronize(...) EMBER_EMU_WAITS(cudaDeviceSynchronize, __VA_ARGS__)
+#define cudaEventSynchronize(...) EMBER_EMU_WAITS(cudaEventSynchronize, __VA_ARGS__)
+#define cudaFree(...) EMBER_EMU_WAITS(cudaFree, __VA_ARGS__)  // cudaFree synchronises the device
+#define cudaFreeHost(...) EMBER_EMU_WAITS(cudaFreeHost, __VA_ARGS__)
+#define cudaMemcpy(...) EMBER_EMU_COPY(cudaMemcpy, __VA_ARGS__)
+#define cudaMemcpyAsync(...) EMBER_EMU_COPY(cudaMemcpyAsync, __VA_ARGS__)
+#endif
+
+// ---- Kernel parameters read in place (sm_70 and later): nothing to do on a CPU.
+#define __grid_constant__
+
+// ---- Warps (shuffles, votes, __syncwarp: their lanes meet in lockstep, masks checked) and atomics.
+#include "warp.h"

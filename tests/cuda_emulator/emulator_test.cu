@@ -55,6 +55,49 @@ __global__ void copy_kernel(const float* in, float* out, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = in[i];
 }
 
+// Warps. Each warp sums its lanes' values by a butterfly of shuffles: every lane gets the sum.
+__global__ void warp_sum_kernel(const int* in, int* out) {
+  int v = in[threadIdx.x];
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  out[threadIdx.x] = v;
+}
+
+// Lane i gets lane i - 1's value (lane 0 its own), then lane i + 2's (the last two their own), then
+// lane 5's; out2 = the ballot of odd lanes, out3 = any / all of them.
+__global__ void warp_moves_kernel(int* out, unsigned* ballots) {
+  const int lane = int(threadIdx.x) % warpSize;
+  int up = __shfl_up_sync(0xFFFFFFFFu, lane, 1);
+  int down = __shfl_down_sync(0xFFFFFFFFu, lane, 2);
+  int five = __shfl_sync(0xFFFFFFFFu, lane, 5);
+  __syncwarp();
+  out[threadIdx.x] = up * 10000 + down * 100 + five;
+  unsigned odd = __ballot_sync(0xFFFFFFFFu, lane % 2 == 1);
+  if (lane == 0) {
+    ballots[0] = odd;
+    ballots[1] = unsigned(__any_sync(0x1u, lane > 0));  // lane 0 alone
+    ballots[2] = unsigned(__all_sync(0x1u, lane == 0));
+  }
+}
+
+__global__ void shuffle_divergent_kernel(int* out) {  // wrong: lanes 16-31 never reach the shuffle
+  int v = int(threadIdx.x);
+  if (threadIdx.x < 16) v = __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+  out[threadIdx.x] = v;
+}
+
+__global__ void shuffle_wrong_mask_kernel(int* out) {  // wrong: the mask leaves out the upper half
+  int v = __shfl_xor_sync(0x0000FFFFu, int(threadIdx.x), 1);
+  out[threadIdx.x] = v;
+}
+
+__global__ void shuffle_outside_mask_kernel(int* out) {  // wrong: lane 15 reads lane 16, outside the mask
+  int v = int(threadIdx.x);
+  if (threadIdx.x < 16) v = __shfl_down_sync(0x0000FFFFu, v, 1, 32);
+  out[threadIdx.x] = v;
+}
+
+__global__ void atomic_count_kernel(int* counter) { atomicAdd(counter, 1); }
+
 int evaluations = 0;
 int counted(int value) {
   ++evaluations;
@@ -226,4 +269,58 @@ TEST_CASE("emulator: cuBLAS GEMM is column-major, with transposes, leading dimen
   cudaFree(A);
   cudaFree(B);
   cudaFree(C);
+}
+
+TEST_CASE("emulator: warp shuffles and votes run the lanes in lockstep and give each lane its value") {
+  int *in = nullptr, *out = nullptr;
+  unsigned* ballots = nullptr;
+  REQUIRE(cudaMalloc(&in, 64 * sizeof(int)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&out, 64 * sizeof(int)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&ballots, 3 * sizeof(unsigned)) == cudaSuccess);
+  std::vector<int> values(64);
+  for (int i = 0; i < 64; ++i) values[size_t(i)] = i * i;
+  REQUIRE(cudaMemcpy(in, values.data(), 64 * sizeof(int), cudaMemcpyHostToDevice) == cudaSuccess);
+  warp_sum_kernel<<<1, 64>>>(in, out);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  int first = 0, second = 0;
+  for (int i = 0; i < 32; ++i) first += i * i, second += (i + 32) * (i + 32);
+  std::vector<int> sums = to_host(out, 64);
+  for (int i = 0; i < 64; ++i) CHECK(sums[size_t(i)] == (i < 32 ? first : second));
+
+  warp_moves_kernel<<<1, 32>>>(out, ballots);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  std::vector<int> moved = to_host(out, 32);
+  for (int lane = 0; lane < 32; ++lane) {
+    const int up = lane == 0 ? 0 : lane - 1, down = lane + 2 < 32 ? lane + 2 : lane;
+    CHECK(moved[size_t(lane)] == up * 10000 + down * 100 + 5);
+  }
+  std::vector<unsigned> votes = to_host(ballots, 3);
+  CHECK(votes[0] == 0xAAAAAAAAu);
+  CHECK(votes[1] == 0u);  // __any_sync over lane 0 alone: lane 0 > 0 is false
+  CHECK(votes[2] == 1u);
+  cudaFree(in), cudaFree(out), cudaFree(ballots);
+}
+
+TEST_CASE("emulator: a shuffle that lanes of its mask never reach, a mask without the caller, a read outside the mask") {
+  int* out = nullptr;
+  REQUIRE(cudaMalloc(&out, 32 * sizeof(int)) == cudaSuccess);
+  shuffle_divergent_kernel<<<1, 32>>>(out);
+  std::string text = last_error_text();
+  CHECK(text.find("__shfl_xor_sync at emulator_test.cu:") != std::string::npos);
+  CHECK(text.find("lane 16 of the mask ended without reaching it") != std::string::npos);
+  shuffle_wrong_mask_kernel<<<1, 32>>>(out);
+  CHECK(last_error_text().find("lane 16 calls it with a mask that leaves it out") != std::string::npos);
+  shuffle_outside_mask_kernel<<<1, 32>>>(out);
+  CHECK(last_error_text().find("lane 15 reads lane 16, which is not in the mask") != std::string::npos);
+  cudaFree(out);
+}
+
+TEST_CASE("emulator: atomics add up every thread's update") {
+  int* counter = nullptr;
+  REQUIRE(cudaMalloc(&counter, sizeof(int)) == cudaSuccess);
+  REQUIRE(cudaMemset(counter, 0, sizeof(int)) == cudaSuccess);
+  atomic_count_kernel<<<3, 100>>>(counter);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  CHECK(to_host(counter, 1)[0] == 300);
+  cudaFree(counter);
 }

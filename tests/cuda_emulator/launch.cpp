@@ -16,6 +16,7 @@
 //   - odd-numbered blocks run their threads in reverse order, so a missing barrier between a
 //     write by one thread and a read by another fails in one order or the other.
 // What it cannot show: anything about warps (no warp runs in lock-step here), timing, or speed.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "cuda_runtime.h"
+#include "counters.h"
 #include "fiber.h"
 #include "state.h"
 
@@ -58,12 +60,19 @@ struct CudaThread {
   Fiber fiber;
   Stack* stack = nullptr;
   uint3 index{};
-  enum State { kReady, kAtBarrier, kEnded } state = kReady;
+  enum State { kReady, kAtBarrier, kAtWarp, kEnded } state = kReady;
   bool started = false;
   const char* barrier_file = nullptr;  // where it waits
   int barrier_line = 0;
   std::exception_ptr error;
+  // At a warp collective (kAtWarp, warp_collective below): what it asked, and its result.
+  WarpOp warp_op = WarpOp::kSync;
+  unsigned warp_mask = 0;
+  uint64_t warp_value = 0, warp_result = 0;
+  int warp_param = 0, warp_width = 32;
 };
+
+bool resolve_warps(std::vector<CudaThread>& threads, std::vector<bool>& resumed, std::string& problem);
 
 // What the running launch needs to know, for the calls made from inside kernels.
 struct Launch {
@@ -172,8 +181,20 @@ bool run_block(Launch& launch, std::vector<CudaThread>& threads, bool reverse) {
         }
       }
     }
+    // Warp collectives first: a warp whose lanes have all arrived exchanges its values, and those
+    // lanes run on (in the block's order); a lane that cannot arrive is an error.
+    std::vector<bool> resumed(threads.size(), false);
+    std::string problem;
+    if (!resolve_warps(threads, resumed, problem)) return fail(cudaErrorLaunchFailure, problem);
+    std::vector<CudaThread*> warp_live;
+    for (CudaThread* t : order)
+      if (resumed[size_t(t - threads.data())]) warp_live.push_back(t);
+    if (!warp_live.empty()) {
+      live = std::move(warp_live);
+      continue;
+    }
     std::vector<CudaThread*> waiting;
-    for (CudaThread* t : live)
+    for (CudaThread* t : order)
       if (t->state == CudaThread::kAtBarrier) waiting.push_back(t);
     if (waiting.empty()) return true;
     const CudaThread* first = waiting.front();
@@ -224,10 +245,14 @@ LaunchCounts launch_counts;
 
 }  // namespace
 
-void count_launch(const char* name) { launch_counts.count(name); }
+void count_launch(const char* name) {
+  launch_counts.count(name);
+  note_library_call(name);  // only cuBLAS and cuDNN call this; kernels are counted by launch_grid
+}
 
 void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void*), void* context) {
   launch_counts.count(name);
+  note_kernel_launch(name, uint64_t(config.grid.x) * config.grid.y * config.grid.z);
   if (running != nullptr) {
     set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + " launched from inside kernel " +
                                           running->name + " (dynamic parallelism is not emulated)");
@@ -272,6 +297,136 @@ void syncthreads(const char* file, int line) {
   t->barrier_line = line;
   t->fiber.yield();
 }
+
+// ---- Warps: the 32 lanes of a warp meet at each warp collective (__shfl_*_sync, __ballot_sync,
+// __any_sync, __all_sync, __syncwarp): each lane waits there (a fiber switch) until every lane of
+// its mask has arrived, then all get their results at once, so the warp runs in lockstep exactly
+// where the kernel asks for it. Checked, as a GPU leaves undefined or hangs: the mask must hold the
+// calling lane and name lanes that exist; every lane of the mask must reach the same collective
+// (same call, same mask), not end or wait at __syncthreads; a shuffle must read a lane of the mask.
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, int width, const char* file, int line) {
+  if (running == nullptr || running->current == nullptr) {
+    std::fprintf(stderr, "CUDA emulator: a warp collective at %s:%d called outside a kernel\n", file, line);
+    std::abort();
+  }
+  CudaThread* t = running->current;
+  t->state = CudaThread::kAtWarp;
+  t->barrier_file = file;
+  t->barrier_line = line;
+  t->warp_op = op;
+  t->warp_mask = mask;
+  t->warp_value = value;
+  t->warp_param = param;
+  t->warp_width = width;
+  t->fiber.yield();
+  return t->warp_result;
+}
+
+namespace {
+
+const char* warp_op_name(WarpOp op) {
+  switch (op) {
+    case WarpOp::kSync: return "__syncwarp";
+    case WarpOp::kShfl: return "__shfl_sync";
+    case WarpOp::kShflUp: return "__shfl_up_sync";
+    case WarpOp::kShflDown: return "__shfl_down_sync";
+    case WarpOp::kShflXor: return "__shfl_xor_sync";
+    case WarpOp::kBallot: return "__ballot_sync";
+    case WarpOp::kAny: return "__any_sync";
+    case WarpOp::kAll: return "__all_sync";
+  }
+  return "a warp collective";
+}
+
+std::string hex_mask(unsigned mask) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", mask);
+  return text;
+}
+
+}  // namespace
+
+namespace {
+
+// After every thread of the block has run until it blocked: resolves each group of lanes waiting
+// at one warp collective, marking them in `resumed`. False (and `problem`) for a broken collective.
+bool resolve_warps(std::vector<CudaThread>& threads, std::vector<bool>& resumed, std::string& problem) {
+  const size_t warps = (threads.size() + 31) / 32;
+  for (size_t w = 0; w < warps; ++w) {
+    const size_t first = w * 32, lanes = std::min<size_t>(32, threads.size() - first);
+    for (size_t lane = 0; lane < lanes; ++lane) {
+      CudaThread& t = threads[first + lane];
+      if (t.state != CudaThread::kAtWarp || resumed[first + lane]) continue;
+      const std::string what = std::string(warp_op_name(t.warp_op)) + " at " + where(t.barrier_file, t.barrier_line) +
+                               " with mask " + hex_mask(t.warp_mask) + " (warp " + std::to_string(w) + ")";
+      if ((t.warp_mask >> lane & 1u) == 0) {
+        problem = what + ": lane " + std::to_string(lane) + " calls it with a mask that leaves it out";
+        return false;
+      }
+      if (t.warp_width < 1 || t.warp_width > 32 || (t.warp_width & (t.warp_width - 1)) != 0) {
+        problem = what + ": width " + std::to_string(t.warp_width) + " is not a power of two up to 32";
+        return false;
+      }
+      for (size_t other = 0; other < 32; ++other) {
+        if ((t.warp_mask >> other & 1u) == 0) continue;
+        if (other >= lanes) {
+          problem = what + ": the mask names lane " + std::to_string(other) + ", but the warp has " +
+                    std::to_string(lanes) + " threads";
+          return false;
+        }
+        const CudaThread& o = threads[first + other];
+        std::string lost;
+        if (o.state == CudaThread::kEnded) lost = "ended without reaching it";
+        else if (o.state == CudaThread::kAtBarrier) lost = "waits at __syncthreads() at " + where(o.barrier_file, o.barrier_line);
+        else if (o.warp_mask != t.warp_mask || o.warp_op != t.warp_op || o.barrier_line != t.barrier_line ||
+                 std::strcmp(o.barrier_file, t.barrier_file) != 0)
+          lost = "waits at " + std::string(warp_op_name(o.warp_op)) + " at " + where(o.barrier_file, o.barrier_line) +
+                 " with mask " + hex_mask(o.warp_mask);
+        if (!lost.empty()) {
+          problem = what + ": lane " + std::to_string(other) + " of the mask " + lost;
+          return false;
+        }
+      }
+      // Every lane of the mask is here: exchange.
+      uint64_t ballot = 0;
+      for (size_t other = 0; other < 32; ++other)
+        if ((t.warp_mask >> other & 1u) != 0 && threads[first + other].warp_value != 0) ballot |= uint64_t(1) << other;
+      for (size_t other = 0; other < 32; ++other) {
+        if ((t.warp_mask >> other & 1u) == 0) continue;
+        CudaThread& o = threads[first + other];
+        const int width = o.warp_width, segment = int(other) / width * width, p = o.warp_param;
+        int source = int(other);
+        switch (o.warp_op) {
+          case WarpOp::kShfl: source = segment + ((p % width) + width) % width; break;
+          case WarpOp::kShflUp: source = int(other) - segment >= p ? int(other) - p : int(other); break;
+          case WarpOp::kShflDown: source = int(other) - segment + p < width ? int(other) + p : int(other); break;
+          case WarpOp::kShflXor: source = (int(other) ^ p) < segment + width ? int(other) ^ p : int(other); break;
+          default: break;
+        }
+        if (source < 0 || source >= 32 || (t.warp_mask >> source & 1u) == 0) {
+          problem = what + ": lane " + std::to_string(other) + " reads lane " + std::to_string(source) +
+                    ", which is not in the mask (undefined on a GPU)";
+          return false;
+        }
+        switch (o.warp_op) {
+          case WarpOp::kBallot: o.warp_result = ballot; break;
+          case WarpOp::kAny: o.warp_result = ballot != 0; break;
+          case WarpOp::kAll: o.warp_result = ballot == t.warp_mask; break;
+          case WarpOp::kSync: o.warp_result = 0; break;
+          default: o.warp_result = threads[first + size_t(source)].warp_value; break;
+        }
+      }
+      for (size_t other = 0; other < 32; ++other)
+        if ((t.warp_mask >> other & 1u) != 0) {
+          threads[first + other].state = CudaThread::kReady;
+          resumed[first + other] = true;
+        }
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 void kernel_entry(const void* kernel) {
   if (running == nullptr || running->kernel == kernel) return;

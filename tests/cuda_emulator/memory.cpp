@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "counters.h"
 #include "state.h"
 
 namespace ember_emu {
@@ -244,7 +245,10 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+namespace {
+
+// cudaMemcpyAsync, and cudaMemcpy (`sync`: the host waits for the copy, whatever the memory).
+cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool sync) {
   if (!stream_is_valid(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
   if (count == 0) return cudaSuccess;
   bool dst_device, src_device;
@@ -263,13 +267,27 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   if (!problem.empty())
     return set_error(cudaErrorInvalidValue, std::string("cudaMemcpy of ") + std::to_string(count) + " bytes, " +
                                                 kind_name(kind) + ": " + problem);
+  if (dst_device != src_device) {  // counted (counters.h); a pageable host side makes the host wait
+    const void* host = dst_device ? src : dst;
+    const bool pinned = is_pinned(host, count);
+    note_copy(sync ? "cudaMemcpy" : pinned ? "cudaMemcpyAsync" : "cudaMemcpyAsync with pageable host memory",
+              dst_device, pinned, count, sync || !pinned);
+  } else if (sync) {
+    note_copy("cudaMemcpy", true, true, 0, true);
+  }
   DeviceAccess access;
   std::memmove(dst, src, count);
   return cudaSuccess;
 }
 
+}  // namespace
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  return copy(dst, src, count, kind, stream, false);
+}
+
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  return cudaMemcpyAsync(dst, src, count, kind, nullptr);
+  return copy(dst, src, count, kind, nullptr, true);
 }
 
 cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device, size_t count) {
