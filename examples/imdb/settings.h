@@ -40,6 +40,9 @@ struct TrainConfig {
   int64_t save_every = 0;           // also checkpoint every N steps (0 = only at epoch ends)
   int64_t log_every = 50;           // plain log line every N steps when not on a terminal
   int64_t stop_after = 0;           // stop (after checkpointing) once this many steps are done; 0 = never
+  std::string truncate = "head";    // a review longer than max_len: head | tail | head+tail (truncation.h)
+  // The model's attention (model.attention_window / attention_global, --attention) and activation
+  // checkpointing (model.checkpoint, --checkpoint) are in `model`.
   bool resume = false;              // continue from out/checkpoint.safetensors
   bool quiet = false;
 
