@@ -152,6 +152,17 @@ EMBER_CUDA_ENTRY(void, attention_backward, (int device, bool float64, const void
                                             int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
                                             const void* out, const void* grad_out, const double* lse, double* delta,
                                             void* grad_qkv))
+// The same with sliding-window attention's band (core/ops/window_attention.cpp): key j hidden from query i
+// when both are past the first `global` tokens and more than `window` apart; tiles outside it skipped.
+EMBER_CUDA_ENTRY(void, window_attention_forward, (int device, bool float64, const void* qkv,
+                                                  const bool* key_padding_mask, int64_t B, int64_t T, int64_t heads,
+                                                  int64_t D, bool causal, int64_t window, int64_t global, void* out,
+                                                  double* lse, void* probs))
+EMBER_CUDA_ENTRY(void, window_attention_backward, (int device, bool float64, const void* qkv,
+                                                   const bool* key_padding_mask, int64_t B, int64_t T, int64_t heads,
+                                                   int64_t D, bool causal, int64_t window, int64_t global,
+                                                   const void* out, const void* grad_out, const double* lse,
+                                                   double* delta, void* grad_qkv))
 
 // ---- Embedding (cuda/embedding_kernels.cu)
 // out[i, :] = weight[ids[i], :] (weight strides in elements), n ids, D columns.

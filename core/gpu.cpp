@@ -304,6 +304,35 @@ Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tenso
   return dqkv;
 }
 
+Tensor window_attention_forward(const Tensor& qkv, int64_t heads, int64_t window, int64_t global, const Tensor& mask,
+                                bool causal, Tensor& lse, Tensor* weights) {
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
+  EMBER_CHECK(D % heads == 0 && D / heads <= cuda::attention_max_head_dim(),
+              "window_attention: head size {} exceeds the fused CUDA kernels' {} (use EMBER_ATTENTION=composed)",
+              heads > 0 ? D / heads : 0, cuda::attention_max_head_dim());
+  Tensor out = Tensor::empty({B, T, D}, qkv.dtype(), qkv.device());
+  lse = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
+  Tensor probs;
+  if (weights != nullptr) probs = Tensor::empty({B, heads, T, T}, qkv.dtype(), qkv.device());
+  cuda::window_attention_forward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr,
+                                 B, T, heads, D, causal, window, global, out.raw_data(), lse.data<double>(),
+                                 probs.defined() ? probs.raw_data() : nullptr);
+  if (weights != nullptr) *weights = probs;
+  return out;
+}
+
+Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                 int64_t heads, int64_t window, int64_t global, const Tensor& mask, bool causal) {
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
+  Tensor g = grad_out.contiguous();
+  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
+  Tensor delta = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
+  cuda::window_attention_backward(device_of(qkv), is_f64(qkv), qkv.raw_data(),
+                                  mask.defined() ? mask.data<bool>() : nullptr, B, T, heads, D, causal, window, global,
+                                  out.raw_data(), g.raw_data(), lse.data<double>(), delta.data<double>(), dqkv.raw_data());
+  return dqkv;
+}
+
 namespace {
 
 // Raw pointers of the tensors of one fused multi-tensor launch (an optimiser's step, clipping).

@@ -78,6 +78,11 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, b
                          Tensor* weights);
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           int64_t heads, const Tensor& mask, bool causal);
+// The same kernels with sliding-window attention's band (window >= 0, `global` leading tokens).
+Tensor window_attention_forward(const Tensor& qkv, int64_t heads, int64_t window, int64_t global, const Tensor& mask,
+                                bool causal, Tensor& lse, Tensor* weights);
+Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                 int64_t heads, int64_t window, int64_t global, const Tensor& mask, bool causal);
 
 // ---- Optimisers: one fused launch over all the parameters (core/update_rules.h per element), all
 // on one GPU, of one dtype, contiguous (core/ops/optimizer_steps.cpp checks them).

@@ -67,6 +67,7 @@ constexpr int kMaxHeadDim = 128;
 struct Dims {
   int64_t B, T, H, Dh, D;
   bool causal;
+  int64_t window = -1, global = 0;  // sliding-window attention (window_attention); window < 0: full
 };
 
 // Tile sizes for an element type and DMAX, the head size rounded up to 16, 32, 64 or 128 (the
@@ -187,6 +188,18 @@ __device__ __forceinline__ void tile_accumulate(T (&acc)[RPT][DMAX / kGrid], con
   }
 }
 
+// Whether key j is hidden from query i: padding, the future (causal), outside the window.
+__device__ __forceinline__ bool masked_at(const Dims& d, bool key_is_padding, int64_t i, int64_t j) {
+  return attn::key_masked(key_is_padding, d.causal, i, j) || attn::outside_window(d.window, d.global, i, j);
+}
+
+// Whether any query of [q0, q0 + rows) may see any key of [k0, k0 + cols) through the window: a tile
+// outside the band (no global row or key, every pair more than `window` apart) is skipped whole.
+__device__ __forceinline__ bool tile_in_band(const Dims& d, int64_t q0, int rows, int64_t k0, int cols) {
+  if (d.window < 0 || q0 < d.global || k0 < d.global) return true;
+  return k0 <= q0 + rows - 1 + d.window && k0 + cols - 1 >= q0 - d.window;
+}
+
 // The first key tile past every query row of [q0, q0 + rows) (causal: the later ones are all in the
 // future of every row), or all key tiles.
 __device__ __forceinline__ int64_t key_tiles_for(const Dims& d, int64_t q0, int rows, int bc) {
@@ -248,6 +261,7 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
   for (int64_t kt = 0; kt < kt_end; ++kt) {
     const int64_t k0 = kt * BC;
     if (!any_key_live<BC>(pad_row, k0, d.T)) continue;  // all padding: no weight, nothing to add
+    if (!tile_in_band(d, q0, BR, k0, BC)) continue;      // outside the window: likewise
     __syncthreads();  // the previous tile's Ks, Vs, Ss and kflag are no longer read (and Qs is loaded)
     load_key_tile<T, DMAX, BC>(Ks, Vs, kflag, q, pad_row, k0, d);
     __syncthreads();
@@ -258,7 +272,7 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
     for (int r = 0; r < RPT; ++r)
       for (int c = 0; c < CPT; ++c) {
         const int i = ty + kGrid * r, j = tx + kGrid * c;
-        const bool masked = attn::key_masked(kflag[j] != 0, d.causal, q0 + i, k0 + j);
+        const bool masked = masked_at(d, kflag[j] != 0, q0 + i, k0 + j);
         Ss[i * SLD + j] = masked ? attn::neg_inf<T>() : scale * s[r][c];
       }
     __syncthreads();
@@ -351,7 +365,7 @@ __global__ void flash_probs_kernel(const T* qkv, const bool* pad, Dims d, T scal
       for (int c = 0; c < CPT; ++c) {
         const int64_t j = k0 + tx + kGrid * c;
         if (j >= d.T) continue;
-        const bool masked = attn::key_masked(kflag[tx + kGrid * c] != 0, d.causal, i, j);
+        const bool masked = masked_at(d, kflag[tx + kGrid * c] != 0, i, j);
         probs[(bh * d.T + i) * d.T + j] = attn::softmax_prob(masked, scale * s[r][c], row_lse[r]);
       }
     }
@@ -418,7 +432,7 @@ __global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, 
   const int64_t kt_end = key_tiles_for(d, q0, BR, BC);
   for (int64_t kt = 0; kt < kt_end; ++kt) {
     const int64_t k0 = kt * BC;
-    if (!any_key_live<BC>(pad_row, k0, d.T)) continue;
+    if (!any_key_live<BC>(pad_row, k0, d.T) || !tile_in_band(d, q0, BR, k0, BC)) continue;
     __syncthreads();  // previous tile done; d_s and lse_s written
     load_key_tile<T, DMAX, BC>(Ks, Vs, kflag, q, pad_row, k0, d);
     __syncthreads();
@@ -428,7 +442,7 @@ __global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, 
     for (int r = 0; r < RPT; ++r)
       for (int c = 0; c < CPT; ++c) {
         const int i = ty + kGrid * r, j = tx + kGrid * c;
-        const bool masked = q0 + i >= d.T || attn::key_masked(kflag[j] != 0, d.causal, q0 + i, k0 + j);
+        const bool masked = q0 + i >= d.T || masked_at(d, kflag[j] != 0, q0 + i, k0 + j);
         const T p = attn::softmax_prob(masked, scale * s[r][c], lse_s[i]);
         dSs[i * SLD + j] = attn::softmax_grad_score(p, dp[r][c], d_s[i]);
       }
@@ -487,6 +501,7 @@ __global__ void flash_backward_dkv_kernel(const T* qkv, const bool* pad, Dims d,
   const int64_t qt_begin = d.causal ? k0 / BQ : 0;  // causal: rows before k0 see none of these keys
   for (int64_t qt = qt_begin; qt < n_qt; ++qt) {
     const int64_t i0 = qt * BQ;
+    if (!tile_in_band(d, i0, BQ, k0, BK)) continue;  // no query of the tile sees these keys
     __syncthreads();  // the previous tile is no longer read (and Ks, Vs, kflag are loaded)
     load_rows<T, DMAX, BQ>(Qs, q, row_stride, i0, d);
     load_rows<T, DMAX, BQ>(dOs, do_head, d.D, i0, d);
@@ -502,7 +517,7 @@ __global__ void flash_backward_dkv_kernel(const T* qkv, const bool* pad, Dims d,
     for (int r = 0; r < RPT; ++r)
       for (int c = 0; c < CPT; ++c) {
         const int j = ty + kGrid * r, i = tx + kGrid * c;
-        const bool masked = i0 + i >= d.T || attn::key_masked(kflag[j] != 0, d.causal, i0 + i, k0 + j);
+        const bool masked = i0 + i >= d.T || masked_at(d, kflag[j] != 0, i0 + i, k0 + j);
         const T p = attn::softmax_prob(masked, scale * s[r][c], lse_s[i]);
         Ps[j * PLD + i] = p;
         dSs[j * PLD + i] = attn::softmax_grad_score(p, dp[r][c], d_s[i]);
@@ -570,7 +585,9 @@ void check_blocks(int64_t blocks) {
     raise_message("attention (CUDA, fused): more than 2^31 - 1 blocks of B * heads * tiles; use the composed attention");
 }
 
-Dims make_dims(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal) { return {B, T, heads, D / heads, D, causal}; }
+Dims make_dims(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal, int64_t window = -1, int64_t global = 0) {
+  return {B, T, heads, D / heads, D, causal, window, global};
+}
 
 template <typename T>
 void forward_typed(int device, const T* qkv, const bool* pad, const Dims& d, T* out, double* lse, T* probs) {
@@ -636,10 +653,11 @@ bool attention_fused() {
 
 int64_t attention_max_head_dim() { return kMaxHeadDim; }
 
-void attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                       int64_t heads, int64_t D, bool causal, void* out, double* lse, void* probs) {
+void window_attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B,
+                              int64_t T, int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, void* out,
+                              double* lse, void* probs) {
   if (B * heads * T == 0) return;
-  const Dims d = make_dims(B, T, heads, D, causal);
+  const Dims d = make_dims(B, T, heads, D, causal, window, global);
   if (float64)
     forward_typed(device, static_cast<const double*>(qkv), key_padding_mask, d, static_cast<double*>(out), lse,
                   static_cast<double*>(probs));
@@ -648,17 +666,31 @@ void attention_forward(int device, bool float64, const void* qkv, const bool* ke
                   static_cast<float*>(probs));
 }
 
-void attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                        int64_t heads, int64_t D, bool causal, const void* out, const void* grad_out, const double* lse,
-                        double* delta, void* grad_qkv) {
+void window_attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B,
+                               int64_t T, int64_t heads, int64_t D, bool causal, int64_t window, int64_t global,
+                               const void* out, const void* grad_out, const double* lse, double* delta,
+                               void* grad_qkv) {
   if (B * heads * T == 0) return;
-  const Dims d = make_dims(B, T, heads, D, causal);
+  const Dims d = make_dims(B, T, heads, D, causal, window, global);
   if (float64)
     backward_typed(device, static_cast<const double*>(qkv), key_padding_mask, d, static_cast<const double*>(out),
                    static_cast<const double*>(grad_out), lse, delta, static_cast<double*>(grad_qkv));
   else
     backward_typed(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
                    static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
+}
+
+// attention(): the same kernels without a band.
+void attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                       int64_t heads, int64_t D, bool causal, void* out, double* lse, void* probs) {
+  window_attention_forward(device, float64, qkv, key_padding_mask, B, T, heads, D, causal, -1, 0, out, lse, probs);
+}
+
+void attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                        int64_t heads, int64_t D, bool causal, const void* out, const void* grad_out, const double* lse,
+                        double* delta, void* grad_qkv) {
+  window_attention_backward(device, float64, qkv, key_padding_mask, B, T, heads, D, causal, -1, 0, out, grad_out, lse,
+                            delta, grad_qkv);
 }
 
 }  // namespace ember::cuda

@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "core/allocator.h"
+#include "core/cuda_ops.h"
 #include "core/parallel.h"
+#include "tests/cuda_skip.h"
 #include "tests/helpers.h"
 
 using namespace ember;
@@ -217,4 +219,45 @@ TEST_CASE("window attention: bad inputs are clear errors") {
   check_error([&] { window_attention(qkv, 2, 1, 0, zeros({2, 3})); }, "key_padding_mask must be bool [2, 3]");
   check_error([&] { window_attention_reference(qkv, 2, -1, 0, Tensor()); }, "window_attention_reference: window");
   check_error([&] { window_attention(qkv.to(Dtype::Int64), 2, 1, 0, Tensor()); }, "window_attention");
+}
+
+CUDA_TEST_CASE("window attention: the fused CUDA kernels with the band match the CPU, values, weights and gradients") {
+  // The tiled kernels of cuda/attention_kernels.cu (64-row query tiles in float32, 32 in float64; 32- or
+  // 64-key tiles): at T = 150 and window 5 most key tiles are outside the band and skipped.
+  struct GpuCase {
+    int64_t B, T, D, heads, window, global;
+    bool causal;
+    Dtype dtype;
+  };
+  const Device gpu = Device::cuda(0);
+  cuda::set_attention_fused(true);
+  try {
+    for (GpuCase c : {GpuCase{2, 150, 16, 2, 5, 0, false, Dtype::Float32}, GpuCase{2, 150, 16, 2, 5, 2, true, Dtype::Float32},
+                      GpuCase{1, 70, 32, 1, 40, 1, false, Dtype::Float32}, GpuCase{2, 45, 8, 2, 3, 1, false, Dtype::Float64},
+                      GpuCase{1, 20, 8, 1, 0, 0, true, Dtype::Float64}}) {
+      CAPTURE(c.T);
+      CAPTURE(c.window);
+      CAPTURE(c.global);
+      CAPTURE(c.causal);
+      const double tol = c.dtype == Dtype::Float64 ? 1e-12 : 1e-5;
+      Tensor mask = some_padding(c.B, c.T);
+      Tensor a = random_qkv(c.B, c.T, c.D, 60 + uint64_t(c.T), c.dtype).requires_grad_();
+      Tensor b = a.detach().clone().to(gpu).requires_grad_();
+      Tensor wa, wb;
+      Tensor cpu_out = window_attention(a, c.heads, c.window, c.global, mask, c.causal, &wa);
+      Tensor gpu_out = window_attention(b, c.heads, c.window, c.global, mask.to(gpu), c.causal, &wb);
+      REQUIRE(gpu_out.device() == gpu);
+      check_close(gpu_out.to(Device::cpu()), cpu_out, tol);
+      check_close(wb.to(Device::cpu()), wa, tol);
+      Generator gen(3);
+      Tensor g = uniform(cpu_out.shape(), -1, 1, gen, c.dtype);
+      sum(cpu_out * g).backward();
+      sum(gpu_out * g.to(gpu)).backward();
+      check_close(b.grad().to(Device::cpu()), a.grad(), 4 * tol);
+    }
+  } catch (...) {
+    cuda::set_attention_fused(false);
+    throw;
+  }
+  cuda::set_attention_fused(false);
 }

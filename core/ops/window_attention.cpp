@@ -73,9 +73,23 @@ Tensor window_attention_reference(const Tensor& qkv, int64_t heads, int64_t wind
 Tensor window_attention(const Tensor& qkv_in, int64_t heads, int64_t window, int64_t global,
                         const Tensor& key_padding_mask, bool causal, Tensor* weights) {
   check_window_inputs("window_attention", qkv_in, heads, window, global, key_padding_mask);
-  // On a GPU: the composed version (its cuBLAS GEMMs and row kernels).
-  if (qkv_in.device().is_cuda())
-    return window_attention_reference(qkv_in, heads, window, global, key_padding_mask, causal, weights);
+  // On a GPU: the tiled kernels of cuda/attention_kernels.cu with the band (tiles outside it skipped) when the
+  // fused attention is switched on (EMBER_ATTENTION=fused, as attention()), else the composed version.
+  if (qkv_in.device().is_cuda()) {
+    if (!cuda::attention_fused() || qkv_in.size(2) / 3 / heads > cuda::attention_max_head_dim())
+      return window_attention_reference(qkv_in, heads, window, global, key_padding_mask, causal, weights);
+    Tensor qkv = qkv_in.detach().contiguous();
+    Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
+    Tensor lse;
+    Tensor out = gpu::window_attention_forward(qkv, heads, window, global, mask, causal, lse, weights);
+    record("window_attention", out, {qkv_in},
+           [heads, window, global, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out)](const Tensor& g)
+               -> Grads {
+             return {gpu::window_attention_backward(g, qkv.get(), out.get(), lse, heads, window, global, mask.get(),
+                                                    causal)};
+           });
+    return out;
+  }
   Tensor qkv = qkv_in.contiguous();
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   const cpu::AttentionWindow band{window, global};
