@@ -22,9 +22,14 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& key_paddi
   if (!checkpointed || attention_weights != nullptr) return forward_once(x, key_padding_mask, causal, attention_weights);
   std::vector<Generator*> generators{&drop1->generator()};
   if (&drop2->generator() != generators[0]) generators.push_back(&drop2->generator());
-  return checkpoint([this, key_padding_mask, causal](const std::vector<Tensor>& in) {
-    return forward_once(in[0], key_padding_mask, causal, nullptr);
+  // The two residual branches are checkpointed apart: the backward rebuilds one at a time, so the
+  // attention's intermediates and the feed-forward's are never alive together (the same ops as forward_once).
+  Tensor h = checkpoint([this, key_padding_mask, causal](const std::vector<Tensor>& in) {
+    return in[0] + drop1->forward(attention->forward(ln1->forward(in[0]), key_padding_mask, causal).out);
   }, {x}, generators);
+  return checkpoint([this](const std::vector<Tensor>& in) {
+    return in[0] + drop2->forward(fc2->forward(gelu(fc1->forward(ln2->forward(in[0])))));
+  }, {h}, generators);
 }
 
 Tensor TransformerEncoderLayer::forward_once(const Tensor& x, const Tensor& key_padding_mask, bool causal,

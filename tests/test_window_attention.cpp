@@ -4,6 +4,7 @@
 // that see nothing, zero-size dims); memory that grows with T x window; bad inputs.
 #include <cmath>
 
+#include "autograd/node.h"
 #include "core/allocator.h"
 #include "core/cuda_ops.h"
 #include "core/parallel.h"
@@ -247,6 +248,7 @@ CUDA_TEST_CASE("window attention: the fused CUDA kernels with the band match the
       Tensor cpu_out = window_attention(a, c.heads, c.window, c.global, mask, c.causal, &wa);
       Tensor gpu_out = window_attention(b, c.heads, c.window, c.global, mask.to(gpu), c.causal, &wb);
       REQUIRE(gpu_out.device() == gpu);
+      CHECK(gpu_out.grad_fn()->name == std::string("window_attention"));  // the fused kernels, not the composed ops
       check_close(gpu_out.to(Device::cpu()), cpu_out, tol);
       check_close(wb.to(Device::cpu()), wa, tol);
       Generator gen(3);
