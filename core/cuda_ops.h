@@ -169,6 +169,12 @@ EMBER_CUDA_ENTRY(void, embedding_backward, (int device, bool float64, const void
 EMBER_CUDA_ENTRY(void, gemm, (int device, bool float64, int64_t batch, int64_t M, int64_t N, int64_t K, const void* A,
                               int64_t a_rs, int64_t a_cs, int64_t a_bs, const void* B, int64_t b_rs, int64_t b_cs,
                               int64_t b_bs, double beta, void* C, int64_t ldc, int64_t c_bs))
+// The same product with bfloat16 operands summed in float32 (mixed precision, core/precision.h): A and B
+// float32, rounded to bfloat16 (nearest even) into device scratch by one conversion kernel each, then
+// cublasGemmEx with CUDA_R_16BF inputs, CUBLAS_COMPUTE_32F and a float32 C (tensor cores on a GPU).
+EMBER_CUDA_ENTRY(void, gemm_bf16, (int device, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                                   int64_t a_rs, int64_t a_cs, int64_t a_bs, const float* B, int64_t b_rs,
+                                   int64_t b_cs, int64_t b_bs, double beta, float* C, int64_t ldc, int64_t c_bs))
 // float32 GEMMs in TF32 (faster, about 1e-3 relative error) when on; off by default.
 EMBER_CUDA_DEFAULT(void, set_allow_tf32, (bool allow), {})
 EMBER_CUDA_DEFAULT(bool, allow_tf32, (), { return false; })

@@ -4,8 +4,11 @@
 // Backward (x seen as [rows, K], g as [rows, N]):
 //   dx = g W      dW = g^T x      db = sum over rows of g
 // W^T and g^T are strided views read in place by the GEMM; db uses the deterministic row sum.
+// Mixed precision (core/precision.h): in a bfloat16 scope the three products take bfloat16 operands
+// (cpu::gemm_bf16) and sum in float32; bfloat16 tensors go through that path and come back bfloat16.
 #include "core/cpu/gemm.h"
 #include "core/ops/op_support.h"
+#include "core/precision.h"
 
 namespace ember {
 namespace {
@@ -29,11 +32,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
               shape_str(x.shape()), K);
   EMBER_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == N),
               "linear: bias must be [{}], got {}", N, bias.defined() ? shape_str(bias.shape()) : "");
-  EMBER_CHECK(is_floating(x.dtype()) && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+  EMBER_CHECK(is_real(x.dtype()) && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
               "linear: input, weight and bias must share one floating dtype, got {} and {}", dtype_name(x.dtype()),
               dtype_name(weight.dtype()));
   check_same_device("linear", {&x, &weight});
   if (bias.defined()) check_same_device("linear", {&x, &bias});
+  if (x.dtype() == Dtype::BFloat16) {  // bfloat16 in, bfloat16 out: float32 values, multiplied in bfloat16
+    MixedPrecisionGuard bf16(Precision::BFloat16);
+    const Dtype f32 = Dtype::Float32;
+    return linear(x.to(f32), weight.to(f32), bias.defined() ? bias.to(f32) : Tensor()).to(Dtype::BFloat16);
+  }
+  const bool bf16 = product_precision() == Precision::BFloat16 && x.dtype() == Dtype::Float32;
 
   const int64_t rows = x.numel() / K;
   // Detached, contiguous operands: the kernels read raw memory (a transposed weight is copied once).
@@ -43,7 +52,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   out_shape.back() = N;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   if (y.numel() > 0 && x.device().is_cuda())
-    gpu::linear_forward(x2, w, b, y, rows, K, N);  // cuBLAS; the bias is copied into y first
+    gpu::linear_forward(x2, w, b, y, rows, K, N, bf16);  // cuBLAS; the bias is copied into y first
+  else if (y.numel() > 0 && bf16)
+    cpu::gemm_bf16(rows, N, K, 1.0f, x2.data<float>(), K, 1, w.data<float>(), 1, K, 0.0f, y.data<float>(), N,
+                   b.defined() ? b.data<float>() : nullptr);
   else if (y.numel() > 0)
     dispatch_floating(x.dtype(), "linear", [&](auto tag) {
       linear_forward<typename decltype(tag)::type>(x2, w, b, y, rows, K, N);
@@ -53,13 +65,26 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool need_db = bias.defined() && bias.requires_grad();
   // Only what backward will read is kept: x for dW, W for dx.
   record("linear", y, {x, weight, bias},
-         [x2 = need_dw ? x2 : Tensor(), w = need_dx ? w : Tensor(), rows, K, N, need_dx, need_dw, need_db, x_shape = x.shape()](const Tensor& g) -> Grads {
+         [x2 = need_dw ? x2 : Tensor(), w = need_dx ? w : Tensor(), rows, K, N, need_dx, need_dw, need_db, bf16,
+          x_shape = x.shape()](const Tensor& g) -> Grads {
            Tensor g2 = g.contiguous().view({rows, N});
            Tensor dx, dw, db;
            if (g2.device().is_cuda()) {
              if (need_dx) dx = Tensor::empty(x_shape, g2.dtype(), g2.device());
              if (need_dw) dw = Tensor::empty({N, K}, g2.dtype(), g2.device());
-             gpu::linear_backward(g2, x2, w, need_dx ? &dx : nullptr, need_dw ? &dw : nullptr, rows, K, N);
+             gpu::linear_backward(g2, x2, w, need_dx ? &dx : nullptr, need_dw ? &dw : nullptr, rows, K, N, bf16);
+             if (need_db) db = sum(g2, {0});
+             return {dx, dw, db};
+           }
+           if (bf16) {  // the products in bfloat16, like the forward's
+             if (need_dx) {
+               dx = Tensor::empty(x_shape, g2.dtype());
+               cpu::gemm_bf16(rows, K, N, 1.0f, g2.data<float>(), N, 1, w.data<float>(), K, 1, 0.0f, dx.data<float>(), K);
+             }
+             if (need_dw) {
+               dw = Tensor::empty({N, K}, g2.dtype());
+               cpu::gemm_bf16(N, K, rows, 1.0f, g2.data<float>(), 1, N, x2.data<float>(), K, 1, 0.0f, dw.data<float>(), K);
+             }
              if (need_db) db = sum(g2, {0});
              return {dx, dw, db};
            }

@@ -71,6 +71,7 @@ void TrainConfig::validate() const {
   in("log_every", log_every, 1, limits::max_reviews);
   EMBER_CHECK(schedule == "linear" || schedule == "cosine" || schedule == "constant",
               "setting schedule = '{}': expected linear, cosine or constant", schedule);
+  EMBER_CHECK(precision == "fp32" || precision == "bf16", "setting precision = '{}': expected fp32 or bf16", precision);
   EMBER_CHECK(model.dim % model.heads == 0, "setting dim = {} is not divisible by heads = {}", model.dim, model.heads);
 }
 
@@ -83,7 +84,8 @@ std::map<std::string, std::string> TrainConfig::to_metadata() const {
           {"lr", exact(lr)},                                {"weight_decay", exact(weight_decay)},
           {"warmup", exact(warmup)},                        {"schedule", schedule},
           {"clip", exact(clip)},                            {"seed", std::to_string(seed)},
-          {"limit", std::to_string(limit)},                 {"vocab_words", std::to_string(vocab_words)}};
+          {"limit", std::to_string(limit)},                 {"vocab_words", std::to_string(vocab_words)},
+          {"precision", precision}};
 }
 
 TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>& m) {
@@ -125,6 +127,7 @@ TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>&
   c.seed = *seed;
   c.limit = integer("limit", 0, limits::max_reviews);
   c.vocab_words = integer("vocab_words", 1, limits::max_vocab_words);
+  if (m.count("precision")) c.precision = get("precision");  // files from before --precision: fp32
   try {
     c.validate();
   } catch (const Error& e) {

@@ -15,6 +15,7 @@
 #include "core/allocator.h"
 #include "core/file_io.h"
 #include "core/parallel.h"
+#include "core/precision.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
 #include "examples/imdb/progress.h"
@@ -237,6 +238,8 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
   RunLock lock(config.out);  // one trainer per folder, from here until the end
   StopSignals signals;       // SIGINT / SIGTERM: checkpoint at the next step boundary, then stop
   if (config.threads > 0) set_num_threads(config.threads);
+  // --precision bf16: every product of training and evaluation in bfloat16, the rest float32.
+  MixedPrecisionGuard precision(parse_precision(config.precision));
 
   Generator gen(config.seed);  // initialisation, then dropout masks
   nn::TransformerClassifier model(config.model, gen);
