@@ -10,6 +10,20 @@
 namespace ember {
 namespace {
 
+thread_local const Node* running = nullptr;  // running_node()
+
+// Marks `node` as the one whose backward runs on this thread for the scope.
+class RunningNode {
+ public:
+  explicit RunningNode(const Node* node) : previous_(running) { running = node; }
+  ~RunningNode() { running = previous_; }
+  RunningNode(const RunningNode&) = delete;
+  RunningNode& operator=(const RunningNode&) = delete;
+
+ private:
+  const Node* previous_;
+};
+
 // Nodes reachable from `root`, each after every node that feeds gradient into it.
 std::vector<Node*> topological_order(Node* root) {
   std::vector<Node*> postorder;
@@ -44,6 +58,8 @@ void accumulate_leaf_grad(TensorImpl* leaf, const Tensor& grad) {
 
 }  // namespace
 
+const Node* running_node() { return running; }
+
 void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   EMBER_CHECK(requires_grad(), "backward: the tensor does not require grad (no input had requires_grad set)");
   Tensor seed = grad;
@@ -54,6 +70,12 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   }
   EMBER_CHECK(seed.shape() == shape(), "backward: gradient shape {} differs from the output's {}",
               shape_str(seed.shape()), shape_str(shape()));
+  // NOTE: every backward formula assumes the gradient has its output's dtype and device; a float64
+  // seed for a float32 output would be read as float32 bits by the element-wise kernels.
+  EMBER_CHECK(seed.dtype() == dtype(), "backward: the gradient is {} but the output {} is {}; expected a {} gradient",
+              dtype_name(seed.dtype()), shape_str(shape()), dtype_name(dtype()), dtype_name(dtype()));
+  EMBER_CHECK(seed.device() == device(), "backward: the gradient is on {} but the output {} is on {}; expected a "
+              "gradient on {}", seed.device().str(), shape_str(shape()), device().str(), device().str());
   NoGradGuard no_grad;  // backward formulas are not themselves recorded
   BackwardScope in_backward;  // anomaly mode checks what each node returns, not the ops inside it
   if (is_leaf()) {
@@ -68,7 +90,11 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
     pending.erase(found);
     EMBER_CHECK(node->backward, "backward: the graph through '{}' was already freed; "
                 "call backward(grad, /*retain_graph=*/true) to walk it twice", node->name);
-    Grads grads = node->backward(grad_output);
+    Grads grads;
+    {
+      RunningNode scope(node);
+      grads = node->backward(grad_output);
+    }
     if (detect_anomaly()) [[unlikely]]
       check_backward_anomaly(*node, grads);
     if (!retain_graph) node->backward = nullptr;  // frees the tensors it saved

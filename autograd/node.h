@@ -8,6 +8,7 @@
 
 #include "autograd/anomaly.h"
 #include "autograd/grad_mode.h"
+#include "autograd/saved_tensor.h"
 #include "core/tensor.h"
 
 namespace ember {
@@ -35,6 +36,10 @@ class Node {
   std::string module_path;          // where in the model the op ran: "blocks.1.attention"
   std::vector<Shape> input_shapes;  // every input's shape
 };
+
+// The node whose backward formula runs on this thread now, or nullptr: named in the errors of
+// autograd/saved_tensor.h.
+const Node* running_node();
 
 // True when grad mode is on and any of the inputs requires grad: then the op must record.
 bool any_requires_grad(const Tensor* inputs, size_t count);

@@ -12,7 +12,9 @@
 //                   p_j = softmax_weight(st, s_j);  acc += sum_j p_j v_j;  softmax_add(st, sum_j p_j);
 //   out = acc * softmax_norm(st);  lse = softmax_lse(st);                     // saved for the backward
 // Masked scores are -inf and get weight exactly 0. A row with no unmasked key keeps m = -inf, l = 0:
-// its output is 0 * (1 / 0) = NaN and its lse -inf, like the CPU's softmax of an all -inf row.
+// its output is 0 (softmax_norm gives 0, not 1 / 0) and its lse -inf, so that the backward's
+// probabilities e^(s - lse) of its (masked) keys are 0 too: no gradient flows from a query that sees
+// nothing. This is the CPU's rule too (core/cpu/attention.h, attention_reference; docs/attention.md).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -86,11 +88,11 @@ EMBER_HD inline SoftmaxState<T> softmax_merge(const SoftmaxState<T>& a, const So
   return {m, a.l * alpha_a + b.l * alpha_b};
 }
 
-// The factor turning the accumulator into the output: 1 / l (inf when every key was masked, so
-// the output is 0 * inf = NaN).
+// The factor turning the accumulator into the output: 1 / l, or 0 when every key was masked (l = 0:
+// the accumulator is 0 and so is the output, where 0 * (1 / 0) would be NaN).
 template <typename T>
 EMBER_HD inline T softmax_norm(const SoftmaxState<T>& st) {
-  return T(1) / st.l;
+  return st.l == T(0) ? T(0) : T(1) / st.l;
 }
 
 // log sum_j e^(s_j) = m + log l, saved per row for the backward (-inf when every key was masked).
@@ -101,22 +103,16 @@ EMBER_HD inline T softmax_lse(const SoftmaxState<T>& st) {
 
 // ---- The backward recomputes the probabilities from the saved lse instead of storing them.
 
-// p_ij = e^(s_ij - lse_i), exactly 0 where masked.
+// p_ij = e^(s_ij - lse_i), exactly 0 where masked (so every p of a row with no unmasked key is 0).
+// This is also what the forward's `probs` output reports.
 template <typename T>
 EMBER_HD inline T softmax_prob(bool masked, T score, T lse) {
   return masked ? T(0) : std::exp(score - lse);
 }
 
-// The probability as the forward's `probs` output reports it: NaN for every key of a row that has
-// no unmasked key (lse = -inf), like the CPU; otherwise softmax_prob.
-template <typename T>
-EMBER_HD inline T softmax_prob_or_nan(bool masked, T score, T lse) {
-  return lse == neg_inf<T>() ? T(NAN) : softmax_prob(masked, score, lse);
-}
-
 // The gradient of a score: dS_ij = p_ij (dP_ij - D_i), with dP_ij = dO_i . v_j and
-// D_i = dO_i . o_i (= sum_j p_ij dP_ij). Exactly 0 where p_ij = 0, so that a row with no unmasked
-// key (output NaN, hence D_i NaN) sends no NaN into the gradients of the keys.
+// D_i = dO_i . o_i (= sum_j p_ij dP_ij). Exactly 0 where p_ij = 0, so that a non-finite dP or D
+// (an infinite or NaN output gradient) never reaches the gradients of keys the row did not see.
 template <typename T>
 EMBER_HD inline T softmax_grad_score(T p, T dp, T d_row) {
   return p == T(0) ? T(0) : p * (dp - d_row);

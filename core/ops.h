@@ -70,11 +70,12 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // erf form: x * Phi(x)
 Tensor softplus(const Tensor& x);  // log(1 + e^x): the op added in docs/adding-an-op.md
 Tensor abs(const Tensor& x);
-Tensor pow(const Tensor& x, double exponent);
+Tensor pow(const Tensor& x, double exponent);  // PyTorch's rules at 0 and below 0: core/unary_math.h
 Tensor add_scalar(const Tensor& x, double value);
 Tensor mul_scalar(const Tensor& x, double value);
 
-// ---- Reductions over `dims` ({} = all dims) (core/ops/reduce.cpp)
+// ---- Reductions over `dims` ({} = all dims) (core/ops/reduce.cpp). Over an empty dim, as in PyTorch:
+// a sum is 0, a mean NaN, a max or argmax an error.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 Tensor max(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
@@ -104,6 +105,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 // Multi-head self-attention on a fused projection qkv [B, T, 3 D] (q | k | v, each `heads` heads of
 // D / heads): per head softmax(q k^T / sqrt(D / heads) + masks) v, the heads side by side -> [B, T, D].
 // key_padding_mask: bool [B, T], true = padding (or undefined); causal: key j > query i is masked.
+// A query that sees no key (all padding; with causal, all up to it) gets output 0 and no gradient, not NaN.
 // `weights`, if given, receives the probabilities [B, heads, T, T] (read-only, not differentiable).
 // attention is one fused kernel per (batch, head); attention_reference composes the ops above.
 Tensor attention(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal = false,

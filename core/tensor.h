@@ -93,6 +93,9 @@ class Tensor {
   Tensor& zero_() { return fill_(0.0); }
   Tensor& add_(const Tensor& other, double alpha = 1.0);  // this += alpha * other (other broadcasts)
   Tensor& mul_(double value);
+  // Records an in-place write of this tensor's memory: the ops above call it, and so must any code that
+  // writes a tensor's data in place, so that autograd sees the change (autograd/saved_tensor.h).
+  void bump_version() const { impl_->storage->bump_version(); }
 
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

@@ -301,7 +301,7 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
   }
   __syncthreads();  // m_s, l_s final (also when every tile was skipped)
 
-  // Write O = acc / l (NaN for a row with no unmasked key) and lse.
+  // Write O = acc / l (0 for a row with no unmasked key) and lse.
   for (int r = 0; r < RPT; ++r) {
     const int i = ty + kGrid * r;
     if (q0 + i >= d.T) continue;
@@ -314,7 +314,7 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
 }
 
 // ---- The attention weights, when asked for: probs[b, h, i, j] = e^(s_ij - lse_i), every key
-// tile (masked entries are written as 0; rows with no unmasked key as NaN, like the CPU).
+// tile (masked entries are written as 0, so every entry of a row with no unmasked key is 0, like the CPU).
 // Shared: Qs [BR][DMAX+1], Ks [BC][DMAX+1], kflag [BC].
 template <typename T, int DMAX>
 __global__ void flash_probs_kernel(const T* qkv, const bool* pad, Dims d, T scale, const double* lse, T* probs) {
@@ -352,7 +352,7 @@ __global__ void flash_probs_kernel(const T* qkv, const bool* pad, Dims d, T scal
         const int64_t j = k0 + tx + kGrid * c;
         if (j >= d.T) continue;
         const bool masked = attn::key_masked(kflag[tx + kGrid * c] != 0, d.causal, i, j);
-        probs[(bh * d.T + i) * d.T + j] = attn::softmax_prob_or_nan(masked, scale * s[r][c], row_lse[r]);
+        probs[(bh * d.T + i) * d.T + j] = attn::softmax_prob(masked, scale * s[r][c], row_lse[r]);
       }
     }
   }

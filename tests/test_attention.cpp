@@ -1,5 +1,9 @@
 // The attention op: known numbers, the fused kernel against the composed reference (values, weights
 // and gradients, with padding and causal masks), float64 gradchecks, and bad inputs.
+#include <set>
+
+#include "autograd/node.h"
+#include "core/allocator.h"
 #include "core/parallel.h"
 #include "tests/helpers.h"
 
@@ -116,6 +120,36 @@ TEST_CASE("attention: fused results do not depend on the thread count") {
   CHECK(grads[0] == grads[2]);
 }
 
+TEST_CASE("attention_reference scales q, not the [B, H, T, T] scores, and its graph keeps one [B, H, T, T] tensor") {
+  const int64_t B = 2, T = 64, D = 8, H = 2, Dh = D / H;
+  Tensor mask = tail_padding(B, T);
+  Tensor qkv = random_qkv(B, T, D, 51).requires_grad_();
+  allocator_for(Device::cpu()).release_cached();  // NOTE: else a request may get a larger cached block
+  const int64_t before = memory_stats().allocated;
+  Tensor out = attention_reference(qkv, H, mask);
+  const int64_t held = memory_stats().allocated - before;  // the graph's saved tensors and the output
+  // Every node of the graph: the one scaling by 1 / sqrt(Dh) takes q [B, H, T, Dh], not the scores.
+  std::vector<Node*> stack{out.grad_fn().get()};
+  std::set<Node*> seen{stack.back()};
+  int scalings = 0;
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    if (node->name == "mul_scalar") {
+      ++scalings;
+      CHECK(shape_str(node->inputs[0].shape) == shape_str({B, H, T, Dh}));
+    }
+    for (const Edge& edge : node->inputs)
+      if (edge.node && seen.insert(edge.node.get()).second) stack.push_back(edge.node.get());
+  }
+  CHECK(scalings == 1);
+  // The probabilities (kept by softmax and by the product with v) are the one [B, H, T, T] tensor held:
+  // not the raw or the scaled scores too.
+  const int64_t scores_bytes = B * H * T * T * 4;
+  CHECK(held >= scores_bytes);
+  CHECK(held < 2 * scores_bytes);
+}
+
 TEST_CASE("attention: bad inputs are clear errors") {
   Tensor qkv = random_qkv(2, 3, 4, 1);
   check_error([&] { attention(qkv, 3, Tensor()); }, "not divisible by heads 3");
@@ -126,7 +160,7 @@ TEST_CASE("attention: bad inputs are clear errors") {
   check_error([&] { attention(qkv.to(Dtype::Int64), 2, Tensor()); }, "attention");
 }
 
-TEST_CASE("attention: masks anywhere, trailing padding skipped exactly, fully masked rows NaN like the reference") {
+TEST_CASE("attention: masks anywhere, trailing padding skipped exactly, a query that sees nothing gives 0") {
   const int64_t B = 3, T = 9, D = 8;
   Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
   bool* m = mask.data<bool>();
@@ -140,18 +174,11 @@ TEST_CASE("attention: masks anywhere, trailing padding skipped exactly, fully ma
   Tensor wa, wb;
   Tensor fused = attention(a, 2, mask, false, &wa);
   Tensor reference = attention_reference(b, 2, mask, false, &wb);
-  std::vector<float> f = fused.detach().to_vector<float>(), r = reference.detach().to_vector<float>();
-  for (size_t i = 0; i < f.size(); ++i) {
-    const bool nan_row = i >= size_t(2 * T * D);  // review 2
-    CAPTURE(i);
-    if (nan_row) {
-      CHECK(std::isnan(f[i]));
-      CHECK(std::isnan(r[i]));
-    } else {
-      CHECK(f[i] == doctest::Approx(r[i]).epsilon(1e-5));
-    }
-  }
-  // Review 0's weights on its padded keys are exactly zero; the others sum to one.
+  // Review 2 sees no key: its output is exactly 0 in both (no NaN), the others agree.
+  check_values(fused.select(0, 2), std::vector<double>(size_t(T * D), 0.0), 0);
+  check_values(reference.select(0, 2), std::vector<double>(size_t(T * D), 0.0), 0);
+  check_close(fused, reference, 1e-5);
+  // Review 0's weights on its padded keys are exactly zero; the others sum to one. Review 2's are all 0.
   std::vector<float> w = wa.to_vector<float>();
   for (int64_t i = 0; i < T; ++i) {
     double total = 0;
@@ -162,12 +189,40 @@ TEST_CASE("attention: masks anywhere, trailing padding skipped exactly, fully ma
     }
     CHECK(total == doctest::Approx(1.0).epsilon(1e-6));
   }
-  // Gradients of the reviews with something to attend to match the reference.
-  Tensor keep = ones({B, 1, 1});
-  keep.data<float>()[2] = 0;
+  check_values(wa.select(0, 2), std::vector<double>(size_t(2 * T * T), 0.0), 0);
+  check_close(wa, wb, 1e-6);
+  // Gradients, from an output gradient that is not 0 on review 2 either: review 2 gets exactly 0 (the
+  // fused backward wrote NaN into its q and k gradients), and fused and composed agree everywhere.
   Generator gen(9);
-  Tensor g = uniform(fused.shape(), -1, 1, gen) * keep;
-  sum(fused * g).backward();  // the value is NaN (review 2), the gradient reaching review 0 and 1 is not
+  Tensor g = uniform(fused.shape(), -1, 1, gen);
+  sum(fused * g).backward();
   sum(reference * g).backward();
-  check_close(a.grad().narrow(0, 0, 2), b.grad().narrow(0, 0, 2), 2e-5);
+  check_values(a.grad().select(0, 2), std::vector<double>(size_t(T * 3 * D), 0.0), 0);
+  check_values(b.grad().select(0, 2), std::vector<double>(size_t(T * 3 * D), 0.0), 0);
+  check_close(a.grad(), b.grad(), 2e-5);
+}
+
+TEST_CASE("attention: with the causal mask and leading padding, queries before the first real token give 0") {
+  // Review 0: keys 0..2 padding, so causal queries 0..2 see nothing; review 1: no padding.
+  const int64_t B = 2, T = 6, D = 4;
+  Tensor mask = zeros({B, T}, Dtype::Bool);
+  for (int64_t t = 0; t < 3; ++t) mask.data<bool>()[t] = true;
+  for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
+    Tensor a = random_qkv(B, T, D, 41).to(dtype).requires_grad_();
+    Tensor b = a.detach().clone().requires_grad_();
+    Tensor fused = attention(a, 2, mask, true), reference = attention_reference(b, 2, mask, true);
+    check_values(fused.select(0, 0).narrow(0, 0, 3), std::vector<double>(size_t(3 * D), 0.0), 0);
+    check_values(reference.select(0, 0).narrow(0, 0, 3), std::vector<double>(size_t(3 * D), 0.0), 0);
+    check_close(fused, reference, 1e-5);
+    Generator gen(5);
+    Tensor g = uniform(fused.shape(), -1, 1, gen, dtype);
+    sum(fused * g).backward();
+    sum(reference * g).backward();
+    for (double v : a.grad().to_vector<double>()) CHECK(std::isfinite(v));
+    check_close(a.grad(), b.grad(), 2e-5);
+  }
+  // Float64 finite differences through both, the blind queries included.
+  Tensor x = random_qkv(B, T, D, 43).to(Dtype::Float64);
+  check_gradient([&](auto& in) { return attention(in[0], 2, mask, true); }, {x.clone()});
+  check_gradient([&](auto& in) { return attention_reference(in[0], 2, mask, true); }, {x.clone()});
 }

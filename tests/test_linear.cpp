@@ -45,6 +45,24 @@ DEVICE_TEST_CASE("gradcheck: linear in float64") {
                  {random64({2, 3, 4}, 1), random64({5, 4}, 2), random64({5}, 3)});
   check_gradient(device, [](const std::vector<Tensor>& in) { return linear(in[0], in[1], Tensor()); },
                  {random64({3, 4}, 4), random64({2, 4}, 5)});
+  // Non-contiguous operands (a transposed input, a transposed weight) and a broadcast bias (expanded from [1]).
+  check_gradient([](const std::vector<Tensor>& in) {
+    return linear(in[0].transpose(0, 1), in[1].transpose(0, 1), in[2].expand({5}));
+  }, {random64({4, 3}, 6), random64({4, 5}, 7), random64({1}, 8)});
+}
+
+TEST_CASE("linear: zero input features give the bias on every row (PyTorch's answer), not a division by zero") {
+  // x [4, 0], w [3, 0]: rows were counted as x.numel() / 0 (SIGFPE). Also tests/zero_size_cases.h.
+  Tensor x = zeros({4, 0}).requires_grad_(), w = zeros({3, 0}).requires_grad_();
+  Tensor b = tensor({1, 2, 3}).requires_grad_();
+  Tensor y = linear(x, w, b);
+  CHECK(y.shape() == Shape({4, 3}));
+  check_values(y, {1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3});
+  check_values(linear(x, w, Tensor()), std::vector<double>(12, 0.0));
+  sum(y).backward();
+  CHECK(x.grad().shape() == Shape({4, 0}));
+  CHECK(w.grad().shape() == Shape({3, 0}));
+  check_values(b.grad(), {4, 4, 4});
 }
 
 TEST_CASE("linear: bad inputs are clear errors") {

@@ -43,17 +43,17 @@ void product(bool bf16, int64_t M, int64_t N, int64_t K, T alpha, const T* A, in
 }
 
 // Keys past the last unmasked one get probability exactly 0 from every query: the products skip
-// them (with trailing padding, a review of L tokens costs L, not T, keys). A row with no unmasked
-// key keeps all T, so that it still comes out NaN like the composed version.
+// them (with trailing padding, a review of L tokens costs L, not T, keys; a review of padding only, 0).
 int64_t key_extent(const bool* padding, int64_t T) {
   if (padding == nullptr) return T;
   int64_t extent = T;
   while (extent > 0 && padding[extent - 1]) --extent;
-  return extent == 0 ? T : extent;
+  return extent;
 }
 
 // Masked scores -> probabilities, in place, row by row, over the first `cols` columns of rows
-// `ld` apart; columns cols..ld-1 are set to 0. Masked entries become exactly 0.
+// `ld` apart; columns cols..ld-1 are set to 0. Masked entries become exactly 0, and so does every
+// entry of a row with no unmasked key (a query that sees nothing: output 0, no gradient; not NaN).
 template <typename T>
 void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const bool* padding, bool causal) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -64,6 +64,10 @@ void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const boo
     if (causal)
       for (int64_t j = i + 1; j < cols; ++j) row[j] = neg_inf;
     T m = row_max(row, cols);
+    if (m == neg_inf) {
+      for (int64_t j = 0; j < ld; ++j) row[j] = T(0);
+      continue;
+    }
     T inv = T(1) / row_exp_store_sum(row, m, row, cols);
     for (int64_t j = 0; j < cols; ++j) row[j] *= inv;
     for (int64_t j = cols; j < ld; ++j) row[j] = T(0);

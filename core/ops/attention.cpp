@@ -5,6 +5,9 @@
 //     keeps each head's [T, T] block in cache and never materialises the masked scores.
 // Both take qkv [B, T, 3 D] (q | k | v, each H heads of Dh = D / H) and return [B, T, D]:
 //   head h: softmax(q_h k_h^T / sqrt(Dh) + masks) v_h, the heads' outputs side by side.
+// A query row that sees no key (every key masked) has no softmax: both give it output 0 and send no
+// gradient through it (FlashAttention's rule), on the CPU and the GPU alike, where a plain softmax of an
+// all -inf row would make it NaN (docs/attention.md says why).
 #include <cmath>
 
 #include "core/cpu/attention.h"
@@ -36,15 +39,33 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
   // [B, T, 3D] -> [3, B, H, T, Dh]: q, k, v are strided views into the one projection.
   Tensor qkv_heads = qkv.view({B, T, 3, H, Dh}).permute({2, 0, 3, 1, 4});
   Tensor q = qkv_heads.select(0, 0), k = qkv_heads.select(0, 1), v = qkv_heads.select(0, 2);
-  Tensor scores = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(Dh)));  // [B, H, T, T]
-  if (key_padding_mask.defined()) scores = masked_fill(scores, key_padding_mask.view({B, 1, 1, T}), -INFINITY);
+  // The scale goes on q [B, H, T, Dh], not on the scores [B, H, T, T]: the same products, T / Dh times fewer
+  // multiplies, and no [B, H, T, T] tensor made (and its gradient) for the scaling alone.
+  Tensor scores = matmul(q * (1.0 / std::sqrt(double(Dh))), k.transpose(-2, -1));  // [B, H, T, T]
+  // Which keys each query may not see (true = hidden), broadcasting to [B, H, T, T]: padding, the future.
+  Tensor hidden = key_padding_mask.defined() ? key_padding_mask.view({B, 1, 1, T}) : Tensor();
   if (causal) {
     Tensor future = gt(arange(T).view({1, T}), arange(T).view({T, 1})).to(qkv.device());  // key index > query index
-    scores = masked_fill(scores, future, -INFINITY);
+    hidden = hidden.defined() ? where(future, future, hidden) : future;                   // future or padding
+  }
+  // NOTE: a query that sees no key (every key padding; with the causal mask, every key up to it) has no
+  // softmax: all -inf would give NaN. Its output is 0 and no gradient flows from it, as in the fused kernels
+  // (docs/attention.md): its scores are left unmasked (finite probabilities), and its output row is zeroed.
+  Tensor blind;  // bool [B, 1, T or 1, 1]: the queries that see no key
+  if (hidden.defined()) {
+    Tensor seen = sum(where(hidden, scalar(0, qkv.dtype(), qkv.device()), scalar(1, qkv.dtype(), qkv.device())), {-1},
+                      /*keepdim=*/true);
+    blind = eq(seen, scalar(0, qkv.dtype(), qkv.device()));
+    scores = masked_fill(scores, where(blind, scalar(0, Dtype::Bool, qkv.device()), hidden), -INFINITY);
   }
   Tensor probs = softmax(scores, -1);
-  if (weights != nullptr) *weights = probs.detach();
-  return matmul(probs, v).transpose(1, 2).reshape({B, T, D});  // [B, H, T, Dh] -> [B, T, H, Dh] -> [B, T, D]
+  Tensor out = matmul(probs, v);  // [B, H, T, Dh]
+  if (blind.defined()) out = masked_fill(out, blind, 0.0);
+  if (weights != nullptr) {
+    NoGradGuard no_grad;
+    *weights = blind.defined() ? masked_fill(probs, blind, 0.0) : probs.detach();
+  }
+  return out.transpose(1, 2).reshape({B, T, D});  // [B, H, T, Dh] -> [B, T, H, Dh] -> [B, T, D]
 }
 
 Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_mask, bool causal, Tensor* weights) {
@@ -67,8 +88,8 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
     Tensor lse;
     Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights);
     record("attention", out, {qkv_in},
-           [heads, causal, qkv, mask, lse, out_saved = out.detach()](const Tensor& g) -> Grads {
-             return {gpu::attention_backward(g, qkv, out_saved, lse, heads, mask, causal)};
+           [heads, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out)](const Tensor& g) -> Grads {
+             return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal)};
            });
     return out;
   }
@@ -77,10 +98,10 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
   const bool needs_grad = any_requires_grad({qkv_in});
   cpu::AttentionForward forward = cpu::attention_forward(qkv, heads, mask, causal, needs_grad || weights != nullptr, bf16);
   if (weights != nullptr) *weights = forward.probs;
-  // NOTE: detached views of the saved tensors, so that the node does not own its own output's graph.
+  // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.
   record("attention", forward.out, {qkv_in},
-         [heads, qkv = qkv.detach(), probs = forward.probs, mask, bf16](const Tensor& g) -> Grads {
-           return {cpu::attention_backward(g.contiguous(), qkv, probs, heads, mask, bf16)};
+         [heads, qkv = save(qkv), probs = save(forward.probs), mask = save(mask), bf16](const Tensor& g) -> Grads {
+           return {cpu::attention_backward(g.contiguous(), qkv.get(), probs.get(), heads, mask.get(), bf16)};
          });
   return forward.out;
 }

@@ -49,8 +49,9 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor y = binary_kernel(math::Mul{}, a, b, "mul");
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  record("mul", y, {a, b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) -> Grads {
-    return {need_a ? sum_to(g * b, a.shape()) : Tensor(), need_b ? sum_to(g * a, b.shape()) : Tensor()};
+  record("mul", y, {a, b}, [a = save(a), b = save(b), need_a, need_b](const Tensor& g) -> Grads {
+    return {need_a ? sum_to(g * b.get(), a.get().shape()) : Tensor(),
+            need_b ? sum_to(g * a.get(), b.get().shape()) : Tensor()};
   });
   return y;
 }
@@ -59,9 +60,10 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor y = binary_kernel(math::Div{}, a, b, "div");
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  record("div", y, {a, b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) -> Grads {
-    Tensor ga = g / b;
-    return {need_a ? sum_to(ga, a.shape()) : Tensor(), need_b ? sum_to(-ga * a / b, b.shape()) : Tensor()};
+  record("div", y, {a, b}, [a = save(a), b = save(b), need_a, need_b](const Tensor& g) -> Grads {
+    Tensor ga = g / b.get();
+    return {need_a ? sum_to(ga, a.get().shape()) : Tensor(),
+            need_b ? sum_to(-ga * a.get() / b.get(), b.get().shape()) : Tensor()};
   });
   return y;
 }

@@ -45,7 +45,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   }
   Tensor loss = f.loss;
   f.loss = Tensor();  // NOTE: the closure must not hold the output (its own node would own it: a cycle)
-  record("cross_entropy", loss, {logits, targets}, [x, t, f, ignore_index](const Tensor& g) -> Grads {
+  record("cross_entropy", loss, {logits, targets},
+         [saved_x = save(x), saved_t = save(t), f, ignore_index](const Tensor& g) -> Grads {
+    const Tensor &x = saved_x.get(), &t = saved_t.get();
     double scale = f.count > 0 ? g.item<double>() / double(f.count) : 0.0;
     if (x.device().is_cuda()) return {gpu::cross_entropy_backward(x, t, f, ignore_index, scale), Tensor()};
     return {cpu::cross_entropy_backward(x, t, f, ignore_index, scale), Tensor()};

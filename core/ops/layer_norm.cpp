@@ -45,8 +45,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   const bool need_dw = weight.defined() && weight.requires_grad();
   const bool need_db = bias.defined() && bias.requires_grad();
   record("layer_norm", y, {x, weight, bias},
-         [x2, w, mean = f.mean, rstd = f.rstd, shape = x.shape(), rows, D, need_dx, need_dw,
-          need_db](const Tensor& g) -> Grads {
+         [saved_x = save(x2), saved_w = save(w), mean = f.mean, rstd = f.rstd, shape = x.shape(), rows, D, need_dx,
+          need_dw, need_db](const Tensor& g) -> Grads {
+           const Tensor &x2 = saved_x.get(), &w = saved_w.get();
            Tensor g2 = g.contiguous().view({rows, D});
            LayerNormGrads grads =
                x2.device().is_cuda() ? gpu::layer_norm_backward(g2, x2, mean, rstd, w, need_dx, need_dw, need_db)

@@ -4,6 +4,8 @@
 // Backward (x seen as [rows, K], g as [rows, N]):
 //   dx = g W      dW = g^T x      db = sum over rows of g
 // W^T and g^T are strided views read in place by the GEMM; db uses the deterministic row sum.
+// Zero-size dims as in PyTorch: no input features (K = 0) give y = b on every row (0 without a bias)
+// and dW of shape [N, 0]; no rows give an empty y and dW = 0, db = 0.
 // Mixed precision (core/precision.h): in a bfloat16 scope the three products take bfloat16 operands
 // (cpu::gemm_bf16) and sum in float32; bfloat16 tensors go through that path and come back bfloat16.
 #include "core/cpu/gemm.h"
@@ -44,7 +46,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   const bool bf16 = product_precision() == Precision::BFloat16 && x.dtype() == Dtype::Float32;
 
-  const int64_t rows = x.numel() / K;
+  // NOTE: not x.numel() / K, which divides by zero for zero input features (x [4, 0]): then y = bias.
+  const int64_t rows = numel(Shape(x.shape().begin(), x.shape().end() - 1));
   // Detached, contiguous operands: the kernels read raw memory (a transposed weight is copied once).
   Tensor x2 = x.detach().contiguous(), w = weight.detach().contiguous();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
@@ -65,8 +68,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool need_db = bias.defined() && bias.requires_grad();
   // Only what backward will read is kept: x for dW, W for dx.
   record("linear", y, {x, weight, bias},
-         [x2 = need_dw ? x2 : Tensor(), w = need_dx ? w : Tensor(), rows, K, N, need_dx, need_dw, need_db, bf16,
-          x_shape = x.shape()](const Tensor& g) -> Grads {
+         [saved_x = need_dw ? save(x2) : SavedTensor(), saved_w = need_dx ? save(w) : SavedTensor(), rows, K, N, need_dx,
+          need_dw, need_db, bf16, x_shape = x.shape()](const Tensor& g) -> Grads {
+           const Tensor &x2 = saved_x.get(), &w = saved_w.get();
            Tensor g2 = g.contiguous().view({rows, N});
            Tensor dx, dw, db;
            if (g2.device().is_cuda()) {

@@ -54,8 +54,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   EMBER_CHECK(shape == x.shape(), "masked_fill: mask of shape {} does not broadcast to x's shape {}",
               shape_str(mask.shape()), shape_str(x.shape()));
   Tensor out = select_kernel(mask, scalar(value, x.dtype(), x.device()), x, shape, "masked_fill");
-  record("masked_fill", out, {x}, [mask = mask.detach()](const Tensor& g) -> Grads {
-    return {select_kernel(mask, scalar(0.0, g.dtype(), g.device()), g, g.shape(), "masked_fill")};
+  record("masked_fill", out, {x}, [mask = save(mask)](const Tensor& g) -> Grads {
+    return {select_kernel(mask.get(), scalar(0.0, g.dtype(), g.device()), g, g.shape(), "masked_fill")};
   });
   return out;
 }
@@ -68,7 +68,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = select_kernel(cond, a, b, shape, "where");
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  record("where", out, {a, b}, [cond = cond.detach(), sa = a.shape(), sb = b.shape(), need_a, need_b](const Tensor& g) -> Grads {
+  record("where", out, {a, b}, [saved_cond = save(cond), sa = a.shape(), sb = b.shape(), need_a, need_b](const Tensor& g) -> Grads {
+    const Tensor& cond = saved_cond.get();
     Tensor zero = scalar(0.0, g.dtype(), g.device());
     return {need_a ? sum_to(select_kernel(cond, g, zero, g.shape(), "where"), sa) : Tensor(),
             need_b ? sum_to(select_kernel(cond, zero, g, g.shape(), "where"), sb) : Tensor()};

@@ -203,11 +203,11 @@ Tensor matmul_nd(const Tensor& a_in, const Tensor& b_in) {
   }
   const bool need_a = a_in.requires_grad(), need_b = b_in.requires_grad();
   record("matmul", out, {a_in, b_in},
-         [a = need_b ? a_in.detach() : Tensor(), b = need_a ? b_in.detach() : Tensor(), sa = a_in.shape(),
+         [a = need_b ? save(a_in) : SavedTensor(), b = need_a ? save(b_in) : SavedTensor(), sa = a_in.shape(),
           sb = b_in.shape(), col_a = is_col_major(a_in), col_b = is_col_major(b_in), bf16](const Tensor& g) -> Grads {
            MixedPrecisionGuard precision(bf16 ? Precision::BFloat16 : Precision::Float32);  // as the forward
-           return {b.defined() ? grad_left(g, b, sa, col_a) : Tensor(),
-                   a.defined() ? grad_right(g, a, sb, col_b) : Tensor()};
+           return {b.defined() ? grad_left(g, b.get(), sa, col_a) : Tensor(),
+                   a.defined() ? grad_right(g, a.get(), sb, col_b) : Tensor()};
          });
   return out;
 }

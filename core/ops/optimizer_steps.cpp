@@ -89,6 +89,7 @@ void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
                const SgdHyper& hyper) {
   check_step("SGD", params, grads_in, {&velocities}, weight_decays);
   const std::vector<Tensor> grads = contiguous_all(grads_in);
+  for (const Tensor& p : params) p.bump_version();  // written in place: a graph that saved p sees it
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i].device().is_cpu()) continue;
     Tensor velocity = velocities.empty() ? Tensor() : velocities[i];
@@ -112,6 +113,7 @@ void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   EMBER_CHECK(exp_avg.size() == params.size() && exp_avg_sq.size() == params.size(),
               "{}: every parameter needs both moments", op);
   const std::vector<Tensor> grads = contiguous_all(grads_in);
+  for (const Tensor& p : params) p.bump_version();  // written in place: a graph that saved p sees it
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i].device().is_cpu()) continue;
     const Tensor &m = exp_avg[i], &v = exp_avg_sq[i];
@@ -164,8 +166,12 @@ void scale_all_(const std::vector<Tensor>& tensors, double value) {
   std::vector<Tensor> contiguous_on_gpu;
   for (const Tensor& t : tensors) {
     EMBER_CHECK(t.defined(), "scale_all_: a tensor is undefined");
-    if (t.device().is_cuda() && t.is_contiguous()) contiguous_on_gpu.push_back(t);
-    else Tensor(t).mul_(value);
+    if (t.device().is_cuda() && t.is_contiguous()) {
+      t.bump_version();  // written in place by the launch below, as mul_ does
+      contiguous_on_gpu.push_back(t);
+    } else {
+      Tensor(t).mul_(value);
+    }
   }
   for (const auto& [where, group] : cuda_groups(contiguous_on_gpu))
     gpu::scale_all(pick(contiguous_on_gpu, group), value);

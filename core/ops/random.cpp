@@ -20,6 +20,7 @@ namespace {
 void fill_random(Tensor& t, const char* op, bool normal, uint64_t seed, uint64_t first, double a, double b) {
   EMBER_CHECK(t.is_contiguous(), "{}: the tensor must be contiguous", op);
   EMBER_CHECK(is_floating(t.dtype()), "{}: needs a floating tensor, got {}", op, dtype_name(t.dtype()));
+  t.bump_version();
   if (t.device().is_cuda()) return gpu::random_fill(t, normal, seed, first, a, b);
   check_cpu(op, t);
   dispatch_floating(t.dtype(), op, [&](auto tag) {

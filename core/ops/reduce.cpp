@@ -1,5 +1,6 @@
 // Reductions: sum, mean, max, var over any dims, with keepdim; sum_to undoes broadcasting.
 #include <algorithm>
+#include <limits>
 
 #include "core/cpu/reduce.h"
 #include "core/ops/op_support.h"
@@ -57,18 +58,24 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   return y;
 }
 
+// A mean of nothing (an empty dim) is 0 / 0 = NaN, like PyTorch's.
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   int64_t n = count_over(x.shape(), normalize_dims(dims, x.dim(), "mean"));
-  EMBER_CHECK(n > 0, "mean: no elements to average (shape {})", shape_str(x.shape()));
+  if (n == 0) return sum(x, dims, keepdim) * std::numeric_limits<double>::quiet_NaN();
   return sum(x, dims, keepdim) * (1.0 / double(n));
 }
 
 // d max / dx = 1 where x equals the max (shared equally between ties), 0 elsewhere.
+// The max of nothing is undefined: an empty reduced dim is an error (as in PyTorch), on every device.
 Tensor max(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   auto dims = normalize_dims(dims_in, x.dim(), "max");
+  for (int64_t d : dims)
+    EMBER_CHECK(x.shape()[size_t(d)] > 0, "max: cannot take the max over an empty dim {} (shape {})", d,
+                shape_str(x.shape()));
   Tensor kept = reduce_kernel(x, dims, cpu::ReduceKind::Max, "max");
   Tensor y = keepdim ? kept : kept.view(drop_dims(kept.shape(), dims));
-  record("max", y, {x}, [x = x.detach(), kept = kept.detach(), dims](const Tensor& g) -> Grads {
+  record("max", y, {x}, [saved_x = save(x), saved_kept = save(kept), dims](const Tensor& g) -> Grads {
+    const Tensor &x = saved_x.get(), &kept = saved_kept.get();
     Tensor is_max = eq(x, kept).to(x.dtype());
     Tensor ties = reduce_kernel(is_max, dims, cpu::ReduceKind::Sum, "max");
     return {is_max * (g.reshape(kept.shape()) / ties)};

@@ -16,8 +16,8 @@ Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log) {
               dtype_name(x.dtype()));
   int64_t d = normalize_dim(dim, x.dim(), name);
   Tensor y = x.device().is_cuda() ? gpu::softmax_forward(x, d, log) : cpu::softmax_forward(x, d, log, name);
-  // NOTE: a detached view of y, never y itself (y's node would own y: a cycle).
-  record(name, y, {x}, [name, d, log, y = y.detach()](const Tensor& g) -> Grads {
+  record(name, y, {x}, [name, d, log, saved_y = save(y)](const Tensor& g) -> Grads {
+    const Tensor& y = saved_y.get();
     if (y.device().is_cuda()) return {gpu::softmax_backward(g, y, d, log)};
     return {cpu::softmax_backward(g, y, d, log, name)};
   });

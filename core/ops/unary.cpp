@@ -22,10 +22,19 @@ Tensor forward_kernel(const F& f, const Tensor& x, const char* name) {
   return y;
 }
 
+// grad * f'(x, y). Only what f.df reads is defined (F::reads); the kernels are handed a stand-in of the
+// same shape for the other (df never reads it): the one that is there, or the gradient when df reads neither.
 template <typename F>
-Tensor backward_kernel(const F& f, const Tensor& grad, const Tensor& x, const Tensor& y, const char* name) {
-  if (x.device().is_cpu()) return cpu::map_unary_backward(f, grad, x, y, name);
-  Tensor g = grad.detach().contiguous(), xc = x.contiguous(), yc = y.contiguous();
+Tensor backward_kernel(const F& f, const Tensor& grad, const Tensor& x_saved, const Tensor& y_saved, const char* name) {
+  auto or_else = [](const Tensor& a, const Tensor& b) -> const Tensor& { return a.defined() ? a : b; };
+  if (grad.device().is_cpu()) {
+    const Tensor& x = or_else(x_saved, or_else(y_saved, grad));
+    return cpu::map_unary_backward(f, grad, x, or_else(y_saved, x), name);
+  }
+  const Tensor& x = or_else(x_saved, or_else(y_saved, grad));
+  Tensor g = grad.detach().contiguous();
+  Tensor xc = or_else(x_saved, or_else(y_saved, g)).contiguous();
+  Tensor yc = y_saved.defined() ? y_saved.contiguous() : xc;
   Tensor grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
   cuda::unary_backward(f, x.device().index, x.dtype() == Dtype::Float64, g.raw_data(), xc.raw_data(), yc.raw_data(),
                        grad_x.raw_data(), x.numel());
@@ -35,10 +44,12 @@ Tensor backward_kernel(const F& f, const Tensor& grad, const Tensor& x, const Te
 template <typename F>
 Tensor unary_op(const char* name, const F& f, const Tensor& x) {
   Tensor y = forward_kernel(f, x, name);
-  // NOTE: the closure keeps a detached view of y: capturing y itself would make y's node own y (a cycle).
-  record(name, y, {x}, [f, name, x = x.detach(), y = y.detach()](const Tensor& grad) -> Grads {
-    return {backward_kernel(f, grad, x, y, name)};
-  });
+  // Only what df reads is kept until backward (F::reads, core/unary_math.h): x, y or neither.
+  record(name, y, {x},
+         [f, name, x = F::reads == math::Reads::Input ? save(x) : SavedTensor(),
+          y = F::reads == math::Reads::Output ? save(y) : SavedTensor()](const Tensor& grad) -> Grads {
+           return {backward_kernel(f, grad, x.get(), y.get(), name)};
+         });
   return y;
 }
 

@@ -220,6 +220,8 @@ Tensor Tensor::to(Device target) const {
 }
 
 namespace {
+// Every in-place update starts with these checks, then bumps the storage's version, which
+// autograd's saved tensors compare against (autograd/saved_tensor.h).
 void check_inplace(const char* op, const Tensor& t) {
   EMBER_CHECK(t.defined(), "{}: the tensor is undefined", op);
   EMBER_CHECK(!grad_enabled() || !t.requires_grad(),
@@ -237,12 +239,14 @@ Tensor& Tensor::copy_(const Tensor& source) {
   check_inplace("copy_", *this);
   check_into("copy_", *this, source);
   if (source.device() != device()) return copy_(source.detach().to(device()));
+  bump_version();
   if (device().is_cuda()) gpu::copy(source, *this);
   else cpu::copy(source, *this);
   return *this;
 }
 Tensor& Tensor::fill_(double value) {
   check_inplace("fill_", *this);
+  bump_version();
   if (device().is_cuda()) gpu::fill(*this, value);
   else cpu::fill(*this, value);
   return *this;
@@ -254,6 +258,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   EMBER_CHECK(other.dtype() == dtype(), "add_: dtypes differ ({} and {})", dtype_name(dtype()),
               dtype_name(other.dtype()));
   EMBER_CHECK(dtype() != Dtype::Bool, "add_: not defined for bool tensors");
+  bump_version();
   if (device().is_cuda()) gpu::add_into(*this, other, alpha);
   else cpu::add_into(*this, other, alpha);
   return *this;
@@ -262,6 +267,7 @@ Tensor& Tensor::mul_(double value) {
   check_inplace("mul_", *this);
   EMBER_CHECK(is_floating(dtype()), "mul_: expected a floating tensor (float32 or float64), got {}",
               dtype_name(dtype()));
+  bump_version();
   if (device().is_cuda()) gpu::scale(*this, value);
   else cpu::scale(*this, value);
   return *this;
