@@ -47,8 +47,8 @@ double bound_use(const Tensor& y, const Tensor& y64, const Tensor& A, const Tens
 void row(const std::string& what, const Tensor& y32, const Tensor& y16, const Tensor& y64, double bound32 = -1,
          double bound16 = -1) {
   std::printf("| %-38s | %9.2e | %9.2e |", what.c_str(), norm_error(y32, y64), norm_error(y16, y64));
-  if (bound16 >= 0) std::printf(" %6.3f | %6.3f |\n", bound32, bound16);
-  else std::printf("    -   |    -   |\n");
+  if (bound16 >= 0) std::printf(" %9.2e | %9.2e |\n", bound32, bound16);
+  else std::printf(" %9s | %9s |\n", "-", "-");
   std::fflush(stdout);
 }
 
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   Generator gen(seed);
   std::printf("relative error against float64, inputs uniform(-1, 1), seed %llu (bench/precision_bench.cpp)\n\n",
               static_cast<unsigned long long>(seed));
-  std::printf("| %-38s | %9s | %9s | %6s | %6s |\n", "op (shapes)", "fp32 norm", "bf16 norm", "fp32 b", "bf16 b");
+  std::printf("| %-38s | %9s | %9s | %9s | %9s |\n", "op (shapes)", "fp32 norm", "bf16 norm", "fp32 bound", "bf16 bound");
   std::printf("|---|---:|---:|---:|---:|\n");
 
   // The recipe's linear layers: 32 x 256 = 8192 rows, dim 128, QKV 384, FFN 512.
