@@ -152,6 +152,15 @@ EMBER_CUDA_ENTRY(void, attention_backward, (int device, bool float64, const void
                                             int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
                                             const void* out, const void* grad_out, const double* lse, double* delta,
                                             void* grad_qkv))
+// The same in mixed precision (core/precision.h; float32 tensors): the operands of the products rounded
+// to bfloat16, the softmax, lse and delta in float32.
+EMBER_CUDA_ENTRY(void, attention_forward_bf16, (int device, const float* qkv, const bool* key_padding_mask, int64_t B,
+                                                int64_t T, int64_t heads, int64_t D, bool causal, float* out,
+                                                double* lse, float* probs))
+EMBER_CUDA_ENTRY(void, attention_backward_bf16, (int device, const float* qkv, const bool* key_padding_mask,
+                                                 int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
+                                                 const float* out, const float* grad_out, const double* lse,
+                                                 double* delta, float* grad_qkv))
 
 // ---- Embedding (cuda/embedding_kernels.cu)
 // out[i, :] = weight[ids[i], :] (weight strides in elements), n ids, D columns.

@@ -286,7 +286,7 @@ void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Te
 }
 
 Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, Tensor& lse,
-                         Tensor* weights) {
+                         Tensor* weights, bool bf16) {
   const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
   EMBER_CHECK(D % heads == 0 && D / heads <= cuda::attention_max_head_dim(),
               "attention: head size {} exceeds the fused CUDA kernels' {} (use EMBER_ATTENTION=composed)",
@@ -295,22 +295,32 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, b
   lse = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
   Tensor probs;
   if (weights != nullptr) probs = Tensor::empty({B, heads, T, T}, qkv.dtype(), qkv.device());
-  cuda::attention_forward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B,
-                          T, heads, D, causal, out.raw_data(), lse.data<double>(),
-                          probs.defined() ? probs.raw_data() : nullptr);
+  if (bf16 && qkv.dtype() == Dtype::Float32)
+    cuda::attention_forward_bf16(device_of(qkv), qkv.data<float>(), mask.defined() ? mask.data<bool>() : nullptr, B, T,
+                                 heads, D, causal, out.data<float>(), lse.data<double>(),
+                                 probs.defined() ? probs.data<float>() : nullptr);
+  else
+    cuda::attention_forward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr,
+                            B, T, heads, D, causal, out.raw_data(), lse.data<double>(),
+                            probs.defined() ? probs.raw_data() : nullptr);
   if (weights != nullptr) *weights = probs;
   return out;
 }
 
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                          int64_t heads, const Tensor& mask, bool causal) {
+                          int64_t heads, const Tensor& mask, bool causal, bool bf16) {
   const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
   Tensor g = grad_out.contiguous();
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
   Tensor delta = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
-  cuda::attention_backward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B,
-                           T, heads, D, causal, out.raw_data(), g.raw_data(), lse.data<double>(), delta.data<double>(),
-                           dqkv.raw_data());
+  if (bf16 && qkv.dtype() == Dtype::Float32)
+    cuda::attention_backward_bf16(device_of(qkv), qkv.data<float>(), mask.defined() ? mask.data<bool>() : nullptr, B,
+                                  T, heads, D, causal, out.data<float>(), g.data<float>(), lse.data<double>(),
+                                  delta.data<double>(), dqkv.data<float>());
+  else
+    cuda::attention_backward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr,
+                             B, T, heads, D, causal, out.raw_data(), g.raw_data(), lse.data<double>(),
+                             delta.data<double>(), dqkv.raw_data());
   return dqkv;
 }
 

@@ -80,11 +80,12 @@ void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Te
                      int64_t rows, int64_t K, int64_t N, bool bf16 = false);
 
 // ---- Fused attention (cuda/attention_kernels.cu): qkv contiguous [B, T, 3 D], mask contiguous bool [B, T]
-// or undefined. `lse` receives the per-row log-sum-exp the backward needs.
+// or undefined. `lse` receives the per-row log-sum-exp the backward needs. bf16 (float32 qkv): the
+// products' operands in bfloat16, the softmax in float32 (cuda::attention_forward_bf16).
 Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, Tensor& lse,
-                         Tensor* weights);
+                         Tensor* weights, bool bf16 = false);
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                          int64_t heads, const Tensor& mask, bool causal);
+                          int64_t heads, const Tensor& mask, bool causal, bool bf16 = false);
 
 // ---- Optimisers: one fused launch over all the parameters (core/update_rules.h per element), all
 // on one GPU, of one dtype, contiguous (core/ops/optimizer_steps.cpp checks them).

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cuda_ops.h"
 #include "core/precision.h"
 #include "helpers.h"
 
@@ -39,6 +40,48 @@ double check_product_bound(const Tensor& got, const Tensor& want, const Tensor& 
 }
 
 bool identical(const Tensor& a, const Tensor& b) { return values(a) == values(b); }
+
+// Attention's bound (the attention test below derives it): out against out32 for qkv [B, T, 3 D], H heads.
+// Returns the worst ratio |error| / bound.
+double check_attention_bound(const Tensor& o, const Tensor& o32, const Tensor& qkv, int64_t H) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3, Dh = D / H;
+  const std::vector<double> q = values(qkv), got = values(o.to(Device::cpu())), want = values(o32.to(Device::cpu()));
+  const double scale = 1 / std::sqrt(double(Dh));
+  double worst = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        auto at = [&](int64_t t, int64_t part, int64_t c) { return q[(b * T + t) * 3 * D + part * D + h * Dh + c]; };
+        double delta = 0;
+        for (int64_t j = 0; j < T; ++j) {
+          double s = 0;
+          for (int64_t c = 0; c < Dh; ++c) s += std::abs(at(i, 0, c) * at(j, 1, c));
+          delta = std::max(delta, gamma(Dh) * scale * s);
+        }
+        const double grow = std::exp(2 * delta);
+        for (int64_t c = 0; c < Dh; ++c) {
+          double v_max = 0;
+          for (int64_t j = 0; j < T; ++j) v_max = std::max(v_max, std::abs(at(j, 2, c)));
+          const double bound = ((grow - 1) + gamma(T) * grow + 16 * T * eps32) * v_max;
+          const size_t k = size_t((b * T + i) * D + h * Dh + c);
+          INFO("b " << b << " h " << h << " query " << i << " column " << c);
+          REQUIRE(std::abs(got[k] - want[k]) <= bound);
+          worst = std::max(worst, std::abs(got[k] - want[k]) / bound);
+        }
+      }
+  return worst;
+}
+
+double relative_norm_error(const Tensor& got, const Tensor& want) {
+  const std::vector<double> g = values(got.to(Device::cpu())), w = values(want.to(Device::cpu()));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    num += (g[i] - w[i]) * (g[i] - w[i]);
+    den += w[i] * w[i];
+  }
+  return std::sqrt(num / den);
+}
+
 
 }  // namespace
 
@@ -132,7 +175,7 @@ TEST_CASE("mixed precision attention: products in bfloat16, softmax in float32, 
   // probability moves by at most a factor e^(2 delta_i), and O = P V (P and V rounded, length T) is
   // off by at most [(e^(2 delta_i) - 1) + gamma(T) e^(2 delta_i) + 16 T eps32] max_j |v_jc|.
   Generator gen(13);
-  const int64_t B = 2, T = 23, D = 24, H = 3, Dh = D / H;
+  const int64_t B = 2, T = 23, D = 24, H = 3;
   Tensor qkv = uniform({B, T, 3 * D}, -1, 1, gen).requires_grad_();
   Tensor mask = zeros({B, T}, Dtype::Bool);
   for (int64_t t = 17; t < T; ++t) mask.data<bool>()[T + t] = true;  // the second review is padded
@@ -146,31 +189,7 @@ TEST_CASE("mixed precision attention: products in bfloat16, softmax in float32, 
     MixedPrecisionGuard bf16;
     o = attention(qkv, H, mask);
   }
-  const std::vector<double> q = values(qkv), got = values(o), want = values(o32);
-  const double scale = 1 / std::sqrt(double(Dh));
-  double worst = 0;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < T; ++i) {
-        auto at = [&](int64_t t, int64_t part, int64_t c) { return q[(b * T + t) * 3 * D + part * D + h * Dh + c]; };
-        double delta = 0;
-        for (int64_t j = 0; j < T; ++j) {
-          double s = 0;
-          for (int64_t c = 0; c < Dh; ++c) s += std::abs(at(i, 0, c) * at(j, 1, c));
-          delta = std::max(delta, gamma(Dh) * scale * s);
-        }
-        const double grow = std::exp(2 * delta);
-        for (int64_t c = 0; c < Dh; ++c) {
-          double v_max = 0;
-          for (int64_t j = 0; j < T; ++j) v_max = std::max(v_max, std::abs(at(j, 2, c)));
-          const double bound = ((grow - 1) + gamma(T) * grow + 16 * T * eps32) * v_max;
-          const size_t k = size_t((b * T + i) * D + h * Dh + c);
-          INFO("b " << b << " h " << h << " query " << i << " column " << c);
-          REQUIRE(std::abs(got[k] - want[k]) <= bound);
-          worst = std::max(worst, std::abs(got[k] - want[k]) / bound);
-        }
-      }
-  CHECK(worst > 0);
+  CHECK(check_attention_bound(o, o32, qkv, H) > 0);
   // Backward (outside the scope: the op remembers): a norm-wise check, measured in docs/precision.md.
   o.backward(g);
   const double relative = std::sqrt(values(sum((qkv.grad() - dqkv32) * (qkv.grad() - dqkv32))).at(0) /
@@ -286,4 +305,35 @@ CUDA_TEST_CASE("mixed precision on the GPU: cublasGemmEx in bfloat16 equals the 
   yc.backward(g);
   check_order_only(xg.grad(), xc.grad(), matmul(abs(g), abs(w)), 13);
   check_order_only(wg.grad(), wc.grad(), matmul(abs(g).transpose(0, 1), abs(x)), 23);
+}
+
+CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloat16 stay within attention's bound") {
+  // The fused kernels round Q, K, V, dO and the weights P, dS as they stage them and keep the online
+  // softmax in float32: the same bound as the CPU's (which rounds the normalised P instead).
+  Generator gen(18);
+  const Device gpu = Device::cuda(0);
+  const int64_t B = 2, T = 37, D = 24, H = 3;
+  Tensor qkv = uniform({B, T, 3 * D}, -1, 1, gen);
+  Tensor mask = zeros({B, T}, Dtype::Bool);
+  for (int64_t t = 30; t < T; ++t) mask.data<bool>()[T + t] = true;
+  cuda::set_attention_fused(true);
+  struct Restore {
+    ~Restore() { cuda::set_attention_fused(false); }
+  } restore;
+  Tensor g = uniform({B, T, D}, -1, 1, gen).to(gpu);
+  auto run = [&](bool bf16, Tensor& grad) {
+    MixedPrecisionGuard precision(bf16 ? Precision::BFloat16 : Precision::Float32);
+    Tensor x = qkv.to(gpu).detach().requires_grad_();
+    Tensor out = attention(x, H, mask.to(gpu));
+    out.backward(g);
+    grad = x.grad();
+    return out;
+  };
+  Tensor d32, d16;
+  const Tensor o32 = run(false, d32), o16 = run(true, d16);
+  CHECK(check_attention_bound(o16, o32, qkv, H) > 0);
+  const double relative = relative_norm_error(d16, d32);
+  INFO("relative error of dqkv: " << relative);
+  CHECK(relative > 0);
+  CHECK(relative <= 8 * u);
 }

@@ -86,10 +86,10 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
     Tensor qkv = qkv_in.detach().contiguous();
     Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
     Tensor lse;
-    Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights);
+    Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights, bf16);
     record("attention", out, {qkv_in},
-           [heads, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out)](const Tensor& g) -> Grads {
-             return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal)};
+           [heads, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out), bf16](const Tensor& g) -> Grads {
+             return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal, bf16)};
            });
     return out;
   }
