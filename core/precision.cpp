@@ -1,6 +1,7 @@
 // The per-thread precision of products (core/precision.h).
 #include "core/precision.h"
 
+#include "core/cpu/gemm.h"
 #include "core/error.h"
 
 namespace ember {
@@ -10,6 +11,8 @@ thread_local Precision current = Precision::Float32;
 
 Precision product_precision() { return current; }
 void set_product_precision(Precision precision) { current = precision; }
+
+const char* bf16_product_kernel() { return cpu::gemm_bf16_kernel_name(); }
 
 std::string_view precision_name(Precision precision) { return precision == Precision::BFloat16 ? "bf16" : "fp32"; }
 

@@ -287,6 +287,9 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {} threads\n",
                config.model.heads, config.model.layers, config.model.dim, result.parameters, data.train_tokens.size(),
                data.test_tokens.size(), total_steps, num_threads());
+  if (!config.quiet && config.precision == "bf16")
+    fmt::print(stderr, "Precision: products in bfloat16{}, float32 weights and optimiser\n",
+               Device::parse(config.device).is_cpu() ? fmt::format(" (CPU kernel {})", bf16_product_kernel()) : "");
 
   Progress progress(config.quiet ? Progress::Mode::Silent : Progress::detect(), config.log_every);
   const auto run_start = Clock::now();
