@@ -6,18 +6,23 @@
 #      CPU bf16 autocast, alternated for R rounds; the median of each, and the ratios.
 # Prints the load (uptime) before and after: on a shared machine, rerun it when the load is low.
 #
-# Usage: bench/bf16.sh [--threads N] [--rounds R] [--steps S]   (defaults 2, 3, 10)
+# Usage: bench/bf16.sh [--threads N] [--rounds R] [--steps S] [--warmup W] [--no-gemm]
+#   defaults 2, 3, 10, 3; --no-gemm skips parts 1 and 2
 set -euo pipefail
 
 threads=2
 rounds=3
 steps=10
+warmup=3
+gemm=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
-    *) echo "usage: $0 [--threads N] [--rounds R] [--steps S]" >&2; exit 2 ;;
+    --warmup) warmup="$2"; shift 2 ;;
+    --no-gemm) gemm=0; shift ;;
+    *) echo "usage: $0 [--threads N] [--rounds R] [--steps S] [--warmup W] [--no-gemm]" >&2; exit 2 ;;
   esac
 done
 
@@ -34,21 +39,23 @@ work="runs/bench/bf16"
 mkdir -p "$work"
 "$build/train_step_bench" --write-init "$work/init_h4.safetensors" --heads 4 --seed 0
 
-echo "# bfloat16 vs float32 (bench/bf16.sh --threads $threads --rounds $rounds --steps $steps)"
+echo "# bfloat16 vs float32 (bench/bf16.sh --threads $threads --rounds $rounds --steps $steps --warmup $warmup)"
 echo "load before: $(uptime)"
+if [[ "$gemm" == 1 ]]; then
+  echo
+  echo "## peaks and GEMM at the recipe's shapes (median of 9 runs each)"
+  "$build/matmul_bench" --threads "$threads" --bf16 --peak --transposed
+fi
 echo
-echo "## peaks and GEMM at the recipe's shapes (median of 9 runs each)"
-"$build/matmul_bench" --threads "$threads" --bf16 --peak --transposed
-echo
-echo "## training step, h = 4, batch 32 x 256 (median of $steps steps, then of $rounds rounds)"
+echo "## training step, h = 4, batch 32 x 256 (median of $steps steps after $warmup, then of $rounds rounds)"
 for round in $(seq 1 "$rounds"); do
   for precision in fp32 bf16; do
     echo "round $round/$rounds: ember $precision ..." >&2
     "$build/train_step_bench" --init "$work/init_h4.safetensors" --heads 4 --threads "$threads" --steps "$steps" \
-      --warmup 3 --precision "$precision" > "$work/ember_${precision}_$round.json"
+      --warmup "$warmup" --precision "$precision" > "$work/ember_${precision}_$round.json"
     echo "round $round/$rounds: torch $precision ..." >&2
     "${torch_env[@]}" "$python" bench/train_step_torch.py --init "$work/init_h4.safetensors" --heads 4 \
-      --threads "$threads" --steps "$steps" --warmup 3 --precision "$precision" > "$work/torch_${precision}_$round.json"
+      --threads "$threads" --steps "$steps" --warmup "$warmup" --precision "$precision" > "$work/torch_${precision}_$round.json"
   done
 done
 "$python" - "$work" "$rounds" <<'PY'

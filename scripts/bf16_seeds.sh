@@ -27,10 +27,24 @@ for seed in $seeds; do
     continue
   fi
   mkdir -p "$keep"
-  echo "seed $seed: build/imdb train --precision bf16 --seed $seed --out $out (load: $(uptime))" | tee "$keep/train.log"
-  "${EMBER_IMDB:-build/imdb}" train --precision bf16 --seed "$seed" --heads 4 --out "$out" --log-every 100 "${data[@]}" 2>&1 |
-    tee -a "$keep/train.log"
-  cp "$out/result.json" "$out/metrics.jsonl" "$keep/"
+  if [[ -f "$out/metrics.jsonl" && $(grep -c '"kind":"epoch"' "$out/metrics.jsonl") -ge 3 ]]; then
+    echo "seed $seed: trained already in $out"
+  else
+    echo "seed $seed: build/imdb train --precision bf16 --seed $seed --out $out (load: $(uptime))" | tee "$keep/train.log"
+    "${EMBER_IMDB:-build/imdb}" train --precision bf16 --seed "$seed" --heads 4 --out "$out" --log-every 100 \
+      "${data[@]}" 2>&1 | tee -a "$keep/train.log"
+  fi
+  cp "$out/metrics.jsonl" "$keep/"
+  # result.json: the epochs' test accuracies from the metrics (the trainer writes no result.json).
+  /usr/bin/env python3 - "$keep" <<'PY'
+import json, sys
+keep = sys.argv[1]
+epochs = [json.loads(l) for l in open(f"{keep}/metrics.jsonl") if '"kind":"epoch"' in l.replace(" ", "")]
+json.dump({"test_accuracy": [e["test_accuracy"] for e in epochs],
+           "seconds_per_epoch": sum(e["train_seconds"] for e in epochs) / len(epochs),
+           "real_tokens_per_s": sum(e["real_tokens_per_s"] for e in epochs) / len(epochs)},
+          open(f"{keep}/result.json", "w"), indent=2)
+PY
 done
 /usr/bin/env python3 - "$results" $seeds <<'PY'
 import json, statistics, sys
