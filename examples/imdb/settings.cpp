@@ -72,6 +72,7 @@ void TrainConfig::validate() const {
   in("log_every", log_every, 1, limits::max_reviews);
   EMBER_CHECK(schedule == "linear" || schedule == "cosine" || schedule == "constant",
               "setting schedule = '{}': expected linear, cosine or constant", schedule);
+  EMBER_CHECK(precision == "fp32" || precision == "bf16", "setting precision = '{}': expected fp32 or bf16", precision);
   EMBER_CHECK(model.dim % model.heads == 0, "setting dim = {} is not divisible by heads = {}", model.dim, model.heads);
   EMBER_CHECK(is_truncation(truncate), "setting truncate = '{}': expected head, tail or head+tail", truncate);
   in("attention window", model.attention_window, -1, model.max_len);
@@ -92,7 +93,8 @@ std::map<std::string, std::string> TrainConfig::to_metadata() const {
           {"limit", std::to_string(limit)},                 {"vocab_words", std::to_string(vocab_words)},
           {"truncate", truncate},
           {"attention", attention_text({model.attention_window, model.attention_global})},
-          {"checkpoint", model.checkpoint ? "1" : "0"}};
+          {"checkpoint", model.checkpoint ? "1" : "0"},
+          {"precision", precision}};
 }
 
 TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>& m) {
@@ -148,6 +150,7 @@ TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>&
                 "0 or 1", get("checkpoint").substr(0, 40));
     c.model.checkpoint = get("checkpoint") == "1";
   }
+  if (m.count("precision")) c.precision = get("precision");  // files from before --precision: fp32
   try {
     c.validate();
   } catch (const Error& e) {

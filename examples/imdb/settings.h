@@ -33,6 +33,7 @@ struct TrainConfig {
   uint64_t seed = 0;
   int threads = 0;                  // 0 = all cores
   std::string device = "cpu";
+  std::string precision = "fp32";   // fp32 | bf16: products in bfloat16, float32 master weights (core/precision.h)
   std::string data;                 // reviews.json or aclImdb folder; empty = download into data_dir
   std::string data_dir;             // download cache; empty = $EMBER_DATA or ./data
   std::string out = "runs/imdb";

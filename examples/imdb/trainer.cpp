@@ -15,6 +15,7 @@
 #include "core/allocator.h"
 #include "core/file_io.h"
 #include "core/parallel.h"
+#include "core/precision.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
 #include "examples/imdb/progress.h"
@@ -240,6 +241,8 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
   RunLock lock(config.out);  // one trainer per folder, from here until the end
   StopSignals signals;       // SIGINT / SIGTERM: checkpoint at the next step boundary, then stop
   if (config.threads > 0) set_num_threads(config.threads);
+  // --precision bf16: every product of training and evaluation in bfloat16, the rest float32.
+  MixedPrecisionGuard precision(parse_precision(config.precision));
 
   Generator gen(config.seed);  // initialisation, then dropout masks
   nn::TransformerClassifier model(config.model, gen);
@@ -287,6 +290,9 @@ RunResult train(const TrainConfig& config_in, const Data& data) {
     fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {} threads\n",
                config.model.heads, config.model.layers, config.model.dim, result.parameters, data.train_tokens.size(),
                data.test_tokens.size(), total_steps, num_threads());
+  if (!config.quiet && config.precision == "bf16")
+    fmt::print(stderr, "Precision: products in bfloat16{}, float32 weights and optimiser\n",
+               Device::parse(config.device).is_cpu() ? fmt::format(" (CPU kernel {})", bf16_product_kernel()) : "");
 
   Progress progress(config.quiet ? Progress::Mode::Silent : Progress::detect(), config.log_every);
   const auto run_start = Clock::now();
