@@ -1,11 +1,13 @@
 // Times ember::cpu::gemm at the model's matmul shapes and prints GFLOP/s (median of several runs).
 //
 // Usage: matmul_bench [--threads N] [--reps R] [--json] [--transposed] [--peak] [--kernel NAME]
-//                     [--only TEXT]
+//                     [--only TEXT] [--bf16]
 //   --transposed  also time A^T B and A B^T (the backward-pass layouts)
 //   --only TEXT   time only the shapes whose name contains TEXT (e.g. "8192", "attn")
 //   --peak        also measure the FP32 FMA peak of this machine with N threads
 //   --kernel      force a micro-kernel: avx512, avx2, generic (default: the best available)
+//   --bf16        time each shape twice, float32 (cpu::gemm) and bfloat16 products (cpu::gemm_bf16),
+//                 and print the ratio; with --peak also the bf16 peak (a vdpbf16ps loop)
 // Shapes are kept in sync with bench/matmul_torch.py.
 #include <algorithm>
 #include <chrono>
@@ -67,8 +69,8 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-// Median seconds of one product (or batch of products) at this shape.
-double time_shape(const Shape& s, int reps) {
+// Median seconds of one product (or batch of products) at this shape; bf16: by cpu::gemm_bf16.
+double time_shape(const Shape& s, int reps, bool bf16 = false) {
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<float> a(s.batch * s.M * s.K), b(s.batch * s.K * s.N), c(s.batch * s.M * s.N);
@@ -78,7 +80,12 @@ double time_shape(const Shape& s, int reps) {
   const int64_t a_rs = s.transpose_a ? 1 : s.K, a_cs = s.transpose_a ? s.M : 1;
   const int64_t b_rs = s.transpose_b ? 1 : s.N, b_cs = s.transpose_b ? s.K : 1;
   auto run = [&] {
-    if (s.batch == 1) {
+    if (bf16 && s.batch == 1) {
+      ember::cpu::gemm_bf16(s.M, s.N, s.K, 1.0f, a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, 0.0f, c.data(), s.N);
+    } else if (bf16) {
+      ember::cpu::gemm_bf16_batched(s.batch, s.M, s.N, s.K, 1.0f, a.data(), s.M * s.K, a_rs, a_cs, b.data(),
+                                    s.K * s.N, b_rs, b_cs, 0.0f, c.data(), s.M * s.N, s.N);
+    } else if (s.batch == 1) {
       ember::cpu::gemm(s.M, s.N, s.K, 1.0f, a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, 0.0f,
                        c.data(), s.N);
     } else {
@@ -132,15 +139,74 @@ double measure_peak() {
   }
   return median(rates);
 }
+
+// 24 independent vdpbf16ps chains: each instruction is 16 lanes x 2 products = 64 FLOP.
+__attribute__((target("avx512f,avx512bf16"))) double dpbf16_loop(int64_t iterations) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i) * 1e-3f);
+  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
+  const __m512bh y = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(2e-3f));
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+  }
+  alignas(64) float lanes[16];
+  double total = 0.0;
+  for (int i = 0; i < 24; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    for (float lane : lanes) total += lane;
+  }
+  return total;
+}
+
+// bfloat16 GFLOP/s (vdpbf16ps, 2 multiply-adds per float32 lane) on every pool thread (median of 5).
+double measure_bf16_peak() {
+  if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
+  const int64_t iterations = 10'000'000;
+  const int threads = ember::num_threads();
+  std::vector<double> sink(threads);
+  std::vector<double> rates;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto start = std::chrono::steady_clock::now();
+    ember::parallel_for(0, threads, 1, [&](int64_t first, int64_t last) {
+      for (int64_t t = first; t < last; ++t) sink[t] = dpbf16_loop(iterations);
+    });
+    double seconds = seconds_since(start);
+    rates.push_back(2.0 * 32 * 24 * static_cast<double>(iterations) * threads / seconds / 1e9);
+  }
+  return median(rates);
+}
 #else
 double measure_peak() { return 0.0; }
+double measure_bf16_peak() { return 0.0; }
 #endif
+
+// --bf16: float32 and bfloat16 GEMMs side by side, each shape's ratio, and the two peaks.
+int run_bf16(const std::string& only, bool transposed, int reps, bool peak, double fp32_peak) {
+  std::printf("ember gemm: float kernel %s, bf16 kernel %s, %d threads\n", ember::cpu::gemm_float_kernel_name(),
+              ember::cpu::gemm_bf16_kernel_name(), ember::num_threads());
+  if (peak) {
+    const double bf16_peak = measure_bf16_peak();
+    std::printf("peak: FP32 FMA %.1f GFLOP/s, BF16 vdpbf16ps %.1f GFLOP/s (%.2fx)\n", fp32_peak, bf16_peak,
+                fp32_peak > 0 ? bf16_peak / fp32_peak : 0.0);
+  }
+  std::printf("%-26s %12s %12s %8s\n", "shape", "fp32 GFLOP/s", "bf16 GFLOP/s", "bf16/fp32");
+  std::vector<Shape> list = shapes(transposed);
+  std::erase_if(list, [&](const Shape& s) { return s.name.find(only) == std::string::npos; });
+  for (const Shape& s : list) {
+    const double flop = 2.0 * s.batch * s.M * s.N * s.K;
+    const double fp32 = flop / time_shape(s, reps) / 1e9, bf = flop / time_shape(s, reps, true) / 1e9;
+    std::printf("%-26s %12.1f %12.1f %7.2fx\n", s.name.c_str(), fp32, bf, bf / fp32);
+    std::fflush(stdout);
+  }
+  return 0;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 0, reps = 9;
-  bool json = false, transposed = false, peak = false;
+  bool json = false, transposed = false, peak = false, bf16 = false;
   const char* kernel = nullptr;
   std::string only;
   for (int i = 1; i < argc; ++i) {
@@ -152,8 +218,9 @@ int main(int argc, char** argv) {
     else if (arg == "--json") json = true;
     else if (arg == "--transposed") transposed = true;
     else if (arg == "--peak") peak = true;
+    else if (arg == "--bf16") bf16 = true;
     else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--reps R] [--json] [--transposed] [--peak] [--kernel NAME] [--only TEXT]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads N] [--reps R] [--json] [--transposed] [--peak] [--kernel NAME] [--only TEXT] [--bf16]\n", argv[0]);
       return 2;
     }
   }
@@ -164,6 +231,7 @@ int main(int argc, char** argv) {
   }
 
   const double peak_gflops = peak ? measure_peak() : 0.0;
+  if (bf16 && !json) return run_bf16(only, transposed, reps, peak, peak_gflops);
   if (json) {
     std::printf("{\n \"kernel\": \"%s\",\n \"threads\": %d,\n", ember::cpu::gemm_float_kernel_name(),
                 ember::num_threads());

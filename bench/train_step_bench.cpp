@@ -9,9 +9,10 @@
 //   train_step_bench --write-batches FILE --count N [--data PATH]
 //       the first N batches of the recipe's epoch 1 on IMDb ("<i>.tokens", "<i>.mask", "<i>.labels")
 //   train_step_bench --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
-//                    [--batches FILE] [--run-steps N] [--device cpu|cuda[:N]]
+//                    [--batches FILE] [--run-steps N] [--device cpu|cuda[:N]] [--precision fp32|bf16]
 //       times S training steps and S forward passes after W warm-up steps, then (with --batches)
-//       trains N steps on the real batches from fresh copies of the same weights
+//       trains N steps on the real batches from fresh copies of the same weights; --precision bf16
+//       runs all of it in the mixed-precision scope (core/precision.h), as `imdb train --precision bf16`
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "core/gpu.h"
 #include "core/ops.h"
 #include "core/parallel.h"
+#include "core/precision.h"
 #include "core/random.h"
 #include "examples/imdb/trainer.h"
 #include "nn/checkpoint.h"
@@ -54,7 +56,7 @@ int64_t peak_rss_bytes() {
 }
 
 struct Flags {
-  std::string write_init, write_batches, init, batches, data, device = "cpu";
+  std::string write_init, write_batches, init, batches, data, device = "cpu", precision = "fp32";
   int64_t heads = 4, threads = 2, steps = 20, warmup = 3, run_steps = 0, count = 200;
   int64_t batch_size = 32, len = 256;  // the batch --write-init writes
   bool forward_only = false;  // time only the forward passes (for profiling inference)
@@ -77,6 +79,7 @@ Flags parse(int argc, char** argv) {
     else if (flag == "--batches") f.batches = value;
     else if (flag == "--data") f.data = value;
     else if (flag == "--device") f.device = value;
+    else if (flag == "--precision") f.precision = value;
     else if (flag == "--heads") f.heads = std::stoll(value);
     else if (flag == "--threads") f.threads = std::stoll(value);
     else if (flag == "--steps") f.steps = std::stoll(value);
@@ -155,6 +158,7 @@ struct Trainee {
 
 void run(const Flags& f) {
   set_num_threads(int(f.threads));
+  MixedPrecisionGuard precision(parse_precision(f.precision));
   const Device device = imdb::checked_device(f.device);
   nn::TensorMap init = nn::load_tensors(f.init);
   // Tokens and labels stay on the host, as in the trainer: the embedding and cross-entropy upload them.
@@ -212,11 +216,11 @@ void run(const Flags& f) {
   }
 
   fmt::print(
-      "{{\"framework\": \"ember\", \"heads\": {}, \"threads\": {}, \"first_loss\": {:.8f}, "
+      "{{\"framework\": \"ember\", \"precision\": \"{}\", \"heads\": {}, \"threads\": {}, \"first_loss\": {:.8f}, "
       "\"step_ms\": {:.3f}, \"step_ms_all\": [{:.2f}], \"step_cpu_ms\": {:.3f}, \"forward_ms\": {:.3f}, "
       "\"run_steps\": {}, \"run_seconds\": {:.3f}, \"run_tokens_per_s\": {:.1f}, \"run_last_loss\": {:.6f}, "
       "\"peak_rss_bytes\": {}, \"peak_tensor_bytes\": {}, \"device\": \"{}\", \"peak_gpu_bytes\": {}}}\n",
-      f.heads, num_threads(), first_loss, median(step_ms), fmt::join(step_ms, ", "), median(step_cpu_ms), median(forward_ms), run_steps,
+      f.precision, f.heads, num_threads(), first_loss, median(step_ms), fmt::join(step_ms, ", "), median(step_cpu_ms), median(forward_ms), run_steps,
       run_seconds, run_tokens_per_s, run_last_loss, peak_rss_bytes(), memory_stats().peak_allocated, device.str(),
       device.is_cuda() ? memory_stats(device).peak_allocated : 0);
 }

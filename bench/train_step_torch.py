@@ -3,7 +3,9 @@ the weights Ember saved (train_step_bench --write-init) and fed the same batches
 way as bench/train_step_bench.cpp. Prints one JSON object.
 
 Usage: train_step_torch.py --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
-                           [--batches FILE] [--run-steps N] [--device cpu|cuda] [--compile]
+                           [--batches FILE] [--run-steps N] [--device cpu|cuda] [--compile] [--precision fp32|bf16]
+--precision bf16: forward and loss under torch.autocast(dtype=torch.bfloat16) (PyTorch's mixed precision:
+bfloat16 GEMMs, float32 weights and optimiser), like Ember's --precision bf16.
 (--device cuda needs a CUDA build of torch: bench/gpu-check.sh checks torch.cuda.is_available() first.)
 """
 import argparse
@@ -111,8 +113,17 @@ def make_trainee(heads, init, device=torch.device("cpu"), compile_model=False):
     return model, optimizer
 
 
+AUTOCAST = {"enabled": False}
+
+
+def forward(model, tokens, padding):
+    """The model under autocast when --precision bf16 (the logits back in float32 for the loss)."""
+    with torch.autocast(device_type=tokens.device.type, dtype=torch.bfloat16, enabled=AUTOCAST["enabled"]):
+        return model(tokens, padding).float()
+
+
 def step(model, optimizer, tokens, padding, labels):
-    loss = F.cross_entropy(model(tokens, padding), labels)
+    loss = F.cross_entropy(forward(model, tokens, padding), labels)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -131,9 +142,11 @@ def main():
     parser.add_argument("--run-steps", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2; an error otherwise)")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     args = parser.parse_args()
     if args.compile and not hasattr(torch, "compile"):
         raise SystemExit(f"--compile: torch {torch.__version__} has no torch.compile")
+    AUTOCAST["enabled"] = args.precision == "bf16"
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -153,7 +166,7 @@ def main():
 
     model.eval()
     with torch.no_grad():
-        first_loss = F.cross_entropy(model(tokens, padding), labels).item()
+        first_loss = F.cross_entropy(forward(model, tokens, padding), labels).item()
 
     model.train()
     step_ms, step_cpu_ms = [], []
@@ -169,7 +182,7 @@ def main():
     with torch.no_grad():
         for i in range(args.warmup + args.steps):
             start = time.perf_counter()
-            model(tokens, padding)
+            forward(model, tokens, padding)
             sync()
             if i >= args.warmup:
                 forward_ms.append(1e3 * (time.perf_counter() - start))
@@ -194,6 +207,7 @@ def main():
         json.dumps(
             {
                 "framework": "torch",
+                "precision": args.precision,
                 "torch": torch.__version__,
                 "compiled": args.compile,
                 "adamw": "default (foreach/fused as PyTorch picks)" if cuda else "foreach=False",

@@ -154,6 +154,26 @@ EMBER_CUDA_ENTRY(void, attention_backward, (int device, bool float64, const void
                                             int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
                                             const void* out, const void* grad_out, const double* lse, double* delta,
                                             void* grad_qkv))
+// The same with sliding-window attention's band (core/ops/window_attention.cpp): key j hidden from query i
+// when both are past the first `global` tokens and more than `window` apart; tiles outside it skipped.
+EMBER_CUDA_ENTRY(void, window_attention_forward, (int device, bool float64, const void* qkv,
+                                                  const bool* key_padding_mask, int64_t B, int64_t T, int64_t heads,
+                                                  int64_t D, bool causal, int64_t window, int64_t global, void* out,
+                                                  double* lse, void* probs))
+EMBER_CUDA_ENTRY(void, window_attention_backward, (int device, bool float64, const void* qkv,
+                                                   const bool* key_padding_mask, int64_t B, int64_t T, int64_t heads,
+                                                   int64_t D, bool causal, int64_t window, int64_t global,
+                                                   const void* out, const void* grad_out, const double* lse,
+                                                   double* delta, void* grad_qkv))
+// The same in mixed precision (core/precision.h; float32 tensors): the operands of the products rounded
+// to bfloat16, the softmax, lse and delta in float32.
+EMBER_CUDA_ENTRY(void, attention_forward_bf16, (int device, const float* qkv, const bool* key_padding_mask, int64_t B,
+                                                int64_t T, int64_t heads, int64_t D, bool causal, float* out,
+                                                double* lse, float* probs))
+EMBER_CUDA_ENTRY(void, attention_backward_bf16, (int device, const float* qkv, const bool* key_padding_mask,
+                                                 int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
+                                                 const float* out, const float* grad_out, const double* lse,
+                                                 double* delta, float* grad_qkv))
 
 // ---- Embedding (cuda/embedding_kernels.cu)
 // out[i, :] = weight[ids[i], :] (weight strides in elements), n ids, D columns.
@@ -171,6 +191,12 @@ EMBER_CUDA_ENTRY(void, embedding_backward, (int device, bool float64, const void
 EMBER_CUDA_ENTRY(void, gemm, (int device, bool float64, int64_t batch, int64_t M, int64_t N, int64_t K, const void* A,
                               int64_t a_rs, int64_t a_cs, int64_t a_bs, const void* B, int64_t b_rs, int64_t b_cs,
                               int64_t b_bs, double beta, void* C, int64_t ldc, int64_t c_bs))
+// The same product with bfloat16 operands summed in float32 (mixed precision, core/precision.h): A and B
+// float32, rounded to bfloat16 (nearest even) into device scratch by one conversion kernel each, then
+// cublasGemmEx with CUDA_R_16BF inputs, CUBLAS_COMPUTE_32F and a float32 C (tensor cores on a GPU).
+EMBER_CUDA_ENTRY(void, gemm_bf16, (int device, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                                   int64_t a_rs, int64_t a_cs, int64_t a_bs, const float* B, int64_t b_rs,
+                                   int64_t b_cs, int64_t b_bs, double beta, float* C, int64_t ldc, int64_t c_bs))
 // float32 GEMMs in TF32 (faster, about 1e-3 relative error) when on; off by default.
 EMBER_CUDA_DEFAULT(void, set_allow_tf32, (bool allow), {})
 EMBER_CUDA_DEFAULT(bool, allow_tf32, (), { return false; })

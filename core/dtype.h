@@ -2,12 +2,16 @@
 #pragma once
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
+#include "core/bfloat16.h"
 #include "core/error.h"
 
 namespace ember {
 
-// NOTE: BFloat16 and Float16 are reserved names: storage and printing know them, kernels do not yet.
+// NOTE: BFloat16 is stored, converted, printed and saved (core/bfloat16.h), and matmul, linear and
+// attention compute with it (docs/precision.md); the other kernels take float32 or float64.
+// Float16 is a reserved name: storage and printing know it, kernels do not yet.
 enum class Dtype : uint8_t { Float32, Float64, Int32, Int64, BFloat16, Float16, Bool };
 
 constexpr int64_t dtype_size(Dtype dtype) {
@@ -37,6 +41,8 @@ constexpr std::string_view dtype_name(Dtype dtype) {
 }
 
 constexpr bool is_floating(Dtype dtype) { return dtype == Dtype::Float32 || dtype == Dtype::Float64; }
+// A dtype whose values are real numbers: the floating dtypes and bfloat16 (differentiable conversions).
+constexpr bool is_real(Dtype dtype) { return is_floating(dtype) || dtype == Dtype::BFloat16; }
 constexpr bool is_integer(Dtype dtype) { return dtype == Dtype::Int32 || dtype == Dtype::Int64; }
 
 // The Dtype of a C++ element type: dtype_of<float> == Dtype::Float32.
@@ -46,6 +52,7 @@ template <> constexpr Dtype dtype_of<double>() { return Dtype::Float64; }
 template <> constexpr Dtype dtype_of<int32_t>() { return Dtype::Int32; }
 template <> constexpr Dtype dtype_of<int64_t>() { return Dtype::Int64; }
 template <> constexpr Dtype dtype_of<bool>() { return Dtype::Bool; }
+template <> constexpr Dtype dtype_of<BFloat16>() { return Dtype::BFloat16; }
 
 template <typename T> struct TypeTag { using type = T; };
 
@@ -71,6 +78,13 @@ decltype(auto) dispatch_all(Dtype dtype, std::string_view op, Fn&& fn) {
     case Dtype::Bool: return fn(TypeTag<bool>{});
     default: fail("{}: dtype {} has no kernels yet", op, dtype_name(dtype));
   }
+}
+
+// Like dispatch_all, plus bfloat16: for what only stores or converts values (copies, fills).
+template <typename Fn>
+decltype(auto) dispatch_storable(Dtype dtype, std::string_view op, Fn&& fn) {
+  if (dtype == Dtype::BFloat16) return fn(TypeTag<BFloat16>{});
+  return dispatch_all(dtype, op, std::forward<Fn>(fn));
 }
 
 }  // namespace ember

@@ -256,7 +256,7 @@ bool gemm_readable(const Tensor& x) {
 }
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                    int64_t N) {
+                    int64_t N, bool bf16) {
   const int device = device_of(x);
   double beta = 0.0;
   if (b.defined()) {  // y starts as the bias on every row; the GEMM adds x W^T to it
@@ -264,12 +264,22 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
     beta = 1.0;
   }
   // W^T(k, n) = W[n, k]: the weight read with swapped strides.
-  cuda::gemm(device, is_f64(x), 1, rows, N, K, x.raw_data(), K, 1, 0, w.raw_data(), 1, K, 0, beta, y.raw_data(), N, 0);
+  if (bf16)
+    cuda::gemm_bf16(device, 1, rows, N, K, x.data<float>(), K, 1, 0, w.data<float>(), 1, K, 0, beta, y.data<float>(), N, 0);
+  else
+    cuda::gemm(device, is_f64(x), 1, rows, N, K, x.raw_data(), K, 1, 0, w.raw_data(), 1, K, 0, beta, y.raw_data(), N, 0);
 }
 
 void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
-                     int64_t rows, int64_t K, int64_t N) {
+                     int64_t rows, int64_t K, int64_t N, bool bf16) {
   const int device = device_of(g);
+  if (bf16) {  // the same products, bfloat16 operands
+    if (dx != nullptr)
+      cuda::gemm_bf16(device, 1, rows, K, N, g.data<float>(), N, 1, 0, w.data<float>(), K, 1, 0, 0.0, dx->data<float>(), K, 0);
+    if (dw != nullptr)
+      cuda::gemm_bf16(device, 1, N, K, rows, g.data<float>(), 1, N, 0, x.data<float>(), K, 1, 0, 0.0, dw->data<float>(), K, 0);
+    return;
+  }
   if (dx != nullptr)  // dx [rows, K] = g [rows, N] W [N, K]
     cuda::gemm(device, is_f64(g), 1, rows, K, N, g.raw_data(), N, 1, 0, w.raw_data(), K, 1, 0, 0.0, dx->raw_data(), K, 0);
   if (dw != nullptr)  // dW [N, K] = g^T [N, rows] x [rows, K]
@@ -277,7 +287,7 @@ void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Te
 }
 
 Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, Tensor& lse,
-                         Tensor* weights) {
+                         Tensor* weights, bool bf16) {
   const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
   EMBER_CHECK(D % heads == 0 && D / heads <= cuda::attention_max_head_dim(),
               "attention: head size {} exceeds the fused CUDA kernels' {} (use EMBER_ATTENTION=composed)",
@@ -286,22 +296,61 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, b
   lse = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
   Tensor probs;
   if (weights != nullptr) probs = Tensor::empty({B, heads, T, T}, qkv.dtype(), qkv.device());
-  cuda::attention_forward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B,
-                          T, heads, D, causal, out.raw_data(), lse.data<double>(),
-                          probs.defined() ? probs.raw_data() : nullptr);
+  if (bf16 && qkv.dtype() == Dtype::Float32)
+    cuda::attention_forward_bf16(device_of(qkv), qkv.data<float>(), mask.defined() ? mask.data<bool>() : nullptr, B, T,
+                                 heads, D, causal, out.data<float>(), lse.data<double>(),
+                                 probs.defined() ? probs.data<float>() : nullptr);
+  else
+    cuda::attention_forward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr,
+                            B, T, heads, D, causal, out.raw_data(), lse.data<double>(),
+                            probs.defined() ? probs.raw_data() : nullptr);
   if (weights != nullptr) *weights = probs;
   return out;
 }
 
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                          int64_t heads, const Tensor& mask, bool causal) {
+                          int64_t heads, const Tensor& mask, bool causal, bool bf16) {
   const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
   Tensor g = grad_out.contiguous();
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
   Tensor delta = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
-  cuda::attention_backward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B,
-                           T, heads, D, causal, out.raw_data(), g.raw_data(), lse.data<double>(), delta.data<double>(),
-                           dqkv.raw_data());
+  if (bf16 && qkv.dtype() == Dtype::Float32)
+    cuda::attention_backward_bf16(device_of(qkv), qkv.data<float>(), mask.defined() ? mask.data<bool>() : nullptr, B,
+                                  T, heads, D, causal, out.data<float>(), g.data<float>(), lse.data<double>(),
+                                  delta.data<double>(), dqkv.data<float>());
+  else
+    cuda::attention_backward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr,
+                             B, T, heads, D, causal, out.raw_data(), g.raw_data(), lse.data<double>(),
+                             delta.data<double>(), dqkv.raw_data());
+  return dqkv;
+}
+
+Tensor window_attention_forward(const Tensor& qkv, int64_t heads, int64_t window, int64_t global, const Tensor& mask,
+                                bool causal, Tensor& lse, Tensor* weights) {
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
+  EMBER_CHECK(D % heads == 0 && D / heads <= cuda::attention_max_head_dim(),
+              "window_attention: head size {} exceeds the fused CUDA kernels' {} (use EMBER_ATTENTION=composed)",
+              heads > 0 ? D / heads : 0, cuda::attention_max_head_dim());
+  Tensor out = Tensor::empty({B, T, D}, qkv.dtype(), qkv.device());
+  lse = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
+  Tensor probs;
+  if (weights != nullptr) probs = Tensor::empty({B, heads, T, T}, qkv.dtype(), qkv.device());
+  cuda::window_attention_forward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr,
+                                 B, T, heads, D, causal, window, global, out.raw_data(), lse.data<double>(),
+                                 probs.defined() ? probs.raw_data() : nullptr);
+  if (weights != nullptr) *weights = probs;
+  return out;
+}
+
+Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                 int64_t heads, int64_t window, int64_t global, const Tensor& mask, bool causal) {
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
+  Tensor g = grad_out.contiguous();
+  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
+  Tensor delta = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
+  cuda::window_attention_backward(device_of(qkv), is_f64(qkv), qkv.raw_data(),
+                                  mask.defined() ? mask.data<bool>() : nullptr, B, T, heads, D, causal, window, global,
+                                  out.raw_data(), g.raw_data(), lse.data<double>(), delta.data<double>(), dqkv.raw_data());
   return dqkv;
 }
 

@@ -65,20 +65,33 @@ void gemm(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A
   cuda::gemm(device, sizeof(T) == 8, batch, M, N, K, A, a_rs, a_cs, a_bs, B, b_rs, b_cs, b_bs, double(beta), C, ldc,
              c_bs);
 }
+// float32 operands multiplied as bfloat16, summed in float32 (mixed precision; cuda::gemm_bf16).
+inline void gemm_bf16(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A, int64_t a_bs,
+                      int64_t a_rs, int64_t a_cs, const float* B, int64_t b_bs, int64_t b_rs, int64_t b_cs, float beta,
+                      float* C, int64_t c_bs, int64_t ldc) {
+  cuda::gemm_bf16(device, batch, M, N, K, A, a_rs, a_cs, a_bs, B, b_rs, b_cs, b_bs, double(beta), C, ldc, c_bs);
+}
 // True when cuBLAS can read x's last two dims in place (unit stride along one, a valid leading dim).
 bool gemm_readable(const Tensor& x);
-// y [rows, N] = x [rows, K] W^T (+ b); dx = g W; dW = g^T x (all contiguous).
+// y [rows, N] = x [rows, K] W^T (+ b); dx = g W; dW = g^T x (all contiguous). bf16: float32 tensors
+// multiplied as bfloat16 (cuda::gemm_bf16).
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                    int64_t N);
+                    int64_t N, bool bf16 = false);
 void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
-                     int64_t rows, int64_t K, int64_t N);
+                     int64_t rows, int64_t K, int64_t N, bool bf16 = false);
 
 // ---- Fused attention (cuda/attention_kernels.cu): qkv contiguous [B, T, 3 D], mask contiguous bool [B, T]
-// or undefined. `lse` receives the per-row log-sum-exp the backward needs.
+// or undefined. `lse` receives the per-row log-sum-exp the backward needs. bf16 (float32 qkv): the
+// products' operands in bfloat16, the softmax in float32 (cuda::attention_forward_bf16).
 Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, Tensor& lse,
-                         Tensor* weights);
+                         Tensor* weights, bool bf16 = false);
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                          int64_t heads, const Tensor& mask, bool causal);
+                          int64_t heads, const Tensor& mask, bool causal, bool bf16 = false);
+// The same kernels with sliding-window attention's band (window >= 0, `global` leading tokens).
+Tensor window_attention_forward(const Tensor& qkv, int64_t heads, int64_t window, int64_t global, const Tensor& mask,
+                                bool causal, Tensor& lse, Tensor* weights);
+Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                 int64_t heads, int64_t window, int64_t global, const Tensor& mask, bool causal);
 
 // ---- Optimisers: one fused launch over all the parameters (core/update_rules.h per element), all
 // on one GPU, of one dtype, contiguous (core/ops/optimizer_steps.cpp checks them).

@@ -113,6 +113,16 @@ Tensor attention(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mas
 Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal = false,
                            Tensor* weights = nullptr);
 
+// ---- Sliding-window attention (core/ops/window_attention.cpp)
+// attention() over a band (Longformer): query i sees key j iff |i - j| <= window, or either is one of the
+// first `global` tokens; padding and causal masks combine with it as above. window >= T - 1 is attention().
+// window_attention's CPU kernel costs T x window, not T^2; window_attention_reference is full attention
+// with the band as a mask. `weights`: the dense [B, heads, T, T] probabilities (0 outside the band).
+Tensor window_attention(const Tensor& qkv, int64_t heads, int64_t window, int64_t global,
+                        const Tensor& key_padding_mask, bool causal = false, Tensor* weights = nullptr);
+Tensor window_attention_reference(const Tensor& qkv, int64_t heads, int64_t window, int64_t global,
+                                  const Tensor& key_padding_mask, bool causal = false, Tensor* weights = nullptr);
+
 // ---- Indexing, masking and joining (core/ops/embedding.cpp, core/ops/masking.cpp, core/ops/join.cpp)
 // Rows of `weight` [V, D] picked by integer `ids` [...] -> [..., D]; backward sums repeated ids.
 Tensor embedding(const Tensor& weight, const Tensor& ids);

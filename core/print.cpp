@@ -39,7 +39,7 @@ std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
   std::vector<double> values = detach().to_vector<double>();
   std::string out = "tensor(";
-  print_values(out, values, shape(), contiguous_strides(shape()), 0, 0, numel() > kThreshold, is_floating(dtype()), 7);
+  print_values(out, values, shape(), contiguous_strides(shape()), 0, 0, numel() > kThreshold, is_real(dtype()), 7);
   out += fmt::format(", shape={}, dtype={}, device={}", shape_str(shape()), dtype_name(dtype()), device().str());
   if (requires_grad()) out += ", requires_grad=true";
   return out + ")";

@@ -68,6 +68,7 @@ EMBER_INSTANTIATE(double)
 EMBER_INSTANTIATE(int32_t)
 EMBER_INSTANTIATE(int64_t)
 EMBER_INSTANTIATE(bool)
+EMBER_INSTANTIATE(BFloat16)
 #undef EMBER_INSTANTIATE
 
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset) {

@@ -44,7 +44,10 @@
 // of computing S and dP twice (once per kernel).
 //
 // Precision: float32 computes and accumulates in float (like cuBLAS's float32 GEMMs), float64 in
-// double. Plain CUDA only (no warp shuffles, no tensor-core instructions, no atomics), so that a
+// double. Mixed precision (attention_forward_bf16 / attention_backward_bf16, float32 only): the
+// operands of every product (Q, K, V, dO as they are staged, P and dS as they are written to shared
+// memory) are rounded to bfloat16, the products summed in float; the scores, the online softmax, lse
+// and D = dO . O stay float32 (D from the unrounded dO), as a bf16 tensor-core kernel computes. Plain CUDA only (no warp shuffles, no tensor-core instructions, no atomics), so that a
 // CPU emulator of CUDA can run it; the arithmetic is on the CUDA cores.
 #include <atomic>
 #include <cmath>
@@ -52,6 +55,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+
+#include <cuda_bf16.h>
 
 #include "core/cuda_ops.h"
 #include "core/online_softmax.h"
@@ -67,7 +72,16 @@ constexpr int kMaxHeadDim = 128;
 struct Dims {
   int64_t B, T, H, Dh, D;
   bool causal;
+  int64_t window = -1, global = 0;  // sliding-window attention (window_attention); window < 0: full
+  bool bf16 = false;  // products' operands rounded to bfloat16 (float32 only)
 };
+
+// x, rounded to bfloat16 when `on` (float32; float64 is never rounded).
+template <typename T>
+__device__ __forceinline__ T bf16_if(bool on, T x) {
+  if constexpr (std::is_same<T, float>::value) return on ? __bfloat162float(__float2bfloat16_rn(x)) : x;
+  return x;
+}
 
 // Tile sizes for an element type and DMAX, the head size rounded up to 16, 32, 64 or 128 (the
 // columns from Dh to DMAX are zero in shared memory, so every loop runs to the constant DMAX).
@@ -117,12 +131,14 @@ constexpr size_t dkv_shared() {
 // dst[r][c] (row stride DMAX + 1) = row first + r, column c of a [T, Dh] block of `src` whose rows
 // are `stride` apart, for r < ROWS; zero past row T - 1 and past column Dh - 1. Consecutive threads
 // read consecutive columns of a row (coalesced).
+// round: each value rounded to bfloat16 (a product's operand in mixed precision).
 template <typename T, int DMAX, int ROWS>
-__device__ __forceinline__ void load_rows(T* dst, const T* src, int64_t stride, int64_t first, const Dims& d) {
+__device__ __forceinline__ void load_rows(T* dst, const T* src, int64_t stride, int64_t first, const Dims& d,
+                                          bool round = false) {
   for (int idx = threadIdx.x; idx < ROWS * DMAX; idx += kBlock) {
     const int r = idx / DMAX, c = idx % DMAX;
     const int64_t row = first + r;
-    dst[r * (DMAX + 1) + c] = (row < d.T && c < d.Dh) ? src[row * stride + c] : T(0);
+    dst[r * (DMAX + 1) + c] = (row < d.T && c < d.Dh) ? bf16_if(round, src[row * stride + c]) : T(0);
   }
 }
 
@@ -140,8 +156,8 @@ __device__ __forceinline__ void load_key_flags(int* flags, const bool* pad_row, 
 template <typename T, int DMAX, int ROWS>
 __device__ __forceinline__ void load_key_tile(T* Ks, T* Vs, int* kflag, const T* q, const bool* pad_row, int64_t k0,
                                               const Dims& d) {
-  load_rows<T, DMAX, ROWS>(Ks, q + d.D, 3 * d.D, k0, d);
-  load_rows<T, DMAX, ROWS>(Vs, q + 2 * d.D, 3 * d.D, k0, d);
+  load_rows<T, DMAX, ROWS>(Ks, q + d.D, 3 * d.D, k0, d, d.bf16);
+  load_rows<T, DMAX, ROWS>(Vs, q + 2 * d.D, 3 * d.D, k0, d, d.bf16);
   load_key_flags<ROWS>(kflag, pad_row, k0, d.T);
 }
 
@@ -185,6 +201,18 @@ __device__ __forceinline__ void tile_accumulate(T (&acc)[RPT][DMAX / kGrid], con
     for (int r = 0; r < RPT; ++r)
       for (int o = 0; o < OPT; ++o) acc[r][o] += p[r] * v[o];
   }
+}
+
+// Whether key j is hidden from query i: padding, the future (causal), outside the window.
+__device__ __forceinline__ bool masked_at(const Dims& d, bool key_is_padding, int64_t i, int64_t j) {
+  return attn::key_masked(key_is_padding, d.causal, i, j) || attn::outside_window(d.window, d.global, i, j);
+}
+
+// Whether any query of [q0, q0 + rows) may see any key of [k0, k0 + cols) through the window: a tile
+// outside the band (no global row or key, every pair more than `window` apart) is skipped whole.
+__device__ __forceinline__ bool tile_in_band(const Dims& d, int64_t q0, int rows, int64_t k0, int cols) {
+  if (d.window < 0 || q0 < d.global || k0 < d.global) return true;
+  return k0 <= q0 + rows - 1 + d.window && k0 + cols - 1 >= q0 - d.window;
 }
 
 // The first key tile past every query row of [q0, q0 + rows) (causal: the later ones are all in the
@@ -234,7 +262,7 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
   const T* q = qkv + b * d.T * row_stride + h * d.Dh;  // row t of q: q + t * 3D; k at + D, v at + 2D
   const bool* pad_row = pad != nullptr ? pad + b * d.T : nullptr;
 
-  load_rows<T, DMAX, BR>(Qs, q, row_stride, q0, d);
+  load_rows<T, DMAX, BR>(Qs, q, row_stride, q0, d, d.bf16);
   if (tid < BR) {
     const attn::SoftmaxState<T> st = attn::softmax_start<T>();
     m_s[tid] = st.m;
@@ -248,6 +276,7 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
   for (int64_t kt = 0; kt < kt_end; ++kt) {
     const int64_t k0 = kt * BC;
     if (!any_key_live<BC>(pad_row, k0, d.T)) continue;  // all padding: no weight, nothing to add
+    if (!tile_in_band(d, q0, BR, k0, BC)) continue;      // outside the window: likewise
     __syncthreads();  // the previous tile's Ks, Vs, Ss and kflag are no longer read (and Qs is loaded)
     load_key_tile<T, DMAX, BC>(Ks, Vs, kflag, q, pad_row, k0, d);
     __syncthreads();
@@ -258,7 +287,7 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
     for (int r = 0; r < RPT; ++r)
       for (int c = 0; c < CPT; ++c) {
         const int i = ty + kGrid * r, j = tx + kGrid * c;
-        const bool masked = attn::key_masked(kflag[j] != 0, d.causal, q0 + i, k0 + j);
+        const bool masked = masked_at(d, kflag[j] != 0, q0 + i, k0 + j);
         Ss[i * SLD + j] = masked ? attn::neg_inf<T>() : scale * s[r][c];
       }
     __syncthreads();
@@ -277,7 +306,7 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
     T sum = T(0);
     for (int c = 0; c < cols_per_part; ++c) {
       const T w = attn::softmax_weight(st, srow[c]);
-      srow[c] = w;
+      srow[c] = bf16_if(d.bf16, w);  // P V's operand; the sum is of the float32 weights
       sum += w;
     }
     sum_part[row * parts + part] = sum;
@@ -351,7 +380,7 @@ __global__ void flash_probs_kernel(const T* qkv, const bool* pad, Dims d, T scal
       for (int c = 0; c < CPT; ++c) {
         const int64_t j = k0 + tx + kGrid * c;
         if (j >= d.T) continue;
-        const bool masked = attn::key_masked(kflag[tx + kGrid * c] != 0, d.causal, i, j);
+        const bool masked = masked_at(d, kflag[tx + kGrid * c] != 0, i, j);
         probs[(bh * d.T + i) * d.T + j] = attn::softmax_prob(masked, scale * s[r][c], row_lse[r]);
       }
     }
@@ -391,8 +420,8 @@ __global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, 
   const T* o_head = out + b * d.T * d.D + h * d.Dh;  // row t: o_head + t * D
   const bool* pad_row = pad != nullptr ? pad + b * d.T : nullptr;
 
-  load_rows<T, DMAX, BR>(Qs, q, row_stride, q0, d);
-  load_rows<T, DMAX, BR>(dOs, dout + b * d.T * d.D + h * d.Dh, d.D, q0, d);
+  load_rows<T, DMAX, BR>(Qs, q, row_stride, q0, d, d.bf16);
+  load_rows<T, DMAX, BR>(dOs, dout + b * d.T * d.D + h * d.Dh, d.D, q0, d);  // rounded after D below
   __syncthreads();
   // D_i = dO_i . O_i, row split over `parts` threads (columns part, part + parts, ...), combined in order.
   {
@@ -411,6 +440,13 @@ __global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, 
       if (i < d.T) delta[bh * d.T + i] = double(total);
     }
   }
+  if (d.bf16) {  // dO as the operand of dP = dO V^T, now that D has used the float32 values
+    __syncthreads();
+    for (int idx = tid; idx < BR * DMAX; idx += kBlock) {
+      T& x = dOs[(idx / DMAX) * LD + idx % DMAX];
+      x = bf16_if(true, x);
+    }
+  }
   T acc[RPT][OPT];
   for (int r = 0; r < RPT; ++r)
     for (int o = 0; o < OPT; ++o) acc[r][o] = T(0);
@@ -418,7 +454,7 @@ __global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, 
   const int64_t kt_end = key_tiles_for(d, q0, BR, BC);
   for (int64_t kt = 0; kt < kt_end; ++kt) {
     const int64_t k0 = kt * BC;
-    if (!any_key_live<BC>(pad_row, k0, d.T)) continue;
+    if (!any_key_live<BC>(pad_row, k0, d.T) || !tile_in_band(d, q0, BR, k0, BC)) continue;
     __syncthreads();  // previous tile done; d_s and lse_s written
     load_key_tile<T, DMAX, BC>(Ks, Vs, kflag, q, pad_row, k0, d);
     __syncthreads();
@@ -428,9 +464,9 @@ __global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, 
     for (int r = 0; r < RPT; ++r)
       for (int c = 0; c < CPT; ++c) {
         const int i = ty + kGrid * r, j = tx + kGrid * c;
-        const bool masked = q0 + i >= d.T || attn::key_masked(kflag[j] != 0, d.causal, q0 + i, k0 + j);
+        const bool masked = q0 + i >= d.T || masked_at(d, kflag[j] != 0, q0 + i, k0 + j);
         const T p = attn::softmax_prob(masked, scale * s[r][c], lse_s[i]);
-        dSs[i * SLD + j] = attn::softmax_grad_score(p, dp[r][c], d_s[i]);
+        dSs[i * SLD + j] = bf16_if(d.bf16, attn::softmax_grad_score(p, dp[r][c], d_s[i]));
       }
     __syncthreads();
     tile_accumulate<T, DMAX, RPT, BC>(acc, dSs, SLD, Ks, ty, tx);  // dQ += dS K
@@ -487,9 +523,10 @@ __global__ void flash_backward_dkv_kernel(const T* qkv, const bool* pad, Dims d,
   const int64_t qt_begin = d.causal ? k0 / BQ : 0;  // causal: rows before k0 see none of these keys
   for (int64_t qt = qt_begin; qt < n_qt; ++qt) {
     const int64_t i0 = qt * BQ;
+    if (!tile_in_band(d, i0, BQ, k0, BK)) continue;  // no query of the tile sees these keys
     __syncthreads();  // the previous tile is no longer read (and Ks, Vs, kflag are loaded)
-    load_rows<T, DMAX, BQ>(Qs, q, row_stride, i0, d);
-    load_rows<T, DMAX, BQ>(dOs, do_head, d.D, i0, d);
+    load_rows<T, DMAX, BQ>(Qs, q, row_stride, i0, d, d.bf16);
+    load_rows<T, DMAX, BQ>(dOs, do_head, d.D, i0, d, d.bf16);
     if (tid < BQ) {
       const int64_t i = i0 + tid;
       lse_s[tid] = i < d.T ? T(lse[bh * d.T + i]) : T(0);
@@ -502,10 +539,10 @@ __global__ void flash_backward_dkv_kernel(const T* qkv, const bool* pad, Dims d,
     for (int r = 0; r < RPT; ++r)
       for (int c = 0; c < CPT; ++c) {
         const int j = ty + kGrid * r, i = tx + kGrid * c;
-        const bool masked = i0 + i >= d.T || attn::key_masked(kflag[j] != 0, d.causal, i0 + i, k0 + j);
+        const bool masked = i0 + i >= d.T || masked_at(d, kflag[j] != 0, i0 + i, k0 + j);
         const T p = attn::softmax_prob(masked, scale * s[r][c], lse_s[i]);
-        Ps[j * PLD + i] = p;
-        dSs[j * PLD + i] = attn::softmax_grad_score(p, dp[r][c], d_s[i]);
+        Ps[j * PLD + i] = bf16_if(d.bf16, p);
+        dSs[j * PLD + i] = bf16_if(d.bf16, attn::softmax_grad_score(p, dp[r][c], d_s[i]));
       }
     __syncthreads();
     tile_accumulate<T, DMAX, RPT, BQ>(dv, Ps, PLD, dOs, ty, tx);  // dV += P^T dO
@@ -570,7 +607,10 @@ void check_blocks(int64_t blocks) {
     raise_message("attention (CUDA, fused): more than 2^31 - 1 blocks of B * heads * tiles; use the composed attention");
 }
 
-Dims make_dims(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal) { return {B, T, heads, D / heads, D, causal}; }
+Dims make_dims(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal, int64_t window = -1, int64_t global = 0,
+               bool bf16 = false) {
+  return {B, T, heads, D / heads, D, causal, window, global, bf16};
+}
 
 template <typename T>
 void forward_typed(int device, const T* qkv, const bool* pad, const Dims& d, T* out, double* lse, T* probs) {
@@ -636,10 +676,11 @@ bool attention_fused() {
 
 int64_t attention_max_head_dim() { return kMaxHeadDim; }
 
-void attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                       int64_t heads, int64_t D, bool causal, void* out, double* lse, void* probs) {
+void window_attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B,
+                              int64_t T, int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, void* out,
+                              double* lse, void* probs) {
   if (B * heads * T == 0) return;
-  const Dims d = make_dims(B, T, heads, D, causal);
+  const Dims d = make_dims(B, T, heads, D, causal, window, global);
   if (float64)
     forward_typed(device, static_cast<const double*>(qkv), key_padding_mask, d, static_cast<double*>(out), lse,
                   static_cast<double*>(probs));
@@ -648,17 +689,46 @@ void attention_forward(int device, bool float64, const void* qkv, const bool* ke
                   static_cast<float*>(probs));
 }
 
-void attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                        int64_t heads, int64_t D, bool causal, const void* out, const void* grad_out, const double* lse,
-                        double* delta, void* grad_qkv) {
+void window_attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B,
+                               int64_t T, int64_t heads, int64_t D, bool causal, int64_t window, int64_t global,
+                               const void* out, const void* grad_out, const double* lse, double* delta,
+                               void* grad_qkv) {
   if (B * heads * T == 0) return;
-  const Dims d = make_dims(B, T, heads, D, causal);
+  const Dims d = make_dims(B, T, heads, D, causal, window, global);
   if (float64)
     backward_typed(device, static_cast<const double*>(qkv), key_padding_mask, d, static_cast<const double*>(out),
                    static_cast<const double*>(grad_out), lse, delta, static_cast<double*>(grad_qkv));
   else
     backward_typed(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
                    static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
+}
+
+// attention(): the same kernels without a band.
+void attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                       int64_t heads, int64_t D, bool causal, void* out, double* lse, void* probs) {
+  window_attention_forward(device, float64, qkv, key_padding_mask, B, T, heads, D, causal, -1, 0, out, lse, probs);
+}
+
+void attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                        int64_t heads, int64_t D, bool causal, const void* out, const void* grad_out, const double* lse,
+                        double* delta, void* grad_qkv) {
+  window_attention_backward(device, float64, qkv, key_padding_mask, B, T, heads, D, causal, -1, 0, out, grad_out, lse,
+                            delta, grad_qkv);
+}
+
+// Mixed precision: the same kernels with the products' operands rounded to bfloat16 (float32 only).
+void attention_forward_bf16(int device, const float* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                            int64_t heads, int64_t D, bool causal, float* out, double* lse, float* probs) {
+  if (B * heads * T == 0) return;
+  forward_typed(device, qkv, key_padding_mask, make_dims(B, T, heads, D, causal, -1, 0, true), out, lse, probs);
+}
+
+void attention_backward_bf16(int device, const float* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                             int64_t heads, int64_t D, bool causal, const float* out, const float* grad_out,
+                             const double* lse, double* delta, float* grad_qkv) {
+  if (B * heads * T == 0) return;
+  backward_typed(device, qkv, key_padding_mask, make_dims(B, T, heads, D, causal, -1, 0, true), out, grad_out, lse, delta,
+                 grad_qkv);
 }
 
 }  // namespace ember::cuda

@@ -19,7 +19,9 @@ MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x, const Te
   // One fused kernel per (batch, head) on the [B, T, 3D] projection; attention_reference
   // (core/ops/attention.cpp) is the same computation composed from views, matmul and softmax.
   Tensor weights;
-  Tensor merged = attention(qkv->forward(x), heads, key_padding_mask, causal, need_weights ? &weights : nullptr);
+  Tensor* asked = need_weights ? &weights : nullptr;
+  Tensor merged = window < 0 ? attention(qkv->forward(x), heads, key_padding_mask, causal, asked)
+                             : window_attention(qkv->forward(x), heads, window, global, key_padding_mask, causal, asked);
   return {proj->forward(merged), need_weights ? weights : Tensor()};
 }
 

@@ -29,6 +29,7 @@ Dtype ember_dtype(const std::string& name, const std::string& path, const std::s
   if (name == "I32") return Dtype::Int32;
   if (name == "I64") return Dtype::Int64;
   if (name == "BOOL") return Dtype::Bool;
+  if (name == "BF16") return Dtype::BFloat16;
   fail("{}: tensor '{}' has dtype {}, which Ember cannot load", path, tensor, name);
 }
 
@@ -37,7 +38,7 @@ template <typename T>
 int64_t first_non_finite(const void* data, int64_t n) {
   const T* values = static_cast<const T*>(data);
   for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(values[i])) return i;
+    if (!std::isfinite(static_cast<double>(values[i]))) return i;
   return -1;
 }
 
@@ -46,10 +47,12 @@ void check_finite(const Tensor& cpu, const std::string& name, const std::string&
   int64_t bad = -1;
   if (cpu.dtype() == Dtype::Float32) bad = first_non_finite<float>(cpu.raw_data(), cpu.numel());
   else if (cpu.dtype() == Dtype::Float64) bad = first_non_finite<double>(cpu.raw_data(), cpu.numel());
+  else if (cpu.dtype() == Dtype::BFloat16) bad = first_non_finite<BFloat16>(cpu.raw_data(), cpu.numel());
   else return;
   if (bad < 0) return;
-  const double value = cpu.dtype() == Dtype::Float32 ? double(static_cast<const float*>(cpu.raw_data())[bad])
-                                                      : static_cast<const double*>(cpu.raw_data())[bad];
+  const double value = cpu.dtype() == Dtype::Float32   ? double(static_cast<const float*>(cpu.raw_data())[bad])
+                       : cpu.dtype() == Dtype::BFloat16 ? double(static_cast<const BFloat16*>(cpu.raw_data())[bad])
+                                                        : static_cast<const double*>(cpu.raw_data())[bad];
   fail("{}: tensor '{}' (shape {}) holds {} at element {}: not a usable weight", where, name, shape_str(cpu.shape()),
        std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf", bad);
 }
@@ -58,7 +61,7 @@ void check_finite(const Tensor& cpu, const std::string& name, const std::string&
 
 void check_all_finite(const TensorMap& tensors, const std::string& where) {
   for (const auto& [name, t] : tensors) {
-    if (t.dtype() != Dtype::Float32 && t.dtype() != Dtype::Float64) continue;
+    if (!is_real(t.dtype())) continue;
     check_finite(t.detach().to(Device::cpu()).contiguous(), name, where);
   }
 }

@@ -47,6 +47,7 @@ class Dropout : public Module {
     auto scope = forward_scope();
     return dropout(x, p, is_training(), *gen_);
   }
+  Generator& generator() const { return *gen_; }  // what it draws from (activation checkpoints replay it)
   double p;
 
  private:

@@ -1,6 +1,8 @@
 // The pre-LayerNorm encoder block and the IMDb classifier.
 #include "nn/transformer.h"
 
+#include "autograd/checkpoint.h"
+
 namespace ember::nn {
 
 TransformerEncoderLayer::TransformerEncoderLayer(int64_t dim, int64_t heads, int64_t ffn_dim, double dropout,
@@ -17,6 +19,21 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t dim, int64_t heads, int
 Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& key_padding_mask, bool causal,
                                         Tensor* attention_weights) const {
   auto scope = forward_scope();
+  if (!checkpointed || attention_weights != nullptr) return forward_once(x, key_padding_mask, causal, attention_weights);
+  std::vector<Generator*> generators{&drop1->generator()};
+  if (&drop2->generator() != generators[0]) generators.push_back(&drop2->generator());
+  // The two residual branches are checkpointed apart: the backward rebuilds one at a time, so the
+  // attention's intermediates and the feed-forward's are never alive together (the same ops as forward_once).
+  Tensor h = checkpoint([this, key_padding_mask, causal](const std::vector<Tensor>& in) {
+    return in[0] + drop1->forward(attention->forward(ln1->forward(in[0]), key_padding_mask, causal).out);
+  }, {x}, generators);
+  return checkpoint([this](const std::vector<Tensor>& in) {
+    return in[0] + drop2->forward(fc2->forward(gelu(fc1->forward(ln2->forward(in[0])))));
+  }, {h}, generators);
+}
+
+Tensor TransformerEncoderLayer::forward_once(const Tensor& x, const Tensor& key_padding_mask, bool causal,
+                                             Tensor* attention_weights) const {
   auto attended = attention->forward(ln1->forward(x), key_padding_mask, causal, attention_weights != nullptr);
   if (attention_weights != nullptr) *attention_weights = attended.weights;
   Tensor h = x + drop1->forward(attended.out);
@@ -31,6 +48,11 @@ TransformerClassifier::TransformerClassifier(const ClassifierConfig& config, Gen
     blocks.push_back(register_module("blocks." + std::to_string(i),
                                      std::make_shared<TransformerEncoderLayer>(config.dim, config.heads, config.ffn_dim,
                                                                                config.dropout, gen)));
+  for (const auto& block : blocks) {
+    block->checkpointed = config.checkpoint;
+    block->attention->window = config.attention_window;
+    block->attention->global = config.attention_global;
+  }
   final_norm = register_module("final_norm", std::make_shared<LayerNorm>(config.dim));
   head = register_module("head", std::make_shared<Linear>(config.dim, config.classes, gen));
 }

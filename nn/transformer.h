@@ -11,13 +11,19 @@ class TransformerEncoderLayer : public Module {
  public:
   TransformerEncoderLayer(int64_t dim, int64_t heads, int64_t ffn_dim, double dropout, Generator& gen);
   // Returns the block's output; `attention_weights`, if given, receives [B, H, T, T].
+  // With `checkpointed`, a forward that needs no weights keeps none of the block's intermediates
+  // (autograd/checkpoint.h): backward runs the block again, with the same dropout masks.
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask, bool causal = false,
                  Tensor* attention_weights = nullptr) const;
 
+  bool checkpointed = false;
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<MultiHeadAttention> attention;
   std::shared_ptr<Linear> fc1, fc2;
   std::shared_ptr<Dropout> drop1, drop2;
+
+ private:
+  Tensor forward_once(const Tensor& x, const Tensor& key_padding_mask, bool causal, Tensor* attention_weights) const;
 };
 
 struct ClassifierConfig {
@@ -29,6 +35,9 @@ struct ClassifierConfig {
   int64_t ffn_dim = 512;
   int64_t classes = 2;
   double dropout = 0.1;
+  int64_t attention_window = -1;  // sliding-window attention: keys within this many positions (-1: full)
+  int64_t attention_global = 0;   // with a window: the first tokens that see and are seen by all
+  bool checkpoint = false;        // activation checkpointing, per block (autograd/checkpoint.h)
 };
 
 // Token + learned position embeddings -> dropout -> encoder blocks -> final LayerNorm ->

@@ -116,6 +116,13 @@ expect "unknown flag" 2 "--hedas" -- "$IMDB" train --hedas 4
 expect "bad number" 2 "--lr: expects a number in [0, 10], got 'fast'" -- "$IMDB" train --lr fast
 expect "--threads past 32 bits" 2 "--threads: expects an integer in [0, 4096], got '4294967297'" -- "$IMDB" train --threads 4294967297
 expect "--threads 2^31" 2 "--threads: expects an integer in [0, 4096], got '2147483648'" -- "$IMDB" train --threads 2147483648
+# Whole reviews (issue 15): --attention, --truncate, --checkpoint.
+expect "bad --attention" 2 "--attention: expects full or window:W[,global:G]" -- "$IMDB" train --attention window:-3
+expect "--attention with junk" 2 "got 'window:8,global'" -- "$IMDB" train --attention window:8,global
+expect "bad --truncate" 2 "--truncate: middle not in {head,tail,head+tail}" -- "$IMDB" train --truncate middle
+expect "a window wider than --max-len" 2 "--attention window:100: the window and the global tokens must fit in --max-len 64" -- "$IMDB" train "${small[@]}" --attention window:100 --out "$OUT/wide"
+expect "train with window attention, head+tail and checkpointing" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --epochs 1 --attention window:8,global:1 --truncate head+tail --checkpoint --out "$OUT/window"
+expect "resume with another attention" 1 "written with other settings: attention is window:8,global:1 there but full here" -- "$IMDB" train "${small[@]}" --epochs 1 --truncate head+tail --checkpoint --resume --out "$OUT/window"
 expect "an octal-looking number" 2 "--epochs: expects an integer in [1, 1000000], got '0x10'" -- "$IMDB" train --epochs 0x10
 expect "a flag as a value" 2 "--out needs a value, got the flag '--resume'" -- "$IMDB" train --out --resume
 expect "heads not dividing dim" 2 "--dim 128 is not divisible by --heads 3" -- "$IMDB" train --heads 3

@@ -30,12 +30,14 @@ struct AttentionForward {
 // qkv: contiguous [B, T, 3 D] floating; key_padding_mask: contiguous bool [B, T] (true = padding)
 // or undefined; causal: key j > query i is masked. A query row whose keys are all masked gets
 // probability 0 on every key: its output row is 0, and no gradient flows through it (docs/attention.md).
+// bf16 (float32 qkv only): Q K^T and P V (and the backward\'s four products) take bfloat16 operands and
+// sum in float32 (cpu::gemm_bf16); the scores, the softmax and P stay float32.
 AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
-                                   bool keep_probs);
+                                   bool keep_probs, bool bf16 = false);
 
 // The gradient of qkv [B, T, 3 D] from the output gradient [B, T, D] (contiguous), the saved
 // probabilities and the forward's key_padding_mask.
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
-                          const Tensor& key_padding_mask);
+                          const Tensor& key_padding_mask, bool bf16 = false);
 
 }  // namespace ember::cpu

@@ -12,9 +12,9 @@ Strides broadcast_byte_strides(const Shape& shape, const Strides& strides, int64
 }
 
 void copy(const Tensor& src, const Tensor& dst) {
-  dispatch_all(dst.dtype(), "copy", [&](auto out_tag) {
+  dispatch_storable(dst.dtype(), "copy", [&](auto out_tag) {
     using D = typename decltype(out_tag)::type;
-    dispatch_all(src.dtype(), "copy", [&](auto in_tag) {
+    dispatch_storable(src.dtype(), "copy", [&](auto in_tag) {
       using S = typename decltype(in_tag)::type;
       for_each_row<2>(dst.shape(), {operand(dst), broadcast_operand(src, dst.shape())},
                       [&](auto p, auto s, int64_t n) {
@@ -54,7 +54,7 @@ void add_into(const Tensor& dst, const Tensor& src, double alpha) {
 }
 
 void fill(const Tensor& dst, double value) {
-  dispatch_all(dst.dtype(), "fill_", [&](auto tag) {
+  dispatch_storable(dst.dtype(), "fill_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T v = static_cast<T>(value);
     for_each_row<1>(dst.shape(), {operand(dst)}, [&](auto p, auto s, int64_t n) {

@@ -94,13 +94,14 @@ Workspace& thread_workspace() {
 // ---------------------------------------------------------------------------------------------
 // One product and how it is cut up
 
-template <typename T>
+// S: the type of A and B; T: of C, alpha, beta and the bias (the same but for the bfloat16 GEMM).
+template <typename T, typename S = T>
 struct Problem {
   int64_t M, N, K;
   T alpha;
-  const T* A;
+  const S* A;
   int64_t a_rs, a_cs;
-  const T* B;
+  const S* B;
   int64_t b_rs, b_cs;
   T beta;
   T* C;
@@ -116,8 +117,8 @@ int64_t balanced_block(int64_t length, int64_t block, int64_t step) {
 
 // C = beta * C (+ bias) over rows x cols of C starting at column `col` (beta == 0 writes without
 // reading C).
-template <typename T>
-void scale_c(const Problem<T>& p, T* c, int64_t rows, int64_t cols, int64_t col) {
+template <typename T, typename S>
+void scale_c(const Problem<T, S>& p, T* c, int64_t rows, int64_t cols, int64_t col) {
   for (int64_t i = 0; i < rows; ++i) {
     T* row = c + i * p.c_rs;
     const T* bias = p.bias != nullptr ? p.bias + col : nullptr;
@@ -134,23 +135,26 @@ void scale_c(const Problem<T>& p, T* c, int64_t rows, int64_t cols, int64_t col)
 }
 
 // C[m0:m1, n0:n1] on the calling thread.
-template <typename T>
-void gemm_block(const GemmKernel<T>& kernel, const Problem<T>& p, int64_t m0, int64_t m1,
-                int64_t n0, int64_t n1) {
+template <typename Kernel>
+void gemm_block(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p, int64_t m0,
+                int64_t m1, int64_t n0, int64_t n1) {
+  using T = typename Kernel::Output;
+  using P = typename Kernel::Packed;
   const int mr = kernel.mr;
   const int nr = kernel.nr;
-  const int64_t kc_block = balanced_block(p.K, kernel.kc, 1);
+  const int64_t kc_block = balanced_block(p.K, kernel.kc, kernel.k_granule);
   const int64_t mc_block = balanced_block(m1 - m0, kernel.mc, mr);
   const int64_t nc_block = balanced_block(n1 - n0, kernel.nc, nr);
 
   Workspace& workspace = thread_workspace();
-  T* a_packed = workspace.a.get<T>(mc_block * kc_block);
-  T* b_packed = workspace.b.get<T>(nc_block * kc_block);
+  P* a_packed = workspace.a.get<P>(mc_block * kc_block);
+  P* b_packed = workspace.b.get<P>(nc_block * kc_block);
 
   for (int64_t jc = n0; jc < n1; jc += nc_block) {
     const int64_t nc = std::min(nc_block, n1 - jc);
     for (int64_t pc = 0; pc < p.K; pc += kc_block) {
       const int64_t kc = std::min(kc_block, p.K - pc);
+      const int64_t panel_k = round_up(kc, kernel.k_granule);  // a micro-panel's length (k padded with zeros)
       const T beta = pc == 0 ? p.beta : T(1);  // later K blocks accumulate onto the first
       kernel.pack_b(p.B + pc * p.b_rs + jc * p.b_cs, p.b_rs, p.b_cs, kc, nc, b_packed);
       for (int64_t ic = m0; ic < m1; ic += mc_block) {
@@ -160,19 +164,19 @@ void gemm_block(const GemmKernel<T>& kernel, const Problem<T>& p, int64_t m0, in
           const int m_rows = static_cast<int>(std::min<int64_t>(mr, mc - ir));
           for (int64_t jr = 0; jr < nc; jr += nr) {
             const int n_cols = static_cast<int>(std::min<int64_t>(nr, nc - jr));
-            const T* b_panel = b_packed + jr * kc;
+            const P* b_panel = b_packed + jr * panel_k;
             T* c_tile = p.C + (ic + ir) * p.c_rs + jc + jr;
             if (pc == 0 && p.bias != nullptr) {
               if (kernel.tile_bias != nullptr && p.alpha == T(1) && p.beta == T(0)) {  // sums start at the bias
-                kernel.tile_bias(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols,
+                kernel.tile_bias(kc, a_packed + ir * panel_k, b_panel, c_tile, p.c_rs, m_rows, n_cols,
                                  p.bias + jc + jr);
                 continue;
               }
               scale_c(p, c_tile, m_rows, n_cols, jc + jr);  // C = beta C + bias while the tile is in cache
-              kernel.tile(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha, T(1));
+              kernel.tile(kc, a_packed + ir * panel_k, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha, T(1));
               continue;
             }
-            kernel.tile(kc, a_packed + ir * kc, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha, beta);
+            kernel.tile(kc, a_packed + ir * panel_k, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha, beta);
           }
         }
       }
@@ -203,8 +207,8 @@ constexpr double kPackCostInMultiplyAdds = 32.0;
 // counted whole) plus its packing: its B columns once, its A rows once per nc-wide block of
 // its columns. E.g. 1024^3 on 2 threads splits N (each thread packs half of B and all of A
 // once) rather than M (all of B, and half of A twice).
-template <typename T>
-ThreadGrid choose_grid(const GemmKernel<T>& kernel, int64_t M, int64_t N, int64_t K, int threads) {
+template <typename Kernel>
+ThreadGrid choose_grid(const Kernel& kernel, int64_t M, int64_t N, int64_t K, int threads) {
   const int64_t m_tiles = (M + kernel.mr - 1) / kernel.mr;
   const int64_t n_tiles = (N + kernel.nr - 1) / kernel.nr;
   ThreadGrid best{threads, 1};
@@ -226,8 +230,9 @@ ThreadGrid choose_grid(const GemmKernel<T>& kernel, int64_t M, int64_t N, int64_
   return best;
 }
 
-template <typename T>
-void gemm_threaded(const GemmKernel<T>& kernel, const Problem<T>& p, int threads) {
+template <typename Kernel>
+void gemm_threaded(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p,
+                   int threads) {
   if (threads <= 1) {
     gemm_block(kernel, p, 0, p.M, 0, p.N);
     return;
@@ -236,8 +241,8 @@ void gemm_threaded(const GemmKernel<T>& kernel, const Problem<T>& p, int threads
   // NOTE: a lambda of at most 16 trivially copyable bytes fits inside std::function, which then
   // does not allocate; a [&] lambda naming several variables would be bigger.
   struct Split {
-    const GemmKernel<T>& kernel;
-    const Problem<T>& p;
+    const Kernel& kernel;
+    const Problem<typename Kernel::Output, typename Kernel::Source>& p;
     ThreadGrid grid;
     int64_t m_tiles, n_tiles;
   } split{kernel, p, choose_grid(kernel, p.M, p.N, p.K, threads),
@@ -260,36 +265,50 @@ void gemm_threaded(const GemmKernel<T>& kernel, const Problem<T>& p, int threads
 }
 
 // One product with up to `threads` threads (trivial shapes handled here, not in the kernels).
-template <typename T>
-void gemm_one(const Problem<T>& p, int threads) {
+template <typename Kernel>
+void gemm_one_with(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p,
+                   int threads) {
+  using T = typename Kernel::Output;
   if (p.M <= 0 || p.N <= 0) return;
   if (p.K <= 0 || p.alpha == T(0)) {  // nothing to multiply: C = beta * C, A and B unread
     scale_c(p, p.C, p.M, p.N, 0);
     return;
   }
-  const GemmKernel<T>& kernel = *active_kernel<T>().load(std::memory_order_relaxed);
   gemm_threaded(kernel, p, std::min(threads, threads_for(p.M, p.N, p.K, threads)));
 }
 
 template <typename T>
-void gemm_any(int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_rs, int64_t a_cs,
-              const T* B, int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_rs, const T* bias) {
-  EMBER_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
-  EMBER_CHECK(M <= 1 || c_rs >= N, "gemm: C rows overlap: row stride {} < N={}", c_rs, N);
-  gemm_one(Problem<T>{M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, bias}, num_threads());
+void gemm_one(const Problem<T>& p, int threads) {
+  gemm_one_with(*active_kernel<T>().load(std::memory_order_relaxed), p, threads);
 }
 
+// Runs one checked product: gemm_one for the float kernels, the bfloat16 selection below for those.
 template <typename T>
-void gemm_batched_any(int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-                      int64_t a_bs, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_bs,
-                      int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_bs, int64_t c_rs) {
+struct PlainRunner {
+  void operator()(const Problem<T>& p, int threads) const { gemm_one(p, threads); }
+};
+
+template <typename T, typename S = T, typename Runner = PlainRunner<T>>
+void gemm_any(int64_t M, int64_t N, int64_t K, T alpha, const S* A, int64_t a_rs, int64_t a_cs,
+              const S* B, int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_rs, const T* bias,
+              Runner run = {}) {
+  EMBER_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
+  EMBER_CHECK(M <= 1 || c_rs >= N, "gemm: C rows overlap: row stride {} < N={}", c_rs, N);
+  run(Problem<T, S>{M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, bias}, num_threads());
+}
+
+template <typename T, typename S = T, typename Runner = PlainRunner<T>>
+void gemm_batched_any(int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, const S* A,
+                      int64_t a_bs, int64_t a_rs, int64_t a_cs, const S* B, int64_t b_bs,
+                      int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_bs, int64_t c_rs,
+                      Runner run = {}) {
   EMBER_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0,
               "gemm_batched: negative size batch={} M={} N={} K={}", batch, M, N, K);
   EMBER_CHECK(M <= 1 || c_rs >= N, "gemm_batched: C rows overlap: row stride {} < N={}", c_rs, N);
   if (batch == 0 || M == 0 || N == 0) return;
   auto product = [&](int64_t i) {
-    return Problem<T>{M, N, K, alpha, A + i * a_bs, a_rs, a_cs, B + i * b_bs, b_rs, b_cs,
-                      beta, C + i * c_bs, c_rs};
+    return Problem<T, S>{M, N, K, alpha, A + i * a_bs, a_rs, a_cs, B + i * b_bs, b_rs, b_cs,
+                         beta, C + i * c_bs, c_rs};
   };
   const int threads = num_threads();
   const int64_t work = batch * M * N * std::max<int64_t>(K, 1);
@@ -297,15 +316,72 @@ void gemm_batched_any(int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, c
   const bool split_batch = threads > 1 && work >= 2 * kMinWorkPerThread &&
                            (batch % threads == 0 || batch >= 4 * threads);
   if (split_batch) {
-    parallel_for(0, batch, 1, [&product](int64_t first, int64_t last) {  // one capture: no allocation
-      for (int64_t i = first; i < last; ++i) gemm_one(product(i), 1);
+    using Product = decltype(product);
+    struct Work {
+      Product& make;
+      Runner& run;
+    } work_ref{product, run};
+    parallel_for(0, batch, 1, [&work_ref](int64_t first, int64_t last) {  // one capture: no allocation
+      for (int64_t i = first; i < last; ++i) work_ref.run(work_ref.make(i), 1);
     });
   } else {
-    for (int64_t i = 0; i < batch; ++i) gemm_one(product(i), threads);
+    for (int64_t i = 0; i < batch; ++i) run(product(i), threads);
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The bfloat16 GEMM: vdpbf16ps when the CPU has it, else the float kernel on rounded operands.
+
+std::atomic<bool> bf16_native{true};  // false: the rounded fallback even where vdpbf16ps exists
+
+template <typename S>
+struct Bf16Runner {
+  void operator()(const Problem<float, S>& p, int threads) const {
+    if (bf16_native.load(std::memory_order_relaxed)) {
+      if (const auto* kernel = detail::avx512_bf16_kernel<S>()) return gemm_one_with(*kernel, p, threads);
+    }
+    const auto* kernel = detail::rounded_bf16_kernel<S>(*active_kernel<float>().load(std::memory_order_relaxed));
+    EMBER_CHECK(kernel != nullptr, "gemm_bf16: no bfloat16 packing for the float kernel '{}'",
+                active_kernel<float>().load()->name);
+    gemm_one_with(*kernel, p, threads);
+  }
+};
+
 }  // namespace
+
+void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
+               const float* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs, const float* bias) {
+  gemm_any(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, bias, Bf16Runner<float>{});
+}
+void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t a_rs, int64_t a_cs,
+               const BFloat16* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs, const float* bias) {
+  gemm_any(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, bias, Bf16Runner<BFloat16>{});
+}
+void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_bs,
+                       int64_t a_rs, int64_t a_cs, const float* B, int64_t b_bs, int64_t b_rs, int64_t b_cs,
+                       float beta, float* C, int64_t c_bs, int64_t c_rs) {
+  gemm_batched_any(batch, M, N, K, alpha, A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, beta, C, c_bs, c_rs,
+                   Bf16Runner<float>{});
+}
+void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A,
+                       int64_t a_bs, int64_t a_rs, int64_t a_cs, const BFloat16* B, int64_t b_bs, int64_t b_rs,
+                       int64_t b_cs, float beta, float* C, int64_t c_bs, int64_t c_rs) {
+  gemm_batched_any(batch, M, N, K, alpha, A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, beta, C, c_bs, c_rs,
+                   Bf16Runner<BFloat16>{});
+}
+
+const char* gemm_bf16_kernel_name() {
+  return bf16_native.load() && detail::avx512_bf16_kernel<float>() != nullptr ? "avx512_bf16" : "rounded";
+}
+
+bool set_gemm_bf16_kernel(const char* name) {
+  std::string_view wanted = name == nullptr ? "auto" : name;
+  if (wanted == "auto") bf16_native = true;
+  else if (wanted == "rounded") bf16_native = false;
+  else if (wanted == "avx512_bf16" && detail::avx512_bf16_kernel<float>() != nullptr) bf16_native = true;
+  else return false;
+  return true;
+}
 
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
           const float* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs,

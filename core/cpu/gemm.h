@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/bfloat16.h"
+
 namespace ember::cpu {
 
 // C[i,j] = alpha * sum_k A(i,k) * B(k,j) + beta * C[i,j]   for i < M, j < N
@@ -35,6 +37,31 @@ void gemm_reference(int64_t M, int64_t N, int64_t K, float alpha, const float* A
 void gemm_reference(int64_t M, int64_t N, int64_t K, double alpha, const double* A,
                     int64_t a_rs, int64_t a_cs, const double* B, int64_t b_rs, int64_t b_cs,
                     double beta, double* C, int64_t c_rs);
+
+// bfloat16 products summed in float32 (the mixed-precision GEMM; error bound: docs/precision.md):
+// the same contract as gemm, with A and B read as bfloat16: float32 operands are rounded to
+// bfloat16 (nearest even) while they are packed, so a float32 tensor needs no conversion pass;
+// bfloat16 operands are read as they are. The sums, alpha, beta, the bias and C are float32.
+// NOTE: the AVX-512 BF16 kernel (vcvtne2ps2bf16, vdpbf16ps) flushes subnormal operands to zero.
+void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
+               const float* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs,
+               const float* bias = nullptr);
+void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t a_rs, int64_t a_cs,
+               const BFloat16* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs,
+               const float* bias = nullptr);
+void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_bs,
+                       int64_t a_rs, int64_t a_cs, const float* B, int64_t b_bs, int64_t b_rs, int64_t b_cs,
+                       float beta, float* C, int64_t c_bs, int64_t c_rs);
+void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A,
+                       int64_t a_bs, int64_t a_rs, int64_t a_cs, const BFloat16* B, int64_t b_bs, int64_t b_rs,
+                       int64_t b_cs, float beta, float* C, int64_t c_bs, int64_t c_rs);
+
+// Which bfloat16 kernel gemm_bf16 runs: "avx512_bf16" (vdpbf16ps), or the fallback on a CPU
+// without AVX-512 BF16, "rounded" (operands rounded to bfloat16 while packed, the float kernel).
+const char* gemm_bf16_kernel_name();
+// Forces one ("avx512_bf16", "rounded"; "auto" = the best this CPU runs), for tests and benchmarks.
+// Returns false (and changes nothing) when this CPU lacks it. NOTE: not while a gemm runs.
+bool set_gemm_bf16_kernel(const char* name);
 
 // Which float micro-kernel gemm runs: "avx512", "avx2" or "generic".
 const char* gemm_float_kernel_name();

@@ -2,6 +2,10 @@
 #pragma once
 #include <cstdint>
 
+namespace ember {
+struct BFloat16;  // core/bfloat16.h
+}
+
 namespace ember::cpu::detail {
 
 // Packed layouts the micro-kernels read (both written by the driver's packing routines):
@@ -12,25 +16,31 @@ namespace ember::cpu::detail {
 // A tile function computes one m_rows x n_cols block of C (m_rows <= mr, n_cols <= nr):
 //   C[r, j] = alpha * sum_k a_panel(r, k) * b_panel(k, j) + beta * C[r, j]
 // NOTE: beta == 0 means C is not read (it may hold NaN garbage).
-template <typename T>
-using TileFunction = void (*)(int64_t kc, const T* a_panel, const T* b_panel, T* c, int64_t c_rs,
-                              int m_rows, int n_cols, T alpha, T beta);
+// P is the packed element type, Out the type of C (the same but for the bfloat16 kernels, which
+// pack bfloat16 and accumulate into float: core/cpu/gemm_bf16.h).
+template <typename P, typename Out = P>
+using TileFunction = void (*)(int64_t kc, const P* a_panel, const P* b_panel, Out* c, int64_t c_rs,
+                              int m_rows, int n_cols, Out alpha, Out beta);
 // Optional: C[r, j] = bias[j] + sum_k a_panel(r, k) * b_panel(k, j) (alpha 1, C not read), the sums
 // started from the bias so that a Linear layer's bias costs no pass over C.
-template <typename T>
-using BiasTileFunction = void (*)(int64_t kc, const T* a_panel, const T* b_panel, T* c, int64_t c_rs,
-                                  int m_rows, int n_cols, const T* bias);
+template <typename P, typename Out = P>
+using BiasTileFunction = void (*)(int64_t kc, const P* a_panel, const P* b_panel, Out* c, int64_t c_rs,
+                                  int m_rows, int n_cols, const Out* bias);
 
-// Packing into those layouts: A block m x kc, B block kc x n, read through any strides
-// (the pointers are at the block's first element). Portable versions: gemm_pack.h.
-template <typename T>
-using PackAFunction = void (*)(const T* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, T* out);
-template <typename T>
-using PackBFunction = void (*)(const T* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, T* out);
+// Packing into those layouts: A block m x kc, B block kc x n of source type S, read through any
+// strides (the pointers are at the block's first element). Portable versions: gemm_pack.h.
+template <typename S, typename P = S>
+using PackAFunction = void (*)(const S* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, P* out);
+template <typename S, typename P = S>
+using PackBFunction = void (*)(const S* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, P* out);
 
-// A micro-kernel, its packing routines and the cache blocking that suits it.
-template <typename T>
+// A micro-kernel, its packing routines and the cache blocking that suits it. S: the operands' type
+// in memory; P: packed; Out: C's (GemmKernel<float> is the plain float GEMM).
+template <typename S, typename P = S, typename Out = S>
 struct GemmKernel {
+  using Source = S;
+  using Packed = P;
+  using Output = Out;
   const char* name;
   int mr;         // register tile rows
   int nr;         // register tile columns
@@ -38,10 +48,13 @@ struct GemmKernel {
   int64_t kc;     // K per packed pass (A and B micro-panels are kc long)
   int64_t mc;     // rows of A packed at once (a multiple of mr): the L2-resident block
   int64_t nc;     // columns of B packed at once (a multiple of nr)
-  TileFunction<T> tile;
-  PackAFunction<T> pack_a;
-  PackBFunction<T> pack_b;
-  BiasTileFunction<T> tile_bias = nullptr;  // null: the driver writes the bias into C first
+  TileFunction<P, Out> tile;
+  PackAFunction<S, P> pack_a;
+  PackBFunction<S, P> pack_b;
+  BiasTileFunction<P, Out> tile_bias = nullptr;  // null: the driver writes the bias into C first
+  // K is packed in groups of this many (2: the bfloat16 kernels multiply pairs of k); a micro-panel
+  // is then round_up(kc, k_granule) long, the missing k packed as zeros.
+  int k_granule = 1;
 };
 
 // The x86 kernels are null when this CPU (or compiler) lacks the instructions.
@@ -51,6 +64,18 @@ const GemmKernel<float>* avx2_float_kernel();
 // Portable C++ kernels: always available.
 const GemmKernel<float>* generic_float_kernel();
 const GemmKernel<double>* generic_double_kernel();
+
+// bfloat16 products summed in float (cpu::gemm_bf16), S = float (rounded while packed) or BFloat16:
+// vdpbf16ps on bfloat16 pairs (gemm_avx512_bf16.cpp; null without AVX-512 BF16), and the fallback:
+// the operands rounded to bfloat16 while packed as floats, then multiplied by the float kernel
+// `base` (gemm_bf16_rounded.cpp; the same products, exact in float, so the same result up to the
+// order of the float sums). Null when `base` has a tile shape it has no packing for.
+template <typename S> const GemmKernel<S, uint16_t, float>* avx512_bf16_kernel();
+template <> const GemmKernel<float, uint16_t, float>* avx512_bf16_kernel<float>();
+template <> const GemmKernel<BFloat16, uint16_t, float>* avx512_bf16_kernel<BFloat16>();
+template <typename S> const GemmKernel<S, float, float>* rounded_bf16_kernel(const GemmKernel<float>& base);
+template <> const GemmKernel<float, float, float>* rounded_bf16_kernel<float>(const GemmKernel<float>& base);
+template <> const GemmKernel<BFloat16, float, float>* rounded_bf16_kernel<BFloat16>(const GemmKernel<float>& base);
 
 // NOTE: helpers in headers that kernel files include go in an unnamed namespace (one copy per
 // file): an ordinary inline function compiled under gemm_avx512.cpp's AVX-512 target could be

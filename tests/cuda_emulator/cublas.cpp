@@ -1,10 +1,12 @@
 // cuBLAS's GEMMs for the CPU emulator (see cublas_v2.h for the conventions), as a reference loop:
 // for each batch b, each column j and row i of C, sum over l in order of op(A)(i, l) op(B)(l, j),
-// accumulated in the matrices' own type like cuBLAS (whose order of additions differs).
+// accumulated in the matrices' own type like cuBLAS (whose order of additions differs); the mixed-type
+// GEMMs (cublasGemmEx) read bfloat16 A and B exactly and accumulate in float32.
 #include <cstdio>
 #include <string>
 
 #include "cublas_v2.h"
+#include "cuda_bf16.h"
 #include "state.h"
 
 struct cublasContext {
@@ -49,9 +51,10 @@ bool in_device(const T* p, long long rows, long long cols, long long ld, long lo
   return ember_emu::in_device_memory(p + first, size_t(last - first + 1) * sizeof(T));
 }
 
-template <typename T>
+// T: C's type and the sums'; In: A's and B's (bfloat16 for the mixed-type GEMMs, read exactly).
+template <typename T, typename In = T>
 cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                    int m, int n, int k, const T* alpha, const T* A, int lda, long long strideA, const T* B, int ldb,
+                    int m, int n, int k, const T* alpha, const In* A, int lda, long long strideA, const In* B, int ldb,
                     long long strideB, const T* beta, T* C, int ldc, long long strideC, int batch) {
   ember_emu::count_launch(name);
   const std::string call = name;
@@ -86,16 +89,16 @@ cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t t
     return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": C (" + std::to_string(m) + " x " + std::to_string(n) + ", ldc " +
                                                  std::to_string(ldc) + ") is not all in device memory");
   for (long long p = 0; p < batch; ++p) {
-    const T* Ab = A + p * strideA;
-    const T* Bb = B + p * strideB;
+    const In* Ab = A + p * strideA;
+    const In* Bb = B + p * strideB;
     T* Cb = C + p * strideC;
     for (long long j = 0; j < n; ++j) {
       for (long long i = 0; i < m; ++i) {
         T sum = T(0);
         if (read_ab) {
           for (long long l = 0; l < k; ++l) {
-            const T x = transa == CUBLAS_OP_N ? Ab[i + l * lda] : Ab[l + i * lda];
-            const T y = transb == CUBLAS_OP_N ? Bb[l + j * ldb] : Bb[j + l * ldb];
+            const T x = T(transa == CUBLAS_OP_N ? Ab[i + l * lda] : Ab[l + i * lda]);
+            const T y = T(transb == CUBLAS_OP_N ? Bb[l + j * ldb] : Bb[j + l * ldb]);
             sum += x * y;
           }
         }
@@ -166,4 +169,47 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          int batchCount) {
   return gemm("cublasDgemmStridedBatched", handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
               beta, C, ldc, strideC, batchCount);
+}
+
+namespace {
+
+// The mixed-type GEMMs: A and B both bfloat16 or both float32, C float32, computed in float32.
+cublasStatus_t gemm_ex(const char* name, cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                       int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype, int lda,
+                       long long strideA, const void* B, cudaDataType Btype, int ldb, long long strideB,
+                       const void* beta, void* C, cudaDataType Ctype, int ldc, long long strideC, int batch,
+                       cublasComputeType_t compute) {
+  const std::string call = name;
+  if (compute != CUBLAS_COMPUTE_32F || Ctype != CUDA_R_32F || Atype != Btype ||
+      (Atype != CUDA_R_16BF && Atype != CUDA_R_32F))
+    return fail(CUBLAS_STATUS_NOT_SUPPORTED, call + ": only A, B in CUDA_R_16BF or CUDA_R_32F, C in CUDA_R_32F and "
+                                                    "CUBLAS_COMPUTE_32F are emulated");
+  const float* a = static_cast<const float*>(alpha);
+  const float* b = static_cast<const float*>(beta);
+  float* c = static_cast<float*>(C);
+  if (Atype == CUDA_R_16BF)
+    return gemm<float, __nv_bfloat16>(name, handle, transa, transb, m, n, k, a, static_cast<const __nv_bfloat16*>(A),
+                                      lda, strideA, static_cast<const __nv_bfloat16*>(B), ldb, strideB, b, c, ldc,
+                                      strideC, batch);
+  return gemm<float>(name, handle, transa, transb, m, n, k, a, static_cast<const float*>(A), lda, strideA,
+                     static_cast<const float*>(B), ldb, strideB, b, c, ldc, strideC, batch);
+}
+
+}  // namespace
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t) {
+  return gemm_ex("cublasGemmEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C,
+                 Ctype, ldc, 0, 1, computeType);
+}
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long int strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t) {
+  return gemm_ex("cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype,
+                 ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType);
 }

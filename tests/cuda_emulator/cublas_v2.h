@@ -1,5 +1,7 @@
 // A stand-in for cuBLAS's <cublas_v2.h> in the CPU emulator: the handle, stream and math-mode
-// calls, status strings, and the four GEMMs cuda/blas.cu calls, computed by a plain reference
+// calls, status strings, the four GEMMs cuda/blas.cu calls and the two mixed-type ones of
+// cuda/blas_bf16.cu (cublasGemmEx, cublasGemmStridedBatchedEx: bfloat16 or float32 A and B, float32 C,
+// CUBLAS_COMPUTE_32F only; the bfloat16 values are read exactly and summed in float32), computed by a plain reference
 // loop (cublas.cpp) with exactly cuBLAS's column-major conventions:
 //
 //   C = alpha * op(A) op(B) + beta * C,   C m x n,  op(A) m x k,  op(B) k x n,
@@ -58,3 +60,20 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int strideA, const double* B, int ldb, long long int strideB,
                                          const double* beta, double* C, int ldc, long long int strideC,
                                          int batchCount);
+
+// ---- Mixed types (library_types.h and cublas_api.h in the real toolkit; NVIDIA's numbers).
+enum cudaDataType_t : int { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16BF = 14 };
+using cudaDataType = cudaDataType_t;
+enum cublasComputeType_t : int { CUBLAS_COMPUTE_32F = 68 };
+enum cublasGemmAlgo_t : int { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 };
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long int strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo);

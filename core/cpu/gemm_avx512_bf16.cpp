@@ -1,0 +1,357 @@
+// The bfloat16 GEMM micro-kernel on AVX-512 BF16: vdpbf16ps multiplies pairs of bfloat16 and adds both
+// products to a float32 lane, so one instruction does 32 multiply-adds where an FMA does 16.
+//
+// K is taken two at a time. Packed layouts (uint16 elements; pair p holds k = 2p and 2p + 1):
+//   A micro-panel (mr rows):   pair p of row r   at a_panel[2 * (p * mr + r) + (k & 1)]
+//   B micro-panel (width w):   pair p of col j   at b_panel[2 * (p * w + j) + (k & 1)]
+// An odd kc is padded with a zero k (in both A and B, so that no 0 * NaN can appear).
+//
+// Register tile 14 x 32, as the float kernel's (gemm_avx512.cpp):
+//            b_panel pair p:  [ 16 lanes x 2 bf16 | 16 lanes x 2 bf16 ]   <- 2 vector loads
+//   a pair (0, p) broadcast   [      acc 0,0       |      acc 0,1       ]
+//      ...                                                                  28 accumulators
+//   a pair (13, p) broadcast  [     acc 13,0       |     acc 13,1       ]
+// Each pair: 2 loads of B, 14 broadcasts of A, 28 vdpbf16ps = 896 multiply-adds.
+//
+// Packing converts float32 operands to bfloat16 on the way (vcvtne2ps2bf16: round to nearest even,
+// NaN kept; NOTE: like vdpbf16ps itself, it flushes subnormal inputs and outputs to zero), so a
+// float32 tensor needs no conversion pass of its own. bfloat16 operands are packed as they are.
+// NOTE: compiled for AVX-512 BF16 through a target pragma; only the selection at the bottom runs
+// on any CPU.
+#include <cstring>
+
+#include "core/bfloat16.h"
+#include "core/cpu/gemm_kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,fma,prfchw")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace ember::cpu::detail {
+namespace {
+
+constexpr int kMR = 14;
+constexpr int kNV = 2;
+constexpr int kNR = 16 * kNV;
+
+enum class Store { Overwrite, Accumulate, General, Bias };
+
+inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
+
+// One kRows x (kVecs * 16) tile of C from kc k's (ceil(kc / 2) pairs).
+template <int kRows, int kVecs, Store kStore>
+void tile_with(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t c_rs, int n_cols, float alpha,
+               float beta, const float* bias = nullptr) {
+  const __mmask16 all = 0xFFFF;
+  const int last_lanes = n_cols - (kVecs - 1) * 16;
+  const __mmask16 last = last_lanes == 16 ? all : static_cast<__mmask16>((1u << last_lanes) - 1);
+  __m512 acc[kRows][kVecs];
+#pragma GCC unroll 32
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) {
+      if constexpr (kStore == Store::Bias) acc[r][v] = _mm512_maskz_loadu_ps(v == kVecs - 1 ? last : all, bias + v * 16);
+      else acc[r][v] = _mm512_setzero_ps();
+    }
+  }
+#pragma GCC unroll 32
+  for (int r = 0; r < kRows; ++r) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_ET0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs + kVecs * 16 - 1), _MM_HINT_ET0);
+  }
+  const int64_t pairs = (kc + 1) / 2;
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512bh b_row[kVecs];
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) b_row[v] = as_bh(_mm512_loadu_si512(b + v * 32));
+#pragma GCC unroll 32
+    for (int r = 0; r < kRows; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, a + 2 * r, sizeof pair);
+      const __m512bh a_pair = as_bh(_mm512_set1_epi32(pair));
+#pragma GCC unroll 8
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a_pair, b_row[v]);
+    }
+    a += 2 * kMR;
+    b += kVecs * 32;
+  }
+#pragma GCC unroll 32
+  for (int r = 0; r < kRows; ++r) {
+    float* row = c + r * c_rs;
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) {
+      const __mmask16 mask = v == kVecs - 1 ? last : all;
+      __m512 out = acc[r][v];
+      if constexpr (kStore == Store::Accumulate) {
+        out = _mm512_add_ps(out, _mm512_maskz_loadu_ps(mask, row + v * 16));
+      } else if constexpr (kStore == Store::General) {
+        out = _mm512_mul_ps(out, _mm512_set1_ps(alpha));
+        if (beta != 0) out = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, row + v * 16), out);
+      }
+      _mm512_mask_storeu_ps(row + v * 16, mask, out);
+    }
+  }
+}
+
+template <int kRows, int kVecs>
+void tile(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t c_rs, int n_cols, float alpha,
+          float beta) {
+  if (alpha == 1 && beta == 0) tile_with<kRows, kVecs, Store::Overwrite>(kc, a, b, c, c_rs, n_cols, alpha, beta);
+  else if (alpha == 1 && beta == 1) tile_with<kRows, kVecs, Store::Accumulate>(kc, a, b, c, c_rs, n_cols, alpha, beta);
+  else tile_with<kRows, kVecs, Store::General>(kc, a, b, c, c_rs, n_cols, alpha, beta);
+}
+
+template <int kRows, int kVecs>
+void tile_bias(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t c_rs, int n_cols,
+               const float* bias) {
+  tile_with<kRows, kVecs, Store::Bias>(kc, a, b, c, c_rs, n_cols, 1, 0, bias);
+}
+
+using Tile = void (*)(int64_t, const uint16_t*, const uint16_t*, float*, int64_t, int, float, float);
+using BiasTile = void (*)(int64_t, const uint16_t*, const uint16_t*, float*, int64_t, int, const float*);
+
+// table[rows - 1][vecs - 1]
+template <int... kRowsMinus1>
+constexpr auto tile_table(std::integer_sequence<int, kRowsMinus1...>) {
+  return std::array<std::array<Tile, 2>, sizeof...(kRowsMinus1)>{
+      std::array<Tile, 2>{&tile<kRowsMinus1 + 1, 1>, &tile<kRowsMinus1 + 1, 2>}...};
+}
+template <int... kRowsMinus1>
+constexpr auto bias_tile_table(std::integer_sequence<int, kRowsMinus1...>) {
+  return std::array<std::array<BiasTile, 2>, sizeof...(kRowsMinus1)>{
+      std::array<BiasTile, 2>{&tile_bias<kRowsMinus1 + 1, 1>, &tile_bias<kRowsMinus1 + 1, 2>}...};
+}
+
+void tile_any_size(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t c_rs, int m_rows, int n_cols,
+                   float alpha, float beta) {
+  static constexpr auto table = tile_table(std::make_integer_sequence<int, kMR>{});
+  table[m_rows - 1][(n_cols + 15) / 16 - 1](kc, a, b, c, c_rs, n_cols, alpha, beta);
+}
+void bias_tile_any_size(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t c_rs, int m_rows,
+                        int n_cols, const float* bias) {
+  static constexpr auto table = bias_tile_table(std::make_integer_sequence<int, kMR>{});
+  table[m_rows - 1][(n_cols + 15) / 16 - 1](kc, a, b, c, c_rs, n_cols, bias);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing float32 -> bfloat16 pairs
+
+__mmask16 first_lanes(int64_t count) {
+  return count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1);
+}
+
+// 32 floats of one row (k0 .. k0 + 31, the first `count` of them read, the rest 0) as 16 bf16 pairs.
+inline __m512i row_pairs(const float* p, int64_t count) {
+  __m512 low = _mm512_maskz_loadu_ps(first_lanes(count), p);
+  __m512 high = count > 16 ? _mm512_maskz_loadu_ps(first_lanes(count - 16), p + 16) : _mm512_setzero_ps();
+  return (__m512i)_mm512_cvtne2ps_pbh(high, low);  // words 0..15 = low, 16..31 = high
+}
+
+// Two runs of 16 (k and k + 1, each read `count` long) interleaved: lane i = (first[i], second[i]).
+inline __m512i interleave_pairs(const float* first, const float* second, int64_t count) {
+  const __mmask16 lanes = first_lanes(count);
+  __m512 a = _mm512_maskz_loadu_ps(lanes, first);
+  __m512 b = second != nullptr ? _mm512_maskz_loadu_ps(lanes, second) : _mm512_setzero_ps();
+  const __m512i words = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // 0..15 = a, 16..31 = b
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(order, words);
+}
+
+// rows[i] lane j -> rows[j] lane i, 32-bit lanes (a pair each). Four shuffle stages.
+inline __attribute__((always_inline)) void transpose_16x16(__m512i rows_i[16]) {
+  __m512* rows = reinterpret_cast<__m512*>(rows_i);
+  __m512 pairs[16], quads[16];
+  for (int i = 0; i < 8; ++i) {
+    pairs[2 * i] = _mm512_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
+    pairs[2 * i + 1] = _mm512_unpackhi_ps(rows[2 * i], rows[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {
+    quads[4 * g + 0] = _mm512_shuffle_ps(pairs[4 * g], pairs[4 * g + 2], 0x44);
+    quads[4 * g + 1] = _mm512_shuffle_ps(pairs[4 * g], pairs[4 * g + 2], 0xEE);
+    quads[4 * g + 2] = _mm512_shuffle_ps(pairs[4 * g + 1], pairs[4 * g + 3], 0x44);
+    quads[4 * g + 3] = _mm512_shuffle_ps(pairs[4 * g + 1], pairs[4 * g + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    __m512 low_even = _mm512_shuffle_f32x4(quads[c], quads[4 + c], 0x88);
+    __m512 low_odd = _mm512_shuffle_f32x4(quads[c], quads[4 + c], 0xDD);
+    __m512 high_even = _mm512_shuffle_f32x4(quads[8 + c], quads[12 + c], 0x88);
+    __m512 high_odd = _mm512_shuffle_f32x4(quads[8 + c], quads[12 + c], 0xDD);
+    rows[c] = _mm512_shuffle_f32x4(low_even, high_even, 0x88);
+    rows[8 + c] = _mm512_shuffle_f32x4(low_even, high_even, 0xDD);
+    rows[4 + c] = _mm512_shuffle_f32x4(low_odd, high_odd, 0x88);
+    rows[12 + c] = _mm512_shuffle_f32x4(low_odd, high_odd, 0xDD);
+  }
+}
+
+// A block m x kc (float32, any strides) -> mr-row panels of pairs, each round_up(kc, 2) long.
+void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, uint16_t* out) {
+  const int64_t pairs = (kc + 1) / 2;
+  const __mmask16 panel_lanes = first_lanes(kMR);
+  if (a_cs == 1) {  // row-major: 16 rows x 32 k converted, then transposed as 16 x 16 pairs
+    for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+      const int64_t rows = std::min<int64_t>(kMR, m - i0);
+      for (int64_t k0 = 0; k0 < kc; k0 += 32) {
+        const int64_t count = std::min<int64_t>(32, kc - k0);
+        __m512i block[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; ++r)
+          block[r] = r < rows ? row_pairs(A + (i0 + r) * a_rs + k0, count) : _mm512_setzero_si512();
+        transpose_16x16(block);
+        const int64_t block_pairs = (count + 1) / 2;
+        for (int64_t p = 0; p < block_pairs; ++p)
+          _mm512_mask_storeu_epi32(out + 2 * (k0 / 2 + p) * kMR, panel_lanes, block[p]);
+      }
+      out += 2 * kMR * pairs;
+    }
+  } else if (a_rs == 1) {  // column-major: columns k and k + 1 are runs of m rows, interleaved
+    for (int64_t p = 0; p < pairs; ++p) {
+      const float* first = A + 2 * p * a_cs;
+      const float* second = 2 * p + 1 < kc ? first + a_cs : nullptr;
+      for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+        const int64_t rows = std::min<int64_t>(kMR, m - i0);
+        _mm512_mask_storeu_epi32(out + 2 * (i0 * pairs + p * kMR), panel_lanes,
+                                 interleave_pairs(first + i0, second != nullptr ? second + i0 : nullptr, rows));
+      }
+    }
+  } else {
+    for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+      const int64_t rows = std::min<int64_t>(kMR, m - i0);
+      for (int64_t k = 0; k < 2 * pairs; ++k)
+        for (int r = 0; r < kMR; ++r)
+          out[2 * ((k / 2) * kMR + r) + (k & 1)] =
+              r < rows && k < kc ? BFloat16::round_to_bits(A[(i0 + r) * a_rs + k * a_cs]) : uint16_t(0);
+      out += 2 * kMR * pairs;
+    }
+  }
+}
+
+// B block kc x n (float32, any strides) -> 32-column panels of pairs (the last one 16 or 32 wide).
+void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, uint16_t* out) {
+  const int64_t pairs = (kc + 1) / 2;
+  auto panel_width = [n](int64_t q) { return std::min<int64_t>(kNR, (std::min<int64_t>(kNR, n - q * kNR) + 15) / 16 * 16); };
+  if (b_cs == 1) {  // row-major: rows k and k + 1 interleaved, 16 columns at a time
+    for (int64_t p = 0; p < pairs; ++p) {
+      const float* first = B + 2 * p * b_rs;
+      const float* second = 2 * p + 1 < kc ? first + b_rs : nullptr;
+      for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const int64_t q = j0 / kNR;
+        uint16_t* panel = out + 2 * q * kNR * pairs;
+        _mm512_storeu_si512(panel + 2 * (p * panel_width(q) + (j0 - q * kNR)),
+                            interleave_pairs(first + j0, second != nullptr ? second + j0 : nullptr,
+                                             std::min<int64_t>(16, n - j0)));
+      }
+    }
+  } else if (b_rs == 1) {  // B^T: column j is contiguous in k; 16 columns x 32 k, transposed
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+      const int64_t q = j0 / kNR;
+      const int64_t width = panel_width(q);
+      uint16_t* panel = out + 2 * q * kNR * pairs + 2 * (j0 - q * kNR);
+      const int64_t cols = std::min<int64_t>(16, n - j0);
+      for (int64_t k0 = 0; k0 < kc; k0 += 32) {
+        const int64_t count = std::min<int64_t>(32, kc - k0);
+        __m512i block[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j)
+          block[j] = j < cols ? row_pairs(B + (j0 + j) * b_cs + k0, count) : _mm512_setzero_si512();
+        transpose_16x16(block);
+        const int64_t block_pairs = (count + 1) / 2;
+        for (int64_t p = 0; p < block_pairs; ++p) _mm512_storeu_si512(panel + 2 * (k0 / 2 + p) * width, block[p]);
+      }
+    }
+  } else {
+    for (int64_t q = 0; q * kNR < n; ++q) {
+      const int64_t width = panel_width(q), cols = std::min<int64_t>(kNR, n - q * kNR);
+      uint16_t* panel = out + 2 * q * kNR * pairs;
+      for (int64_t k = 0; k < 2 * pairs; ++k)
+        for (int64_t j = 0; j < width; ++j)
+          panel[2 * ((k / 2) * width + j) + (k & 1)] =
+              j < cols && k < kc ? BFloat16::round_to_bits(B[k * b_rs + (q * kNR + j) * b_cs]) : uint16_t(0);
+    }
+  }
+}
+
+// bfloat16 operands: the same layouts, copied (no rounding); plain loops.
+void pack_a_bf16(const BFloat16* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, uint16_t* out) {
+  const int64_t pairs = (kc + 1) / 2;
+  for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+    const int64_t rows = std::min<int64_t>(kMR, m - i0);
+    for (int r = 0; r < kMR; ++r) {
+      const BFloat16* row = A + (i0 + r) * a_rs;
+      for (int64_t k = 0; k < 2 * pairs; ++k)
+        out[2 * ((k / 2) * kMR + r) + (k & 1)] = r < rows && k < kc ? row[k * a_cs].bits : uint16_t(0);
+    }
+    out += 2 * kMR * pairs;
+  }
+}
+
+void pack_b_bf16(const BFloat16* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, uint16_t* out) {
+  const int64_t pairs = (kc + 1) / 2;
+  for (int64_t q = 0; q * kNR < n; ++q) {
+    const int64_t cols = std::min<int64_t>(kNR, n - q * kNR);
+    const int64_t width = std::min<int64_t>(kNR, (cols + 15) / 16 * 16);
+    uint16_t* panel = out + 2 * q * kNR * pairs;
+    for (int64_t j = 0; j < width; ++j) {
+      const BFloat16* column = B + (q * kNR + j) * b_cs;
+      for (int64_t k = 0; k < 2 * pairs; ++k)
+        panel[2 * ((k / 2) * width + j) + (k & 1)] = j < cols && k < kc ? column[k * b_rs].bits : uint16_t(0);
+    }
+  }
+}
+
+// Blocking: an A micro-panel of 14 x 1024 bf16 (28 KiB) stays in L1, a B block of 1024 x 512 bf16
+// (1 MiB) in L2; K <= 1024 is one pass.
+constexpr int64_t kKC = 1024, kMC = 168, kNC = 512;
+
+}  // namespace
+
+const GemmKernel<float, uint16_t, float> kAvx512Bf16FromFloat = {
+    "avx512_bf16", kMR, kNR, 16, kKC, kMC, kNC, &tile_any_size, &pack_a_float, &pack_b_float, &bias_tile_any_size, 2};
+const GemmKernel<BFloat16, uint16_t, float> kAvx512Bf16FromBf16 = {
+    "avx512_bf16", kMR, kNR, 16, kKC, kMC, kNC, &tile_any_size, &pack_a_bf16, &pack_b_bf16, &bias_tile_any_size, 2};
+
+}  // namespace ember::cpu::detail
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+namespace ember::cpu::detail {
+
+static bool cpu_has_avx512_bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("fma");
+}
+
+template <>
+const GemmKernel<float, uint16_t, float>* avx512_bf16_kernel<float>() {
+  return cpu_has_avx512_bf16() ? &kAvx512Bf16FromFloat : nullptr;
+}
+template <>
+const GemmKernel<BFloat16, uint16_t, float>* avx512_bf16_kernel<BFloat16>() {
+  return cpu_has_avx512_bf16() ? &kAvx512Bf16FromBf16 : nullptr;
+}
+
+}  // namespace ember::cpu::detail
+
+#else  // not x86-64 GCC/Clang
+
+namespace ember::cpu::detail {
+template <>
+const GemmKernel<float, uint16_t, float>* avx512_bf16_kernel<float>() { return nullptr; }
+template <>
+const GemmKernel<BFloat16, uint16_t, float>* avx512_bf16_kernel<BFloat16>() { return nullptr; }
+}  // namespace ember::cpu::detail
+
+#endif

@@ -1,0 +1,225 @@
+// CPU fused sliding-window attention; see window_attention.h for the pattern, the blocks and the formulas.
+#include "core/cpu/window_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/cpu/gemm.h"
+#include "core/cpu/softmax.h"
+#include "core/parallel.h"
+
+namespace ember::cpu {
+namespace {
+
+struct Dims {
+  int64_t B, T, D, H, Dh;
+  int64_t row() const { return 3 * D; }  // row stride of qkv
+};
+
+Dims dims_of(const Tensor& qkv, int64_t heads) {
+  const int64_t D = qkv.size(2) / 3;
+  return {qkv.size(0), qkv.size(1), D, heads, D / heads};
+}
+
+// Keys past the last unmasked one are never seen: every range stops there.
+int64_t key_extent(const bool* padding, int64_t T) {
+  if (padding == nullptr) return T;
+  int64_t extent = T;
+  while (extent > 0 && padding[extent - 1]) --extent;
+  return extent;
+}
+
+// A block of query rows [i0, i1) and the keys it can see: [0, a) then [lo, hi), a <= lo.
+struct Block {
+  int64_t i0, i1, a, lo, hi;
+  int64_t rows() const { return i1 - i0; }
+  int64_t cols() const { return a + (hi - lo); }
+  int64_t key(int64_t c) const { return c < a ? c : lo + (c - a); }  // column c's key index
+};
+
+// The blocks of one (b, h), in order: global queries see every key; the others their window and the
+// global keys below it. Rows per block: about the window, 16 to 64 (a wider tile wastes less of the GEMM
+// on a small window's corners than it saves in calls).
+template <typename Fn>
+void for_each_block(int64_t T, int64_t L, AttentionWindow w, bool causal, Fn&& fn) {
+  const int64_t R = std::clamp<int64_t>(w.window, 16, 64);
+  const int64_t G = std::min(w.global, T);
+  for (int64_t i0 = 0; i0 < T; i0 += R) {
+    // NOTE: a block never mixes global and windowed queries: the first non-global row starts a block.
+    const int64_t i1 = i0 < G ? std::min({i0 + R, G, T}) : std::min(i0 + R, T);
+    Block blk{i0, i1, 0, 0, 0};
+    if (i0 < G) {
+      blk.hi = causal ? std::min(L, i1) : L;
+    } else {
+      blk.lo = std::min(L, std::max<int64_t>(0, i0 - w.window));
+      blk.hi = std::min(L, i1 - 1 + w.window + 1);
+      if (causal) blk.hi = std::min(blk.hi, i1);
+      blk.hi = std::max(blk.hi, blk.lo);
+      blk.a = std::min(G, blk.lo);
+    }
+    fn(blk);
+    if (i1 != i0 + R) i0 = i1 - R;  // a block cut short at the global boundary: the next starts at i1
+  }
+}
+
+// s [rows, cols] (ld cols) = scale Q_rows K_keys^T, K's two ranges side by side.
+template <typename T>
+void block_scores(const Block& blk, const Dims& d, T scale, const T* q, const T* k, T* s) {
+  const int64_t C = blk.cols();
+  const T* qr = q + blk.i0 * d.row();
+  gemm(blk.rows(), blk.a, d.Dh, scale, qr, d.row(), 1, k, 1, d.row(), T(0), s, C);
+  gemm(blk.rows(), blk.hi - blk.lo, d.Dh, scale, qr, d.row(), 1, k + blk.lo * d.row(), 1, d.row(), T(0), s + blk.a, C);
+}
+
+// The band's mask and the softmax, in place, row by row: hidden keys get exactly 0, and a row that sees
+// no key is all 0 (its output 0, no gradient; docs/attention.md).
+template <typename T>
+void block_softmax(const Block& blk, AttentionWindow w, const bool* pad, bool causal, T* s) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const int64_t C = blk.cols();
+  for (int64_t r = 0; r < blk.rows(); ++r) {
+    const int64_t i = blk.i0 + r;
+    T* row = s + r * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t j = blk.key(c);
+      const bool in_band = i < w.global || j < w.global || (j - i <= w.window && i - j <= w.window);
+      const bool hidden = !in_band || (pad != nullptr && pad[j]) || (causal && j > i);
+      if (hidden) row[c] = neg_inf;
+    }
+    const T m = row_max(row, C);
+    if (m == neg_inf) {
+      std::fill(row, row + C, T(0));
+      continue;
+    }
+    const T inv = T(1) / row_exp_store_sum(row, m, row, C);
+    for (int64_t c = 0; c < C; ++c) row[c] *= inv;
+  }
+}
+
+// A per-thread scratch buffer (slot 0: P, slot 1: dS).
+template <typename T>
+T* scratch(int slot, int64_t count) {
+  thread_local std::vector<T> buffers[2];
+  if (int64_t(buffers[slot].size()) < count) buffers[slot].resize(size_t(count));
+  return buffers[slot].data();
+}
+
+template <typename T>
+void forward_kernel(const Dims& d, AttentionWindow w, const T* qkv, const bool* padding, bool causal, T* out,
+                    T* probs) {
+  const T scale = T(1) / std::sqrt(T(d.Dh));
+  parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / d.H, h = task % d.H;
+      const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
+      const int64_t L = key_extent(pad, d.T);
+      const T* q = qkv + b * d.T * d.row() + h * d.Dh;
+      const T* k = q + d.D;
+      const T* v = q + 2 * d.D;
+      T* o = out + b * d.T * d.D + h * d.Dh;  // row stride D
+      for_each_block(d.T, L, w, causal, [&](const Block& blk) {
+        const int64_t C = blk.cols();
+        T* p = scratch<T>(0, blk.rows() * C);
+        block_scores(blk, d, scale, q, k, p);
+        block_softmax(blk, w, pad, causal, p);
+        T* orow = o + blk.i0 * d.D;
+        // O = P V over the two ranges (K == 0 leaves C = beta C: a block that sees nothing writes 0).
+        gemm(blk.rows(), d.Dh, blk.a, T(1), p, C, 1, v, d.row(), 1, T(0), orow, d.D);
+        gemm(blk.rows(), d.Dh, blk.hi - blk.lo, T(1), p + blk.a, C, 1, v + blk.lo * d.row(), d.row(), 1,
+             T(blk.a > 0 ? 1 : 0), orow, d.D);
+        if (probs != nullptr) {
+          T* dense = probs + task * d.T * d.T;
+          for (int64_t r = 0; r < blk.rows(); ++r)
+            for (int64_t c = 0; c < C; ++c) dense[(blk.i0 + r) * d.T + blk.key(c)] = p[r * C + c];
+        }
+      });
+    }
+  });
+}
+
+template <typename T>
+void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* qkv, const bool* padding, bool causal,
+                     T* dqkv) {
+  const T scale = T(1) / std::sqrt(T(d.Dh));
+  parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / d.H, h = task % d.H;
+      const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
+      const int64_t L = key_extent(pad, d.T);
+      const int64_t offset = b * d.T * d.row() + h * d.Dh;
+      const T* q = qkv + offset;
+      const T* k = q + d.D;
+      const T* v = q + 2 * d.D;
+      T* dq = dqkv + offset;  // dqkv starts at 0: dK and dV add up over the blocks that see a key
+      T* dk = dq + d.D;
+      T* dv = dq + 2 * d.D;
+      const T* go = grad + b * d.T * d.D + h * d.Dh;  // dO, row stride D
+      for_each_block(d.T, L, w, causal, [&](const Block& blk) {
+        const int64_t C = blk.cols(), R = blk.rows(), n = blk.hi - blk.lo;
+        T* p = scratch<T>(0, R * C);
+        T* ds = scratch<T>(1, R * C);
+        block_scores(blk, d, scale, q, k, p);
+        block_softmax(blk, w, pad, causal, p);
+        const T* gor = go + blk.i0 * d.D;
+        const T* qr = q + blk.i0 * d.row();
+        // dV += P^T dO
+        gemm(blk.a, d.Dh, R, T(1), p, 1, C, gor, d.D, 1, T(1), dv, d.row());
+        gemm(n, d.Dh, R, T(1), p + blk.a, 1, C, gor, d.D, 1, T(1), dv + blk.lo * d.row(), d.row());
+        // dP = dO V^T
+        gemm(R, blk.a, d.Dh, T(1), gor, d.D, 1, v, 1, d.row(), T(0), ds, C);
+        gemm(R, n, d.Dh, T(1), gor, d.D, 1, v + blk.lo * d.row(), 1, d.row(), T(0), ds + blk.a, C);
+        for (int64_t r = 0; r < R; ++r) {  // dS = P (dP - rowsum(dP P))
+          T* row = ds + r * C;
+          const T* prow = p + r * C;
+          const T dot = row_dot(row, prow, C);
+          for (int64_t c = 0; c < C; ++c) row[c] = prow[c] * (row[c] - dot);
+        }
+        // dQ = scale dS K (each query row in one block: written once)
+        T* dqr = dq + blk.i0 * d.row();
+        gemm(R, d.Dh, blk.a, scale, ds, C, 1, k, d.row(), 1, T(0), dqr, d.row());
+        gemm(R, d.Dh, n, scale, ds + blk.a, C, 1, k + blk.lo * d.row(), d.row(), 1, T(blk.a > 0 ? 1 : 0), dqr,
+             d.row());
+        // dK += scale dS^T Q
+        gemm(blk.a, d.Dh, R, scale, ds, 1, C, qr, d.row(), 1, T(1), dk, d.row());
+        gemm(n, d.Dh, R, scale, ds + blk.a, 1, C, qr, d.row(), 1, T(1), dk + blk.lo * d.row(), d.row());
+      });
+    }
+  });
+}
+
+}  // namespace
+
+Tensor window_attention_forward(const Tensor& qkv, int64_t heads, AttentionWindow window,
+                                const Tensor& key_padding_mask, bool causal, Tensor* probs) {
+  const Dims d = dims_of(qkv, heads);
+  Tensor out = Tensor::empty({d.B, d.T, d.D}, qkv.dtype());
+  if (probs != nullptr) {
+    *probs = Tensor::empty({d.B, d.H, d.T, d.T}, qkv.dtype());
+    std::memset(probs->raw_data(), 0, size_t(probs->numel()) * dtype_size(probs->dtype()));  // all-zero bytes: 0.0
+  }
+  const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
+  dispatch_floating(qkv.dtype(), "window_attention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    forward_kernel<T>(d, window, qkv.data<T>(), padding, causal, out.data<T>(),
+                      probs != nullptr ? probs->data<T>() : nullptr);
+  });
+  return out;
+}
+
+Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, int64_t heads, AttentionWindow window,
+                                 const Tensor& key_padding_mask, bool causal) {
+  const Dims d = dims_of(qkv, heads);
+  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
+  std::memset(dqkv.raw_data(), 0, size_t(dqkv.numel()) * dtype_size(dqkv.dtype()));  // all-zero bytes: 0.0
+  const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
+  dispatch_floating(qkv.dtype(), "window_attention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    backward_kernel<T>(d, window, grad_out.data<T>(), qkv.data<T>(), padding, causal, dqkv.data<T>());
+  });
+  return dqkv;
+}
+
+}  // namespace ember::cpu

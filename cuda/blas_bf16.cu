@@ -1,0 +1,88 @@
+// The mixed-precision GEMM on the GPU: float32 operands multiplied as bfloat16, summed in float32.
+// Each operand is rounded (nearest even, __float2bfloat16_rn) into a compact row-major bfloat16 copy
+// by one gather kernel, read through any strides; then one cublasGemmStridedBatchedEx with CUDA_R_16BF
+// inputs, a CUDA_R_32F C and CUBLAS_COMPUTE_32F (tensor cores on a GPU). The row-major to column-major
+// mapping is cuda/blas.cu's: C^T = B^T A^T, B first, M and N swapped.
+// NOTE: compiled by CI with nvcc and run on the CPU emulator (its cuda_bf16.h), not yet on a GPU.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <mutex>
+
+#include "core/allocator.h"
+#include "core/cuda_ops.h"
+#include "cuda/launch.h"
+
+#define EMBER_CUBLAS_CHECK(call)                                                                             \
+  do {                                                                                                       \
+    cublasStatus_t ember_status_ = (call);                                                                   \
+    if (ember_status_ != CUBLAS_STATUS_SUCCESS)                                                              \
+      ::ember::cuda::raise_error("cuBLAS", #call, __FILE__, __LINE__,                                        \
+                                 ::ember::cuda::cublas_status_string(int(ember_status_)));                   \
+  } while (0)
+
+namespace ember::cuda {
+namespace {
+
+// out [batch, rows, cols] (compact, row-major) = in(b, r, c) = in[b * bs + r * rs + c * cs], rounded.
+__global__ void round_to_bf16(const float* in, int64_t bs, int64_t rs, int64_t cs, int64_t rows, int64_t cols,
+                              int64_t n, __nv_bfloat16* out) {
+  EMBER_CUDA_LOOP(i, n) {
+    const int64_t c = i % cols, r = (i / cols) % rows, b = i / (cols * rows);
+    out[i] = __float2bfloat16_rn(in[b * bs + r * rs + c * cs]);
+  }
+}
+
+// A device buffer from the caching allocator for the length of one call (stream-ordered reuse).
+struct Scratch {
+  int device;
+  size_t bytes;
+  void* ptr;
+  Scratch(int d, size_t n) : device(d), bytes(n), ptr(ember::cuda_allocator(d).allocate(n)) {}
+  ~Scratch() { ember::cuda_allocator(device).deallocate(ptr, bytes); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+cublasHandle_t bf16_handle(int device) {
+  static cublasHandle_t handles[16] = {};
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (handles[device] == nullptr) EMBER_CUBLAS_CHECK(cublasCreate(&handles[device]));
+  return handles[device];
+}
+
+}  // namespace
+
+void gemm_bf16(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs,
+               int64_t a_cs, int64_t a_bs, const float* B, int64_t b_rs, int64_t b_cs, int64_t b_bs, double beta,
+               float* C, int64_t ldc, int64_t c_bs) {
+  if (batch == 0 || M == 0 || N == 0) return;
+  cudaStream_t stream = use_device(device);
+  cublasHandle_t handle = bf16_handle(device);
+  EMBER_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  // A broadcast operand (batch stride 0) is rounded once and read with stride 0.
+  const int64_t a_count = a_bs == 0 ? 1 : batch, b_count = b_bs == 0 ? 1 : batch;
+  const int64_t a_n = a_count * M * K, b_n = b_count * K * N;
+  Scratch a16(device, size_t(a_n > 0 ? a_n : 1) * sizeof(__nv_bfloat16));
+  Scratch b16(device, size_t(b_n > 0 ? b_n : 1) * sizeof(__nv_bfloat16));
+  auto* a_bf = static_cast<__nv_bfloat16*>(a16.ptr);
+  auto* b_bf = static_cast<__nv_bfloat16*>(b16.ptr);
+  if (a_n > 0) {
+    round_to_bf16<<<blocks_for(a_n), kThreads, 0, stream>>>(A, a_bs, a_rs, a_cs, M, K, a_n, a_bf);
+    EMBER_CUDA_LAUNCHED("round_to_bf16");
+  }
+  if (b_n > 0) {
+    round_to_bf16<<<blocks_for(b_n), kThreads, 0, stream>>>(B, b_bs, b_rs, b_cs, K, N, b_n, b_bf);
+    EMBER_CUDA_LAUNCHED("round_to_bf16");
+  }
+  // C^T (N x M) = B^T (N x K) A^T (K x M): the compact copies are row-major, so ld = K for A, N for B.
+  const float alpha = 1.0f, beta_f = float(beta);
+  const int ld_a = int(K > 1 ? K : 1), ld_b = int(N);
+  EMBER_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, b_bf,
+                                                CUDA_R_16BF, ld_b, b_bs == 0 ? 0 : K * N, a_bf, CUDA_R_16BF, ld_a,
+                                                a_bs == 0 ? 0 : M * K, &beta_f, C, CUDA_R_32F, int(ldc), c_bs,
+                                                int(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace ember::cuda

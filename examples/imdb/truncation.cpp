@@ -1,0 +1,51 @@
+// Cutting long reviews (head, tail, head+tail) and the --attention setting's text form.
+#include "examples/imdb/truncation.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "examples/imdb/settings.h"
+#include "examples/imdb/vocabulary.h"
+
+namespace ember::imdb {
+
+bool is_truncation(const std::string& mode) { return mode == "head" || mode == "tail" || mode == "head+tail"; }
+
+std::vector<int32_t> encode_truncated(const Vocabulary& vocabulary, std::string_view review, int64_t max_len,
+                                      const std::string& mode) {
+  if (mode == "head") return vocabulary.encode(review, max_len);  // stops tokenizing at max_len
+  std::vector<int32_t> ids = vocabulary.encode(review, std::numeric_limits<int64_t>::max());
+  if (int64_t(ids.size()) <= max_len) return ids;
+  const int64_t head = mode == "tail" ? 0 : max_len / 4, tail = max_len - head;
+  std::vector<int32_t> kept(ids.begin(), ids.begin() + head);
+  kept.insert(kept.end(), ids.end() - tail, ids.end());
+  return kept;
+}
+
+std::optional<AttentionSetting> parse_attention(const std::string& text, int64_t max) {
+  if (text == "full") return AttentionSetting{};
+  const std::string prefix = "window:", global_part = ",global:";
+  if (text.rfind(prefix, 0) != 0) return std::nullopt;
+  std::string rest = text.substr(prefix.size());
+  AttentionSetting setting;
+  const size_t comma = rest.find(',');
+  std::optional<int64_t> window = parse_integer(rest.substr(0, comma), 0, max);
+  if (!window) return std::nullopt;
+  setting.window = *window;
+  if (comma != std::string::npos) {
+    if (rest.compare(comma, global_part.size(), global_part) != 0) return std::nullopt;
+    std::optional<int64_t> global = parse_integer(rest.substr(comma + global_part.size()), 0, max);
+    if (!global) return std::nullopt;
+    setting.global = *global;
+  }
+  return setting;
+}
+
+std::string attention_text(const AttentionSetting& setting) {
+  if (setting.window < 0) return "full";
+  if (setting.global == 0) return fmt::format("window:{}", setting.window);
+  return fmt::format("window:{},global:{}", setting.window, setting.global);
+}
+
+}  // namespace ember::imdb

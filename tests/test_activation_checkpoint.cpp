@@ -1,0 +1,189 @@
+// Activation checkpointing (autograd/checkpoint.h): gradients bit-identical to the plain run's, with
+// dropout (the same masks), nested, under no-grad; the memory it saves; errors that name the problem.
+#include <cstring>
+
+#include "autograd/checkpoint.h"
+#include "autograd/node.h"
+#include "core/allocator.h"
+#include "nn/transformer.h"
+#include "tests/helpers.h"
+
+using namespace ember;
+using namespace ember::testing;
+
+namespace {
+
+// Bitwise equality of two float tensors' values.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+  return std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+// A classifier with dropout; the gradients of all its parameters after one step on fixed tokens.
+struct Step {
+  float loss;
+  std::map<std::string, Tensor> grads;
+  uint64_t generator_offset;
+};
+
+Step train_step(bool checkpointed, int64_t T, int64_t window = -1) {
+  Generator gen(11);
+  nn::ClassifierConfig config{50, 64, 16, 2, 2, 32, 2, 0.2};
+  config.checkpoint = checkpointed;
+  config.attention_window = window;
+  config.attention_global = window >= 0 ? 1 : 0;
+  nn::TransformerClassifier model(config, gen);
+  Generator data(5);
+  Tensor tokens = uniform({3, T}, 1, 49, data).to(Dtype::Int64);
+  Tensor mask = zeros({3, T}, Dtype::Bool);
+  for (int64_t t = T - 2; t < T; ++t) mask.data<bool>()[T + t] = true;  // review 1 padded at the end
+  Tensor loss = cross_entropy(model.forward(tokens, mask), from_vector(std::vector<int64_t>{0, 1, 1}, {3}));
+  loss.backward();
+  Step step{loss.item<float>(), {}, gen.offset()};
+  for (auto& [name, p] : model.named_parameters()) step.grads[name] = p.grad();
+  return step;
+}
+
+}  // namespace
+
+TEST_CASE("activation checkpoint: a classifier's gradients are bit-identical to the plain run's, dropout on") {
+  for (int64_t window : {-1, 3}) {
+    CAPTURE(window);
+    Step plain = train_step(false, 12, window), checkpointed = train_step(true, 12, window);
+    CHECK(plain.loss == checkpointed.loss);
+    // The recompute replays the dropout draws and puts the generator back: the next draws are the same.
+    CHECK(plain.generator_offset == checkpointed.generator_offset);
+    REQUIRE(plain.grads.size() == checkpointed.grads.size());
+    for (auto& [name, g] : plain.grads) {
+      CAPTURE(name);
+      REQUIRE(g.defined());
+      REQUIRE(checkpointed.grads.at(name).defined());
+      CHECK(same_bits(g, checkpointed.grads.at(name)));
+    }
+  }
+}
+
+TEST_CASE("activation checkpoint: dropout in the function draws the same mask in the recompute") {
+  Generator gen(3);
+  Tensor w = uniform({6, 6}, -1, 1, gen).requires_grad_();
+  auto fn = [&](const std::vector<Tensor>& in) { return dropout(gelu(matmul(in[0], w)), 0.5, true, gen); };
+  Tensor x = uniform({4, 6}, -1, 1, gen).requires_grad_();
+  const uint64_t seed = gen.seed(), offset = gen.offset();
+  Tensor plain = fn({x});
+  sum(plain * plain).backward();
+  Tensor gx = x.grad(), gw = w.grad();
+  x.zero_grad();
+  w.zero_grad();
+  gen.set_state(seed, offset);
+  Tensor out = checkpoint(fn, {x}, {&gen});
+  CHECK(same_bits(out, plain));
+  CHECK(out.grad_fn()->name == "checkpoint");
+  const uint64_t after_forward = gen.offset();
+  sum(out * out).backward();
+  CHECK(gen.offset() == after_forward);  // the recompute's draws are not taken from the stream again
+  CHECK(same_bits(x.grad(), gx));
+  CHECK(same_bits(w.grad(), gw));
+  // Not replaying the generator gives another mask, so other gradients: the replay is what makes them equal.
+  x.zero_grad();
+  w.zero_grad();
+  gen.set_state(seed, offset);
+  Tensor unreplayed = checkpoint(fn, {x}, {});
+  sum(unreplayed * unreplayed).backward();
+  CHECK_FALSE(same_bits(x.grad(), gx));
+}
+
+TEST_CASE("activation checkpoint: nested checkpoints and several inputs give the plain gradients") {
+  Generator gen(4);
+  Tensor w = uniform({5, 5}, -1, 1, gen, Dtype::Float64).requires_grad_();
+  auto inner = [&](const std::vector<Tensor>& in) { return tanh(matmul(in[0], w)) * in[1]; };
+  auto outer = [&](const std::vector<Tensor>& in) {
+    Tensor h = checkpoint(inner, {in[0], in[1]});
+    return exp(checkpoint(inner, {h, in[1]}) * 0.5);
+  };
+  Tensor a = uniform({3, 5}, -1, 1, gen, Dtype::Float64).requires_grad_();
+  Tensor b = uniform({3, 5}, -1, 1, gen, Dtype::Float64).requires_grad_();
+  Tensor plain = exp(inner({inner({a, b}), b}) * 0.5);
+  sum(plain).backward();
+  Tensor ga = a.grad(), gb = b.grad(), gw = w.grad();
+  a.zero_grad();
+  b.zero_grad();
+  w.zero_grad();
+  Tensor nested = checkpoint(outer, {a, b});
+  check_close(nested, plain, 0);
+  sum(nested).backward();
+  check_close(a.grad(), ga, 0);
+  check_close(b.grad(), gb, 0);
+  check_close(w.grad(), gw, 0);
+  // And through finite differences (float64).
+  check_gradient([&](const std::vector<Tensor>& in) { return checkpoint(outer, in); },
+                 {random64({3, 5}, 1), random64({3, 5}, 2)});
+}
+
+TEST_CASE("activation checkpoint: under no-grad, or with no input needing grad, the function just runs") {
+  Tensor x = random64({3, 4}, 7).requires_grad_();
+  int calls = 0;
+  auto fn = [&](const std::vector<Tensor>& in) {
+    ++calls;
+    return exp(in[0]);
+  };
+  {
+    NoGradGuard no_grad;
+    Tensor out = checkpoint(fn, {x});
+    CHECK_FALSE(out.requires_grad());
+    check_close(out, exp(x.detach()), 0);
+  }
+  Tensor out = checkpoint(fn, {x.detach()});
+  CHECK_FALSE(out.requires_grad());
+  CHECK(calls == 2);
+  // With grad: one call forward, one more in backward.
+  out = checkpoint(fn, {x});
+  CHECK(calls == 3);
+  sum(out).backward();
+  CHECK(calls == 4);
+  check_close(x.grad(), exp(x.detach()), 0);
+}
+
+TEST_CASE("activation checkpoint: bad use is a clear error") {
+  Tensor x = random64({2, 3}, 8).requires_grad_();
+  check_error([&] { checkpoint(nullptr, {x}); }, "checkpoint: no function given");
+  check_error([&] { checkpoint([](const std::vector<Tensor>&) { return Tensor(); }, {x}); },
+              "checkpoint: the function returned an undefined tensor (forward)");
+  check_error([&] { checkpoint([](const std::vector<Tensor>& in) { return in[0]; }, {x}, {nullptr}); },
+              "checkpoint: generator 0 is null");
+  // An input changed in place between the forward and the backward.
+  Tensor y = random64({2, 3}, 9).requires_grad_();
+  Tensor h = y * 2.0;
+  Tensor out = checkpoint([](const std::vector<Tensor>& in) { return exp(in[0]); }, {h});
+  {
+    NoGradGuard no_grad;
+    h.add_(scalar(1.0, Dtype::Float64));
+  }
+  check_error([&] { sum(out).backward(); }, "backward of checkpoint");
+  // A function that computes something else the second time.
+  int calls = 0;
+  Tensor odd = checkpoint([&](const std::vector<Tensor>& in) { return ++calls == 1 ? in[0] * 2.0 : sum(in[0]); }, {x});
+  check_error([&] { sum(odd).backward(); }, "the recompute in backward returned float64 []");
+}
+
+TEST_CASE("activation checkpoint: a classifier step keeps less memory at its peak") {
+  // Peak tensor bytes of a training step at T = 256 with and without checkpointing each block.
+  auto peak_of = [](bool checkpointed) {
+    Generator gen(2);
+    nn::ClassifierConfig config{100, 256, 32, 2, 4, 128, 2, 0.1};
+    config.checkpoint = checkpointed;
+    nn::TransformerClassifier model(config, gen);
+    Generator data(5);
+    Tensor tokens = uniform({4, 256}, 1, 99, data).to(Dtype::Int64);
+    allocator_for(Device::cpu()).release_cached();
+    const int64_t before = memory_stats().allocated;
+    reset_peak_memory();
+    Tensor loss = cross_entropy(model.forward(tokens, Tensor()), from_vector(std::vector<int64_t>{0, 1, 1, 0}, {4}));
+    loss.backward();
+    return memory_stats().peak_allocated - before;
+  };
+  const int64_t plain = peak_of(false), checkpointed = peak_of(true);
+  CAPTURE(plain);
+  CAPTURE(checkpointed);
+  CHECK(double(checkpointed) < 0.6 * double(plain));
+}

@@ -1,0 +1,203 @@
+// Tests for the bfloat16 GEMM (cpu::gemm_bf16): every kernel against the float reference GEMM on the
+// same operands rounded to bfloat16 (odd shapes, every layout, alpha / beta, bias, batches), and the
+// float result of the unrounded operands within the bound of docs/precision.md.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/bfloat16.h"
+#include "core/cpu/gemm.h"
+#include "core/parallel.h"
+
+namespace {
+
+using ember::BFloat16;
+namespace cpu = ember::cpu;
+
+struct Guard {
+  int threads = ember::num_threads();
+  ~Guard() {
+    ember::set_num_threads(threads);
+    cpu::set_gemm_bf16_kernel("auto");
+    cpu::set_gemm_kernel("auto");
+  }
+};
+
+// The bfloat16 kernels this CPU runs: the native one where it has AVX-512 BF16, and the fallback
+// over each float kernel.
+struct KernelChoice {
+  std::string bf16, float_kernel;
+};
+std::vector<KernelChoice> kernel_choices() {
+  std::vector<KernelChoice> choices;
+  if (cpu::set_gemm_bf16_kernel("avx512_bf16")) choices.push_back({"avx512_bf16", "auto"});
+  for (const char* f : {"avx512", "avx2", "generic"})
+    if (cpu::set_gemm_kernel(f)) choices.push_back({"rounded", f});
+  cpu::set_gemm_bf16_kernel("auto");
+  cpu::set_gemm_kernel("auto");
+  return choices;
+}
+void use(const KernelChoice& choice) {
+  REQUIRE(cpu::set_gemm_kernel(choice.float_kernel.c_str()));
+  REQUIRE(cpu::set_gemm_bf16_kernel(choice.bf16.c_str()));
+}
+
+float round_bf16(float x) { return float(BFloat16(x)); }
+
+enum class Layout { RowMajor, ColMajor, Strided };
+struct Matrix {
+  int64_t rs, cs, size;
+};
+Matrix layout_of(int64_t rows, int64_t cols, Layout layout) {
+  switch (layout) {
+    case Layout::RowMajor: return {cols + 3, 1, rows * (cols + 3)};
+    case Layout::ColMajor: return {1, rows + 3, cols * (rows + 3)};
+    case Layout::Strided: return {2 * cols + 5, 2, rows * (2 * cols + 5)};
+  }
+  return {};
+}
+
+std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> v(size_t(std::max<int64_t>(n, 1)));
+  for (float& x : v) x = uniform(rng);
+  return v;
+}
+
+// One product C = alpha A B + beta C (+ bias) by the bfloat16 GEMM, checked against the float
+// reference on the rounded operands: the products are exact in float, so only the order of the float
+// sums differs: |error| <= 2 K eps32 sum_k |a_k b_k| (+ the beta and bias terms' rounding).
+void check_product(int64_t M, int64_t N, int64_t K, Layout la, Layout lb, float alpha, float beta, bool bias,
+                   bool bf16_operands, std::mt19937& rng) {
+  Matrix a = layout_of(M, K, la), b = layout_of(K, N, lb);
+  std::vector<float> A = random_floats(a.size, rng), B = random_floats(b.size, rng);
+  std::vector<float> C0 = random_floats(M * (N + 1), rng), bias_values = random_floats(N, rng);
+  std::vector<float> A_rounded(A.size()), B_rounded(B.size());
+  for (size_t i = 0; i < A.size(); ++i) A_rounded[i] = round_bf16(A[i]);
+  for (size_t i = 0; i < B.size(); ++i) B_rounded[i] = round_bf16(B[i]);
+  const int64_t c_rs = N + 1;
+  std::vector<float> C = C0, expected = C0;
+  const float* bias_ptr = bias ? bias_values.data() : nullptr;
+  if (bf16_operands) {
+    std::vector<BFloat16> Ab(A.size()), Bb(B.size());
+    for (size_t i = 0; i < A.size(); ++i) Ab[i] = BFloat16(A[i]);
+    for (size_t i = 0; i < B.size(); ++i) Bb[i] = BFloat16(B[i]);
+    cpu::gemm_bf16(M, N, K, alpha, Ab.data(), a.rs, a.cs, Bb.data(), b.rs, b.cs, beta, C.data(), c_rs, bias_ptr);
+  } else {
+    cpu::gemm_bf16(M, N, K, alpha, A.data(), a.rs, a.cs, B.data(), b.rs, b.cs, beta, C.data(), c_rs, bias_ptr);
+  }
+  cpu::gemm_reference(M, N, K, alpha, A_rounded.data(), a.rs, a.cs, B_rounded.data(), b.rs, b.cs, beta,
+                      expected.data(), c_rs);
+  const double eps32 = std::ldexp(1.0, -24);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double magnitude = 0;
+      for (int64_t k = 0; k < K; ++k)
+        magnitude += std::abs(double(A_rounded[i * a.rs + k * a.cs]) * B_rounded[k * b.rs + j * b.cs]);
+      double want = expected[i * c_rs + j] + (bias ? bias_values[j] : 0.0);
+      double tol = (2 * K + 4) * eps32 * (std::abs(alpha) * magnitude + std::abs(beta * C0[i * c_rs + j]) +
+                                          (bias ? std::abs(bias_values[j]) : 0.0)) + 1e-30;
+      INFO("M " << M << " N " << N << " K " << K << " at (" << i << ", " << j << ")");
+      REQUIRE(std::abs(C[i * c_rs + j] - want) <= tol);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gemm_bf16 equals the float GEMM of the rounded operands: odd shapes, every layout, every kernel") {
+  Guard guard;
+  std::mt19937 rng(7);
+  const Layout layouts[] = {Layout::RowMajor, Layout::ColMajor, Layout::Strided};
+  for (const KernelChoice& choice : kernel_choices()) {
+    use(choice);
+    INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
+    for (auto [M, N, K] : {std::tuple{1, 1, 1}, {3, 5, 7}, {14, 32, 2}, {15, 33, 3}, {29, 47, 31}, {13, 17, 33},
+                           {45, 70, 65}, {7, 100, 1}, {64, 16, 1030}})
+      for (Layout la : layouts)
+        for (Layout lb : layouts) check_product(M, N, K, la, lb, 1.0f, 0.0f, false, false, rng);
+  }
+}
+
+TEST_CASE("gemm_bf16 with alpha, beta and a bias; bfloat16 operands; several K blocks; 1 and 2 threads") {
+  Guard guard;
+  std::mt19937 rng(11);
+  for (const KernelChoice& choice : kernel_choices()) {
+    use(choice);
+    INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
+    for (int threads : {1, 2}) {
+      ember::set_num_threads(threads);
+      for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, -2.0f}, {-1.5f, 0.0f}}) {
+        check_product(37, 41, 2100, Layout::RowMajor, Layout::ColMajor, alpha, beta, false, false, rng);
+        check_product(200, 70, 129, Layout::ColMajor, Layout::RowMajor, alpha, beta, false, true, rng);
+      }
+      for (float beta : {0.0f, 1.0f}) {
+        check_product(100, 90, 130, Layout::RowMajor, Layout::ColMajor, 1.0f, beta, true, false, rng);
+        check_product(31, 35, 1500, Layout::RowMajor, Layout::RowMajor, 1.0f, beta, true, true, rng);
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm_bf16 against float32: within the bound of bfloat16's 8-bit significand and the length K") {
+  // |C_bf16 - C_f32| <= (2 u + u^2 + 2 K eps32) sum_k |a_k| |b_k|, u = 2^-8 (one rounding per operand).
+  Guard guard;
+  std::mt19937 rng(3);
+  const double u = std::ldexp(1.0, -8), eps32 = std::ldexp(1.0, -24);
+  for (int64_t K : {1, 16, 255, 1024}) {
+    const int64_t M = 19, N = 23;
+    std::vector<float> A = random_floats(M * K, rng), B = random_floats(K * N, rng), C(M * N), F(M * N);
+    cpu::gemm_bf16(M, N, K, 1.0f, A.data(), K, 1, B.data(), N, 1, 0.0f, C.data(), N);
+    cpu::gemm_reference(M, N, K, 1.0f, A.data(), K, 1, B.data(), N, 1, 0.0f, F.data(), N);
+    double worst = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double magnitude = 0;
+        for (int64_t k = 0; k < K; ++k) magnitude += std::abs(double(A[i * K + k]) * B[k * N + j]);
+        double bound = (2 * u + u * u + 2 * K * eps32) * magnitude;
+        worst = std::max(worst, std::abs(C[i * N + j] - F[i * N + j]) / bound);
+        REQUIRE(std::abs(C[i * N + j] - F[i * N + j]) <= bound);
+      }
+    CHECK(worst > 0);  // the rounding is really there: bf16 is not float32 under another name
+  }
+}
+
+TEST_CASE("gemm_bf16 edge cases: empty sizes, K = 0, NaN and infinity pass through") {
+  Guard guard;
+  std::vector<float> C = {5, 6};
+  float a = 1, b = 1;
+  cpu::gemm_bf16(0, 2, 3, 1.0f, &a, 3, 1, &b, 2, 1, 0.0f, C.data(), 2);  // M = 0: C untouched
+  CHECK(C[0] == 5);
+  cpu::gemm_bf16(1, 2, 0, 1.0f, &a, 1, 1, &b, 2, 1, 2.0f, C.data(), 2);  // K = 0: C = beta C
+  CHECK(C[0] == 10);
+  CHECK(C[1] == 12);
+  for (const KernelChoice& choice : kernel_choices()) {
+    use(choice);
+    std::vector<float> A = {NAN, 1.0f, INFINITY, 2.0f}, B = {1.0f, 1.0f, 1.0f, 1.0f}, out(4);
+    cpu::gemm_bf16(2, 2, 2, 1.0f, A.data(), 2, 1, B.data(), 2, 1, 0.0f, out.data(), 2);
+    CHECK(std::isnan(out[0]));
+    CHECK(std::isnan(out[1]));
+    CHECK(out[2] == INFINITY);
+    CHECK(out[3] == INFINITY);
+  }
+}
+
+TEST_CASE("gemm_bf16_batched matches product by product") {
+  Guard guard;
+  std::mt19937 rng(5);
+  const int64_t batch = 6, M = 33, N = 20, K = 17;
+  std::vector<float> A = random_floats(batch * M * K, rng), B = random_floats(batch * K * N, rng);
+  for (int threads : {1, 2}) {
+    ember::set_num_threads(threads);
+    std::vector<float> C(batch * M * N), one(M * N);
+    cpu::gemm_bf16_batched(batch, M, N, K, 1.0f, A.data(), M * K, K, 1, B.data(), K * N, 1, K, 0.0f, C.data(),
+                           M * N, N);
+    for (int64_t i = 0; i < batch; ++i) {
+      cpu::gemm_bf16(M, N, K, 1.0f, A.data() + i * M * K, K, 1, B.data() + i * K * N, 1, K, 0.0f, one.data(), N);
+      for (int64_t e = 0; e < M * N; ++e) REQUIRE(C[i * M * N + e] == one[e]);
+    }
+  }
+}

@@ -1,0 +1,339 @@
+// The mixed-precision scope (core/precision.h): matmul, linear and attention multiply bfloat16 operands
+// and sum in float32, each within the bound docs/precision.md derives from bfloat16's 8-bit
+// significand and the reduction length; everything else stays float32, bit for bit.
+#include <algorithm>
+#include <cmath>
+
+#include "core/cuda_ops.h"
+#include "core/precision.h"
+#include "helpers.h"
+
+using namespace ember;
+using ember::testing::check_error;
+
+namespace {
+
+const double u = std::ldexp(1.0, -8);       // bfloat16's unit roundoff (8 significant bits)
+const double eps32 = std::ldexp(1.0, -24);  // float32's
+
+// The bound of one product of length K: |C_bf16 - C_f32| <= gamma(K) sum_k |a_k| |b_k|.
+double gamma(int64_t K) { return 2 * u + u * u + 2 * double(K) * eps32; }
+
+std::vector<double> values(const Tensor& t) { return t.detach().to(Dtype::Float64).contiguous().to_vector<double>(); }
+
+// Checks got against want element by element: |got - want| <= gamma(K) (|A| |B|)_ij, with |A| |B|
+// computed in float64 from the operands [M, K] and [K, N] (any layout: read through matmul of abs).
+// Returns the worst ratio |error| / bound (> 0 shows the rounding really happened).
+double check_product_bound(const Tensor& got, const Tensor& want, const Tensor& a, const Tensor& b, int64_t K) {
+  const Tensor magnitude = matmul(abs(a.detach().to(Dtype::Float64)), abs(b.detach().to(Dtype::Float64)));
+  const std::vector<double> g = values(got), w = values(want), m = values(magnitude);
+  REQUIRE(g.size() == w.size());
+  REQUIRE(g.size() == m.size());
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double bound = gamma(K) * m[i] + 1e-30;
+    INFO("element " << i << ": bf16 " << g[i] << ", float32 " << w[i] << ", bound " << bound);
+    REQUIRE(std::abs(g[i] - w[i]) <= bound);
+    worst = std::max(worst, std::abs(g[i] - w[i]) / bound);
+  }
+  return worst;
+}
+
+bool identical(const Tensor& a, const Tensor& b) { return values(a) == values(b); }
+
+// Attention's bound (the attention test below derives it): out against out32 for qkv [B, T, 3 D], H heads.
+// Returns the worst ratio |error| / bound.
+double check_attention_bound(const Tensor& o, const Tensor& o32, const Tensor& qkv, int64_t H) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3, Dh = D / H;
+  const std::vector<double> q = values(qkv), got = values(o.to(Device::cpu())), want = values(o32.to(Device::cpu()));
+  const double scale = 1 / std::sqrt(double(Dh));
+  double worst = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        auto at = [&](int64_t t, int64_t part, int64_t c) { return q[(b * T + t) * 3 * D + part * D + h * Dh + c]; };
+        double delta = 0;
+        for (int64_t j = 0; j < T; ++j) {
+          double s = 0;
+          for (int64_t c = 0; c < Dh; ++c) s += std::abs(at(i, 0, c) * at(j, 1, c));
+          delta = std::max(delta, gamma(Dh) * scale * s);
+        }
+        const double grow = std::exp(2 * delta);
+        for (int64_t c = 0; c < Dh; ++c) {
+          double v_max = 0;
+          for (int64_t j = 0; j < T; ++j) v_max = std::max(v_max, std::abs(at(j, 2, c)));
+          const double bound = ((grow - 1) + gamma(T) * grow + 16 * T * eps32) * v_max;
+          const size_t k = size_t((b * T + i) * D + h * Dh + c);
+          INFO("b " << b << " h " << h << " query " << i << " column " << c);
+          REQUIRE(std::abs(got[k] - want[k]) <= bound);
+          worst = std::max(worst, std::abs(got[k] - want[k]) / bound);
+        }
+      }
+  return worst;
+}
+
+double relative_norm_error(const Tensor& got, const Tensor& want) {
+  const std::vector<double> g = values(got.to(Device::cpu())), w = values(want.to(Device::cpu()));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    num += (g[i] - w[i]) * (g[i] - w[i]);
+    den += w[i] * w[i];
+  }
+  return std::sqrt(num / den);
+}
+
+
+}  // namespace
+
+TEST_CASE("precision scope: float32 by default, set by a guard, restored on exit (nested too); names parsed") {
+  CHECK(product_precision() == Precision::Float32);
+  {
+    MixedPrecisionGuard bf16;
+    CHECK(product_precision() == Precision::BFloat16);
+    {
+      MixedPrecisionGuard fp32(Precision::Float32);
+      CHECK(product_precision() == Precision::Float32);
+    }
+    CHECK(product_precision() == Precision::BFloat16);
+  }
+  CHECK(product_precision() == Precision::Float32);
+  CHECK(parse_precision("bf16") == Precision::BFloat16);
+  CHECK(parse_precision("fp32") == Precision::Float32);
+  CHECK(precision_name(Precision::BFloat16) == "bf16");
+  check_error([] { (void)parse_precision("fp16"); }, "precision 'fp16': expected fp32 or bf16");
+}
+
+TEST_CASE("mixed precision matmul: within gamma(K) |A| |B| of float32, forward and backward; transposes, batches") {
+  Generator gen(11);
+  struct Case {
+    Shape a, b;
+    bool transpose_a, transpose_b;
+  };
+  for (const Case& c : {Case{{17, 33}, {33, 9}, false, false}, Case{{31, 5}, {7, 31}, true, true},
+                        Case{{3, 13, 70}, {3, 70, 21}, false, false}, Case{{2, 40, 6}, {40, 19}, true, false}}) {
+    Tensor a = uniform(c.a, -1, 1, gen).requires_grad_(), b = uniform(c.b, -1, 1, gen).requires_grad_();
+    auto operand = [](const Tensor& x, bool t) { return t ? x.transpose(-1, -2) : x; };
+    // The operands as the product sees them (fresh views each time: each backward frees its graph).
+    auto A_of = [&] { return operand(a, c.transpose_a); };
+    auto B_of = [&] { return operand(b, c.transpose_b); };
+    const Tensor A = A_of().detach(), B = B_of().detach();
+    const int64_t K = A.size(-1);
+    INFO("A " << shape_str(A.shape()) << " B " << shape_str(B.shape()));
+    Tensor f32 = matmul(A_of(), B_of());
+    Tensor g = uniform(f32.shape(), -1, 1, gen);
+    f32.backward(g);
+    const Tensor da32 = a.grad(), db32 = b.grad();
+    a.zero_grad();
+    b.zero_grad();
+    Tensor bf;
+    {
+      MixedPrecisionGuard bf16;
+      bf = matmul(A_of(), B_of());
+    }
+    CHECK(bf.dtype() == Dtype::Float32);
+    CHECK(check_product_bound(bf, f32, A, B, K) > 0);
+    // The op remembers its precision: backward outside the scope still multiplies in bfloat16.
+    bf.backward(g);
+    CHECK(a.grad().dtype() == Dtype::Float32);
+    // dA = G B^T (length N), dB = A^T G (length M, summed over the batch for a broadcast B).
+    const Tensor dA = operand(a.grad(), c.transpose_a), dA32 = operand(da32, c.transpose_a);
+    const Tensor dB = operand(b.grad(), c.transpose_b), dB32 = operand(db32, c.transpose_b);
+    check_product_bound(dA, dA32, g, B.transpose(-1, -2), B.size(-1));
+    if (A.dim() == B.dim()) {
+      check_product_bound(dB, dB32, A.transpose(-1, -2), g, A.size(-2));
+    } else {  // B broadcast over A's batch: dB = sum over the batch, one product of length batch * M
+      const Tensor A2 = A.reshape({-1, K}), g2 = g.reshape({-1, g.size(-1)});
+      check_product_bound(dB, dB32, A2.transpose(0, 1), g2, A2.size(0));
+    }
+  }
+}
+
+TEST_CASE("mixed precision linear: y, dx, dW within the product bound of float32; the bias and db exact") {
+  Generator gen(12);
+  const int64_t rows = 37, K = 45, N = 29;
+  Tensor x = uniform({rows, K}, -1, 1, gen).requires_grad_(), w = uniform({N, K}, -1, 1, gen).requires_grad_();
+  Tensor b = uniform({N}, -1, 1, gen).requires_grad_();
+  Tensor y32 = linear(x, w, b);
+  Tensor g = uniform(y32.shape(), -1, 1, gen);
+  y32.backward(g);
+  const Tensor dx32 = x.grad(), dw32 = w.grad(), db32 = b.grad();
+  x.zero_grad();
+  w.zero_grad();
+  b.zero_grad();
+  MixedPrecisionGuard bf16;
+  Tensor y = linear(x, w, b);
+  y.backward(g);
+  CHECK(check_product_bound(y - b, y32 - b, x, w.transpose(0, 1), K) > 0);
+  check_product_bound(x.grad(), dx32, g, w, N);
+  check_product_bound(w.grad(), dw32, g.transpose(0, 1), x, rows);
+  CHECK(identical(b.grad(), db32));  // a float32 reduction, as outside the scope
+  CHECK(w.grad().dtype() == Dtype::Float32);
+}
+
+TEST_CASE("mixed precision attention: products in bfloat16, softmax in float32, within the derived bound") {
+  // Scores S = s Q K^T: |dS_ij| <= delta_i = gamma(Dh) s max_j sum_c |q_ic| |k_jc|. Then each
+  // probability moves by at most a factor e^(2 delta_i), and O = P V (P and V rounded, length T) is
+  // off by at most [(e^(2 delta_i) - 1) + gamma(T) e^(2 delta_i) + 16 T eps32] max_j |v_jc|.
+  Generator gen(13);
+  const int64_t B = 2, T = 23, D = 24, H = 3;
+  Tensor qkv = uniform({B, T, 3 * D}, -1, 1, gen).requires_grad_();
+  Tensor mask = zeros({B, T}, Dtype::Bool);
+  for (int64_t t = 17; t < T; ++t) mask.data<bool>()[T + t] = true;  // the second review is padded
+  Tensor o32 = attention(qkv, H, mask);
+  Tensor g = uniform(o32.shape(), -1, 1, gen);
+  o32.backward(g);
+  const Tensor dqkv32 = qkv.grad();
+  qkv.zero_grad();
+  Tensor o;
+  {
+    MixedPrecisionGuard bf16;
+    o = attention(qkv, H, mask);
+  }
+  CHECK(check_attention_bound(o, o32, qkv, H) > 0);
+  // Backward (outside the scope: the op remembers): a norm-wise check, measured in docs/precision.md.
+  o.backward(g);
+  const double relative = std::sqrt(values(sum((qkv.grad() - dqkv32) * (qkv.grad() - dqkv32))).at(0) /
+                                    values(sum(dqkv32 * dqkv32)).at(0));
+  INFO("relative error of dqkv: " << relative);
+  CHECK(relative > 0);
+  CHECK(relative <= 8 * u);
+}
+
+TEST_CASE("mixed precision leaves softmax, layer norm, GELU, the loss and reductions in float32, bit for bit") {
+  Generator gen(14);
+  Tensor x = uniform({6, 10}, -3, 3, gen), w = uniform({10}, 0.5, 1.5, gen), b = uniform({10}, -1, 1, gen);
+  Tensor targets = from_vector(std::vector<int64_t>{1, 0, 9, 3, 3, 7}, {6});
+  auto all = [&] {
+    return std::vector<Tensor>{softmax(x, 1), layer_norm(x, w, b), gelu(x), cross_entropy(x, targets), sum(x, {1}),
+                               mean(x), x * w + b};
+  };
+  const std::vector<Tensor> f32 = all();
+  MixedPrecisionGuard bf16;
+  const std::vector<Tensor> scoped = all();
+  for (size_t i = 0; i < f32.size(); ++i) {
+    INFO("result " << i);
+    CHECK(scoped[i].dtype() == Dtype::Float32);
+    CHECK(identical(scoped[i], f32[i]));
+  }
+}
+
+TEST_CASE("bfloat16 tensors into matmul, linear, attention: bfloat16 out, the scope's float32 sums rounded once") {
+  Generator gen(15);
+  Tensor a = uniform({5, 12}, -1, 1, gen).to(Dtype::BFloat16), b = uniform({12, 7}, -1, 1, gen).to(Dtype::BFloat16);
+  Tensor w = uniform({7, 12}, -1, 1, gen).to(Dtype::BFloat16), bias = uniform({7}, -1, 1, gen).to(Dtype::BFloat16);
+  Tensor qkv = uniform({1, 6, 12}, -1, 1, gen).to(Dtype::BFloat16);
+  const Dtype f32 = Dtype::Float32;
+  // Outside any scope: the bfloat16 values (exact in float32) multiplied exactly, summed in float32 and
+  // rounded once: within u |C| + 2 K eps32 (|A| |B|) of the float32 product of the same values.
+  Tensor mm = matmul(a, b), li = linear(a, w, bias), at = attention(qkv, 2, Tensor());
+  CHECK(mm.dtype() == Dtype::BFloat16);
+  CHECK(li.dtype() == Dtype::BFloat16);
+  CHECK(at.dtype() == Dtype::BFloat16);
+  auto check_rounded_once = [&](const Tensor& got, const Tensor& want, const Tensor& magnitude, int64_t K) {
+    const std::vector<double> g = values(got), w = values(want), m = values(magnitude);
+    for (size_t i = 0; i < g.size(); ++i) {
+      INFO("element " << i);
+      CHECK(std::abs(g[i] - w[i]) <= u * std::abs(w[i]) + 2 * double(K) * eps32 * m[i]);
+    }
+  };
+  check_rounded_once(mm, matmul(a.to(f32), b.to(f32)), matmul(abs(a.to(f32)), abs(b.to(f32))), 12);
+  check_rounded_once(li, linear(a.to(f32), w.to(f32), bias.to(f32)),
+                     linear(abs(a.to(f32)), abs(w.to(f32)), abs(bias.to(f32))), 13);
+  {  // attention's own bfloat16 path (P rounded too), then rounded once
+    MixedPrecisionGuard bf16;
+    CHECK(identical(at, attention(qkv.to(f32), 2, Tensor()).to(Dtype::BFloat16)));
+  }
+  // Gradients flow back through bfloat16 tensors in bfloat16: d sum(L B) / dL (the row sums of B) reaches
+  // the float32 leaf rounded once to bfloat16, as the gradient of the bfloat16 copy of L.
+  Tensor leaf = uniform({5, 12}, -1, 1, gen).requires_grad_();
+  Tensor leaf16 = leaf.to(Dtype::BFloat16);
+  CHECK(leaf16.requires_grad());
+  sum(matmul(leaf16, b).to(f32)).backward();
+  REQUIRE(leaf.grad().defined());
+  CHECK(leaf.grad().dtype() == Dtype::Float32);
+  const std::vector<double> row_sums = values(sum(b.to(f32), {1}));
+  const std::vector<double> grad = values(leaf.grad());
+  bool rounded = false;
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t k = 0; k < 12; ++k) {
+      const double got = grad[size_t(i * 12 + k)];
+      CHECK(std::abs(got - row_sums[k]) <= u * std::abs(row_sums[k]) + 1e-6);
+      CHECK(float(got) == float(BFloat16(float(got))));  // a bfloat16 value
+      rounded = rounded || got != row_sums[k];
+    }
+  CHECK(rounded);
+}
+
+TEST_CASE("mixed precision refuses nothing new: float64 is untouched by the scope") {
+  Generator gen(16);
+  Tensor a = uniform({9, 11}, -1, 1, gen, Dtype::Float64), b = uniform({11, 4}, -1, 1, gen, Dtype::Float64);
+  const Tensor f64 = matmul(a, b);
+  MixedPrecisionGuard bf16;
+  CHECK(identical(matmul(a, b), f64));
+  CHECK(matmul(a, b).dtype() == Dtype::Float64);
+}
+
+CUDA_TEST_CASE("mixed precision on the GPU: cublasGemmEx in bfloat16 equals the CPU's bf16 GEMM up to the order of sums") {
+  // Both multiply the same bfloat16-rounded operands exactly and sum in float32: they differ only in
+  // the order of the float32 additions, |d| <= 2 K eps32 (|A| |B|).
+  Generator gen(17);
+  const Device gpu = Device::cuda(0);
+  Tensor a = uniform({3, 19, 37}, -1, 1, gen), b = uniform({3, 37, 11}, -1, 1, gen);
+  Tensor x = uniform({23, 37}, -1, 1, gen), w = uniform({13, 37}, -1, 1, gen), bias = uniform({13}, -1, 1, gen);
+  MixedPrecisionGuard bf16;
+  auto check_order_only = [](const Tensor& got, const Tensor& want, const Tensor& magnitude, int64_t K) {
+    const std::vector<double> g = values(got.to(Device::cpu())), w = values(want), m = values(magnitude);
+    REQUIRE(g.size() == w.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      INFO("element " << i << ": GPU " << g[i] << ", CPU " << w[i]);
+      CHECK(std::abs(g[i] - w[i]) <= 2 * double(K) * eps32 * m[i] + 1e-30);
+    }
+  };
+  const Tensor mm_cpu = matmul(a, b), mm_gpu = matmul(a.to(gpu), b.to(gpu).transpose(1, 2).contiguous().transpose(1, 2));
+  check_order_only(mm_gpu, mm_cpu, matmul(abs(a), abs(b)), 37);
+  const Tensor f32 = [&] {
+    MixedPrecisionGuard fp32(Precision::Float32);
+    return matmul(a, b);
+  }();
+  CHECK(!identical(mm_cpu, f32));  // the GPU's result is the bf16 one, not float32's
+  Tensor xg = x.to(gpu).detach().requires_grad_(), wg = w.to(gpu).detach().requires_grad_();
+  Tensor xc = x.detach().requires_grad_(), wc = w.detach().requires_grad_();
+  Tensor yg = linear(xg, wg, bias.to(gpu)), yc = linear(xc, wc, bias);
+  check_order_only(yg - bias.to(gpu), yc - bias, matmul(abs(x), abs(w).transpose(0, 1)), 37);
+  Tensor g = uniform(yc.shape(), -1, 1, gen);
+  yg.backward(g.to(gpu));
+  yc.backward(g);
+  check_order_only(xg.grad(), xc.grad(), matmul(abs(g), abs(w)), 13);
+  check_order_only(wg.grad(), wc.grad(), matmul(abs(g).transpose(0, 1), abs(x)), 23);
+}
+
+CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloat16 stay within attention's bound") {
+  // The fused kernels round Q, K, V, dO and the weights P, dS as they stage them and keep the online
+  // softmax in float32: the same bound as the CPU's (which rounds the normalised P instead).
+  Generator gen(18);
+  const Device gpu = Device::cuda(0);
+  const int64_t B = 2, T = 37, D = 24, H = 3;
+  Tensor qkv = uniform({B, T, 3 * D}, -1, 1, gen);
+  Tensor mask = zeros({B, T}, Dtype::Bool);
+  for (int64_t t = 30; t < T; ++t) mask.data<bool>()[T + t] = true;
+  cuda::set_attention_fused(true);
+  struct Restore {
+    ~Restore() { cuda::set_attention_fused(false); }
+  } restore;
+  Tensor g = uniform({B, T, D}, -1, 1, gen).to(gpu);
+  auto run = [&](bool bf16, Tensor& grad) {
+    MixedPrecisionGuard precision(bf16 ? Precision::BFloat16 : Precision::Float32);
+    Tensor x = qkv.to(gpu).detach().requires_grad_();
+    Tensor out = attention(x, H, mask.to(gpu));
+    out.backward(g);
+    grad = x.grad();
+    return out;
+  };
+  Tensor d32, d16;
+  const Tensor o32 = run(false, d32), o16 = run(true, d16);
+  CHECK(check_attention_bound(o16, o32, qkv, H) > 0);
+  const double relative = relative_norm_error(d16, d32);
+  INFO("relative error of dqkv: " << relative);
+  CHECK(relative > 0);
+  CHECK(relative <= 8 * u);
+}
