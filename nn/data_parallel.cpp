@@ -35,11 +35,14 @@ DataParallel::DataParallel(std::vector<Tensor> parameters, distributed::ProcessG
     const Tensor& p = params_[i];
     EMBER_CHECK(p.defined() && p.requires_grad() && p.is_leaf() && p.is_contiguous(),
                 "DataParallel: parameter {} must be a contiguous leaf that requires grad", i);
-    EMBER_CHECK(p.device() == group_.device(), "DataParallel: parameter {} is on {}, the {} group's tensors on {}", i,
+    // NOTE: one process sends nothing, so its parameters may live anywhere (a GPU run without mpirun).
+    EMBER_CHECK(group_.size() == 1 || p.device() == group_.device(), "DataParallel: parameter {} is on {}, the {} group's tensors on {}", i,
                 p.device().str(), group_.backend(), group_.device().str());
   }
-  check_same_on_every_rank();
-  broadcast_parameters();
+  if (group_.size() > 1) {
+    check_same_on_every_rank();
+    broadcast_parameters();
+  }
 
   // Buckets in reverse parameter order (backward makes the last layers' gradients first), one
   // dtype per bucket, closed once they reach bucket_bytes.
