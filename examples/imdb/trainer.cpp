@@ -371,9 +371,12 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
   auto read_losses = [&]() {
     for (const PendingLoss& p : pending) {
       const double loss_value = p.value ? *p.value : double(p.loss.item<float>());
-      EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "
-                  "not saved and the last checkpoint is kept (lower --lr, or clip with --clip)", p.step, p.epoch,
-                  loss_value);
+      // Several ranks read the same whole-batch loss: they fail together, rank 0 reports it.
+      on_every_rank_alike(world, [&] {
+        EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "
+                    "not saved and the last checkpoint is kept (lower --lr, or clip with --clip)", p.step, p.epoch,
+                    loss_value);
+      });
       result.step_losses.push_back(loss_value);
       state.epoch_loss_sum += loss_value;
       if (lead) metrics->write(step_record(p.step, p.epoch, loss_value, p.lr));
