@@ -47,12 +47,27 @@ while [ "$i" -lt "$KILLS" ] && [ "$attempts" -lt $((KILLS * 4)) ]; do
   [ -f "$run/checkpoint.safetensors" ] && resume=(--resume)
   "$IMDB" train "${args[@]}" "${resume[@]}" --out "$run" >"$OUT/killed.log" 2>&1 &
   pid=$!
-  # A random moment: 20 ms .. 20 ms + the window.
-  [ "$limit_ms" -gt 20 ] || limit_ms=20
-  delay_ms=$((20 + RANDOM % limit_ms))
-  sleep "$(echo "scale=3; $delay_ms / 1000" | bc)"
   signal=KILL
   [ $((i % 4)) -eq 3 ] && signal=TERM
+  if [ "$signal" = TERM ]; then
+    # A SIGTERM is for the training loop: wait until this run has logged a step (start-up takes
+    # most of a short run's time, so a random moment would often land before the first step), then
+    # a random 0-30 ms more.
+    logged=$(grep -c '"kind":"step"' "$run/metrics.jsonl" 2>/dev/null || true)
+    waited_ms=0
+    while [ "$waited_ms" -lt 30000 ] && kill -0 "$pid" 2>/dev/null &&
+          [ "$(grep -c '"kind":"step"' "$run/metrics.jsonl" 2>/dev/null || true)" -le "${logged:-0}" ]; do
+      sleep 0.005; waited_ms=$((waited_ms + 5))
+    done
+    extra_ms=$((RANDOM % 30))
+    delay_ms=$((waited_ms + extra_ms))
+    sleep "$(echo "scale=3; $extra_ms / 1000" | bc)"
+  else
+    # A random moment: 20 ms .. 20 ms + the window.
+    [ "$limit_ms" -gt 20 ] || limit_ms=20
+    delay_ms=$((20 + RANDOM % limit_ms))
+    sleep "$(echo "scale=3; $delay_ms / 1000" | bc)"
+  fi
   kill -$signal "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   code=$?
