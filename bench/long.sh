@@ -8,7 +8,8 @@
 #
 # Usage: bench/long.sh [--threads N] [--steps S] [--batch B] [--lens "512 1024 2048 4096"] [--only checkpoint|window]
 #   --batch B   the window table's batch (default 4; the checkpoint table is batch 8)
-# Writes every JSON line to runs/bench/long.jsonl and the tables to runs/bench/long.md.
+# Writes every JSON line to runs/bench/long.jsonl, the tables to runs/bench/long.md and the window
+# table's plot (step time and peak memory against T, log-log) to runs/bench/long-window.svg.
 set -euo pipefail
 
 threads=2
@@ -59,4 +60,4 @@ if [[ "$only" != checkpoint ]]; then
   done
 fi
 echo "{\"load_after\": \"$(uptime)\"}" >> "$out"
-"$python" bench/long_report.py "$out" | tee runs/bench/long.md
+"$python" bench/long_report.py "$out" --svg runs/bench/long-window.svg | tee runs/bench/long.md

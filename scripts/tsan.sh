@@ -11,7 +11,7 @@ TSAN_DIR=${TSAN_DIR:-build-tsan}  # not BUILD_DIR: scripts/test.sh sets that for
 JOBS=${JOBS:-$(nproc)}
 bash scripts/setup.sh --deps-only
 cmake -S . -B "$TSAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DEMBER_TEST_OPT=-O0 -DEMBER_TSAN=ON -DEMBER_BENCH=OFF -DEMBER_CUDA=OFF -DEMBER_CUDA_EMULATOR=OFF >/dev/null
+  -DEMBER_TEST_OPT=-O1 -DEMBER_TSAN=ON -DEMBER_BENCH=OFF -DEMBER_CUDA=OFF -DEMBER_CUDA_EMULATOR=OFF >/dev/null
 cmake --build "$TSAN_DIR" -j"$JOBS" --target ember_threaded_tests >"$TSAN_DIR/tsan-build.log" 2>&1 || { tail -50 "$TSAN_DIR/tsan-build.log"; exit 1; }
 filter="parallel_for*,gemm*,matmul*,layer_norm*,softmax*,cross_entropy*,reduce*,sum*,embedding*,dropout*"
 filter+=",dataset*,batcher*,vocabulary*,determinism*,train: resuming*"
