@@ -264,6 +264,84 @@ TEST_CASE("batcher: a seed and an epoch fix the order, every review once per epo
   CHECK(seen == order);
 }
 
+TEST_CASE("batcher: length buckets: every review once, batches of similar lengths, far less padding") {
+  // 1,003 reviews of lengths 1..300 (a hash, so neighbours differ): 100 batches of 10 and one of 3.
+  const int64_t count = 1003;
+  std::vector<std::vector<int32_t>> reviews;
+  std::vector<int> labels;
+  for (int64_t i = 0; i < count; ++i) {
+    const size_t length = 1 + size_t((uint64_t(i) * 2654435761u) % 300);
+    std::vector<int32_t> review(length, 1);
+    review[0] = int32_t(i + 2);  // the first token names the review
+    reviews.push_back(review);
+    labels.push_back(int(i % 2));
+  }
+  Batcher batcher(reviews, labels, 10);
+  auto padded_tokens = [&](const std::vector<int64_t>& order) {
+    int64_t padded = 0;
+    for (int64_t b = 0; b < batcher.num_batches(); ++b) {
+      Batch batch = batcher.batch(order, b);
+      padded += batch.batch * batch.seq_len;
+    }
+    return padded;
+  };
+  int64_t real = 0;
+  for (const auto& review : reviews) real += int64_t(review.size());
+
+  for (int64_t pool : {1, 4, 50, 101, 1000}) {
+    CAPTURE(pool);
+    std::vector<int64_t> order = batcher.length_bucketed_order(7, 2, pool);
+    CHECK(order == batcher.length_bucketed_order(7, 2, pool));  // a seed and an epoch fix it
+    CHECK(order != batcher.length_bucketed_order(7, 3, pool));
+    std::vector<int64_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(sorted == batcher.in_order());  // a permutation: every review once
+    // Each batch holds whole reviews of the shuffled order's pools: the same batches as the plain
+    // shuffle when the pool is one batch (sorted inside); the partial batch stays last.
+    std::vector<int64_t> plain = batcher.shuffled_order(7, 2);
+    if (pool == 1) {
+      for (int64_t b = 0; b < batcher.num_batches(); ++b) {
+        const int64_t first = b * 10, rows = batcher.rows_in(b);
+        std::vector<int64_t> expected(plain.begin() + first, plain.begin() + first + rows);
+        std::sort(expected.begin(), expected.end());
+        bool found = false;  // batch b of the plain order is some batch of the bucketed one
+        for (int64_t c = 0; c < batcher.num_batches() && !found; ++c) {
+          if (batcher.rows_in(c) != rows) continue;
+          std::vector<int64_t> got(order.begin() + c * 10, order.begin() + c * 10 + rows);
+          std::sort(got.begin(), got.end());
+          found = got == expected;
+        }
+        CHECK(found);
+      }
+      CHECK(padded_tokens(order) == padded_tokens(plain));  // the same batches, so the same padding
+    }
+    std::vector<int64_t> tail(order.end() - 3, order.end());
+    if (pool >= 101) {  // one pool holds everything: the partial batch is the 3 longest reviews
+      std::vector<int64_t> by_length = batcher.in_order();
+      std::stable_sort(by_length.begin(), by_length.end(),
+                       [&](int64_t a, int64_t b) { return reviews[size_t(a)].size() < reviews[size_t(b)].size(); });
+      for (int64_t r : tail) CHECK(reviews[size_t(r)].size() >= reviews[size_t(by_length[size_t(count - 3)])].size());
+    }
+  }
+  // Padding: a plain shuffle pads these reviews to about 1.8x their tokens; pools of 50 batches to
+  // a few percent (the sorted pool's neighbours differ by about 0.6 tokens).
+  const int64_t plain = padded_tokens(batcher.shuffled_order(7, 2)), bucketed = padded_tokens(batcher.length_bucketed_order(7, 2, 50));
+  CHECK(double(plain) / double(real) > 1.5);
+  CHECK(double(bucketed) / double(real) < 1.1);
+  // The batches' order is shuffled too: not simply short to long.
+  std::vector<int64_t> order = batcher.length_bucketed_order(7, 2, 1000);
+  bool increasing = true;
+  for (int64_t b = 1; b + 1 < batcher.num_batches(); ++b)
+    increasing = increasing && batcher.batch(order, b).seq_len >= batcher.batch(order, b - 1).seq_len;
+  CHECK_FALSE(increasing);
+  CHECK_THROWS_WITH_AS(batcher.length_bucketed_order(0, 0, 0), doctest::Contains("pool_batches must be >= 1"),
+                       ember::Error);
+  // Fewer reviews than one batch: the partial batch alone.
+  Batcher small({{1, 2, 3}, {4}}, {0, 1}, 10);
+  std::vector<int64_t> two = small.length_bucketed_order(0, 0, 50);
+  CHECK(two == std::vector<int64_t>{1, 0});
+}
+
 TEST_CASE("batcher: the small IMDb file end to end") {
   ImdbSplit split = load_reviews_json(small_json);
   Vocabulary vocabulary = Vocabulary::build(split.train);

@@ -60,6 +60,42 @@ TEST_CASE("train: resuming from a mid-epoch checkpoint gives the same losses as 
   CHECK(part2.epochs.back().test_accuracy == whole.epochs.back().test_accuracy);
 }
 
+TEST_CASE("train: --length-buckets pads less, resumes mid-epoch bit for bit, and is a setting --resume must match") {
+  TrainConfig plain = tiny_config("plain_order");
+  plain.epochs = 1;
+  plain.model.max_len = 512;  // the reviews' own lengths (at 64 nearly all are cut to the same)
+  Data data = prepare_data(plain);
+  RunResult unbucketed = train(plain, data);
+  TrainConfig config = plain;
+  config.out = tiny_config("bucketed").out;
+  config.length_buckets = 4;
+  RunResult whole = train(config, data);
+  CHECK(whole.step_losses != unbucketed.step_losses);  // other batches
+  // The share of padding in the tokens processed: real / padded tokens per second of the same epoch.
+  auto real_share = [](const EpochResult& e) { return e.real_tokens_per_s / e.padded_tokens_per_s; };
+  INFO("real tokens / padded tokens: " << real_share(unbucketed.epochs[0]) << " plain, " << real_share(whole.epochs[0])
+                                        << " bucketed");
+  CHECK(real_share(whole.epochs[0]) > real_share(unbucketed.epochs[0]) + 0.15);
+
+  TrainConfig first_part = config;
+  first_part.out = tiny_config("bucketed_parts").out;
+  first_part.stop_after = 6;  // mid-way through the epoch's 13 steps
+  RunResult part1 = train(first_part, data);
+  REQUIRE(part1.step_losses.size() == 6);
+  TrainConfig other = first_part;
+  other.stop_after = 0;
+  other.resume = true;
+  other.length_buckets = 0;
+  ember::testing::check_error([&] { train(other, data); }, "length_buckets");
+  TrainConfig second_part = other;
+  second_part.length_buckets = 4;
+  RunResult part2 = train(second_part, data);
+  std::vector<double> joined = part1.step_losses;
+  joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
+  CHECK(joined == whole.step_losses);  // bit for bit
+  CHECK(part2.epochs.back().test_accuracy == whole.epochs.back().test_accuracy);
+}
+
 TEST_CASE("train: bad settings and unwritable folders are clear errors before training") {
   TrainConfig config = tiny_config("bad");
   config.data = "/nonexistent/reviews.json";

@@ -40,6 +40,28 @@ std::vector<int64_t> shuffled_order(int64_t count, uint64_t seed, int64_t epoch)
   return order;
 }
 
+std::vector<int64_t> Batcher::length_bucketed_order(uint64_t seed, int64_t epoch, int64_t pool_batches) const {
+  EMBER_CHECK(pool_batches >= 1, "length_bucketed_order: pool_batches must be >= 1, got {}", pool_batches);
+  std::vector<int64_t> order = shuffled_order(seed, epoch);
+  const int64_t count = size();
+  const int64_t pool = pool_batches > count / batch_size_ ? count : pool_batches * batch_size_;  // no overflow
+  auto shorter = [&](int64_t a, int64_t b) { return reviews_[size_t(a)].size() < reviews_[size_t(b)].size(); };
+  for (int64_t begin = 0; begin < count; begin += pool) {
+    auto first = order.begin() + begin;
+    std::stable_sort(first, first + std::min(pool, count - begin), shorter);
+  }
+  // The full batches in a shuffled order (a generator of its own, so the review order above is
+  // shuffled_order's); the partial last batch, if any, keeps its place at the end.
+  const int64_t full = count / batch_size_;
+  std::vector<int64_t> batches = imdb::shuffled_order(full, seed ^ 0xB0C4E75ull, epoch);
+  std::vector<int64_t> result;
+  result.reserve(order.size());
+  for (int64_t b : batches)
+    result.insert(result.end(), order.begin() + b * batch_size_, order.begin() + (b + 1) * batch_size_);
+  result.insert(result.end(), order.begin() + full * batch_size_, order.end());
+  return result;
+}
+
 std::vector<int64_t> in_order(int64_t count) {
   EMBER_CHECK(count >= 0, "in_order: count must be >= 0, got {}", count);
   std::vector<int64_t> order(static_cast<size_t>(count));

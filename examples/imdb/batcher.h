@@ -56,6 +56,12 @@ class Batcher {
     return imdb::shuffled_order(size(), seed, epoch);
   }
   std::vector<int64_t> in_order() const { return imdb::in_order(size()); }
+  // The shuffled order of the epoch, regrouped so that each batch holds reviews of similar length
+  // (less padding; --length-buckets): consecutive pools of pool_batches batches' worth of the
+  // shuffled reviews are each sorted by length and cut into batches, and the full batches are then
+  // shuffled among themselves (a partial last batch stays last). pool_batches = 1 only sorts
+  // inside each batch (the same batches as shuffled_order). Same seed and epoch, same order.
+  std::vector<int64_t> length_bucketed_order(uint64_t seed, int64_t epoch, int64_t pool_batches) const;
 
   // Batch number `index` of an epoch whose review order is `order` (a permutation of 0..size-1).
   // NOTE: a review with no tokens gives an all-zero mask row; seq_len is at least 1.

@@ -71,6 +71,7 @@ void TrainConfig::validate() const {
   in("stop_after", stop_after, 0, limits::max_reviews);
   in("log_every", log_every, 1, limits::max_reviews);
   in("bucket_kb", bucket_kb, 1, limits::max_bucket_kb);
+  in("length_buckets", length_buckets, 0, limits::max_reviews);
   real_in("dist_timeout", dist_timeout, 0.0, limits::max_dist_timeout);
   EMBER_CHECK(schedule == "linear" || schedule == "cosine" || schedule == "constant",
               "setting schedule = '{}': expected linear, cosine or constant", schedule);
@@ -96,7 +97,8 @@ std::map<std::string, std::string> TrainConfig::to_metadata() const {
           {"truncate", truncate},
           {"attention", attention_text({model.attention_window, model.attention_global})},
           {"checkpoint", model.checkpoint ? "1" : "0"},
-          {"precision", precision}};
+          {"precision", precision},
+          {"length_buckets", std::to_string(length_buckets)}};
 }
 
 std::map<std::string, std::string> TrainConfig::shared_settings() const {
@@ -170,6 +172,7 @@ TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>&
     c.model.checkpoint = get("checkpoint") == "1";
   }
   if (m.count("precision")) c.precision = get("precision");  // files from before --precision: fp32
+  if (m.count("length_buckets")) c.length_buckets = integer("length_buckets", 0, limits::max_reviews);  // or: 0
   try {
     c.validate();
   } catch (const Error& e) {

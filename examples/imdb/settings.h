@@ -44,6 +44,8 @@ struct TrainConfig {
   int64_t log_every = 50;           // plain log line every N steps when not on a terminal
   int64_t stop_after = 0;           // stop (after checkpointing) once this many steps are done; 0 = never
   std::string truncate = "head";    // a review longer than max_len: head | tail | head+tail (truncation.h)
+  int64_t length_buckets = 0;       // 0: the recipe's shuffle; N: batches of similar lengths from pools of
+                                    // N batches (Batcher::length_bucketed_order), less padding
   // The model's attention (model.attention_window / attention_global, --attention) and activation
   // checkpointing (model.checkpoint, --checkpoint) are in `model`.
   bool resume = false;              // continue from out/checkpoint.safetensors

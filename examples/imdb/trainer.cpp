@@ -413,7 +413,9 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
   int agreed_signal = 0;  // several ranks: a signal any rank received, agreed on after each step
   while (step < total_steps) {
     const int64_t epoch = step / steps_per_epoch;
-    std::vector<int64_t> order = batcher.shuffled_order(config.seed, epoch);
+    std::vector<int64_t> order = config.length_buckets > 0
+                                     ? batcher.length_bucketed_order(config.seed, epoch, config.length_buckets)
+                                     : batcher.shuffled_order(config.seed, epoch);
     model.train();
     reset_peak_memory();
     if (device.is_cuda()) reset_peak_memory(device);
