@@ -104,9 +104,11 @@ CUDA_TEST_CASE("cuda ops: rms_norm's CUDA kernels match the CPU, values and grad
     Shape shape;
     bool weight, transposed;
   };
-  // D above the block's 256 threads, rows over one 64-row chunk of dweight, a transposed input, no weight.
-  const Case cases[] = {{{3, 7}, true, false}, {{2, 5, 300}, true, false}, {{130, 8}, true, false},
-                        {{9, 6}, true, true},  {{4, 10}, false, false}};
+  // D above the block's 256 threads, rows over one 64-row chunk of dweight, a transposed input, no
+  // weight; rows of up to 1024 run a warp each (an odd 33, the limit), longer ones a block (1500).
+  const Case cases[] = {{{3, 7}, true, false},    {{2, 5, 300}, true, false}, {{130, 8}, true, false},
+                        {{9, 6}, true, true},     {{4, 10}, false, false},    {{11, 33}, true, false},
+                        {{3, 1024}, true, false}, {{3, 1500}, true, false},   {{2, 1500}, false, false}};
   for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
     const double tol = dtype == Dtype::Float32 ? 1e-5 : 1e-12;
     uint64_t seed = 30;
