@@ -676,17 +676,29 @@ __global__ void rms_norm_combine_kernel(const double* partial, int64_t chunks, i
 }
 
 // The same for rows of D <= kWarpRowMax: one warp per row, sums in T (float for float32).
+// NOTE: the squares are of x / max|x| (the row's largest magnitude, then mean(x^2) rebuilt in
+// double): a float32 square overflows above 1.8e19 and underflows below 1e-23, where the CPU (in
+// double) still normalises to 1 ("rms_norm's CUDA kernels match the CPU" checks 1e20 and 1e-30).
 template <typename T>
 __global__ void rms_norm_forward_warp_kernel(const T* x, const T* w, T* y, double* rstd_out, int64_t rows, int64_t D,
                                              double eps) {
   const int lane = int(threadIdx.x) % kWarp;
   EMBER_WARP_ROWS(r, rows) {
     const int64_t base = r * D;
+    T a = 0;
+    for (int64_t j = lane; j < D; j += kWarp) a = std::abs(x[base + j]) > a ? std::abs(x[base + j]) : a;
+    a = warp_max(a);
     T q = 0;
-    for (int64_t j = lane; j < D; j += kWarp) q += x[base + j] * x[base + j];
-    const T rstd = T(1) / std::sqrt(warp_sum(q) / T(D) + T(eps));
-    for (int64_t j = lane; j < D; j += kWarp) y[base + j] = x[base + j] * rstd * (w != nullptr ? w[j] : T(1));
-    if (lane == 0) rstd_out[r] = double(rstd);
+    if (a > T(0))
+      for (int64_t j = lane; j < D; j += kWarp) {
+        const T v = x[base + j] / a;
+        q += v * v;
+      }
+    q = warp_sum(q);
+    const double rstd = 1.0 / std::sqrt(double(a) * double(a) * (double(q) / double(D)) + eps);
+    for (int64_t j = lane; j < D; j += kWarp)
+      y[base + j] = T(double(x[base + j]) * rstd * (w != nullptr ? double(w[j]) : 1.0));
+    if (lane == 0) rstd_out[r] = rstd;
   }
 }
 
@@ -698,11 +710,11 @@ __global__ void rms_norm_dx_warp_kernel(const T* grad, const T* x, const double*
     const int64_t base = r * D;
     const T rs = T(rstd[r]);
     T s = 0;
-    for (int64_t j = lane; j < D; j += kWarp) s += grad[base + j] * (w != nullptr ? w[j] : T(1)) * x[base + j] * rs;
+    for (int64_t j = lane; j < D; j += kWarp) s += grad[base + j] * (w != nullptr ? w[j] : T(1)) * (x[base + j] * rs);
     const T mean_gwx = warp_sum(s) / T(D);
     for (int64_t j = lane; j < D; j += kWarp) {
       const T gw = grad[base + j] * (w != nullptr ? w[j] : T(1));
-      dx[base + j] = rs * (gw - x[base + j] * rs * mean_gwx);
+      dx[base + j] = rs * (gw - (x[base + j] * rs) * mean_gwx);
     }
   }
 }

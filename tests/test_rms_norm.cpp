@@ -131,6 +131,15 @@ CUDA_TEST_CASE("cuda ops: rms_norm's CUDA kernels match the CPU, values and grad
       if (c.weight) check_close(wg.grad().to(Device::cpu()), wc.grad(), tol);
     }
   }
+  // The float32 limits on the GPU as on the CPU: 1e20 (its square overflows a float) and 1e-30 (its
+  // square underflows) normalise to 1 (eps 0), short rows (a warp each) and long ones (a block).
+  for (int64_t D : {4, 1030}) {
+    INFO("float32 limits, D = " << D);
+    std::vector<float> big(size_t(2 * D));
+    for (int64_t j = 0; j < D; ++j) big[size_t(j)] = j % 2 == 0 ? 1e20f : -1e20f, big[size_t(D + j)] = 1e-30f;
+    Tensor x = from_vector(big, {2, D});
+    check_close(rms_norm(x.to(gpu), Tensor(), 0.0).to(Device::cpu()), rms_norm(x, Tensor(), 0.0), 1e-6);
+  }
   // Zero rows on the GPU too: an empty result and a zero dweight.
   Tensor w = ones({4}, Dtype::Float32, gpu).requires_grad_();
   sum(rms_norm(zeros({0, 4}, Dtype::Float32, gpu), w)).backward();
