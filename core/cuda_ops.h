@@ -46,6 +46,17 @@ EMBER_CUDA_ENTRY(void, synchronize, (int device))
 // cudaMalloc calls made by the caching allocator so far.
 EMBER_CUDA_ENTRY(int64_t, cudamalloc_count, (int device))
 
+// ---- CUDA graphs (cuda/graph.cu): the work given to the device's stream between begin and end is
+// captured, not run, into a graph; replay runs it again, with the same pointers, as one launch.
+// While capturing, the caching allocator makes no cudaMalloc and keeps the capture's blocks for
+// the graph until graph_destroy. A synchronising call in between fails the capture.
+EMBER_CUDA_ENTRY(void, graph_capture_begin, (int device))
+// Ends the capture (also after an error, with `ok` false: nothing is kept, null is returned); the
+// instantiated graph, to replay and destroy.
+EMBER_CUDA_ENTRY(void*, graph_capture_end, (int device, bool ok))
+EMBER_CUDA_ENTRY(void, graph_replay, (void* graph))
+EMBER_CUDA_ENTRY(void, graph_destroy, (void* graph))
+
 // ---- Element-wise (cuda/elementwise_kernels.cu, cuda/unary_kernels.cu)
 // dst = src converted to dst's type, element by element over `shape`.
 EMBER_CUDA_ENTRY(void, copy, (int device, const Shape8& shape, const Operand& dst, const Operand& src))

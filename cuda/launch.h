@@ -28,6 +28,12 @@ void check_launch(const char* what, const char* file, int line);
 // Makes `device` current and returns its stream.
 cudaStream_t use_device(int device);
 
+// The caching allocator's side of a graph capture (cuda/runtime.cu; used by cuda/graph.cu): a pool
+// for the capture's blocks, no cudaMalloc while it runs, the pool kept until the graph goes.
+int allocator_begin_capture(int device);
+void allocator_end_capture(int device);
+void allocator_release_pool(int device, int pool);
+
 // Grid-stride loop over [0, n).
 #define EMBER_CUDA_LOOP(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)

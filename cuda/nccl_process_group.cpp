@@ -145,6 +145,7 @@ class NcclProcessGroup final : public ProcessGroup {
       cudaError_t status = cudaEventQuery(event);
       if (status == cudaSuccess) return;
       if (status != cudaErrorNotReady) EMBER_CUDA_CHECK(status);
+      cudaGetLastError();  // NOTE: "not ready" is also the last error: cleared, or the next launch's check reports it
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess)

@@ -2,8 +2,9 @@
 // the normalisations (layer norm, and below it RMS norm) and cross-entropy.
 // Long rows: one block of 256 threads per row: each thread accumulates a fixed, strided subset of
 // the row, and the 256 partial results are combined by a tree in shared memory in a fixed order;
-// floating sums accumulate in double. Short rows of softmax and layer norm (up to 1024 elements,
-// the recipe's 128 and 256): one warp per row, several rows per block, warp shuffles (below). No
+// floating sums accumulate in double. Short rows of softmax, layer norm, RMS norm and cross-entropy
+// (up to 1024 elements: the recipe's 128 and 256, its 2 classes): one warp per row, several rows per
+// block, warp shuffles (below). No
 // atomics: the same input always gives the same bits, whatever the GPU.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <cmath>
@@ -371,6 +372,55 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* ta
   }
 }
 
+// Cross-entropy of rows of C <= kWarpRowMax classes: one warp per row (the block kernel's
+// results, with the sum of exponentials accumulated in T: float for float32).
+template <typename T>
+__global__ void cross_entropy_forward_warp_kernel(const T* logits, const int64_t* targets, int64_t N, int64_t C,
+                                                  int64_t ignore_index, T* row_max_out, T* sum_exp_out,
+                                                  double* row_loss) {
+  const int lane = int(threadIdx.x) % kWarp;
+  EMBER_WARP_ROWS(r, N) {
+    const T* row = logits + r * C;
+    const int64_t t = targets[r];  // the same for every lane: the warp branches as one
+    if (t == ignore_index) {
+      if (lane == 0) row_max_out[r] = T(0), sum_exp_out[r] = T(1), row_loss[r] = 0.0;
+      continue;
+    }
+    T m = T(-INFINITY);
+    for (int64_t j = lane; j < C; j += kWarp) m = row[j] > m ? row[j] : m;
+    m = warp_max(m);
+    T s = 0;
+    for (int64_t j = lane; j < C; j += kWarp) s += std::exp(row[j] - m);
+    s = warp_sum(s);
+    if (lane == 0) {
+      row_max_out[r] = m;
+      sum_exp_out[r] = s;
+      row_loss[r] = std::log(double(s)) - (double(row[t]) - double(m));
+    }
+  }
+}
+
+// dlogits of cross-entropy, one warp per row of C <= kWarpRowMax (no index division per element).
+template <typename T>
+__global__ void cross_entropy_backward_warp_kernel(const T* logits, const int64_t* targets, const T* row_max,
+                                                   const T* sum_exp, T* dlogits, int64_t N, int64_t C,
+                                                   int64_t ignore_index, const double* grad, int64_t count) {
+  const int lane = int(threadIdx.x) % kWarp;
+  const double scale = count > 0 ? grad[0] / double(count) : 0.0;  // the CPU's g.item() / count
+  EMBER_WARP_ROWS(r, N) {
+    const int64_t t = targets[r], base = r * C;
+    if (t == ignore_index) {
+      for (int64_t j = lane; j < C; j += kWarp) dlogits[base + j] = T(0);
+      continue;
+    }
+    const T m = row_max[r], inv = T(1) / sum_exp[r];
+    for (int64_t j = lane; j < C; j += kWarp) {
+      const T p = std::exp(logits[base + j] - m) * inv;
+      dlogits[base + j] = T((double(p) - (j == t ? 1.0 : 0.0)) * scale);
+    }
+  }
+}
+
 // Rows go to blocks; grids are limited to 2^31 - 1 blocks in x, far above any row count here.
 unsigned grid_rows(int64_t rows) {
   if (rows > 2147483647) raise_message("CUDA row kernel: more than 2^31 - 1 rows");
@@ -521,6 +571,18 @@ void cross_entropy_forward(int device, bool float64, const void* logits, const i
                            int64_t ignore_index, void* row_max, void* sum_exp, double* row_loss) {
   if (N == 0) return;
   cudaStream_t stream = use_device(device);
+  if (C <= kWarpRowMax) {  // short rows (the classifier's 2 classes): a warp each
+    if (float64)
+      cross_entropy_forward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
+          static_cast<const double*>(logits), targets, N, C, ignore_index, static_cast<double*>(row_max),
+          static_cast<double*>(sum_exp), row_loss);
+    else
+      cross_entropy_forward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
+          static_cast<const float*>(logits), targets, N, C, ignore_index, static_cast<float*>(row_max),
+          static_cast<float*>(sum_exp), row_loss);
+    EMBER_CUDA_LAUNCHED("cross_entropy_forward_warp_kernel");
+    return;
+  }
   if (float64)
     cross_entropy_forward_kernel<<<grid_rows(N), kThreads, 0, stream>>>(
         static_cast<const double*>(logits), targets, C, ignore_index, static_cast<double*>(row_max),
@@ -537,6 +599,18 @@ void cross_entropy_backward(int device, bool float64, const void* logits, const 
                             const double* grad, int64_t count) {
   if (N * C == 0) return;
   cudaStream_t stream = use_device(device);
+  if (C <= kWarpRowMax) {
+    if (float64)
+      cross_entropy_backward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
+          static_cast<const double*>(logits), targets, static_cast<const double*>(row_max),
+          static_cast<const double*>(sum_exp), static_cast<double*>(dlogits), N, C, ignore_index, grad, count);
+    else
+      cross_entropy_backward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
+          static_cast<const float*>(logits), targets, static_cast<const float*>(row_max),
+          static_cast<const float*>(sum_exp), static_cast<float*>(dlogits), N, C, ignore_index, grad, count);
+    EMBER_CUDA_LAUNCHED("cross_entropy_backward_warp_kernel");
+    return;
+  }
   if (float64)
     cross_entropy_backward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(
         static_cast<const double*>(logits), targets, static_cast<const double*>(row_max),
@@ -548,8 +622,8 @@ void cross_entropy_backward(int device, bool float64, const void* logits, const 
   EMBER_CUDA_LAUNCHED("cross_entropy_backward_kernel");
 }
 
-// ---- RMS norm (core/ops/layer_norm.cpp; the op added in docs/adding-an-op.md): one block per row
-// like layer norm, sums in double; dweight by chunks of kLayerNormChunkRows rows, then the chunks in
+// ---- RMS norm (core/ops/layer_norm.cpp; the op added in docs/adding-an-op.md): one warp per
+// short row, else one block per row like layer norm with sums in double; dweight by chunks of kLayerNormChunkRows rows, then the chunks in
 // order (the CPU's order too).
 namespace {
 
@@ -601,10 +675,57 @@ __global__ void rms_norm_combine_kernel(const double* partial, int64_t chunks, i
   dweight[j] = T(sum);
 }
 
+// The same for rows of D <= kWarpRowMax: one warp per row, sums in T (float for float32).
+// NOTE: the squares are of x / max|x| (the row's largest magnitude, then mean(x^2) rebuilt in
+// double): a float32 square overflows above 1.8e19 and underflows below 1e-23, where the CPU (in
+// double) still normalises to 1 ("rms_norm's CUDA kernels match the CPU" checks 1e20 and 1e-30).
+template <typename T>
+__global__ void rms_norm_forward_warp_kernel(const T* x, const T* w, T* y, double* rstd_out, int64_t rows, int64_t D,
+                                             double eps) {
+  const int lane = int(threadIdx.x) % kWarp;
+  EMBER_WARP_ROWS(r, rows) {
+    const int64_t base = r * D;
+    T a = 0;
+    for (int64_t j = lane; j < D; j += kWarp) a = std::abs(x[base + j]) > a ? std::abs(x[base + j]) : a;
+    a = warp_max(a);
+    T q = 0;
+    if (a > T(0))
+      for (int64_t j = lane; j < D; j += kWarp) {
+        const T v = x[base + j] / a;
+        q += v * v;
+      }
+    q = warp_sum(q);
+    const double rstd = 1.0 / std::sqrt(double(a) * double(a) * (double(q) / double(D)) + eps);
+    for (int64_t j = lane; j < D; j += kWarp)
+      y[base + j] = T(double(x[base + j]) * rstd * (w != nullptr ? double(w[j]) : 1.0));
+    if (lane == 0) rstd_out[r] = rstd;
+  }
+}
+
+template <typename T>
+__global__ void rms_norm_dx_warp_kernel(const T* grad, const T* x, const double* rstd, const T* w, T* dx,
+                                        int64_t rows, int64_t D) {
+  const int lane = int(threadIdx.x) % kWarp;
+  EMBER_WARP_ROWS(r, rows) {
+    const int64_t base = r * D;
+    const T rs = T(rstd[r]);
+    T s = 0;
+    for (int64_t j = lane; j < D; j += kWarp) s += grad[base + j] * (w != nullptr ? w[j] : T(1)) * (x[base + j] * rs);
+    const T mean_gwx = warp_sum(s) / T(D);
+    for (int64_t j = lane; j < D; j += kWarp) {
+      const T gw = grad[base + j] * (w != nullptr ? w[j] : T(1));
+      dx[base + j] = rs * (gw - (x[base + j] * rs) * mean_gwx);
+    }
+  }
+}
+
 template <typename T>
 void rms_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, const double* rstd, const T* w, T* dx,
                              T* dw, int64_t rows, int64_t D, double* partial) {
-  if (dx != nullptr) {
+  if (dx != nullptr && D <= kWarpRowMax) {
+    rms_norm_dx_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(grad, x, rstd, w, dx, rows, D);
+    EMBER_CUDA_LAUNCHED("rms_norm_dx_warp_kernel");
+  } else if (dx != nullptr) {
     rms_norm_dx_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(grad, x, rstd, w, dx, D);
     EMBER_CUDA_LAUNCHED("rms_norm_dx_kernel");
   }
@@ -626,6 +747,16 @@ void rms_norm_forward(int device, bool float64, const void* x, const void* weigh
                       int64_t D, double eps) {
   if (rows == 0) return;
   cudaStream_t stream = use_device(device);
+  if (D <= kWarpRowMax) {  // short rows: a warp each
+    if (float64)
+      rms_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<double*>(y), rstd, rows, D, eps);
+    else
+      rms_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<float*>(y), rstd, rows, D, eps);
+    EMBER_CUDA_LAUNCHED("rms_norm_forward_warp_kernel");
+    return;
+  }
   if (float64)
     rms_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
         static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<double*>(y), rstd, D, eps);

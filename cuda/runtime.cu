@@ -13,7 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/block_cache.h"
@@ -48,6 +51,7 @@ class CachingAllocator final : public Allocator {
     check_index(index_);
     size_t size = size_class(nbytes == 0 ? 1 : nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
+    if (capturing_ != 0) return allocate_in_capture(size, nbytes);
     if (void* cached = cache_.take(size)) return cached;
     void* ptr = nullptr;
     EMBER_CUDA_CHECK(cudaSetDevice(index_));
@@ -69,10 +73,47 @@ class CachingAllocator final : public Allocator {
     return ptr;
   }
 
-  // The block is reused by later work on the same stream: stream order keeps that safe.
+  // The block is reused by later work on the same stream: stream order keeps that safe. A block a
+  // graph uses goes back to the graph's pool instead (see begin_capture).
   void deallocate(void* ptr, size_t) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [id, pool] : pools_) {
+      auto found = pool.owned.find(ptr);
+      if (found != pool.owned.end()) {
+        pool.free[found->second].push_back(ptr);
+        return;
+      }
+    }
     cache_.give_back(ptr);
+  }
+
+  // CUDA graphs. While the device's stream captures, no cudaMalloc may happen (it would end the
+  // capture), and every block the captured work uses must stay the graph's while the graph exists:
+  // each replay writes into the same addresses, so a block handed to other work in between would
+  // be overwritten. So a capture has a pool: its allocations come from blocks freed earlier in the
+  // same capture (the graph runs in capture order, so that reuse is safe), else from the cache
+  // (never cudaMalloc: warm up by running the work once before capturing it); a block of the pool
+  // freed, during the capture or later, goes back to the pool, not to the cache; release_pool
+  // (the graph destroyed) gives the pool's free blocks back to the cache.
+  // NOTE: the pool's blocks, free or not, count as allocated in the statistics.
+  int begin_capture() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (capturing_ != 0) raise_message("cuda graph: a capture is already running on this device");
+    capturing_ = next_pool_++;
+    pools_.emplace(capturing_, Pool{});
+    return capturing_;
+  }
+  void end_capture() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    capturing_ = 0;
+  }
+  void release_pool(int id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = pools_.find(id);
+    if (found == pools_.end()) return;
+    for (auto& [size, blocks] : found->second.free)
+      for (void* block : blocks) cache_.give_back(block);
+    pools_.erase(found);  // blocks still in use go to the cache when freed
   }
 
   MemoryStats stats() const override {
@@ -99,10 +140,42 @@ class CachingAllocator final : public Allocator {
     cache_.release([](void* block) { cudaFree(block); });
   }
 
+  void* allocate_in_capture(size_t size, size_t nbytes) {
+    Pool& pool = pools_[capturing_];
+    auto it = pool.free.lower_bound(size);
+    while (it != pool.free.end() && it->second.empty()) ++it;
+    if (it != pool.free.end() && it->first <= size + size / 2) {
+      void* ptr = it->second.back();
+      it->second.pop_back();
+      return ptr;
+    }
+    size_t got = size;
+    void* ptr = cache_.take(got);
+    if (ptr == nullptr) {
+      char message[300];
+      std::snprintf(message, sizeof message,
+                    "cuda graph capture on cuda:%d: no cached block for %zu bytes, and cudaMalloc is not allowed "
+                    "while a stream captures: run the captured work once before capturing it (a warm-up), so that "
+                    "the allocator holds the blocks it needs",
+                    index_, nbytes);
+      raise_message(message);
+    }
+    pool.owned[ptr] = got;
+    return ptr;
+  }
+
+  struct Pool {
+    std::unordered_map<void*, size_t> owned;       // every block the capture took, and its size
+    std::map<size_t, std::vector<void*>> free;     // those freed since, by size
+  };
+
   int index_;
   mutable std::mutex mutex_;
   BlockCache cache_;
   int64_t mallocs_ = 0;  // cudaMalloc calls so far
+  std::map<int, Pool> pools_;
+  int capturing_ = 0;    // the pool of the running capture, 0 when none
+  int next_pool_ = 1;
 };
 
 CachingAllocator& caching_allocator(int index) {
@@ -126,10 +199,27 @@ constexpr size_t kStagingMin = size_t(64) << 10;     // the smallest block
 constexpr size_t kStagingMax = size_t(16) << 20;     // larger copies go directly, and wait
 constexpr size_t kStagingLimit = size_t(256) << 20;  // pinned bytes per device at most
 
+// NOTE: a copy from the host inside a graph capture would be replayed from the same staging block,
+// whatever it holds by then: refused (upload the data before the capture, into a tensor the graph
+// reads, and refresh that tensor before each replay).
+void refuse_in_capture(cudaStream_t stream, const char* what) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  EMBER_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    char message[300];
+    std::snprintf(message, sizeof message,
+                  "cuda graph capture: %s inside the capture would be replayed from a staging buffer that holds "
+                  "other data by then; copy before capturing, into a tensor the graph reads",
+                  what);
+    raise_message(message);
+  }
+}
+
 class StagingPool {
  public:
   // False when the copy is too large for staging (the caller copies directly).
   bool upload(int device, void* dst, const void* src, size_t n, cudaStream_t stream) {
+    refuse_in_capture(stream, "a host-to-device copy");
     if (n > kStagingMax) return false;
     std::lock_guard<std::mutex> lock(mutex_);
     Block* block = take(device, n);
@@ -240,6 +330,10 @@ void synchronize(int device) {
 }
 
 int64_t cudamalloc_count(int device) { return caching_allocator(device).malloc_count(); }
+
+int allocator_begin_capture(int device) { return caching_allocator(device).begin_capture(); }
+void allocator_end_capture(int device) { caching_allocator(device).end_capture(); }
+void allocator_release_pool(int device, int pool) { caching_allocator(device).release_pool(pool); }
 
 }  // namespace cuda
 

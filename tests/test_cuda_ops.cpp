@@ -329,6 +329,23 @@ TEST_CASE("cuda ops: cross_entropy with ignored rows, values and gradients") {
                [](const std::vector<Tensor>& v) { return cross_entropy(v[0], v[1]); });
   check_parity("cross_entropy all ignored", {rnd({2, 3}, 83), from_vector(std::vector<int64_t>{-100, -100})},
                [](const std::vector<Tensor>& v) { return cross_entropy(v[0], v[1]); });
+  // Rows of up to 1024 classes run a warp each, longer ones a block: the classifier's 2 classes
+  // (more rows than one block's 8 warps), an odd width (some lanes take one more), the limit, one past it;
+  // float64 too.
+  struct Width {
+    int64_t rows, classes;
+  };
+  uint64_t seed = 84;
+  for (Width w : {Width{37, 2}, Width{9, 33}, Width{5, 1024}, Width{3, 1025}}) {
+    std::vector<int64_t> t(static_cast<size_t>(w.rows));
+    for (int64_t r = 0; r < w.rows; ++r) t[size_t(r)] = r % 4 == 3 ? -100 : (r * 7 + 1) % w.classes;
+    for (Dtype dtype : {Dtype::Float32, Dtype::Float64})
+      check_parity("cross_entropy " + std::to_string(w.rows) + " x " + std::to_string(w.classes) + " " +
+                       std::string(dtype_name(dtype)),
+                   {rnd({w.rows, w.classes}, ++seed, -4, 4).to(dtype), from_vector(t)},
+                   [](const std::vector<Tensor>& v) { return cross_entropy(v[0], v[1]); },
+                   dtype == Dtype::Float32 ? 1e-5 : 1e-12);
+  }
 }
 
 TEST_CASE("cuda ops: matmul through cuBLAS: 2-D, transposed, batched with broadcast, 1-D operands") {

@@ -104,9 +104,11 @@ CUDA_TEST_CASE("cuda ops: rms_norm's CUDA kernels match the CPU, values and grad
     Shape shape;
     bool weight, transposed;
   };
-  // D above the block's 256 threads, rows over one 64-row chunk of dweight, a transposed input, no weight.
-  const Case cases[] = {{{3, 7}, true, false}, {{2, 5, 300}, true, false}, {{130, 8}, true, false},
-                        {{9, 6}, true, true},  {{4, 10}, false, false}};
+  // D above the block's 256 threads, rows over one 64-row chunk of dweight, a transposed input, no
+  // weight; rows of up to 1024 run a warp each (an odd 33, the limit), longer ones a block (1500).
+  const Case cases[] = {{{3, 7}, true, false},    {{2, 5, 300}, true, false}, {{130, 8}, true, false},
+                        {{9, 6}, true, true},     {{4, 10}, false, false},    {{11, 33}, true, false},
+                        {{3, 1024}, true, false}, {{3, 1500}, true, false},   {{2, 1500}, false, false}};
   for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
     const double tol = dtype == Dtype::Float32 ? 1e-5 : 1e-12;
     uint64_t seed = 30;
@@ -128,6 +130,15 @@ CUDA_TEST_CASE("cuda ops: rms_norm's CUDA kernels match the CPU, values and grad
       check_close(xg.grad().to(Device::cpu()), xc.grad(), tol);
       if (c.weight) check_close(wg.grad().to(Device::cpu()), wc.grad(), tol);
     }
+  }
+  // The float32 limits on the GPU as on the CPU: 1e20 (its square overflows a float) and 1e-30 (its
+  // square underflows) normalise to 1 (eps 0), short rows (a warp each) and long ones (a block).
+  for (int64_t D : {4, 1030}) {
+    INFO("float32 limits, D = " << D);
+    std::vector<float> big(size_t(2 * D));
+    for (int64_t j = 0; j < D; ++j) big[size_t(j)] = j % 2 == 0 ? 1e20f : -1e20f, big[size_t(D + j)] = 1e-30f;
+    Tensor x = from_vector(big, {2, D});
+    check_close(rms_norm(x.to(gpu), Tensor(), 0.0).to(Device::cpu()), rms_norm(x, Tensor(), 0.0), 1e-6);
   }
   // Zero rows on the GPU too: an empty result and a zero dweight.
   Tensor w = ones({4}, Dtype::Float32, gpu).requires_grad_();

@@ -67,7 +67,7 @@ void reset_counts() {
 
 std::string describe(const Counts& c) {
   std::ostringstream out;
-  out << c.kernel_launches << " kernel launches, " << c.library_calls << " library calls, " << c.host_waits.size()
+  out << c.kernel_launches << " kernel launches (" << c.graph_launches << " of them graph launches), " << c.library_calls << " library calls, " << c.host_waits.size()
       << " host waits, " << c.bytes_to_device << " bytes to the device, " << c.bytes_to_host << " bytes to the host, "
       << c.pageable_copies << " pageable copies\n";
   for (const HostWait& w : c.host_waits) {
@@ -91,6 +91,14 @@ void note_library_call(const char* name) {
   ++current.library_calls;
   ++current.launches_by_kernel[name];
   current.blocks_by_kernel[name] += 0;
+}
+
+void note_graph_launch(size_t nodes) {
+  std::lock_guard<std::mutex> lock(mutex);
+  ++current.kernel_launches;
+  ++current.graph_launches;
+  ++current.launches_by_kernel["cudaGraphLaunch"];
+  current.blocks_by_kernel["cudaGraphLaunch"] += int64_t(nodes);  // for a graph: its nodes
 }
 
 void note_host_wait(const char* call, const char* file, int line) {

@@ -26,7 +26,8 @@ struct HostWait {
 };
 
 struct Counts {
-  int64_t kernel_launches = 0;
+  int64_t kernel_launches = 0;  // a graph launch counts as one (its nodes are not counted again)
+  int64_t graph_launches = 0;
   int64_t library_calls = 0;    // cuBLAS and cuDNN calls (each runs kernels of its own on a GPU)
   int64_t bytes_to_device = 0;  // host to device copies
   int64_t bytes_to_host = 0;    // device to host copies
@@ -44,6 +45,7 @@ std::string describe(const Counts& counts);
 // Called by the emulator itself (and by the macros of cuda_runtime.h).
 void note_kernel_launch(const char* name, uint64_t blocks);
 void note_library_call(const char* name);
+void note_graph_launch(size_t nodes);
 void note_host_wait(const char* call, const char* file, int line);
 // The site of the copy call about to run (cudaMemcpy*): memory.cpp decides whether it waits.
 void note_call_site(const char* file, int line);

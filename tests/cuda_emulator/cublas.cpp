@@ -56,9 +56,9 @@ template <typename T, typename In = T>
 cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                     int m, int n, int k, const T* alpha, const In* A, int lda, long long strideA, const In* B, int ldb,
                     long long strideB, const T* beta, T* C, int ldc, long long strideC, int batch) {
-  ember_emu::count_launch(name);
   const std::string call = name;
   if (handle == nullptr) return fail(CUBLAS_STATUS_NOT_INITIALIZED, call + ": no handle (cublasCreate)");
+  ember_emu::count_launch(name, handle->stream);
   if (!ember_emu::stream_is_valid(handle->stream)) return fail(CUBLAS_STATUS_EXECUTION_FAILED, call + ": the handle's stream is gone");
   auto op_ok = [](cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; };
   if (!op_ok(transa) || !op_ok(transb)) return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": unknown transa / transb");
@@ -76,8 +76,7 @@ cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t t
                     " for " + std::to_string(b_rows) + ", ldc=" + std::to_string(ldc) + " for " + std::to_string(m) + ")");
   if (alpha == nullptr || beta == nullptr) return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": null alpha or beta");
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
-  ember_emu::DeviceAccess access;
-  const T a = *alpha, b = *beta;
+  const T a = *alpha, b = *beta;  // read at the call (host pointer mode), as cuBLAS does
   const bool read_ab = a != T(0) && k > 0;
   if (read_ab && !in_device(A, a_rows, a_cols, lda, strideA, batch))
     return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": A (" + std::to_string(a_rows) + " x " + std::to_string(a_cols) +
@@ -88,25 +87,31 @@ cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t t
   if (!in_device(C, m, n, ldc, strideC, batch))
     return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": C (" + std::to_string(m) + " x " + std::to_string(n) + ", ldc " +
                                                  std::to_string(ldc) + ") is not all in device memory");
-  for (long long p = 0; p < batch; ++p) {
-    const In* Ab = A + p * strideA;
-    const In* Bb = B + p * strideB;
-    T* Cb = C + p * strideC;
-    for (long long j = 0; j < n; ++j) {
-      for (long long i = 0; i < m; ++i) {
-        T sum = T(0);
-        if (read_ab) {
-          for (long long l = 0; l < k; ++l) {
-            const T x = T(transa == CUBLAS_OP_N ? Ab[i + l * lda] : Ab[l + i * lda]);
-            const T y = T(transb == CUBLAS_OP_N ? Bb[l + j * ldb] : Bb[j + l * ldb]);
-            sum += x * y;
+  // The product runs when the handle's stream gets to it (streams.cpp).
+  const cudaError_t queued = ember_emu::enqueue(handle->stream, [=] {
+    ember_emu::DeviceAccess access;
+    for (long long p = 0; p < batch; ++p) {
+      const In* Ab = A + p * strideA;
+      const In* Bb = B + p * strideB;
+      T* Cb = C + p * strideC;
+      for (long long j = 0; j < n; ++j) {
+        for (long long i = 0; i < m; ++i) {
+          T sum = T(0);
+          if (read_ab) {
+            for (long long l = 0; l < k; ++l) {
+              const T x = T(transa == CUBLAS_OP_N ? Ab[i + l * lda] : Ab[l + i * lda]);
+              const T y = T(transb == CUBLAS_OP_N ? Bb[l + j * ldb] : Bb[j + l * ldb]);
+              sum += x * y;
+            }
           }
+          T& c = Cb[i + j * ldc];
+          c = b == T(0) ? a * sum : a * sum + b * c;  // beta == 0: C is not read
         }
-        T& c = Cb[i + j * ldc];
-        c = b == T(0) ? a * sum : a * sum + b * c;  // beta == 0: C is not read
       }
     }
-  }
+    return cudaSuccess;
+  });
+  if (queued != cudaSuccess) return fail(CUBLAS_STATUS_EXECUTION_FAILED, call + ": " + cudaGetErrorString(queued));
   return CUBLAS_STATUS_SUCCESS;
 }
 

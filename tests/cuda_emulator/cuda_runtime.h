@@ -53,9 +53,15 @@ enum cudaError_t : int {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorStreamCaptureImplicit = 906,
 };
 using cudaError = cudaError_t;
 
@@ -73,8 +79,12 @@ cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaDeviceSynchronize();
 
-// ---- Streams. Everything runs synchronously, at the call, in the calling thread: a stream is a
-// handle the emulator checks and otherwise ignores.
+// ---- Streams and events (streams.cpp), with a GPU's ordering: work on a stream runs in the
+// stream's order, lazily: it is queued and runs only when something needs it done (a synchronising
+// call, another stream that waits on an event recorded after it, cudaEventQuery making progress, or
+// a long queue), so that host code which reads results before the call that makes them complete
+// sees old data (or, with EMBER_EMULATOR_PROTECT=1, faults) instead of passing by luck. The legacy
+// default stream (null) runs its work at the call, after the pending work of every blocking stream.
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
 constexpr unsigned cudaStreamDefault = 0x0;
@@ -83,9 +93,8 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamQuery(cudaStream_t stream);
 
-// ---- Events: handles too. All work has run by the time an event is recorded, so an event is
-// complete as soon as it is recorded; waiting on one is only checked.
 struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
 constexpr unsigned cudaEventDefault = 0x0;
@@ -94,9 +103,40 @@ cudaError_t cudaEventCreate(cudaEvent_t* event);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
-cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventQuery(cudaEvent_t event);  // cudaErrorNotReady (also the last error) while pending
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
+
+// ---- Graphs (streams.cpp): stream capture, instantiation and replay. While a stream captures, its
+// work is recorded, not run; a call that would make the host wait (a synchronisation, cudaMalloc,
+// cudaFree, a synchronous or pageable copy) is refused with cudaErrorStreamCaptureUnsupported and
+// invalidates the capture, and work on the legacy stream with cudaErrorStreamCaptureImplicit, as
+// on a GPU in cudaStreamCaptureModeGlobal. A graph launch runs the recorded work in its order, on
+// the stream it is launched on; the counters count it as one launch.
+struct CUgraph_st;
+struct CUgraphExec_st;
+using cudaGraph_t = CUgraph_st*;
+using cudaGraphExec_t = CUgraphExec_st*;
+enum cudaStreamCaptureMode : int {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus : int {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+struct CUgraphNode_st;
+using cudaGraphNode_t = CUgraphNode_st*;
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count);  // only the count (nodes null)
 
 // ---- Memory (memory.cpp).
 enum cudaMemcpyKind : int {

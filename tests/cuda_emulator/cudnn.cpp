@@ -168,32 +168,55 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTens
 cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode,
                                   const void* alpha, const cudnnTensorDescriptor_t xDesc, const void* x,
                                   const void* beta, const cudnnTensorDescriptor_t yDesc, void* y) {
-  ember_emu::count_launch("cudnnSoftmaxForward");
   std::string problem = check("cudnnSoftmaxForward", handle, {{xDesc, x}, {yDesc, y}}, algo, mode);
   if (!problem.empty()) return fail(CUDNN_STATUS_BAD_PARAM, problem);
-  ember_emu::DeviceAccess access;
-  if (xDesc->type == CUDNN_DATA_DOUBLE)
-    forward(algo, mode, *xDesc, *static_cast<const double*>(alpha), static_cast<const double*>(x),
-            *static_cast<const double*>(beta), static_cast<double*>(y));
-  else
-    forward(algo, mode, *xDesc, *static_cast<const float*>(alpha), static_cast<const float*>(x),
-            *static_cast<const float*>(beta), static_cast<float*>(y));
-  return CUDNN_STATUS_SUCCESS;
+  ember_emu::count_launch("cudnnSoftmaxForward", handle->stream);
+  // Scalars and the descriptor read at the call; the softmax runs when the stream gets to it.
+  const cudnnTensorStruct desc = *xDesc;
+  cudaError_t queued;
+  if (desc.type == CUDNN_DATA_DOUBLE) {
+    const double a = *static_cast<const double*>(alpha), b = *static_cast<const double*>(beta);
+    queued = ember_emu::enqueue(handle->stream, [=] {
+      ember_emu::DeviceAccess access;
+      forward(algo, mode, desc, a, static_cast<const double*>(x), b, static_cast<double*>(y));
+      return cudaSuccess;
+    });
+  } else {
+    const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+    queued = ember_emu::enqueue(handle->stream, [=] {
+      ember_emu::DeviceAccess access;
+      forward(algo, mode, desc, a, static_cast<const float*>(x), b, static_cast<float*>(y));
+      return cudaSuccess;
+    });
+  }
+  return queued == cudaSuccess ? CUDNN_STATUS_SUCCESS : fail(CUDNN_STATUS_EXECUTION_FAILED, cudaGetErrorString(queued));
 }
 
 cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode,
                                    const void* alpha, const cudnnTensorDescriptor_t yDesc, const void* y,
                                    const cudnnTensorDescriptor_t dyDesc, const void* dy, const void* beta,
                                    const cudnnTensorDescriptor_t dxDesc, void* dx) {
-  ember_emu::count_launch("cudnnSoftmaxBackward");
   std::string problem = check("cudnnSoftmaxBackward", handle, {{yDesc, y}, {dyDesc, dy}, {dxDesc, dx}}, algo, mode);
   if (!problem.empty()) return fail(CUDNN_STATUS_BAD_PARAM, problem);
-  ember_emu::DeviceAccess access;
-  if (yDesc->type == CUDNN_DATA_DOUBLE)
-    backward(algo, mode, *yDesc, *static_cast<const double*>(alpha), static_cast<const double*>(y),
-             static_cast<const double*>(dy), *static_cast<const double*>(beta), static_cast<double*>(dx));
-  else
-    backward(algo, mode, *yDesc, *static_cast<const float*>(alpha), static_cast<const float*>(y),
-             static_cast<const float*>(dy), *static_cast<const float*>(beta), static_cast<float*>(dx));
-  return CUDNN_STATUS_SUCCESS;
+  ember_emu::count_launch("cudnnSoftmaxBackward", handle->stream);
+  const cudnnTensorStruct desc = *yDesc;
+  cudaError_t queued;
+  if (desc.type == CUDNN_DATA_DOUBLE) {
+    const double a = *static_cast<const double*>(alpha), b = *static_cast<const double*>(beta);
+    queued = ember_emu::enqueue(handle->stream, [=] {
+      ember_emu::DeviceAccess access;
+      backward(algo, mode, desc, a, static_cast<const double*>(y), static_cast<const double*>(dy), b,
+               static_cast<double*>(dx));
+      return cudaSuccess;
+    });
+  } else {
+    const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+    queued = ember_emu::enqueue(handle->stream, [=] {
+      ember_emu::DeviceAccess access;
+      backward(algo, mode, desc, a, static_cast<const float*>(y), static_cast<const float*>(dy), b,
+               static_cast<float*>(dx));
+      return cudaSuccess;
+    });
+  }
+  return queued == cudaSuccess ? CUDNN_STATUS_SUCCESS : fail(CUDNN_STATUS_EXECUTION_FAILED, cudaGetErrorString(queued));
 }

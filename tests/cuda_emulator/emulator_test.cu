@@ -324,3 +324,234 @@ TEST_CASE("emulator: atomics add up every thread's update") {
   CHECK(to_host(counter, 1)[0] == 300);
   cudaFree(counter);
 }
+
+// ---- Streams, events and graphs (streams.cpp).
+
+namespace {
+
+__global__ void fill_kernel(float* out, float value, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = value;
+}
+
+__global__ void twice_plus_one_kernel(float* x, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = 2 * x[i] + 1;
+}
+
+bool protected_run() {
+  const char* protect = std::getenv("EMBER_EMULATOR_PROTECT");
+  return protect != nullptr && protect[0] == '1';
+}
+
+// Whether reading host memory at p makes a child process die of a fault (EMBER_EMULATOR_PROTECT=1).
+bool read_faults(const float* p) {
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    signal(SIGSEGV, SIG_DFL);
+    signal(SIGBUS, SIG_DFL);
+    volatile float read = p[0];
+    (void)read;
+    std::_Exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  return WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGBUS);
+}
+
+}  // namespace
+
+TEST_CASE("emulator streams: a copy's result reaches the host only at the synchronisation that completes it") {
+  constexpr int n = 256;
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  cudaEvent_t done = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess);
+  float* device = nullptr;
+  float* host = nullptr;
+  REQUIRE(cudaMalloc(&device, n * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&host), n * sizeof(float)) == cudaSuccess);
+  for (int i = 0; i < n; ++i) host[i] = -1.0f;
+
+  fill_kernel<<<2, 64, 0, stream>>>(device, 7.0f, n);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(host, device, n * sizeof(float), cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+  REQUIRE(cudaEventRecord(done, stream) == cudaSuccess);
+  // Wrong on purpose: the host reads before the event. Without protection it sees the old bytes;
+  // with EMBER_EMULATOR_PROTECT=1 the read faults.
+  if (protected_run()) CHECK(read_faults(host));
+  else CHECK(host[n - 1] == -1.0f);
+  CHECK(cudaEventQuery(done) == cudaErrorNotReady);
+  CHECK(cudaGetLastError() == cudaErrorNotReady);  // "not ready" is the last error too, as on a GPU
+  REQUIRE(cudaEventSynchronize(done) == cudaSuccess);
+  CHECK(cudaEventQuery(done) == cudaSuccess);
+  CHECK(host[0] == 7.0f);
+  CHECK(host[n - 1] == 7.0f);
+  if (protected_run()) CHECK_FALSE(read_faults(host));
+
+  // A pinned source is read when the copy runs, not at the call: a host write in between (wrong:
+  // before the event) changes what arrives (or, protected, faults).
+  for (int i = 0; i < n; ++i) host[i] = 1.0f;
+  REQUIRE(cudaMemcpyAsync(device, host, n * sizeof(float), cudaMemcpyHostToDevice, stream) == cudaSuccess);
+  if (!protected_run()) host[0] = 2.0f;
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(to_host(device, 1)[0] == (protected_run() ? 1.0f : 2.0f));
+
+  cudaFreeHost(host);
+  cudaFree(device);
+  cudaEventDestroy(done);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("emulator streams: another stream sees a stream's result after waiting on an event, not before") {
+  constexpr int n = 128;
+  cudaStream_t producer = nullptr, consumer = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking) == cudaSuccess);
+  cudaEvent_t ready = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) == cudaSuccess);
+  float *x = nullptr, *y = nullptr;
+  REQUIRE(cudaMalloc(&x, n * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&y, n * sizeof(float)) == cudaSuccess);
+
+  // Right: the consumer waits on an event recorded after the producer's write.
+  fill_kernel<<<1, 64, 0, producer>>>(x, 3.0f, n);
+  REQUIRE(cudaEventRecord(ready, producer) == cudaSuccess);
+  REQUIRE(cudaStreamWaitEvent(consumer, ready, 0) == cudaSuccess);
+  copy_kernel<<<1, 64, 0, consumer>>>(x, y, n);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(consumer) == cudaSuccess);
+  CHECK(to_host(y, n) == std::vector<float>(n, 3.0f));
+
+  // Wrong on purpose: no event, so the consumer reads x before the producer's new write.
+  fill_kernel<<<1, 64, 0, producer>>>(x, 5.0f, n);
+  copy_kernel<<<1, 64, 0, consumer>>>(x, y, n);
+  REQUIRE(cudaStreamSynchronize(consumer) == cudaSuccess);
+  CHECK(to_host(y, n) == std::vector<float>(n, 3.0f));
+  REQUIRE(cudaStreamSynchronize(producer) == cudaSuccess);
+  CHECK(to_host(x, n) == std::vector<float>(n, 5.0f));
+
+  cudaFree(x), cudaFree(y);
+  cudaEventDestroy(ready);
+  cudaStreamDestroy(producer), cudaStreamDestroy(consumer);
+}
+
+TEST_CASE("emulator streams: an error inside queued work is reported by the synchronisation that runs it") {
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  int* out = nullptr;
+  REQUIRE(cudaMalloc(&out, kBlock * sizeof(int)) == cudaSuccess);
+  divergent_kernel<<<1, kBlock, 0, stream>>>(out);
+  CHECK(cudaGetLastError() == cudaSuccess);  // the launch itself was fine; the kernel has not run
+  CHECK(cudaStreamSynchronize(stream) == cudaErrorLaunchFailure);
+  CHECK(last_error_text().find("divergent __syncthreads()") != std::string::npos);
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);  // reported once
+  cudaFree(out);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("emulator graphs: a captured sequence replays like eager execution, and one graph launch is one launch") {
+  constexpr int n = 100;
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  float *x = nullptr, *y = nullptr;
+  REQUIRE(cudaMalloc(&x, n * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&y, n * sizeof(float)) == cudaSuccess);
+  cublasHandle_t handle = nullptr;
+  REQUIRE(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasSetStream(handle, stream) == CUBLAS_STATUS_SUCCESS);
+  float* device_one = nullptr;
+  REQUIRE(cudaMalloc(&device_one, sizeof(float)) == cudaSuccess);
+  const float one = 1, zero = 0;
+  REQUIRE(cudaMemcpy(device_one, &one, sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  // The sequence: x = 2x + 1; y = x (a GEMM: n x 1 times 1 x 1); x = 2x + 1.
+  auto sequence = [&] {
+    twice_plus_one_kernel<<<2, 32, 0, stream>>>(x, n);
+    REQUIRE(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, 1, 1, &one, x, n, device_one, 1, &zero, y, n) ==
+            CUBLAS_STATUS_SUCCESS);
+    twice_plus_one_kernel<<<2, 32, 0, stream>>>(x, n);
+  };
+  // Eager, twice, from x = 0.
+  REQUIRE(cudaMemsetAsync(x, 0, n * sizeof(float), stream) == cudaSuccess);
+  sequence();
+  sequence();
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  const std::vector<float> eager_x = to_host(x, n), eager_y = to_host(y, n);
+  CHECK(eager_x[0] == 15.0f);  // 0 -> 1 -> 3 -> 7 -> 15
+  CHECK(eager_y[0] == 7.0f);
+
+  // Captured once: nothing runs at capture.
+  REQUIRE(cudaMemsetAsync(x, 0, n * sizeof(float), stream) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  REQUIRE(cudaStreamIsCapturing(stream, &status) == cudaSuccess);
+  CHECK(status == cudaStreamCaptureStatusActive);
+  sequence();
+  REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  size_t nodes = 0;
+  REQUIRE(cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess);
+  CHECK(nodes == 3);
+  CHECK(to_host(x, n)[0] == 0.0f);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  // Replayed twice: the same numbers as eager, one launch each.
+  ember_emu::reset_counts();
+  REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+  const ember_emu::Counts c = ember_emu::counts();
+  CHECK(c.kernel_launches == 2);
+  CHECK(c.graph_launches == 2);
+  CHECK(c.library_calls == 0);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(to_host(x, n) == eager_x);
+  CHECK(to_host(y, n) == eager_y);
+  REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+  cublasDestroy(handle);
+  cudaFree(x), cudaFree(y), cudaFree(device_one);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("emulator graphs: a host wait, cudaMalloc or cudaFree inside a capture is refused and invalidates it") {
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  float* x = nullptr;
+  REQUIRE(cudaMalloc(&x, 64 * sizeof(float)) == cudaSuccess);
+  // Each mistake in its own capture: the call fails, and ending the capture gives no graph.
+  auto refused = [&](const char* what, auto mistake, cudaError_t expected) {
+    INFO(what);
+    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    fill_kernel<<<1, 32, 0, stream>>>(x, 1.0f, 64);
+    CHECK(mistake() == expected);
+    CHECK(cudaGetLastError() == expected);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    REQUIRE(cudaStreamIsCapturing(stream, &status) == cudaSuccess);
+    CHECK(status == cudaStreamCaptureStatusInvalidated);
+    cudaGraph_t graph = nullptr;
+    CHECK(cudaStreamEndCapture(stream, &graph) == cudaErrorStreamCaptureInvalidated);
+    CHECK(graph == nullptr);
+    CHECK(std::string(cudaGetErrorString(cudaGetLastError())).find(what) != std::string::npos);
+  };
+  refused("cudaStreamSynchronize", [&] { return cudaStreamSynchronize(stream); }, cudaErrorStreamCaptureUnsupported);
+  refused("cudaDeviceSynchronize", [&] { return cudaDeviceSynchronize(); }, cudaErrorStreamCaptureUnsupported);
+  refused("cudaMalloc", [&] {
+    void* p = nullptr;
+    return cudaMalloc(&p, 256);
+  }, cudaErrorStreamCaptureUnsupported);
+  refused("cudaFree", [&] { return cudaFree(x); }, cudaErrorStreamCaptureUnsupported);
+  refused("cudaMemcpy", [&] {
+    float value = 0;
+    return cudaMemcpy(&value, x, sizeof(float), cudaMemcpyDeviceToHost);
+  }, cudaErrorStreamCaptureUnsupported);
+  refused("legacy default stream", [&] {
+    fill_kernel<<<1, 32>>>(x, 2.0f, 64);
+    return cudaPeekAtLastError();
+  }, cudaErrorStreamCaptureImplicit);
+  // The refused calls did nothing: x is still allocated and never filled with 2.
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(to_host(x, 64)[0] != 2.0f);
+  CHECK(cudaFree(x) == cudaSuccess);
+  cudaStreamDestroy(stream);
+}

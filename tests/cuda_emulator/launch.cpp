@@ -15,7 +15,8 @@
 //     cudaMalloc memory (memory.cpp): a read of something never written shows;
 //   - odd-numbered blocks run their threads in reverse order, so a missing barrier between a
 //     write by one thread and a read by another fails in one order or the other.
-// What it cannot show: anything about warps (no warp runs in lock-step here), timing, or speed.
+// A launch is checked at the call and queued on its stream (streams.cpp); the grid runs when the
+// stream gets to it. What it cannot show: timing, or speed.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -245,20 +246,18 @@ LaunchCounts launch_counts;
 
 }  // namespace
 
-void count_launch(const char* name) {
+void count_launch(const char* name, cudaStream_t stream) {
+  if (stream_capturing(stream)) return;  // recorded into a graph: its launch counts
   launch_counts.count(name);
   note_library_call(name);  // only cuBLAS and cuDNN call this; kernels are counted by launch_grid
 }
 
-void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void*), void* context) {
-  launch_counts.count(name);
-  note_kernel_launch(name, uint64_t(config.grid.x) * config.grid.y * config.grid.z);
-  if (running != nullptr) {
-    set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + " launched from inside kernel " +
-                                          running->name + " (dynamic parallelism is not emulated)");
-    return;
-  }
-  if (check_config(config, name) != cudaSuccess) return;
+namespace {
+
+// Runs the grid (the queued launch, when its stream gets to it). Its error, also recorded.
+cudaError_t run_grid(const LaunchConfig& config, const char* name, void (*body)(void*), void* context) {
+  if (running != nullptr)
+    return set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + " ran from inside kernel " + running->name);
   Launch launch{&config, name, body, context, nullptr, nullptr, 0, {}, nullptr};
   std::vector<double> shared((config.shared_bytes + sizeof(double) - 1) / sizeof(double));  // 8-byte aligned
   if (config.shared_bytes > 0) launch.dynamic_shared = reinterpret_cast<unsigned char*>(shared.data());
@@ -283,6 +282,25 @@ void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void
       }
   running = nullptr;
   threadIdx = saved_thread, blockIdx = saved_block, blockDim = saved_block_dim, gridDim = saved_grid_dim;
+  return ok ? cudaSuccess : cudaPeekAtLastError();
+}
+
+}  // namespace
+
+void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void*), std::shared_ptr<void> context) {
+  if (!stream_capturing(config.stream)) {
+    launch_counts.count(name);
+    note_kernel_launch(name, uint64_t(config.grid.x) * config.grid.y * config.grid.z);
+  }
+  if (running != nullptr) {
+    set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + " launched from inside kernel " +
+                                          running->name + " (dynamic parallelism is not emulated)");
+    return;
+  }
+  if (check_config(config, name) != cudaSuccess) return;
+  enqueue(config.stream, [config, name, body, context = std::move(context)] {
+    return run_grid(config, name, body, context.get());
+  });
 }
 
 void syncthreads(const char* file, int line) {

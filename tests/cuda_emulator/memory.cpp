@@ -8,6 +8,7 @@
 //   - cudaMemcpy* checks its kind: a "device" pointer must lie inside one live allocation (the
 //     whole range), a "host" pointer must not. A GPU would fault, or with unified addressing copy
 //     silently from the wrong place; here the error names the pointer and the kind.
+//   - Copies and memsets are queued on their stream (streams.cpp): see copy() below.
 //   - With EMBER_EMULATOR_PROTECT=1, device memory is an mmap'ed arena per device that host code
 //     cannot touch (PROT_NONE) except while the emulator itself works on it (DeviceAccess: a
 //     kernel, a copy, a memset, a cuBLAS or cuDNN call). Host code that dereferences a device
@@ -178,6 +179,8 @@ DeviceAccess::~DeviceAccess() {
   if (--access_depth == 0) set_protection(PROT_NONE);
 }
 
+bool protect_mode() { return protect(); }
+
 bool in_device_memory(const void* ptr, size_t bytes, int* device) {
   std::lock_guard<std::mutex> lock(mutex);
   const Allocation* a = find_locked(ptr, bytes == 0 ? 1 : bytes);
@@ -192,6 +195,7 @@ using namespace ember_emu;
 cudaError_t cudaMalloc(void** ptr, size_t size) {
   if (ptr == nullptr) return set_error(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
   if (device_count() == 0) return set_error(cudaErrorNoDevice, "EMBER_EMULATED_DEVICES=0");
+  if (refuse_in_capture("cudaMalloc") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
   *ptr = nullptr;
   if (size == 0) return cudaSuccess;
   const int device = current_device();
@@ -224,6 +228,8 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  if (refuse_in_capture("cudaFree") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
+  catch_up(nullptr, true);  // cudaFree synchronises the device: no queued work may still use the block
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = allocations.find(reinterpret_cast<uintptr_t>(ptr));
@@ -248,6 +254,14 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 namespace {
 
 // cudaMemcpyAsync, and cudaMemcpy (`sync`: the host waits for the copy, whatever the memory).
+// Checked at the call; then:
+//   - cudaMemcpy (the legacy stream, and the host waits): every blocking stream's pending work
+//     first, then the copy, at the call;
+//   - a copy between the device and pageable host memory: the driver stages it and the host waits
+//     for the stream: its pending work, then the copy, at the call (refused in a capture);
+//   - any other (device to device, or pinned host memory): queued on the stream, so its bytes
+//     arrive only when the stream gets to it. With EMBER_EMULATOR_PROTECT=1 a pinned destination
+//     cannot be read, nor a pinned source written, by the host until then (pinned.cpp).
 cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool sync) {
   if (!stream_is_valid(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
   if (count == 0) return cudaSuccess;
@@ -267,17 +281,39 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
   if (!problem.empty())
     return set_error(cudaErrorInvalidValue, std::string("cudaMemcpy of ") + std::to_string(count) + " bytes, " +
                                                 kind_name(kind) + ": " + problem);
-  if (dst_device != src_device) {  // counted (counters.h); a pageable host side makes the host wait
-    const void* host = dst_device ? src : dst;
-    const bool pinned = is_pinned(host, count);
+  const bool across = dst_device != src_device;
+  const void* host = dst_device ? src : dst;
+  const bool pinned = across ? is_pinned(host, count)
+                     : dst_device || (is_pinned(dst, count) && is_pinned(src, count));
+  const bool now = sync || !pinned;
+  if (now && refuse_in_capture(sync ? "cudaMemcpy" : "cudaMemcpyAsync with pageable host memory") != cudaSuccess)
+    return cudaErrorStreamCaptureUnsupported;
+  if (across) {  // counted (counters.h); a pageable host side makes the host wait
     note_copy(sync ? "cudaMemcpy" : pinned ? "cudaMemcpyAsync" : "cudaMemcpyAsync with pageable host memory",
-              dst_device, pinned, count, sync || !pinned);
+              dst_device, pinned, count, now);
   } else if (sync) {
     note_copy("cudaMemcpy", true, true, 0, true);
   }
-  DeviceAccess access;
-  std::memmove(dst, src, count);
-  return cudaSuccess;
+  if (now) {
+    const cudaError_t pending = catch_up(sync ? nullptr : stream);
+    DeviceAccess access;
+    std::memmove(dst, src, count);
+    return pending;
+  }
+  const bool held = !stream_capturing(stream);  // a graph's copy holds nothing until it runs
+  if (held && !dst_device) hold_pinned(dst, count, true);
+  if (held && !src_device) hold_pinned(src, count, false);
+  return enqueue(stream, [dst, src, count, dst_device, src_device, held] {
+    if (!dst_device) run_pinned_copy(dst, count, true, true, held);
+    if (!src_device) run_pinned_copy(src, count, false, true, held);
+    {
+      DeviceAccess access;
+      std::memmove(dst, src, count);
+    }
+    if (!dst_device) run_pinned_copy(dst, count, true, false, held);
+    if (!src_device) run_pinned_copy(src, count, false, false, held);
+    return cudaSuccess;
+  });
 }
 
 }  // namespace
@@ -299,6 +335,8 @@ cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_d
   if (!in_device_memory(src, count, &s) || s != src_device)
     return set_error(cudaErrorInvalidValue, "cudaMemcpyPeer: source " + hex(src) + " is not memory of device " +
                                                 std::to_string(src_device));
+  if (refuse_in_capture("cudaMemcpyPeer") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
+  catch_up(nullptr, true);  // cudaMemcpyPeer is synchronous: after the work of both devices
   DeviceAccess access;
   std::memmove(dst, src, count);
   return cudaSuccess;
@@ -309,9 +347,11 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t str
   if (count == 0) return cudaSuccess;
   std::string problem = check_side("destination", ptr, count, true);
   if (!problem.empty()) return set_error(cudaErrorInvalidValue, "cudaMemset: " + problem);
-  DeviceAccess access;
-  std::memset(ptr, value, count);
-  return cudaSuccess;
+  return enqueue(stream, [ptr, value, count] {
+    DeviceAccess access;
+    std::memset(ptr, value, count);
+    return cudaSuccess;
+  });
 }
 
 cudaError_t cudaMemset(void* ptr, int value, size_t count) { return cudaMemsetAsync(ptr, value, count, nullptr); }

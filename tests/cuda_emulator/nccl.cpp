@@ -133,6 +133,13 @@ ncclResult_t check(ncclComm* comm, const void* send, size_t send_bytes, const vo
     if (emu_result_ != ncclSuccess) return emu_result_; \
   } while (0)
 
+// A collective runs at its call (the ranks meet there), after the work queued on its stream so far
+// (streams.cpp), so it reads what that work wrote. Not in a capture: not emulated.
+ncclResult_t in_stream_order(cudaStream_t stream) {
+  if (ember_emu::stream_capturing(stream)) return ncclInvalidUsage;
+  return ember_emu::catch_up(stream) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+}
+
 }  // namespace
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
@@ -208,8 +215,9 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
                            ncclComm_t comm, cudaStream_t stream) {
   const size_t item = type_size(type), bytes = count * item;
   EMU_NCCL_TRY(check(comm, send, bytes, recv, bytes, type, stream));
+  EMU_NCCL_TRY(in_stream_order(stream));
   ember_emu::DeviceAccess access;
-  ember_emu::count_launch("ncclAllReduce");
+  ember_emu::count_launch("ncclAllReduce", stream);
   const size_t per_chunk = kSlotBytes / item;
   for (size_t done = 0; done < count; done += per_chunk) {
     const size_t n = count - done < per_chunk ? count - done : per_chunk;
@@ -227,8 +235,9 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   if (comm == nullptr || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
   EMU_NCCL_TRY(check(comm, comm->rank == root ? send : nullptr, comm->rank == root ? bytes : 0, recv, bytes, type,
                      stream));
+  EMU_NCCL_TRY(in_stream_order(stream));
   ember_emu::DeviceAccess access;
-  ember_emu::count_launch("ncclBroadcast");
+  ember_emu::count_launch("ncclBroadcast", stream);
   for (size_t done = 0; done < bytes; done += kSlotBytes) {
     const size_t n = bytes - done < kSlotBytes ? bytes - done : kSlotBytes;
     if (comm->rank == root) std::memcpy(comm->slot(root), static_cast<const char*>(send) + done, n);
@@ -243,8 +252,9 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
                            cudaStream_t stream) {
   const size_t item = type_size(type), bytes = count * item;
   EMU_NCCL_TRY(check(comm, send, bytes, recv, bytes * size_t(comm != nullptr ? comm->nranks : 0), type, stream));
+  EMU_NCCL_TRY(in_stream_order(stream));
   ember_emu::DeviceAccess access;
-  ember_emu::count_launch("ncclAllGather");
+  ember_emu::count_launch("ncclAllGather", stream);
   for (size_t done = 0; done < bytes; done += kSlotBytes) {
     const size_t n = bytes - done < kSlotBytes ? bytes - done : kSlotBytes;
     std::memcpy(comm->slot(comm->rank), static_cast<const char*>(send) + done, n);
@@ -260,8 +270,9 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
                                ncclComm_t comm, cudaStream_t stream) {
   const size_t item = type_size(type), bytes = count * item;
   EMU_NCCL_TRY(check(comm, send, bytes * size_t(comm != nullptr ? comm->nranks : 0), recv, bytes, type, stream));
+  EMU_NCCL_TRY(in_stream_order(stream));
   ember_emu::DeviceAccess access;
-  ember_emu::count_launch("ncclReduceScatter");
+  ember_emu::count_launch("ncclReduceScatter", stream);
   // Chunk `part` of rank r's result: every rank puts that chunk of its segment r in its slot.
   const size_t per_chunk = kSlotBytes / item;
   for (int r = 0; r < comm->nranks; ++r)

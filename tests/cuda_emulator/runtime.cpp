@@ -1,14 +1,12 @@
-// The runtime API calls that are plain bookkeeping: errors, devices, streams.
+// The runtime API calls that are plain bookkeeping: errors and devices.
 //
 // Errors work as on a GPU: a failing call returns its code and also records it as the calling
 // thread's last error, which cudaGetLastError() returns and clears. cudaGetErrorString() gives
 // NVIDIA's text, followed by what the emulator saw when the code is the one it last recorded:
 //   "invalid configuration argument (emulator: kernel k: block (2048, 1, 1) has 2048 threads; ...)".
 // Devices: EMBER_EMULATED_DEVICES (default 1) of them, 0 to test the no-GPU path.
-// Streams and events: handles, checked when used; all work is done synchronously by the call that asks.
+// Streams, events and graphs: streams.cpp.
 #include <cstdlib>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include "state.h"
@@ -20,15 +18,6 @@ thread_local cudaError_t last_error = cudaSuccess;
 thread_local cudaError_t detail_code = cudaSuccess;
 thread_local std::string detail_text;
 thread_local int device = 0;
-
-std::mutex streams_mutex;
-std::set<cudaStream_t> streams;
-std::set<cudaEvent_t> events;  // under streams_mutex
-
-bool event_is_valid(cudaEvent_t event) {
-  std::lock_guard<std::mutex> lock(streams_mutex);
-  return events.count(event) > 0;
-}
 
 const char* nvidia_text(cudaError_t code) {
   switch (code) {
@@ -42,9 +31,15 @@ const char* nvidia_text(cudaError_t code) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
   }
   return "unknown error";
 }
@@ -58,6 +53,13 @@ cudaError_t set_error(cudaError_t code, const std::string& detail) {
   return code;
 }
 
+cudaError_t restore_error(cudaError_t code, const std::string& text) {
+  last_error = code;
+  detail_code = code;
+  detail_text = text;
+  return code;
+}
+
 int device_count() {
   static const int count = [] {
     const char* env = std::getenv("EMBER_EMULATED_DEVICES");
@@ -68,12 +70,6 @@ int device_count() {
 }
 
 int current_device() { return device; }
-
-bool stream_is_valid(cudaStream_t stream) {
-  if (stream == nullptr) return true;
-  std::lock_guard<std::mutex> lock(streams_mutex);
-  return streams.count(stream) > 0;
-}
 
 }  // namespace ember_emu
 
@@ -103,9 +99,15 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
   }
   return "cudaErrorUnknown";
 }
@@ -127,72 +129,5 @@ cudaError_t cudaSetDevice(int d) {
 cudaError_t cudaGetDevice(int* d) {
   if (device_count() == 0) return set_error(cudaErrorNoDevice, "EMBER_EMULATED_DEVICES=0");
   *d = device;
-  return cudaSuccess;
-}
-
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // everything already ran
-
-cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
-  if (stream == nullptr || flags > cudaStreamNonBlocking)
-    return set_error(cudaErrorInvalidValue, "cudaStreamCreateWithFlags: bad arguments");
-  if (device_count() == 0) return set_error(cudaErrorNoDevice, "EMBER_EMULATED_DEVICES=0");
-  *stream = reinterpret_cast<cudaStream_t>(new char);  // a unique address is all a handle needs
-  std::lock_guard<std::mutex> lock(streams_mutex);
-  streams.insert(*stream);
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(streams_mutex);
-  if (streams.erase(stream) == 0) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: unknown stream");
-  delete reinterpret_cast<char*>(stream);
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  if (!stream_is_valid(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown stream");
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
-  if (event == nullptr || (flags & ~cudaEventDisableTiming) != 0)
-    return set_error(cudaErrorInvalidValue, "cudaEventCreateWithFlags: bad arguments");
-  if (device_count() == 0) return set_error(cudaErrorNoDevice, "EMBER_EMULATED_DEVICES=0");
-  *event = reinterpret_cast<cudaEvent_t>(new char);
-  std::lock_guard<std::mutex> lock(streams_mutex);
-  events.insert(*event);
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  std::lock_guard<std::mutex> lock(streams_mutex);
-  if (events.erase(event) == 0) return set_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy: unknown event");
-  delete reinterpret_cast<char*>(event);
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!event_is_valid(event)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown event");
-  if (!stream_is_valid(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream");
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventQuery(cudaEvent_t event) {
-  if (!event_is_valid(event)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventQuery: unknown event");
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  if (!event_is_valid(event)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: unknown event");
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
-  if (!event_is_valid(event) || !stream_is_valid(stream) || flags != 0)
-    return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: unknown stream or event, or flags");
   return cudaSuccess;
 }

@@ -185,3 +185,37 @@ TEST_CASE("emulator counts: softmax and layer norm at the recipe's shapes launch
   CHECK(c.blocks_by_kernel["layer_norm_forward_warp_kernel"] * 16 <= norm_rows);
   CHECK(c.blocks_by_kernel["layer_norm_dx_warp_kernel"] * 16 <= norm_rows);
 }
+
+// Cross-entropy (the classifier's 2 classes) and RMS norm (the recipe's width) run a warp per row
+// too: 8 rows per block, where the block kernels launched one block per row.
+TEST_CASE("emulator counts: cross-entropy and rms_norm on short rows launch a warp per row") {
+  const Device gpu = Device::cuda(0);
+  Generator gen(6);
+  const int64_t rows = 1024;  // the recipe's 32 x 256 rows would only take longer
+  Tensor logits = uniform({rows, 2}, -2, 2, gen).to(gpu).requires_grad_();
+  std::vector<int64_t> t(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) t[size_t(r)] = r % 2;
+  Tensor targets = from_vector(t, {rows});
+  ember_emu::reset_counts();
+  cross_entropy(logits, targets).backward();
+  ember_emu::Counts c = ember_emu::counts();
+  INFO(ember_emu::describe(c));
+  CHECK(c.launches_by_kernel.count("cross_entropy_forward_kernel") == 0);
+  CHECK(c.launches_by_kernel.count("cross_entropy_backward_kernel") == 0);
+  REQUIRE(c.launches_by_kernel["cross_entropy_forward_warp_kernel"] == 1);
+  REQUIRE(c.launches_by_kernel["cross_entropy_backward_warp_kernel"] == 1);
+  CHECK(c.blocks_by_kernel["cross_entropy_forward_warp_kernel"] * 8 <= rows);
+
+  Tensor x = uniform({rows, 128}, -2, 2, gen).to(gpu).requires_grad_();
+  Tensor w = uniform({128}, 0.5, 1.5, gen).to(gpu).requires_grad_();
+  ember_emu::reset_counts();
+  rms_norm(x, w).backward(uniform({rows, 128}, -1, 1, gen).to(gpu));
+  c = ember_emu::counts();
+  INFO(ember_emu::describe(c));
+  CHECK(c.launches_by_kernel.count("rms_norm_forward_kernel") == 0);
+  CHECK(c.launches_by_kernel.count("rms_norm_dx_kernel") == 0);
+  REQUIRE(c.launches_by_kernel["rms_norm_forward_warp_kernel"] == 1);
+  REQUIRE(c.launches_by_kernel["rms_norm_dx_warp_kernel"] == 1);
+  CHECK(c.blocks_by_kernel["rms_norm_forward_warp_kernel"] * 8 <= rows);
+  CHECK(c.blocks_by_kernel["rms_norm_dx_warp_kernel"] * 8 <= rows);
+}
