@@ -7,7 +7,7 @@
 //   --peak        also measure the FP32 FMA peak of this machine with N threads
 //   --kernel      force a micro-kernel: avx512, avx2, generic (default: the best available)
 //   --bf16        time each shape twice, float32 (cpu::gemm) and bfloat16 products (cpu::gemm_bf16),
-//                 and print the ratio; with --peak also the bf16 peak (a vdpbf16ps loop)
+//                 alternating rep by rep, and print the ratio; with --peak also the bf16 peak (a vdpbf16ps loop)
 // Shapes are kept in sync with bench/matmul_torch.py.
 #include <algorithm>
 #include <chrono>
@@ -69,8 +69,10 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-// Median seconds of one product (or batch of products) at this shape; bf16: by cpu::gemm_bf16.
-double time_shape(const Shape& s, int reps, bool bf16 = false) {
+// Median seconds of one product (or batch of products) at this shape, for each precision asked:
+// float32 (cpu::gemm) and/or bfloat16 products (cpu::gemm_bf16). With both, the two alternate rep by rep
+// (f, b, f, b, ...), so that a change of load on a shared machine moves both alike.
+std::vector<double> time_shape_as(const Shape& s, int reps, const std::vector<bool>& bf16_modes) {
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<float> a(s.batch * s.M * s.K), b(s.batch * s.K * s.N), c(s.batch * s.M * s.N);
@@ -79,7 +81,7 @@ double time_shape(const Shape& s, int reps, bool bf16 = false) {
   // A^T B: A is stored K x M; A B^T: B is stored N x K (the layouts backward passes see).
   const int64_t a_rs = s.transpose_a ? 1 : s.K, a_cs = s.transpose_a ? s.M : 1;
   const int64_t b_rs = s.transpose_b ? 1 : s.N, b_cs = s.transpose_b ? s.K : 1;
-  auto run = [&] {
+  auto run = [&](bool bf16) {
     if (bf16 && s.batch == 1) {
       ember::cpu::gemm_bf16(s.M, s.N, s.K, 1.0f, a.data(), a_rs, a_cs, b.data(), b_rs, b_cs, 0.0f, c.data(), s.N);
     } else if (bf16) {
@@ -93,15 +95,22 @@ double time_shape(const Shape& s, int reps, bool bf16 = false) {
                                b.data(), s.K * s.N, b_rs, b_cs, 0.0f, c.data(), s.M * s.N, s.N);
     }
   };
-  for (int i = 0; i < 2; ++i) run();  // warm-up: page faults, packing buffers, thread wake-up
-  std::vector<double> times;
+  for (bool bf16 : bf16_modes)
+    for (int i = 0; i < 2; ++i) run(bf16);  // warm-up: page faults, packing buffers, thread wake-up
+  std::vector<std::vector<double>> times(bf16_modes.size());
   for (int i = 0; i < reps; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    run();
-    times.push_back(seconds_since(start));
+    for (size_t m = 0; m < bf16_modes.size(); ++m) {
+      auto start = std::chrono::steady_clock::now();
+      run(bf16_modes[m]);
+      times[m].push_back(seconds_since(start));
+    }
   }
-  return median(times);
+  std::vector<double> medians;
+  for (auto& t : times) medians.push_back(median(t));
+  return medians;
 }
+
+double time_shape(const Shape& s, int reps) { return time_shape_as(s, reps, {false})[0]; }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // 24 independent FMA chains (enough to cover 4-cycle latency on 2 ports, with room to spare).
@@ -195,7 +204,8 @@ int run_bf16(const std::string& only, bool transposed, int reps, bool peak, doub
   std::erase_if(list, [&](const Shape& s) { return s.name.find(only) == std::string::npos; });
   for (const Shape& s : list) {
     const double flop = 2.0 * s.batch * s.M * s.N * s.K;
-    const double fp32 = flop / time_shape(s, reps) / 1e9, bf = flop / time_shape(s, reps, true) / 1e9;
+    const std::vector<double> seconds = time_shape_as(s, reps, {false, true});  // interleaved
+    const double fp32 = flop / seconds[0] / 1e9, bf = flop / seconds[1] / 1e9;
     std::printf("%-26s %12.1f %12.1f %7.2fx\n", s.name.c_str(), fp32, bf, bf / fp32);
     std::fflush(stdout);
   }

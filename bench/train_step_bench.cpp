@@ -10,7 +10,8 @@
 //       the first N batches of the recipe's epoch 1 on IMDb ("<i>.tokens", "<i>.mask", "<i>.labels")
 //   train_step_bench --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
 //                    [--batches FILE] [--run-steps N] [--device cpu|cuda[:N]] [--precision fp32|bf16]
-//       times S training steps and S forward passes after W warm-up steps, then (with --batches)
+//       times S training steps and S forward passes after W warm-up steps (--steps-only: no forward
+//       passes; --forward-only: no training steps), then (with --batches)
 //       trains N steps on the real batches from fresh copies of the same weights; --precision bf16
 //       runs all of it in the mixed-precision scope (core/precision.h), as `imdb train --precision bf16`
 #include <sys/resource.h>
@@ -60,6 +61,7 @@ struct Flags {
   int64_t heads = 4, threads = 2, steps = 20, warmup = 3, run_steps = 0, count = 200;
   int64_t batch_size = 32, len = 256;  // the batch --write-init writes
   bool forward_only = false;  // time only the forward passes (for profiling inference)
+  bool steps_only = false;    // time only the training steps (for profiling a step: bench/profile_ops.sh)
   uint64_t seed = 0;
 };
 
@@ -67,8 +69,8 @@ Flags parse(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
-    if (flag == "--forward-only") {
-      f.forward_only = true;
+    if (flag == "--forward-only" || flag == "--steps-only") {
+      (flag == "--forward-only" ? f.forward_only : f.steps_only) = true;
       continue;
     }
     EMBER_CHECK(i + 1 < argc, "train_step_bench: {} needs a value", flag);
@@ -145,8 +147,9 @@ struct Trainee {
     model.load_state_dict(nn::with_prefix_removed(init, "model."));
     model.to(device);
   }
-  // Forward, backward, clipping and AdamW: the trainer's step.
-  double step(const Tensor& tokens, const Tensor& mask, const Tensor& labels) {
+  // Forward, backward, clipping and AdamW: the trainer's step. NOTE: noinline, so that a profile's
+  // call stacks can tell the step from the other forward passes (bench/profile_ops.py).
+  [[gnu::noinline]] double step(const Tensor& tokens, const Tensor& mask, const Tensor& labels) {
     Tensor loss = cross_entropy(model.forward(tokens, mask), labels);
     optimizer.zero_grad();
     loss.backward();
@@ -177,8 +180,10 @@ void run(const Flags& f) {
 
   trainee.model.train();
   std::vector<double> step_ms, forward_ms, step_cpu_ms;
+  double timed_from = 0;  // CLOCK_MONOTONIC seconds when the timed steps began (profiles skip the warm-up)
   for (int64_t i = 0; i < (f.forward_only ? 0 : f.warmup + f.steps); ++i) {
     auto start = Clock::now();
+    if (i == f.warmup) timed_from = std::chrono::duration<double>(start.time_since_epoch()).count();
     std::clock_t cpu_start = std::clock();
     trainee.step(tokens, mask, labels);
     if (i >= f.warmup) {
@@ -187,7 +192,7 @@ void run(const Flags& f) {
     }
   }
   trainee.model.eval();
-  for (int64_t i = 0; i < f.warmup + f.steps; ++i) {
+  for (int64_t i = 0; i < (f.steps_only ? 0 : f.warmup + f.steps); ++i) {
     NoGradGuard no_grad;
     auto start = Clock::now();
     Tensor logits = trainee.model.forward(tokens, mask);
@@ -219,10 +224,11 @@ void run(const Flags& f) {
       "{{\"framework\": \"ember\", \"precision\": \"{}\", \"heads\": {}, \"threads\": {}, \"first_loss\": {:.8f}, "
       "\"step_ms\": {:.3f}, \"step_ms_all\": [{:.2f}], \"step_cpu_ms\": {:.3f}, \"forward_ms\": {:.3f}, "
       "\"run_steps\": {}, \"run_seconds\": {:.3f}, \"run_tokens_per_s\": {:.1f}, \"run_last_loss\": {:.6f}, "
-      "\"peak_rss_bytes\": {}, \"peak_tensor_bytes\": {}, \"device\": \"{}\", \"peak_gpu_bytes\": {}}}\n",
+      "\"peak_rss_bytes\": {}, \"peak_tensor_bytes\": {}, \"device\": \"{}\", \"peak_gpu_bytes\": {}, "
+      "\"timed_from_monotonic_s\": {:.6f}}}\n",
       f.precision, f.heads, num_threads(), first_loss, median(step_ms), fmt::join(step_ms, ", "), median(step_cpu_ms), median(forward_ms), run_steps,
       run_seconds, run_tokens_per_s, run_last_loss, peak_rss_bytes(), memory_stats().peak_allocated, device.str(),
-      device.is_cuda() ? memory_stats(device).peak_allocated : 0);
+      device.is_cuda() ? memory_stats(device).peak_allocated : 0, timed_from);
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 //
 // What changes in the scope (docs/precision.md has the measured error of each):
 //   matmul, linear, attention on float32 tensors: the operands are rounded to bfloat16 while the GEMM
-//     packs them (no conversion pass, no bfloat16 copy kept), the products are summed in float32 and
-//     the result is float32. Their backward runs its products the same way, whether or not
+//     packs them (no conversion pass), the products are summed in float32 and the result is float32.
+//     The one bfloat16 copy kept: attention's probabilities for its backward (core/cpu/attention.h). Their backward runs its products the same way, whether or not
 //     backward() itself is called inside the scope (the op remembers its precision).
 //   bfloat16 tensors given to them (in or out of the scope): read exactly, bfloat16 results.
 // What does not: softmax (also inside attention), layer norm, GELU, the loss, reductions and the

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/allocator.h"
 #include "core/cuda_ops.h"
 #include "core/precision.h"
 #include "helpers.h"
@@ -197,6 +198,39 @@ TEST_CASE("mixed precision attention: products in bfloat16, softmax in float32, 
   INFO("relative error of dqkv: " << relative);
   CHECK(relative > 0);
   CHECK(relative <= 8 * u);
+}
+
+TEST_CASE("mixed precision attention keeps its probabilities for backward in bfloat16; weights come back float32") {
+  // The [B, H, T, T] probabilities are the largest tensor a step keeps: in a bfloat16 scope they are
+  // kept rounded (P V rounds them anyway), half the bytes. The weights handed out stay float32.
+  Generator gen(15);
+  const int64_t B = 2, T = 40, D = 16, H = 2;
+  Tensor qkv = uniform({B, T, 3 * D}, -1, 1, gen).requires_grad_();
+  auto kept_bytes = [&](bool bf16) {  // bytes the graph holds on to after the forward
+    const int64_t before = memory_stats().allocated;
+    MixedPrecisionGuard scope(bf16 ? Precision::BFloat16 : Precision::Float32);
+    Tensor out = attention(qkv, H, Tensor());
+    return memory_stats().allocated - before;
+  };
+  const int64_t f32 = kept_bytes(false), bf16 = kept_bytes(true);
+  INFO("float32 scope keeps " << f32 << " bytes, bfloat16 scope " << bf16);
+  CHECK(f32 - bf16 >= B * H * T * T * 2);  // the probabilities' two low bytes of every float
+
+  Tensor w32, w16;
+  Tensor o32 = attention(qkv, H, Tensor(), false, &w32);
+  {
+    MixedPrecisionGuard scope;
+    Tensor o = attention(qkv, H, Tensor(), false, &w16);
+    o.backward(ones_like(o));  // the backward widens the kept bfloat16 probabilities
+    CHECK(qkv.grad().dtype() == Dtype::Float32);
+  }
+  REQUIRE(w16.dtype() == Dtype::Float32);
+  const std::vector<double> a = values(w16), b = values(w32);
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(b[i], 1e-30));
+  INFO("worst relative difference of a weight: " << worst);
+  CHECK(worst > 0);  // rounded: the scores' products were bfloat16, the kept values too
+  CHECK(worst <= 0.05);
 }
 
 TEST_CASE("mixed precision leaves softmax, layer norm, GELU, the loss and reductions in float32, bit for bit") {

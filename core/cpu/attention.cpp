@@ -1,11 +1,13 @@
 // CPU fused multi-head self-attention; see attention.h for the layout and the formulas.
 #include "core/cpu/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "core/bfloat16.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/softmax.h"
 #include "core/error.h"
@@ -25,12 +27,19 @@ Dims dims_of(const Tensor& qkv, int64_t heads) {
   return {qkv.size(0), qkv.size(1), D, heads, D / heads};
 }
 
-// A [T, T] scratch block per thread, for the probabilities when they are not kept and for dS.
-template <typename T>
+// [T, T] scratch blocks per thread (slot 0: the probabilities when they are not kept as T, and dS;
+// slot 1: the backward's float32 copy of a head's bfloat16 probabilities).
+template <typename T, int kSlot = 0>
 T* scratch(int64_t count) {
   thread_local std::vector<T> buffer;
   if (int64_t(buffer.size()) < count) buffer.resize(size_t(count));
   return buffer.data();
+}
+
+// One head's [T, T] block of bfloat16 probabilities widened to float (exact).
+template <typename T>
+void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) to[i] = T(float(from[i]));
 }
 
 // One product of the kernels below: cpu::gemm, or cpu::gemm_bf16 (bfloat16 operands) when `bf16`.
@@ -51,14 +60,26 @@ int64_t key_extent(const bool* padding, int64_t T) {
   return extent;
 }
 
+// The padding mask of the first `extent` keys, or null when none of them is padding (the usual
+// right-padded batch: key_extent already stops before its padding), so the softmax skips the mask pass.
+const bool* padding_within(const bool* padding, int64_t extent) {
+  if (padding == nullptr) return nullptr;
+  for (int64_t j = 0; j < extent; ++j)
+    if (padding[j]) return padding;
+  return nullptr;
+}
+
 // Masked scores -> probabilities, in place, row by row, over the first `cols` columns of rows
 // `ld` apart; columns cols..ld-1 are set to 0. Masked entries become exactly 0, and so does every
 // entry of a row with no unmasked key (a query that sees nothing: output 0, no gradient; not NaN).
+// rounded (or null): also gets the probabilities rounded to bfloat16, in the same pass, rows `ld` apart.
 template <typename T>
-void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const bool* padding, bool causal) {
+void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const bool* padding, bool causal,
+                         BFloat16* rounded = nullptr) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   for (int64_t i = 0; i < rows; ++i) {
     T* row = s + i * ld;
+    BFloat16* row16 = rounded != nullptr ? rounded + i * ld : nullptr;
     if (padding != nullptr)
       for (int64_t j = 0; j < cols; ++j) row[j] = padding[j] ? neg_inf : row[j];
     if (causal)
@@ -66,38 +87,52 @@ void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const boo
     T m = row_max(row, cols);
     if (m == neg_inf) {
       for (int64_t j = 0; j < ld; ++j) row[j] = T(0);
+      if (row16 != nullptr) std::fill(row16, row16 + ld, BFloat16());
       continue;
     }
     T inv = T(1) / row_exp_store_sum(row, m, row, cols);
-    for (int64_t j = 0; j < cols; ++j) row[j] *= inv;
+    if (row16 != nullptr) {
+      for (int64_t j = 0; j < cols; ++j) {
+        row[j] *= inv;
+        row16[j] = BFloat16(float(row[j]));
+      }
+      std::fill(row16 + cols, row16 + ld, BFloat16());
+    } else {
+      for (int64_t j = 0; j < cols; ++j) row[j] *= inv;
+    }
     for (int64_t j = cols; j < ld; ++j) row[j] = T(0);
   }
 }
 
+// probs: where the probabilities are kept as T, or null; probs_bf16: kept as bfloat16 instead, or null.
 template <typename T>
-void forward_kernel(const Dims& d, const T* qkv, const bool* padding, bool causal, T* out, T* probs, bool bf16) {
+void forward_kernel(const Dims& d, const T* qkv, const bool* padding, bool causal, T* out, T* probs,
+                    BFloat16* probs_bf16, bool bf16) {
   const T scale = T(1) / std::sqrt(T(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / d.H, h = task % d.H;
       const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
       const int64_t L = key_extent(pad, d.T);  // keys that can get any weight
+      pad = padding_within(pad, L);
       const T* q = qkv + b * d.T * d.row() + h * d.Dh;
       const T* k = q + d.D;
       const T* v = q + 2 * d.D;
       T* p = probs != nullptr ? probs + task * d.T * d.T : scratch<T>(d.T * d.T);
       // S = scale Q K^T: K^T is K read with swapped strides.
       product(bf16, d.T, L, d.Dh, scale, q, d.row(), 1, k, 1, d.row(), p, d.T);
-      masked_softmax_rows(p, d.T, L, d.T, pad, causal);
+      BFloat16* p16 = probs_bf16 != nullptr ? probs_bf16 + task * d.T * d.T : nullptr;
+      masked_softmax_rows(p, d.T, L, d.T, pad, causal, p16);
       // O = P V, written as head h's columns of the merged [B, T, D] output.
       product(bf16, d.T, d.Dh, L, T(1), p, d.T, 1, v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);
     }
   });
 }
 
+// probs: the kept probabilities as T, or null when they were kept as bfloat16 (probs_bf16).
 template <typename T>
-void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs, const bool* padding, T* dqkv,
-                     bool bf16) {
+void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs, const BFloat16* probs_bf16,
+                     const bool* padding, T* dqkv, bool bf16) {
   const T scale = T(1) / std::sqrt(T(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
@@ -110,7 +145,12 @@ void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs,
       T* dq = dqkv + offset;
       T* dk = dq + d.D;
       T* dv = dq + 2 * d.D;
-      const T* p = probs + task * d.T * d.T;
+      const T* p = probs != nullptr ? probs + task * d.T * d.T : nullptr;
+      if (p == nullptr) {  // bfloat16 probabilities: this head's block widened, in cache for the four uses below
+        T* widened = scratch<T, 1>(d.T * d.T);
+        widen_from_bf16(probs_bf16 + task * d.T * d.T, widened, d.T * d.T);
+        p = widened;
+      }
       const T* go = grad + b * d.T * d.D + h * d.Dh;  // dO of this head, row stride D
       T* ds = scratch<T>(d.T * d.T);
       product(bf16, L, d.Dh, d.T, T(1), p, 1, d.T, go, d.D, 1, dv, d.row());  // dV = P^T dO
@@ -136,12 +176,14 @@ AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tenso
   const Dims d = dims_of(qkv, heads);
   AttentionForward result;
   result.out = Tensor::empty({d.B, d.T, d.D}, qkv.dtype());
-  if (keep_probs) result.probs = Tensor::empty({d.B, d.H, d.T, d.T}, qkv.dtype());
+  const bool kept_bf16 = keep_probs && bf16 && qkv.dtype() == Dtype::Float32;
+  if (keep_probs) result.probs = Tensor::empty({d.B, d.H, d.T, d.T}, kept_bf16 ? Dtype::BFloat16 : qkv.dtype());
   const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
   dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     forward_kernel<T>(d, qkv.data<T>(), padding, causal, result.out.data<T>(),
-                      keep_probs ? result.probs.data<T>() : nullptr, bf16);
+                      keep_probs && !kept_bf16 ? result.probs.data<T>() : nullptr,
+                      kept_bf16 ? result.probs.data<BFloat16>() : nullptr, bf16);
   });
   return result;
 }
@@ -152,7 +194,9 @@ Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tenso
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
   dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    backward_kernel<T>(d, grad_out.data<T>(), qkv.data<T>(), probs.data<T>(),
+    const bool kept_bf16 = probs.dtype() == Dtype::BFloat16;
+    backward_kernel<T>(d, grad_out.data<T>(), qkv.data<T>(), kept_bf16 ? nullptr : probs.data<T>(),
+                       kept_bf16 ? probs.data<BFloat16>() : nullptr,
                        key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr, dqkv.data<T>(), bf16);
   });
   return dqkv;

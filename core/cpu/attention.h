@@ -24,14 +24,18 @@ namespace ember::cpu {
 
 struct AttentionForward {
   Tensor out;          // [B, T, D]
-  Tensor probs;        // [B, H, T, T]; defined only when asked for (backward or weights)
+  Tensor probs;        // [B, H, T, T]; defined only when asked for (backward or weights); bfloat16 when bf16
 };
 
 // qkv: contiguous [B, T, 3 D] floating; key_padding_mask: contiguous bool [B, T] (true = padding)
 // or undefined; causal: key j > query i is masked. A query row whose keys are all masked gets
 // probability 0 on every key: its output row is 0, and no gradient flows through it (docs/attention.md).
 // bf16 (float32 qkv only): Q K^T and P V (and the backward\'s four products) take bfloat16 operands and
-// sum in float32 (cpu::gemm_bf16); the scores, the softmax and P stay float32.
+// sum in float32 (cpu::gemm_bf16); the scores and the softmax are float32, and P V reads that float32 P
+// (rounded while packed). The probabilities kept for the backward are rounded to bfloat16: P V rounds
+// them so anyway, and the [B, H, T, T] tensor, the step's largest, then costs half the memory and
+// half the traffic. The backward widens each head's block to float32 in cache; dS = P (dP - ...) then
+// sees P rounded to bfloat16 (relative error <= 2^-9 per element).
 AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
                                    bool keep_probs, bool bf16 = false);
 

@@ -97,7 +97,8 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   const bool needs_grad = any_requires_grad({qkv_in});
   cpu::AttentionForward forward = cpu::attention_forward(qkv, heads, mask, causal, needs_grad || weights != nullptr, bf16);
-  if (weights != nullptr) *weights = forward.probs;
+  if (weights != nullptr)  // float32 weights (in a bfloat16 scope: the kept probabilities, rounded to bfloat16)
+    *weights = forward.probs.dtype() == qkv.dtype() ? forward.probs : forward.probs.to(qkv.dtype());
   // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.
   record("attention", forward.out, {qkv_in},
          [heads, qkv = save(qkv), probs = save(forward.probs), mask = save(mask), bf16](const Tensor& g) -> Grads {
