@@ -19,20 +19,11 @@ while [[ $# -gt 0 ]]; do
 done
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-if ! command -v perf >/dev/null; then
-  sudo_cmd=""
-  [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq linux-perf >&2
-fi
-build="${EMBER_BUILD_DIR:-build}"
-[[ -f "$build/CMakeCache.txt" ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
-cmake --build "$build" --target train_step_bench -j 2 >&2
 work="runs/bench/profile"
-mkdir -p "$work"
-"$build/train_step_bench" --write-init "$work/init_h$heads.safetensors" --heads "$heads"
+source bench/perf_common.sh
+prepare_profile "$work" "$heads"
 perf record -q -e cpu-clock -F 1999 -o "$work/perf.data" \
-  "$build/train_step_bench" --init "$work/init_h$heads.safetensors" --heads "$heads" --threads "$threads" \
+  "$build/train_step_bench" --init "$init" --heads "$heads" --threads "$threads" \
   --steps "$steps" --warmup 1 >&2
 echo "profile of $steps training steps + $steps forward passes, h = $heads, $threads threads ($(git rev-parse --short HEAD)):"
 perf report -i "$work/perf.data" --no-children --sort symbol --header 2>/dev/null | python3 bench/profile_summary.py

@@ -20,23 +20,14 @@ while [[ $# -gt 0 ]]; do
 done
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-if ! command -v perf >/dev/null; then
-  sudo_cmd=""
-  [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq linux-perf >&2
-fi
-build="${EMBER_BUILD_DIR:-build}"
-[[ -f "$build/CMakeCache.txt" ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
-cmake --build "$build" --target train_step_bench -j 2 >&2
 work="runs/bench/profile_ops"
-mkdir -p "$work"
-"$build/train_step_bench" --write-init "$work/init_h$heads.safetensors" --heads "$heads"
+source bench/perf_common.sh
+prepare_profile "$work" "$heads"
 for precision in fp32 bf16; do
   # Samples before the timed steps (start-up, the 2 warm-up steps' first touches of memory) are left
   # out by their time stamps (CLOCK_MONOTONIC, as the bench's timed_from_monotonic_s).
   perf record -q -e cpu-clock -k CLOCK_MONOTONIC -F "$hz" --call-graph dwarf,16384 -o "$work/$precision.data" \
-    "$build/train_step_bench" --init "$work/init_h$heads.safetensors" --heads "$heads" --threads 1 \
+    "$build/train_step_bench" --init "$init" --heads "$heads" --threads 1 \
     --steps "$steps" --warmup 2 --steps-only --precision "$precision" > "$work/$precision.json"
   perf script --no-inline -i "$work/$precision.data" -F tid,time,ip,sym,dso 2>/dev/null > "$work/$precision.txt"
   echo "$hz" > "$work/$precision.hz"
