@@ -21,5 +21,10 @@ for dir in /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/
   [[ -d "$dir" ]] && openblas_dir="$dir" && break
 done
 # OpenBLAS 0.3.21 does not recognize this CPU model on its own: name the core explicitly.
+# glibc's malloc gives large freed blocks back to the OS, so PyTorch (whose CPU allocator is malloc)
+# page-faults every step's large tensors in again: 0.99 s against 0.63 s a recipe step without it
+# (docs/performance.md). Keeping them, as the jemalloc or tcmalloc PyTorch users preload would, is
+# PyTorch at its best. (Ember's own caching allocator keeps its blocks.)
+malloc_keep=(MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296 MALLOC_TOP_PAD_=1073741824)
 torch_env=(env LD_LIBRARY_PATH="${openblas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" OPENBLAS_CORETYPE=SkylakeX
-           OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads")
+           OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" "${malloc_keep[@]}")
