@@ -156,6 +156,16 @@ __device__ __forceinline__ A warp_max(A v) {
   }
   return v;
 }
+// A row's max m and sum of exp(x - m), its lanes striding over the row; every lane gets both.
+template <typename T>
+__device__ __forceinline__ void warp_max_and_sum_exp(const T* row, int64_t n, int lane, T& m, T& s) {
+  m = T(-INFINITY);
+  for (int64_t j = lane; j < n; j += kWarp) m = row[j] > m ? row[j] : m;
+  m = warp_max(m);
+  s = 0;
+  for (int64_t j = lane; j < n; j += kWarp) s += std::exp(row[j] - m);
+  s = warp_sum(s);
+}
 
 // y[r, :] = softmax(x[r, :]) (or log-softmax), rows of n <= kWarpRowMax.
 template <typename T>
@@ -164,12 +174,8 @@ __global__ void softmax_forward_warp_kernel(const T* x, T* y, int64_t rows, int6
   EMBER_WARP_ROWS(r, rows) {
     const T* row = x + r * n;
     T* out = y + r * n;
-    T m = T(-INFINITY);
-    for (int64_t j = lane; j < n; j += kWarp) m = row[j] > m ? row[j] : m;
-    m = warp_max(m);
-    T s = 0;
-    for (int64_t j = lane; j < n; j += kWarp) s += std::exp(row[j] - m);
-    s = warp_sum(s);
+    T m, s;
+    warp_max_and_sum_exp(row, n, lane, m, s);
     if (log) {
       const T log_s = std::log(s);
       for (int64_t j = lane; j < n; j += kWarp) out[j] = (row[j] - m) - log_s;
@@ -386,12 +392,8 @@ __global__ void cross_entropy_forward_warp_kernel(const T* logits, const int64_t
       if (lane == 0) row_max_out[r] = T(0), sum_exp_out[r] = T(1), row_loss[r] = 0.0;
       continue;
     }
-    T m = T(-INFINITY);
-    for (int64_t j = lane; j < C; j += kWarp) m = row[j] > m ? row[j] : m;
-    m = warp_max(m);
-    T s = 0;
-    for (int64_t j = lane; j < C; j += kWarp) s += std::exp(row[j] - m);
-    s = warp_sum(s);
+    T m, s;
+    warp_max_and_sum_exp(row, C, lane, m, s);
     if (lane == 0) {
       row_max_out[r] = m;
       sum_exp_out[r] = s;
