@@ -75,20 +75,31 @@ void block_scores(const Block& blk, const Dims& d, T scale, const T* q, const T*
 }
 
 // The band's mask and the softmax, in place, row by row: hidden keys get exactly 0, and a row that sees
-// no key is all 0 (its output 0, no gradient; docs/attention.md).
+// no key is all 0 (its output 0, no gradient; docs/attention.md). Row i sees the global keys (columns
+// [0, a), and any key < global in [lo, hi)), and of [lo, hi) the keys j with |j - i| <= window (all of
+// them for a global query) and j <= i if causal: one run of columns, so the mask is two fills, not a
+// test per element. `holes` is the padding mask when a padded key lies before the extent, else null.
 template <typename T>
-void block_softmax(const Block& blk, AttentionWindow w, const bool* pad, bool causal, T* s) {
+void block_softmax(const Block& blk, AttentionWindow w, const bool* holes, bool causal, T* s) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const int64_t C = blk.cols();
+  const auto col = [&](int64_t j) { return blk.a + (j - blk.lo); };  // key j's column, j in [lo, hi]
   for (int64_t r = 0; r < blk.rows(); ++r) {
     const int64_t i = blk.i0 + r;
     T* row = s + r * C;
-    for (int64_t c = 0; c < C; ++c) {
-      const int64_t j = blk.key(c);
-      const bool in_band = i < w.global || j < w.global || (j - i <= w.window && i - j <= w.window);
-      const bool hidden = !in_band || (pad != nullptr && pad[j]) || (causal && j > i);
-      if (hidden) row[c] = neg_inf;
+    int64_t first = blk.lo, last = blk.hi;  // the run of [lo, hi) that row i sees
+    if (i >= w.global) {
+      first = std::min(blk.hi, std::max(blk.lo, i - w.window));
+      last = std::min(blk.hi, i + w.window + 1);
     }
+    if (causal) last = std::min(last, i + 1);
+    last = std::max(last, first);
+    const int64_t hide_from = std::min(first, std::max(blk.lo, w.global));  // keys < global stay seen
+    std::fill(row + col(hide_from), row + col(first), neg_inf);
+    std::fill(row + col(last), row + C, neg_inf);
+    if (holes != nullptr)
+      for (int64_t c = 0; c < C; ++c)
+        if (holes[blk.key(c)]) row[c] = neg_inf;
     const T m = row_max(row, C);
     if (m == neg_inf) {
       std::fill(row, row + C, T(0));
@@ -97,6 +108,12 @@ void block_softmax(const Block& blk, AttentionWindow w, const bool* pad, bool ca
     const T inv = T(1) / row_exp_store_sum(row, m, row, C);
     for (int64_t c = 0; c < C; ++c) row[c] *= inv;
   }
+}
+
+// The padding mask if a padded key lies before the extent L (a hole), else null: right padding, the
+// trainer's, is handled by the extent alone.
+const bool* padding_holes(const bool* pad, int64_t L) {
+  return pad != nullptr && std::find(pad, pad + L, true) != pad + L ? pad : nullptr;
 }
 
 // A per-thread scratch buffer (slot 0: P, slot 1: dS).
@@ -116,6 +133,7 @@ void forward_kernel(const Dims& d, AttentionWindow w, const T* qkv, const bool* 
       const int64_t b = task / d.H, h = task % d.H;
       const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
       const int64_t L = key_extent(pad, d.T);
+      const bool* holes = padding_holes(pad, L);
       const T* q = qkv + b * d.T * d.row() + h * d.Dh;
       const T* k = q + d.D;
       const T* v = q + 2 * d.D;
@@ -124,7 +142,7 @@ void forward_kernel(const Dims& d, AttentionWindow w, const T* qkv, const bool* 
         const int64_t C = blk.cols();
         T* p = scratch<T>(0, blk.rows() * C);
         block_scores(blk, d, scale, q, k, p);
-        block_softmax(blk, w, pad, causal, p);
+        block_softmax(blk, w, holes, causal, p);
         T* orow = o + blk.i0 * d.D;
         // O = P V over the two ranges (K == 0 leaves C = beta C: a block that sees nothing writes 0).
         gemm(blk.rows(), d.Dh, blk.a, T(1), p, C, 1, v, d.row(), 1, T(0), orow, d.D);
@@ -149,6 +167,7 @@ void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* q
       const int64_t b = task / d.H, h = task % d.H;
       const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
       const int64_t L = key_extent(pad, d.T);
+      const bool* holes = padding_holes(pad, L);
       const int64_t offset = b * d.T * d.row() + h * d.Dh;
       const T* q = qkv + offset;
       const T* k = q + d.D;
@@ -162,7 +181,7 @@ void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* q
         T* p = scratch<T>(0, R * C);
         T* ds = scratch<T>(1, R * C);
         block_scores(blk, d, scale, q, k, p);
-        block_softmax(blk, w, pad, causal, p);
+        block_softmax(blk, w, holes, causal, p);
         const T* gor = go + blk.i0 * d.D;
         const T* qr = q + blk.i0 * d.row();
         // dV += P^T dO
