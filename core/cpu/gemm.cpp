@@ -277,8 +277,30 @@ void gemm_one_with(const Kernel& kernel, const Problem<typename Kernel::Output, 
   gemm_threaded(kernel, p, std::min(threads, threads_for(p.M, p.N, p.K, threads)));
 }
 
+// A small product with at most two rows or two columns (window attention's global key, a matrix times a
+// vector, a two-class head): plain loops on the calling thread. A kernel tile would be nearly all padding,
+// and packing its panels would cost more than the product.
+template <typename T>
+bool is_thin(const Problem<T>& p) {
+  return std::min(p.M, p.N) <= 2 && p.M * p.N * p.K <= (int64_t(1) << 18);
+}
+
+template <typename T>
+void thin_product(const Problem<T>& p) {
+  scale_c(p, p.C, p.M, p.N, 0);  // C = beta C (+ bias)
+  for (int64_t m = 0; m < p.M; ++m) {
+    T* c = p.C + m * p.c_rs;
+    for (int64_t k = 0; k < p.K; ++k) {
+      const T a = p.alpha * p.A[m * p.a_rs + k * p.a_cs];
+      const T* b = p.B + k * p.b_rs;
+      for (int64_t n = 0; n < p.N; ++n) c[n] += a * b[n * p.b_cs];
+    }
+  }
+}
+
 template <typename T>
 void gemm_one(const Problem<T>& p, int threads) {
+  if (p.M > 0 && p.N > 0 && p.K > 0 && p.alpha != T(0) && is_thin(p)) return thin_product(p);
   gemm_one_with(*active_kernel<T>().load(std::memory_order_relaxed), p, threads);
 }
 
