@@ -202,6 +202,8 @@ ThreadPool& pool() {
 
 int num_threads() { return pool().thread_count(); }
 
+int threads_here() { return t_inside_parallel_region ? 1 : num_threads(); }
+
 void set_num_threads(int n) { pool().set_thread_count(n); }
 
 void parallel_for(int64_t begin, int64_t end, int64_t grain,

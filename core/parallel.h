@@ -9,6 +9,11 @@ namespace ember {
 int num_threads();
 void set_num_threads(int n);
 
+// The threads a parallel_for called here would use: 1 inside a pool worker, or on a caller running
+// its own chunk (nested calls run inline), else num_threads(). A kernel that cuts its work for
+// several threads asks this, so that inside a worker it does not cut it for nothing.
+int threads_here();
+
 // Runs fn(begin_i, end_i) over [begin, end) split into contiguous chunks of at least `grain`
 // indices. The split depends only on (begin, end, grain, num_threads()), never on timing,
 // so results are reproducible for a given thread count. Runs inline when the range is small

@@ -248,6 +248,18 @@ TEST_CASE("parallel_for uses several threads, runs small ranges and nested calls
   });
   CHECK(inner_total.load() == 200);
 
+  // threads_here(): the pool's size outside, 1 inside (so a GEMM in a worker does not cut its work
+  // for threads that will not come).
+  CHECK(ember::threads_here() == 2);
+  std::atomic<int> most_inside{0};
+  ember::parallel_for(0, 2, 1, [&](int64_t, int64_t) {
+    int seen = ember::threads_here(), before = most_inside.load();
+    while (seen > before && !most_inside.compare_exchange_weak(before, seen)) {
+    }
+  });
+  CHECK(most_inside.load() == 1);
+  CHECK(ember::threads_here() == 2);
+
   ember::set_num_threads(1);
   CHECK(ember::num_threads() == 1);
   ids.clear();

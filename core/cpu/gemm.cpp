@@ -290,10 +290,20 @@ void thin_product(const Problem<T>& p) {
   scale_c(p, p.C, p.M, p.N, 0);  // C = beta C (+ bias)
   for (int64_t m = 0; m < p.M; ++m) {
     T* c = p.C + m * p.c_rs;
-    for (int64_t k = 0; k < p.K; ++k) {
-      const T a = p.alpha * p.A[m * p.a_rs + k * p.a_cs];
-      const T* b = p.B + k * p.b_rs;
-      for (int64_t n = 0; n < p.N; ++n) c[n] += a * b[n * p.b_cs];
+    const T* a = p.A + m * p.a_rs;
+    if (p.b_cs == 1) {  // B's rows are contiguous: add alpha a_k B[k, :] to the row, k by k
+      for (int64_t k = 0; k < p.K; ++k) {
+        const T ak = p.alpha * a[k * p.a_cs];
+        const T* b = p.B + k * p.b_rs;
+        for (int64_t n = 0; n < p.N; ++n) c[n] += ak * b[n];
+      }
+    } else {  // B's columns are (or may be) contiguous: one dot product per entry of C
+      for (int64_t n = 0; n < p.N; ++n) {
+        const T* b = p.B + n * p.b_cs;
+        T sum = 0;
+        for (int64_t k = 0; k < p.K; ++k) sum += a[k * p.a_cs] * b[k * p.b_rs];
+        c[n] += p.alpha * sum;
+      }
     }
   }
 }
@@ -316,7 +326,7 @@ void gemm_any(int64_t M, int64_t N, int64_t K, T alpha, const S* A, int64_t a_rs
               Runner run = {}) {
   EMBER_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
   EMBER_CHECK(M <= 1 || c_rs >= N, "gemm: C rows overlap: row stride {} < N={}", c_rs, N);
-  run(Problem<T, S>{M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, bias}, num_threads());
+  run(Problem<T, S>{M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, bias}, threads_here());
 }
 
 template <typename T, typename S = T, typename Runner = PlainRunner<T>>
@@ -332,7 +342,7 @@ void gemm_batched_any(int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, c
     return Problem<T, S>{M, N, K, alpha, A + i * a_bs, a_rs, a_cs, B + i * b_bs, b_rs, b_cs,
                          beta, C + i * c_bs, c_rs};
   };
-  const int threads = num_threads();
+  const int threads = threads_here();
   const int64_t work = batch * M * N * std::max<int64_t>(K, 1);
   // Split over the batch when every thread gets an equal share (or the imbalance is small).
   const bool split_batch = threads > 1 && work >= 2 * kMinWorkPerThread &&
