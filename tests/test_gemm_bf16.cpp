@@ -26,14 +26,16 @@ struct Guard {
   }
 };
 
-// The bfloat16 kernels this CPU runs: the native one where it has AVX-512 BF16, and the fallback
-// over each float kernel.
+// The bfloat16 kernels this CPU runs: the native ones where it has AVX-512 BF16 or AMX, the AMX
+// kernel over emulated tiles (everywhere), and the fallback over each float kernel.
 struct KernelChoice {
   std::string bf16, float_kernel;
 };
 std::vector<KernelChoice> kernel_choices() {
   std::vector<KernelChoice> choices;
   if (cpu::set_gemm_bf16_kernel("avx512_bf16")) choices.push_back({"avx512_bf16", "auto"});
+  if (cpu::set_gemm_bf16_kernel("amx")) choices.push_back({"amx", "auto"});
+  choices.push_back({"amx_emulated", "auto"});  // the AMX kernel's code over tiles emulated in C++
   for (const char* f : {"avx512", "avx2", "generic"})
     if (cpu::set_gemm_kernel(f)) choices.push_back({"rounded", f});
   cpu::set_gemm_bf16_kernel("auto");
@@ -200,4 +202,16 @@ TEST_CASE("gemm_bf16_batched matches product by product") {
       for (int64_t e = 0; e < M * N; ++e) REQUIRE(C[i * M * N + e] == one[e]);
     }
   }
+}
+
+TEST_CASE("gemm_bf16 kernel choice: AMX by name only, the emulated one everywhere, unknown names refused") {
+  Guard guard;
+  REQUIRE(cpu::set_gemm_bf16_kernel("auto"));
+  CHECK(std::string(cpu::gemm_bf16_kernel_name()) != "amx");  // untried on real AMX: never picked by itself
+  REQUIRE(cpu::set_gemm_bf16_kernel("amx_emulated"));
+  CHECK(std::string(cpu::gemm_bf16_kernel_name()) == "amx_emulated");
+  CHECK_FALSE(cpu::set_gemm_bf16_kernel("tensor_cores"));
+  CHECK(std::string(cpu::gemm_bf16_kernel_name()) == "amx_emulated");  // a refused name changes nothing
+  if (cpu::set_gemm_bf16_kernel("amx")) CHECK(std::string(cpu::gemm_bf16_kernel_name()) == "amx");
+  else CHECK(std::string(cpu::gemm_bf16_kernel_name()) == "amx_emulated");
 }

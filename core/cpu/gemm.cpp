@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 #include "core/cpu/gemm_kernels.h"
 #include "core/error.h"
@@ -364,14 +365,28 @@ void gemm_batched_any(int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, c
 // ---------------------------------------------------------------------------------------------
 // The bfloat16 GEMM: vdpbf16ps when the CPU has it, else the float kernel on rounded operands.
 
-std::atomic<bool> bf16_native{true};  // false: the rounded fallback even where vdpbf16ps exists
+// Which bfloat16 kernel runs. NOTE: AMX is chosen only by name until it has run on a CPU that has it
+// (this machine's has not): "auto" is vdpbf16ps where the CPU has it, else the rounded fallback.
+enum class Bf16Choice { Auto, Amx, AmxEmulated, Avx512Bf16, Rounded };
+std::atomic<Bf16Choice> bf16_choice{Bf16Choice::Auto};
+
+template <typename S>
+const detail::GemmKernel<S, uint16_t, float>* native_bf16_kernel(Bf16Choice choice) {
+  switch (choice) {
+    case Bf16Choice::Auto:
+    case Bf16Choice::Avx512Bf16: return detail::avx512_bf16_kernel<S>();
+    case Bf16Choice::Amx: return detail::amx_bf16_kernel<S>();
+    case Bf16Choice::AmxEmulated: return detail::amx_bf16_emulated_kernel<S>();
+    case Bf16Choice::Rounded: return nullptr;
+  }
+  return nullptr;
+}
 
 template <typename S>
 struct Bf16Runner {
   void operator()(const Problem<float, S>& p, int threads) const {
-    if (bf16_native.load(std::memory_order_relaxed)) {
-      if (const auto* kernel = detail::avx512_bf16_kernel<S>()) return gemm_one_with(*kernel, p, threads);
-    }
+    if (const auto* kernel = native_bf16_kernel<S>(bf16_choice.load(std::memory_order_relaxed)))
+      return gemm_one_with(*kernel, p, threads);
     const auto* kernel = detail::rounded_bf16_kernel<S>(*active_kernel<float>().load(std::memory_order_relaxed));
     EMBER_CHECK(kernel != nullptr, "gemm_bf16: no bfloat16 packing for the float kernel '{}'",
                 active_kernel<float>().load()->name);
@@ -403,16 +418,25 @@ void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alp
 }
 
 const char* gemm_bf16_kernel_name() {
-  return bf16_native.load() && detail::avx512_bf16_kernel<float>() != nullptr ? "avx512_bf16" : "rounded";
+  const auto* kernel = native_bf16_kernel<float>(bf16_choice.load());
+  return kernel != nullptr ? kernel->name : "rounded";
 }
 
 bool set_gemm_bf16_kernel(const char* name) {
-  std::string_view wanted = name == nullptr ? "auto" : name;
-  if (wanted == "auto") bf16_native = true;
-  else if (wanted == "rounded") bf16_native = false;
-  else if (wanted == "avx512_bf16" && detail::avx512_bf16_kernel<float>() != nullptr) bf16_native = true;
-  else return false;
-  return true;
+  const std::string_view wanted = name == nullptr ? "auto" : name;
+  const std::pair<std::string_view, Bf16Choice> names[] = {{"auto", Bf16Choice::Auto},
+                                                           {"rounded", Bf16Choice::Rounded},
+                                                           {"avx512_bf16", Bf16Choice::Avx512Bf16},
+                                                           {"amx", Bf16Choice::Amx},
+                                                           {"amx_emulated", Bf16Choice::AmxEmulated}};
+  for (const auto& [known, choice] : names) {
+    if (wanted != known) continue;
+    const bool needs_kernel = choice != Bf16Choice::Auto && choice != Bf16Choice::Rounded;
+    if (needs_kernel && native_bf16_kernel<float>(choice) == nullptr) return false;  // this CPU lacks it
+    bf16_choice = choice;
+    return true;
+  }
+  return false;
 }
 
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,

@@ -57,10 +57,12 @@ void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alp
                        int64_t b_cs, float beta, float* C, int64_t c_bs, int64_t c_rs);
 
 // Which bfloat16 kernel gemm_bf16 runs: "avx512_bf16" (vdpbf16ps), or the fallback on a CPU
-// without AVX-512 BF16, "rounded" (operands rounded to bfloat16 while packed, the float kernel).
+// without AVX-512 BF16, "rounded" (operands rounded to bfloat16 while packed, the float kernel);
+// by name only: "amx" (Intel AMX tiles) and "amx_emulated" (the AMX kernel over tiles emulated in C++).
 const char* gemm_bf16_kernel_name();
-// Forces one ("avx512_bf16", "rounded"; "auto" = the best this CPU runs), for tests and benchmarks.
-// Returns false (and changes nothing) when this CPU lacks it. NOTE: not while a gemm runs.
+// Forces one ("avx512_bf16", "amx", "amx_emulated", "rounded"; "auto" = vdpbf16ps where the CPU has
+// it, else "rounded"), for tests and benchmarks. Returns false (and changes nothing) when this CPU
+// lacks it. NOTE: not while a gemm runs. "amx" is not in "auto": it has not yet run on such a CPU.
 bool set_gemm_bf16_kernel(const char* name);
 
 // Which float micro-kernel gemm runs: "avx512", "avx2" or "generic".

@@ -73,6 +73,14 @@ const GemmKernel<double>* generic_double_kernel();
 template <typename S> const GemmKernel<S, uint16_t, float>* avx512_bf16_kernel();
 template <> const GemmKernel<float, uint16_t, float>* avx512_bf16_kernel<float>();
 template <> const GemmKernel<BFloat16, uint16_t, float>* avx512_bf16_kernel<BFloat16>();
+// Intel AMX tiles (tdpbf16ps, a 32 x 32 block of C; gemm_amx_bf16.cpp): null unless CPUID and the OS
+// allow them; and the same kernel over tiles emulated in plain C++, always available (for tests).
+template <typename S> const GemmKernel<S, uint16_t, float>* amx_bf16_kernel();
+template <> const GemmKernel<float, uint16_t, float>* amx_bf16_kernel<float>();
+template <> const GemmKernel<BFloat16, uint16_t, float>* amx_bf16_kernel<BFloat16>();
+template <typename S> const GemmKernel<S, uint16_t, float>* amx_bf16_emulated_kernel();
+template <> const GemmKernel<float, uint16_t, float>* amx_bf16_emulated_kernel<float>();
+template <> const GemmKernel<BFloat16, uint16_t, float>* amx_bf16_emulated_kernel<BFloat16>();
 template <typename S> const GemmKernel<S, float, float>* rounded_bf16_kernel(const GemmKernel<float>& base);
 template <> const GemmKernel<float, float, float>* rounded_bf16_kernel<float>(const GemmKernel<float>& base);
 template <> const GemmKernel<BFloat16, float, float>* rounded_bf16_kernel<BFloat16>(const GemmKernel<float>& base);
