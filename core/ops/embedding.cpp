@@ -4,6 +4,7 @@
 // add up, deterministically whatever the thread count: the positions are bucketed by vocabulary
 // row first (a stable counting sort), then each thread owns whole rows and adds their positions'
 // gradients in position order. No two threads ever touch the same row, so there are no races.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -95,9 +96,10 @@ Tensor embedding_cuda(const Tensor& weight, std::vector<int64_t> id_list, const 
 // ---- Ids staged on a GPU before a CUDA graph's step (core/ops.h, DeviceIds)
 
 void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device device, DeviceIds& into) {
-  EMBER_CHECK(host_ids.defined() && host_ids.device().is_cpu() && is_integer(host_ids.dtype()),
-              "stage_ids: expected integer ids on the host, got {}",
-              host_ids.defined() ? dtype_name(host_ids.dtype()) + " on " + host_ids.device().str() : "an undefined tensor");
+  EMBER_CHECK(host_ids.defined(), "stage_ids: the ids are an undefined tensor");
+  EMBER_CHECK(host_ids.device().is_cpu() && is_integer(host_ids.dtype()),
+              "stage_ids: expected integer ids on the host, got {} on {}", dtype_name(host_ids.dtype()),
+              host_ids.device().str());
   EMBER_CHECK(device.is_cuda(), "stage_ids: the ids go to a GPU, not {}", device.str());
   EMBER_CHECK(bound > 0, "stage_ids: the bound must be > 0, got {}", bound);
   std::vector<int64_t> ids = host_ids.to_vector<int64_t>();

@@ -34,7 +34,7 @@ GraphStep::GraphStep(nn::TransformerClassifier& model, optim::Adam& optimizer, G
   dropout_state_ = zeros({2}, Dtype::Int64, device);
 }
 
-void GraphStep::stage(Shape& s, const Batch& batch) {
+void GraphStep::stage(PerShape& s, const Batch& batch) {
   const int64_t B = batch.batch, T = batch.seq_len;
   stage_ids(from_vector(batch.tokens, {B, T}), model_.config.vocab_size, /*with_buckets=*/true, device_, s.tokens);
   if (!s.positions.ids.defined())  // the same for every batch of this shape
@@ -46,7 +46,7 @@ void GraphStep::stage(Shape& s, const Batch& batch) {
   stage_ids(from_vector(batch.labels, {B}), model_.config.classes, /*with_buckets=*/false, device_, s.labels);
 }
 
-void GraphStep::step_body(Shape& s) {
+void GraphStep::step_body(PerShape& s) {
   optimizer_.zero_grad();
   s.loss = cross_entropy(model_.forward(s.tokens, s.positions, s.mask), s.labels);
   s.loss.backward();
@@ -55,7 +55,7 @@ void GraphStep::step_body(Shape& s) {
 }
 
 Tensor GraphStep::run(const Batch& batch) {
-  Shape& s = shapes_[{batch.batch, batch.seq_len}];
+  PerShape& s = shapes_[{batch.batch, batch.seq_len}];
   stage(s, batch);
   // This step's numbers, uploaded before it runs (or replays).
   const uint64_t offset = gen_.offset();

@@ -52,7 +52,7 @@ class GraphStep {
   const Counts& counts() const { return counts_; }
 
  private:
-  struct Shape {
+  struct PerShape {
     DeviceIds tokens, positions, labels;
     Tensor mask;          // bool [B, T] on the GPU, true at padding
     CudaGraph graph;
@@ -60,8 +60,8 @@ class GraphStep {
     uint64_t draws = 0;   // dropout numbers one step takes
     bool eager_only = false;  // its capture failed: it keeps running eagerly
   };
-  void stage(Shape& shape, const Batch& batch);
-  void step_body(Shape& shape);
+  void stage(PerShape& shape, const Batch& batch);
+  void step_body(PerShape& shape);
 
   nn::TransformerClassifier& model_;
   optim::Adam& optimizer_;
@@ -70,7 +70,7 @@ class GraphStep {
   double clip_;
   bool quiet_;
   Tensor dropout_state_;  // int64 [2] on the GPU: the seed and the step's first offset
-  std::map<std::pair<int64_t, int64_t>, Shape> shapes_;  // by (B, T)
+  std::map<std::pair<int64_t, int64_t>, PerShape> shapes_;  // by (B, T)
   Counts counts_;
 };
 

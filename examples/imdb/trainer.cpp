@@ -362,12 +362,13 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
                                       .reduce_gradients = !config.zero});
   int64_t& step = state.step;
   // --cuda-graph on: batches padded to a multiple of 32 tokens, and on one process the step runs as
-  // CUDA graphs, one per padded shape (graph_step.h). On several ranks the step stays op by op (the
-  // gradients' all-reduce is not captured), with the same padding, so the numbers are the same.
+  // CUDA graphs, one per padded shape (graph_step.h). On several ranks (or under ZeRO-1) the step
+  // stays op by op (the all-reduce is not captured), with the same padding: the same numbers.
   const bool pad_for_graph = config.uses_cuda_graph();
   std::optional<GraphStep> graph_step;
-  if (pad_for_graph && !several)
-    graph_step.emplace(model, dynamic_cast<optim::Adam&>(*optimizer), gen, device, config.clip, config.quiet);
+  auto* adam = dynamic_cast<optim::Adam*>(optimizer.get());
+  if (pad_for_graph && !several && adam != nullptr)
+    graph_step.emplace(model, *adam, gen, device, config.clip, config.quiet);
   // The steps' losses not read yet. On a GPU reading one makes the host wait for the step, so they
   // are read on logging steps and before a save (on a CPU, and on several ranks, every step).
   struct PendingLoss {
