@@ -56,6 +56,12 @@ EMBER_CUDA_ENTRY(void, graph_capture_begin, (int device))
 EMBER_CUDA_ENTRY(void*, graph_capture_end, (int device, bool ok))
 EMBER_CUDA_ENTRY(void, graph_replay, (void* graph))
 EMBER_CUDA_ENTRY(void, graph_destroy, (void* graph))
+// A capture's warm-up: allocator_record(device, true) notes the size of every block the caching
+// allocator hands out until allocator_record(device, false); allocator_fill_recorded then makes its
+// cache hold, at once, a block of every noted size (cudaMalloc for those it lacks), so that a
+// capture of the same work finds its blocks whatever was allocated since the warm-up.
+EMBER_CUDA_ENTRY(void, allocator_record, (int device, bool on))
+EMBER_CUDA_ENTRY(void, allocator_fill_recorded, (int device))
 
 // ---- Element-wise (cuda/elementwise_kernels.cu, cuda/unary_kernels.cu)
 // dst = src converted to dst's type, element by element over `shape`.

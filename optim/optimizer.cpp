@@ -46,6 +46,12 @@ void Optimizer::count_step() {
   ++steps_;
 }
 
+void Optimizer::create_state() {
+  for_each_param([&](size_t index, Tensor& p, double) {
+    for (const std::string& kind : state_kinds()) buffer(kind, index, p);
+  });
+}
+
 void Optimizer::set_step_count(int64_t steps) {
   EMBER_CHECK(steps >= 0 && steps <= max_steps, "optimizer: step count {} is out of range [0, {}]", steps, max_steps);
   steps_ = steps;

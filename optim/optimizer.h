@@ -44,6 +44,10 @@ class Optimizer {
   // The "<i>.<kind>" buffers a parameter lacks (a parameter gets them at its first update): for a
   // caller that knows every parameter has been updated, e.g. a trainer checking a checkpoint.
   virtual std::vector<std::string> missing_state() const;
+  // Makes every parameter's missing state buffers now (zeros, as its first update would), so that
+  // the first step() allocates none: a CUDA graph's warm-up step must leave the allocator's cache
+  // holding what the captured step needs, not lend it to buffers kept for good.
+  void create_state();
   static constexpr int64_t max_steps = int64_t(1) << 62;  // far beyond any run; step() refuses to go past it
 
  protected:

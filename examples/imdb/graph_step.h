@@ -59,6 +59,7 @@ class GraphStep {
     Tensor loss;          // the captured step's loss: each replay rewrites it
     uint64_t draws = 0;   // dropout numbers one step takes
     bool eager_only = false;  // its capture failed: it keeps running eagerly
+    int cache_misses = 0;     // captures that found no cached block (retried once, after another warm-up)
   };
   void stage(PerShape& shape, const Batch& batch);
   void step_body(PerShape& shape);
