@@ -561,6 +561,7 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
     if (stop) break;
   }
   result.steps = step;
+  if (graph_step) result.graph_replays = graph_step->counts().replays;
   result.wall_seconds = seconds_since(run_start);
   result.finished = step == total_steps;
   if (result.stopped_by_signal != 0) return result;  // checkpointed; the report can wait for the resume
