@@ -185,6 +185,7 @@ void Adam::stage_step() {
   std::memcpy(words.data(), &hyper, sizeof hyper);
   upload_into(device_numbers_, words.data(), device_numbers_.numel() * 8);  // through pinned staging: no wait
   staged_step_ = steps_ + 1;
+  staged_lr_ = lr_;
 }
 
 void Adam::step() {
@@ -193,6 +194,9 @@ void Adam::step() {
   EMBER_CHECK(!device_numbers_.defined() || staged_step_ == steps_, "Adam: step {} keeps its numbers on {}, but "
               "stage_step() was not called before it (the numbers there are step {}'s)", steps_,
               device_numbers_.device().str(), staged_step_);
+  EMBER_CHECK(!device_numbers_.defined() || staged_lr_ == lr_, "Adam: step {} keeps its numbers on {}, staged at "
+              "learning rate {}, but set_lr({}) came after stage_step()", steps_, device_numbers_.device().str(),
+              staged_lr_, lr_);
   const AdamHyper hyper = hyper_for(steps_);
   std::vector<Tensor> params, grads, ms, vs;
   std::vector<double> decays;

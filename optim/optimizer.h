@@ -95,7 +95,8 @@ class Adam : public Optimizer {
   // For a CUDA graph's step: the GPU kernel reads the step's numbers (learning rate, bias
   // corrections) from a small buffer on `device` instead of its arguments, so that a replay of a
   // captured step() uses that replay's numbers. stage_step() writes the numbers of the next step()
-  // (step_count() + 1, at lr()) there, an asynchronous upload; each step() checks that it was called.
+  // (step_count() + 1, at lr()) there, an asynchronous upload; each step() checks that it was called
+  // for it, and that lr() has not changed since.
   void keep_numbers_on_device(Device device);
   void stage_step();
 
@@ -106,6 +107,7 @@ class Adam : public Optimizer {
   AdamHyper hyper_for(int64_t step) const;
   Tensor device_numbers_;    // int64 on the GPU, an AdamHyper's bytes
   int64_t staged_step_ = -1;  // the step whose numbers device_numbers_ holds
+  double staged_lr_ = 0;      // and the learning rate they were staged with
 };
 
 // Adam's check of a loaded buffer: a second moment ("exp_avg_sq") must be >= 0 (else sqrt(v) is NaN).

@@ -146,6 +146,7 @@ TEST_CASE("cuda graphs: the IMDb step replays as one launch with no host wait, a
 }
 
 TEST_CASE("cuda graphs: AdamW with its numbers on the device refuses a step whose numbers were not staged") {
+  // NOTE: each refused step() has counted itself (as any step() that fails part-way).
   Run run(8);
   run.optimizer.keep_numbers_on_device(kGpu);
   const imdb::Batch batch = imdb::pad_for_graphs(make_batch(2, 10, 300, 1), 64);
@@ -158,4 +159,15 @@ TEST_CASE("cuda graphs: AdamW with its numbers on the device refuses a step whos
     message = e.what();
   }
   CHECK(message.find("stage_step() was not called before it") != std::string::npos);
+
+  // A learning rate set after the staging would not reach the GPU: refused too.
+  run.optimizer.stage_step();
+  run.optimizer.set_lr(5e-4);
+  message.clear();
+  try {
+    run.eager_step(batch);
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  CHECK(message.find("set_lr(0.0005) came after stage_step()") != std::string::npos);
 }
