@@ -10,12 +10,14 @@ namespace ember {
 
 CudaGraph::~CudaGraph() { reset(); }
 
-CudaGraph::CudaGraph(CudaGraph&& other) noexcept : graph_(std::exchange(other.graph_, nullptr)) {}
+CudaGraph::CudaGraph(CudaGraph&& other) noexcept
+    : graph_(std::exchange(other.graph_, nullptr)), warmed_up_(std::exchange(other.warmed_up_, false)) {}
 
 CudaGraph& CudaGraph::operator=(CudaGraph&& other) noexcept {
   if (this != &other) {
     reset();
     graph_ = std::exchange(other.graph_, nullptr);
+    warmed_up_ = std::exchange(other.warmed_up_, false);
   }
   return *this;
 }
@@ -29,6 +31,7 @@ void CudaGraph::capture(Device device, const std::function<void()>& fn) {
   EMBER_CHECK(device.index < cuda_device_count(), "CudaGraph::capture: {} is not available ({} CUDA devices)",
               device.str(), cuda_device_count());
   reset();
+  if (std::exchange(warmed_up_, false)) cuda::allocator_fill_recorded(device.index);
   cuda::graph_capture_begin(device.index);
   try {
     fn();
@@ -37,6 +40,20 @@ void CudaGraph::capture(Device device, const std::function<void()>& fn) {
     throw;
   }
   graph_ = cuda::graph_capture_end(device.index, true);
+}
+
+void CudaGraph::warm_up(Device device, const std::function<void()>& fn) {
+  EMBER_CHECK(device.is_cuda() && device.index < cuda_device_count(), "CudaGraph::warm_up: {} is not an available GPU",
+              device.str());
+  cuda::allocator_record(device.index, true);
+  try {
+    fn();
+  } catch (...) {
+    cuda::allocator_record(device.index, false);
+    throw;
+  }
+  cuda::allocator_record(device.index, false);
+  warmed_up_ = true;
 }
 
 void CudaGraph::replay() {

@@ -2,7 +2,7 @@
 // run), then replayed as one launch, with the same pointers, as often as asked (docs/cuda.md).
 //
 //   CudaGraph graph;
-//   step();                                   // a warm-up: the allocator caches what step needs
+//   graph.warm_up(Device::cuda(0), step);     // step run once: the allocator notes what it needs
 //   graph.capture(Device::cuda(0), step);     // step's GPU work recorded, not run
 //   for (...) { refresh_inputs(); graph.replay(); }
 //
@@ -32,6 +32,11 @@ class CudaGraph {
   // Captures the GPU work `fn` gives `device` (a GPU) into this graph (replacing any earlier one).
   // If fn throws, or the capture fails, nothing is kept and the error is raised.
   void capture(Device device, const std::function<void()>& fn);
+  // Runs `fn` eagerly as the warm-up of the next capture: the caching allocator notes the size of
+  // every block fn allocates, and capture() first puts a block of each in its cache (cudaMalloc for
+  // the missing), so that the capture finds them even if later work (or state fn created for good)
+  // has taken cached blocks since.
+  void warm_up(Device device, const std::function<void()>& fn);
   // Queues the captured work on the device's stream (one launch; the host does not wait).
   void replay();
   bool captured() const { return graph_ != nullptr; }
@@ -39,6 +44,7 @@ class CudaGraph {
  private:
   void reset();
   void* graph_ = nullptr;
+  bool warmed_up_ = false;  // the allocator holds the sizes of a warm-up for the next capture
 };
 
 }  // namespace ember

@@ -56,6 +56,12 @@ EMBER_CUDA_ENTRY(void, graph_capture_begin, (int device))
 EMBER_CUDA_ENTRY(void*, graph_capture_end, (int device, bool ok))
 EMBER_CUDA_ENTRY(void, graph_replay, (void* graph))
 EMBER_CUDA_ENTRY(void, graph_destroy, (void* graph))
+// A capture's warm-up: allocator_record(device, true) notes the size of every block the caching
+// allocator hands out until allocator_record(device, false); allocator_fill_recorded then makes its
+// cache hold, at once, a block of every noted size (cudaMalloc for those it lacks), so that a
+// capture of the same work finds its blocks whatever was allocated since the warm-up.
+EMBER_CUDA_ENTRY(void, allocator_record, (int device, bool on))
+EMBER_CUDA_ENTRY(void, allocator_fill_recorded, (int device))
 
 // ---- Element-wise (cuda/elementwise_kernels.cu, cuda/unary_kernels.cu)
 // dst = src converted to dst's type, element by element over `shape`.
@@ -86,9 +92,10 @@ EMBER_UNARY_PARAM_OPS(EMBER_CUDA_UNARY_ENTRY)
 EMBER_CUDA_ENTRY(void, select, (int device, const Shape8& shape, const Operand& out, const Operand& cond,
                                 const Operand& a, const Operand& b))
 // out[i] = in[i] * scale where (random_bits(seed, first + i) >> 11) >= threshold, else 0 (core/random.h:
-// the same mask as the CPU's for the same seed and index). n contiguous elements.
+// the same mask as the CPU's for the same seed and index). n contiguous elements. With `state` (device
+// memory, for a CUDA graph's step): the seed is state[0] and `first` counts from state[1].
 EMBER_CUDA_ENTRY(void, dropout, (int device, bool float64, const void* in, void* out, int64_t n, uint64_t seed,
-                                 uint64_t first, uint64_t threshold, double scale))
+                                 uint64_t first, uint64_t threshold, double scale, const uint64_t* state))
 
 // ---- Random fills (cuda/random_kernels.cu)
 // data[i] = element i of a uniform [a, b) (normal = false) or normal (mean a, std b) draw whose
@@ -191,10 +198,11 @@ EMBER_CUDA_ENTRY(void, attention_backward_bf16, (int device, const float* qkv, c
 EMBER_CUDA_ENTRY(void, embedding_forward, (int device, bool float64, const void* weight, int64_t w_rs, int64_t w_cs,
                                            const int64_t* ids, int64_t n, int64_t D, void* out))
 // dweight[rows[k], :] += sum over p in [starts[k], starts[k+1]) of grad[positions[p], :], in order of p:
-// one block per distinct row, no atomics, the same order of additions as the CPU.
+// one block per distinct row, no atomics, the same order of additions as the CPU. With `count`
+// (device memory, for a CUDA graph's step) only the first *count of the nrows rows are added.
 EMBER_CUDA_ENTRY(void, embedding_backward, (int device, bool float64, const void* grad, const int64_t* rows,
                                             const int64_t* starts, const int64_t* positions, int64_t nrows,
-                                            int64_t D, void* dweight))
+                                            int64_t D, void* dweight, const int64_t* count))
 
 // ---- GEMM through cuBLAS (cuda/blas.cu), row-major like the CPU's cpu::gemm:
 // C[b] (M x N, row stride ldc) = A[b] (M x K) @ B[b] (K x N) + beta * C[b] for b < batch, where
@@ -227,8 +235,10 @@ struct TensorList {
   const int64_t* sizes = nullptr;
   const double* weight_decays = nullptr;
 };
-// Adam / AdamW: state1 = the first moments (exp_avg), state2 = the second (exp_avg_sq).
-EMBER_CUDA_ENTRY(void, adam_step, (int device, bool float64, const TensorList& tensors, const AdamHyper& hyper))
+// Adam / AdamW: state1 = the first moments (exp_avg), state2 = the second (exp_avg_sq). With
+// `device_hyper` (device memory, for a CUDA graph's step) the kernel reads the step's numbers there.
+EMBER_CUDA_ENTRY(void, adam_step, (int device, bool float64, const TensorList& tensors, const AdamHyper& hyper,
+                                   const AdamHyper* device_hyper))
 // SGD: state1 = the velocities (null without momentum); state2 unused.
 EMBER_CUDA_ENTRY(void, sgd_step, (int device, bool float64, const TensorList& tensors, const SgdHyper& hyper))
 // Gradient clipping. sum_squares: the squares of every element of every grads[t], summed in double

@@ -86,10 +86,12 @@ Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape&
   return out;
 }
 
-Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale) {
+Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale,
+                    const uint64_t* state) {
   Tensor in = x.detach().contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cuda::dropout(device_of(x), is_f64(x), in.raw_data(), out.raw_data(), x.numel(), seed, first, threshold, scale);
+  cuda::dropout(device_of(x), is_f64(x), in.raw_data(), out.raw_data(), x.numel(), seed, first, threshold, scale,
+                state);
   return out;
 }
 
@@ -243,7 +245,23 @@ Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const std::v
   if (rows.empty()) return dweight;
   Tensor r = upload(rows, grad.device()), s = upload(starts, grad.device()), p = upload(positions, grad.device());
   cuda::embedding_backward(device_of(grad), is_f64(grad), grad.raw_data(), r.data<int64_t>(), s.data<int64_t>(),
-                           p.data<int64_t>(), int64_t(rows.size()), D, dweight.raw_data());
+                           p.data<int64_t>(), int64_t(rows.size()), D, dweight.raw_data(), nullptr);
+  return dweight;
+}
+
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids, const Shape& out_shape) {
+  Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
+  cuda::embedding_forward(device_of(weight), is_f64(weight), weight.raw_data(), weight.strides()[0],
+                          weight.strides()[1], ids.data<int64_t>(), ids.numel(), weight.shape()[1], out.raw_data());
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const Tensor& buckets, int64_t n) {
+  Tensor dweight = zeros({V, D}, grad.dtype(), grad.device());
+  if (n == 0) return dweight;
+  const int64_t* b = buckets.data<int64_t>();  // count, rows [n], starts [n + 1], positions [n]
+  cuda::embedding_backward(device_of(grad), is_f64(grad), grad.raw_data(), b + 1, b + 1 + n, b + 2 + 2 * n, n, D,
+                           dweight.raw_data(), b);
   return dweight;
 }
 
@@ -387,10 +405,11 @@ TensorPointers tensor_pointers(const std::vector<Tensor>& params, const std::vec
 }  // namespace
 
 void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
-               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const AdamHyper& hyper) {
+               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const AdamHyper& hyper,
+               const AdamHyper* device_hyper) {
   if (params.empty()) return;
   TensorPointers pointers = tensor_pointers(params, grads, m, v);
-  cuda::adam_step(device_of(params[0]), is_f64(params[0]), pointers.list(weight_decays.data()), hyper);
+  cuda::adam_step(device_of(params[0]), is_f64(params[0]), pointers.list(weight_decays.data()), hyper, device_hyper);
 }
 
 void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,

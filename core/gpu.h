@@ -27,7 +27,9 @@ void add_into(const Tensor& dst, const Tensor& src, double alpha);  // dst += al
 void scale(const Tensor& dst, double value);                         // dst *= value
 Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape);  // cond ? a : b
 // x * keep / (1 - p) with the CPU's mask (core/ops/dropout.cpp): contiguous result.
-Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale);
+// With `state` (device memory, a CUDA graph's step): the seed is state[0] and `first` counts from state[1].
+Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale,
+                    const uint64_t* state = nullptr);
 
 // t (contiguous, floating) = element i of a uniform [a, b) or normal (mean a, std b) draw from `first`.
 void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b);
@@ -57,6 +59,9 @@ Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, 
 // dweight [V, D] from grad [n, D] (contiguous): the buckets of ids by row, as the CPU builds them.
 Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const std::vector<int64_t>& rows,
                           const std::vector<int64_t>& starts, const std::vector<int64_t>& positions);
+// The same with ids and buckets already on the GPU (DeviceIds of core/ops.h: n ids).
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids, const Shape& out_shape);
+Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const Tensor& buckets, int64_t n);
 
 // ---- GEMM (cuBLAS), row-major, strides in elements; see core/cuda_ops.h
 template <typename T>
@@ -97,7 +102,8 @@ Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, cons
 // on one GPU, of one dtype, contiguous (core/ops/optimizer_steps.cpp checks them).
 // m, v: Adam's moments, one per parameter; velocities: SGD's, one per parameter or none (no momentum).
 void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
-               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const AdamHyper& hyper);
+               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const AdamHyper& hyper,
+               const AdamHyper* device_hyper = nullptr);
 void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
               const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
               const SgdHyper& hyper);

@@ -126,6 +126,21 @@ Tensor window_attention_reference(const Tensor& qkv, int64_t heads, int64_t wind
 // ---- Indexing, masking and joining (core/ops/embedding.cpp, core/ops/masking.cpp, core/ops/join.cpp)
 // Rows of `weight` [V, D] picked by integer `ids` [...] -> [..., D]; backward sums repeated ids.
 Tensor embedding(const Tensor& weight, const Tensor& ids);
+// Ids already on a GPU for a CUDA graph's step, which cannot check or bucket them on the host at
+// each replay: stage_ids() checks the host ids (each in [0, bound)) and copies them, and with
+// `with_buckets` the embedding backward's buckets, into `into`'s GPU tensors (made on the first
+// call, rewritten in place after, through pinned staging: no wait for the GPU). The embedding and
+// cross_entropy overloads below read them there (no ignored targets).
+struct DeviceIds {
+  Tensor ids;      // int64 on the GPU, the host ids' shape, each in [0, bound)
+  Tensor buckets;  // int64 [3n + 2]: the number of distinct ids, rows [n], starts [n + 1], positions [n]
+  int64_t bound = 0;
+};
+void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device device, DeviceIds& into);
+// Copies `bytes` of host memory into `dst`, a contiguous GPU tensor of exactly that many bytes,
+// through pinned staging: one asynchronous copy, no kernel, no wait (core/ops/views.cpp).
+void upload_into(const Tensor& dst, const void* host, int64_t bytes);
+Tensor embedding(const Tensor& weight, const DeviceIds& ids);
 // x where mask is false, `value` where it is true; mask (bool) broadcasts to x.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 // a where cond, else b; all three broadcast together.
@@ -141,6 +156,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = defaul
 // Mean over rows of -log softmax(logits)[target]; logits [N, C], targets int [N]; rows whose target
 // is ignore_index are left out of the mean.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// The same with targets staged on the GPU (stage_ids, bound = C): every row counts.
+Tensor cross_entropy(const Tensor& logits, const DeviceIds& targets);
 
 // In-place updates outside autograd (copy_, fill_, add_, mul_) are members of Tensor (core/tensor.h).
 
@@ -154,9 +171,11 @@ struct AdamHyper;
 void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays, const SgdHyper& hyper);
 // exp_avg, exp_avg_sq: Adam's first and second moments.
+// device_hyper (optional): an int64 GPU tensor holding an AdamHyper's bytes, which the GPU's kernel
+// reads instead of `hyper` (a CUDA graph's step, optim::Adam::keep_hyper_on_device).
 void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avg,
                 const std::vector<Tensor>& exp_avg_sq, const std::vector<double>& weight_decays,
-                const AdamHyper& hyper);
+                const AdamHyper& hyper, const Tensor& device_hyper = Tensor());
 // Gradient clipping: the sum of the squares of every element (in double, the same on every run), and
 // t *= value for every tensor.
 double sum_of_squares(const std::vector<Tensor>& tensors);

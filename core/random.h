@@ -62,10 +62,23 @@ class Generator {
   const BatchSlice& batch_slice() const { return slice_; }
   void set_batch_slice(const BatchSlice& slice) { slice_ = slice; }
 
+  // A CUDA graph's step (examples/imdb/graph_step.h): dropout's GPU kernels read the seed and the
+  // offset the step starts at from `state` (device memory, 2 numbers), which the caller rewrites
+  // before each replay; `step_offset` is the offset() that state holds for the step being recorded.
+  // The numbers drawn are the same as without it. Null: the seed and offsets are kernel arguments.
+  void set_device_state(const uint64_t* state, uint64_t step_offset) {
+    device_state_ = state;
+    step_offset_ = step_offset;
+  }
+  const uint64_t* device_state() const { return device_state_; }
+  uint64_t device_step_offset() const { return step_offset_; }
+
  private:
   uint64_t seed_;
   uint64_t offset_ = 0;
   BatchSlice slice_;
+  const uint64_t* device_state_ = nullptr;
+  uint64_t step_offset_ = 0;
 };
 
 // The generator used when none is passed (seed 0 until manual_seed).

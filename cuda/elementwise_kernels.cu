@@ -112,7 +112,11 @@ __global__ void select_kernel(const __grid_constant__ Shape8 shape, int64_t n, T
 
 template <typename T>
 __global__ void dropout_kernel(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, uint64_t threshold,
-                               T scale) {
+                               T scale, const uint64_t* state) {
+  if (state != nullptr) {  // a CUDA graph's step: the seed and the step's first index are read here
+    seed = state[0];
+    first += state[1];
+  }
   EMBER_CUDA_LOOP(i, n) {
     bool keep = (random_bits(seed, first + uint64_t(i)) >> 11) >= threshold;
     out[i] = keep ? in[i] * scale : T(0);
@@ -240,15 +244,15 @@ void select(int device, const Shape8& shape_in, const Operand& out_in, const Ope
 }
 
 void dropout(int device, bool float64, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
-             uint64_t threshold, double scale) {
+             uint64_t threshold, double scale, const uint64_t* state) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
   if (float64)
     dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), n,
-                                                           seed, first, threshold, scale);
+                                                           seed, first, threshold, scale, state);
   else
     dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), n,
-                                                           seed, first, threshold, float(scale));
+                                                           seed, first, threshold, float(scale), state);
   EMBER_CUDA_LAUNCHED("dropout_kernel");
 }
 

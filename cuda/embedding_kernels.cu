@@ -20,8 +20,9 @@ __global__ void gather_kernel(const T* weight, int64_t w_rs, int64_t w_cs, const
 
 template <typename T>
 __global__ void scatter_kernel(const T* grad, const int64_t* rows, const int64_t* starts, const int64_t* positions,
-                               int64_t D, T* dweight) {
+                               int64_t D, T* dweight, const int64_t* count) {
   const int64_t k = blockIdx.x;
+  if (count != nullptr && k >= *count) return;  // a graph's step: launched for the most rows a batch can have
   T* out = dweight + rows[k] * D;
   const int64_t begin = starts[k], end = starts[k + 1];
   for (int64_t col = threadIdx.x; col < D; col += blockDim.x) {
@@ -47,17 +48,17 @@ void embedding_forward(int device, bool float64, const void* weight, int64_t w_r
 }
 
 void embedding_backward(int device, bool float64, const void* grad, const int64_t* rows, const int64_t* starts,
-                        const int64_t* positions, int64_t nrows, int64_t D, void* dweight) {
+                        const int64_t* positions, int64_t nrows, int64_t D, void* dweight, const int64_t* count) {
   if (nrows == 0 || D == 0) return;
   if (nrows > 2147483647) raise_message("embedding backward: too many distinct ids for the CUDA kernel");
   cudaStream_t stream = use_device(device);
   int threads = D >= 256 ? 256 : (D >= 128 ? 128 : (D >= 64 ? 64 : 32));
   if (float64)
     scatter_kernel<<<unsigned(nrows), threads, 0, stream>>>(static_cast<const double*>(grad), rows, starts, positions, D,
-                                                            static_cast<double*>(dweight));
+                                                            static_cast<double*>(dweight), count);
   else
     scatter_kernel<<<unsigned(nrows), threads, 0, stream>>>(static_cast<const float*>(grad), rows, starts, positions, D,
-                                                            static_cast<float*>(dweight));
+                                                            static_cast<float*>(dweight), count);
   EMBER_CUDA_LAUNCHED("scatter_kernel");
 }
 

@@ -36,7 +36,8 @@ __device__ __forceinline__ void locate(const Batch& batch, int64_t i, int& t, in
 }
 
 template <typename T>
-__global__ void adam_kernel(Batch batch, AdamHyper h) {
+__global__ void adam_kernel(Batch batch, AdamHyper h, const AdamHyper* device_hyper) {
+  if (device_hyper != nullptr) h = *device_hyper;  // a CUDA graph's step: this step's numbers, uploaded before it
   const AdamRule<T> rule(h.lr, h.beta1, h.beta2, h.eps, h.correction1, h.correction2, h.decoupled);
   EMBER_CUDA_LOOP(i, batch.offsets[batch.count]) {
     int t;
@@ -148,13 +149,14 @@ void for_each_batch(const TensorList& list, Launch launch) {
 
 }  // namespace
 
-void adam_step(int device, bool float64, const TensorList& tensors, const AdamHyper& hyper) {
+void adam_step(int device, bool float64, const TensorList& tensors, const AdamHyper& hyper,
+               const AdamHyper* device_hyper) {
   cudaStream_t stream = use_device(device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
     if (float64)
-      adam_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper);
+      adam_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper, device_hyper);
     else
-      adam_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper);
+      adam_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper, device_hyper);
     EMBER_CUDA_LAUNCHED("adam_kernel");
   });
 }

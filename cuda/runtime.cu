@@ -52,6 +52,7 @@ class CachingAllocator final : public Allocator {
     size_t size = size_class(nbytes == 0 ? 1 : nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
     if (capturing_ != 0) return allocate_in_capture(size, nbytes);
+    if (recording_) recorded_.push_back(size);
     if (void* cached = cache_.take(size)) return cached;
     void* ptr = nullptr;
     EMBER_CUDA_CHECK(cudaSetDevice(index_));
@@ -96,6 +97,30 @@ class CachingAllocator final : public Allocator {
   // freed, during the capture or later, goes back to the pool, not to the cache; release_pool
   // (the graph destroyed) gives the pool's free blocks back to the cache.
   // NOTE: the pool's blocks, free or not, count as allocated in the statistics.
+  // A capture's warm-up (cuda_ops.h, allocator_record): the sizes it allocates, then the cache
+  // filled with a block of each at once (held together, then all given back).
+  void record(bool on) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    recording_ = on;
+    if (on) recorded_.clear();
+  }
+  void fill_recorded() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<void*> held;
+    for (size_t size : recorded_) {
+      size_t got = size;
+      void* ptr = cache_.take(got);
+      if (ptr == nullptr) {
+        EMBER_CUDA_CHECK(cudaSetDevice(index_));
+        EMBER_CUDA_CHECK(cudaMalloc(&ptr, size));  // NOTE: no retry after freeing the cache: it is being filled
+        ++mallocs_;
+        cache_.add_new(ptr, size);
+      }
+      held.push_back(ptr);
+    }
+    for (void* ptr : held) cache_.give_back(ptr);
+  }
+
   int begin_capture() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (capturing_ != 0) raise_message("cuda graph: a capture is already running on this device");
@@ -175,6 +200,8 @@ class CachingAllocator final : public Allocator {
   int64_t mallocs_ = 0;  // cudaMalloc calls so far
   std::map<int, Pool> pools_;
   int capturing_ = 0;    // the pool of the running capture, 0 when none
+  bool recording_ = false;        // a warm-up notes the sizes it allocates
+  std::vector<size_t> recorded_;
   int next_pool_ = 1;
 };
 
@@ -331,6 +358,8 @@ void synchronize(int device) {
 
 int64_t cudamalloc_count(int device) { return caching_allocator(device).malloc_count(); }
 
+void allocator_record(int device, bool on) { caching_allocator(device).record(on); }
+void allocator_fill_recorded(int device) { caching_allocator(device).fill_recorded(); }
 int allocator_begin_capture(int device) { return caching_allocator(device).begin_capture(); }
 void allocator_end_capture(int device) { caching_allocator(device).end_capture(); }
 void allocator_release_pool(int device, int pool) { caching_allocator(device).release_pool(pool); }

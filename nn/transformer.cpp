@@ -61,10 +61,29 @@ Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& key_pa
                                       std::vector<Tensor>* attention_weights) const {
   auto scope = forward_scope();
   EMBER_CHECK(tokens.dim() == 2, "TransformerClassifier: tokens must be [B, T], got {}", shape_str(tokens.shape()));
-  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const int64_t T = tokens.size(1);
   EMBER_CHECK(T <= config.max_len, "TransformerClassifier: sequence length {} exceeds max_len {}", T, config.max_len);
   Tensor positions = arange(T).view({1, T}).to(tokens.device());
-  Tensor x = embedding_dropout->forward(token_embedding->forward(tokens) + position_embedding->forward(positions));
+  return forward_embedded(token_embedding->forward(tokens) + position_embedding->forward(positions), key_padding_mask,
+                          attention_weights);
+}
+
+Tensor TransformerClassifier::forward(const DeviceIds& tokens, const DeviceIds& positions,
+                                      const Tensor& key_padding_mask) const {
+  auto scope = forward_scope();
+  EMBER_CHECK(tokens.ids.dim() == 2, "TransformerClassifier: tokens must be [B, T], got {}", shape_str(tokens.ids.shape()));
+  const int64_t T = tokens.ids.size(1);
+  EMBER_CHECK(T <= config.max_len, "TransformerClassifier: sequence length {} exceeds max_len {}", T, config.max_len);
+  EMBER_CHECK(positions.ids.shape() == Shape({1, T}), "TransformerClassifier: positions must be [1, {}], got {}", T,
+              shape_str(positions.ids.shape()));
+  return forward_embedded(embedding(token_embedding->weight, tokens) + embedding(position_embedding->weight, positions),
+                          key_padding_mask, nullptr);
+}
+
+Tensor TransformerClassifier::forward_embedded(const Tensor& embedded, const Tensor& key_padding_mask,
+                                               std::vector<Tensor>* attention_weights) const {
+  const int64_t B = embedded.size(0), T = embedded.size(1);
+  Tensor x = embedding_dropout->forward(embedded);
   if (attention_weights != nullptr) attention_weights->clear();
   for (const auto& block : blocks) {
     Tensor weights;

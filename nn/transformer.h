@@ -49,6 +49,9 @@ class TransformerClassifier : public Module {
   // Returns logits [B, classes]; `attention_weights`, if given, receives one [B, H, T, T] per layer.
   Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask,
                  std::vector<Tensor>* attention_weights = nullptr) const;
+  // The same with the tokens and the positions 0 .. T-1 ([1, T]) staged on the GPU (stage_ids,
+  // core/ops.h, with buckets): a CUDA graph's step, which uploads nothing (examples/imdb/graph_step.h).
+  Tensor forward(const DeviceIds& tokens, const DeviceIds& positions, const Tensor& key_padding_mask) const;
 
   ClassifierConfig config;
   std::shared_ptr<Embedding> token_embedding, position_embedding;
@@ -56,6 +59,11 @@ class TransformerClassifier : public Module {
   std::vector<std::shared_ptr<TransformerEncoderLayer>> blocks;
   std::shared_ptr<LayerNorm> final_norm;
   std::shared_ptr<Linear> head;
+
+ private:
+  // From the embeddings' sum [B, T, D] (before dropout) to the logits.
+  Tensor forward_embedded(const Tensor& embedded, const Tensor& key_padding_mask,
+                          std::vector<Tensor>* attention_weights) const;
 };
 
 }  // namespace ember::nn

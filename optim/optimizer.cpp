@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <fmt/ranges.h>
 
@@ -43,6 +44,17 @@ std::map<std::string, Tensor> Optimizer::state_dict() const {
 void Optimizer::count_step() {
   EMBER_CHECK(steps_ >= 0 && steps_ < max_steps, "optimizer: step count {} is out of range [0, {})", steps_, max_steps);
   ++steps_;
+}
+
+void Optimizer::create_state() {
+  for_each_param([&](size_t index, Tensor& p, double) {
+    for (const std::string& kind : state_kinds()) buffer(kind, index, p);
+  });
+}
+
+void Optimizer::set_step_count(int64_t steps) {
+  EMBER_CHECK(steps >= 0 && steps <= max_steps, "optimizer: step count {} is out of range [0, {}]", steps, max_steps);
+  steps_ = steps;
 }
 
 void Optimizer::check_state_entry(const std::string&, const std::string&, const Tensor&) const {}
@@ -155,11 +167,37 @@ void check_adam_state_entry(const std::string& name, const std::string& kind, co
   EMBER_CHECK(!(smallest < 0), "optimizer state: '{}' holds {} (a second moment must be >= 0)", name, smallest);
 }
 
+AdamHyper Adam::hyper_for(int64_t step) const {
+  return {lr_, beta1, beta2, eps, 1 - std::pow(beta1, double(step)), 1 - std::pow(beta2, double(step)), decoupled};
+}
+
+void Adam::keep_numbers_on_device(Device device) {
+  EMBER_CHECK(device.is_cuda(), "Adam: the step's numbers can be kept on a GPU, not on {}", device.str());
+  constexpr int64_t words = (sizeof(AdamHyper) + 7) / 8;
+  device_numbers_ = zeros({words}, Dtype::Int64, device);
+  staged_step_ = -1;
+}
+
+void Adam::stage_step() {
+  EMBER_CHECK(device_numbers_.defined(), "Adam::stage_step: call keep_numbers_on_device first");
+  const AdamHyper hyper = hyper_for(steps_ + 1);
+  std::vector<int64_t> words(size_t(device_numbers_.numel()), 0);
+  std::memcpy(words.data(), &hyper, sizeof hyper);
+  upload_into(device_numbers_, words.data(), device_numbers_.numel() * 8);  // through pinned staging: no wait
+  staged_step_ = steps_ + 1;
+  staged_lr_ = lr_;
+}
+
 void Adam::step() {
   NoGradGuard no_grad;
   count_step();
-  const double correction1 = 1 - std::pow(beta1, double(steps_));
-  const double correction2 = 1 - std::pow(beta2, double(steps_));
+  EMBER_CHECK(!device_numbers_.defined() || staged_step_ == steps_, "Adam: step {} keeps its numbers on {}, but "
+              "stage_step() was not called before it (the numbers there are step {}'s)", steps_,
+              device_numbers_.device().str(), staged_step_);
+  EMBER_CHECK(!device_numbers_.defined() || staged_lr_ == lr_, "Adam: step {} keeps its numbers on {}, staged at "
+              "learning rate {}, but set_lr({}) came after stage_step()", steps_, device_numbers_.device().str(),
+              staged_lr_, lr_);
+  const AdamHyper hyper = hyper_for(steps_);
   std::vector<Tensor> params, grads, ms, vs;
   std::vector<double> decays;
   for_each_param([&](size_t index, Tensor& p, double wd) {
@@ -170,7 +208,7 @@ void Adam::step() {
     vs.push_back(buffer("exp_avg_sq", index, p));
     decays.push_back(wd);
   });
-  adam_step_(params, grads, ms, vs, decays, {lr_, beta1, beta2, eps, correction1, correction2, decoupled});
+  adam_step_(params, grads, ms, vs, decays, hyper, device_numbers_);
 }
 
 }  // namespace ember::optim

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "core/update_rules.h"
 
 namespace ember::optim {
 
@@ -26,6 +27,9 @@ class Optimizer {
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   int64_t step_count() const { return steps_; }
+  // For a CUDA graph's step, whose host side (this count among it) runs only at its capture: the
+  // caller puts the count back after the capture and counts each replay. In [0, max_steps].
+  void set_step_count(int64_t steps);
   const std::vector<ParamGroup>& groups() const { return groups_; }
 
   // Optimiser state by name ("step", "<i>.exp_avg", ...), for checkpoints. Loading checks
@@ -40,6 +44,10 @@ class Optimizer {
   // The "<i>.<kind>" buffers a parameter lacks (a parameter gets them at its first update): for a
   // caller that knows every parameter has been updated, e.g. a trainer checking a checkpoint.
   virtual std::vector<std::string> missing_state() const;
+  // Makes every parameter's missing state buffers now (zeros, as its first update would), so that
+  // the first step() allocates none: a CUDA graph's warm-up step must leave the allocator's cache
+  // holding what the captured step needs, not lend it to buffers kept for good.
+  void create_state();
   static constexpr int64_t max_steps = int64_t(1) << 62;  // far beyond any run; step() refuses to go past it
 
  protected:
@@ -84,8 +92,22 @@ class Adam : public Optimizer {
   double beta1, beta2, eps;
   bool decoupled;
 
+  // For a CUDA graph's step: the GPU kernel reads the step's numbers (learning rate, bias
+  // corrections) from a small buffer on `device` instead of its arguments, so that a replay of a
+  // captured step() uses that replay's numbers. stage_step() writes the numbers of the next step()
+  // (step_count() + 1, at lr()) there, an asynchronous upload; each step() checks that it was called
+  // for it, and that lr() has not changed since.
+  void keep_numbers_on_device(Device device);
+  void stage_step();
+
  protected:
   void check_state_entry(const std::string& name, const std::string& kind, const Tensor& value) const override;
+
+ private:
+  AdamHyper hyper_for(int64_t step) const;
+  Tensor device_numbers_;    // int64 on the GPU, an AdamHyper's bytes
+  int64_t staged_step_ = -1;  // the step whose numbers device_numbers_ holds
+  double staged_lr_ = 0;      // and the learning rate they were staged with
 };
 
 // Adam's check of a loaded buffer: a second moment ("exp_avg_sq") must be >= 0 (else sqrt(v) is NaN).

@@ -127,6 +127,8 @@ expect "an octal-looking number" 2 "--epochs: expects an integer in [1, 1000000]
 expect "a flag as a value" 2 "--out needs a value, got the flag '--resume'" -- "$IMDB" train --out --resume
 expect "heads not dividing dim" 2 "--dim 128 is not divisible by --heads 3" -- "$IMDB" train --heads 3
 expect "bad device" 2 "unknown device 'tpu'" -- "$IMDB" train --device tpu
+expect "bad --cuda-graph" 2 "--cuda-graph: maybe not in {on,off}" -- "$IMDB" train --cuda-graph maybe
+expect "--cuda-graph on without a GPU" 1 "--cuda-graph on: CUDA graphs need a GPU (--device cuda), not --device cpu" -- "$IMDB" train "${small[@]}" --cuda-graph on --out "$OUT/graph-cpu"
 if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   expect "train on the GPU (reports GPU memory)" 0 "MiB peak" -- "$IMDB" train --data "$DATA" --dim 16 --heads 2 --layers 1 \
     --ffn 32 --max-len 64 --batch-size 16 --log-every 1000 --epochs 1 --device cuda --out "$OUT/gpu"

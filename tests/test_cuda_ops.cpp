@@ -624,6 +624,8 @@ TEST_CASE("cuda trainer: --device cuda trains the CPU's losses, reports GPU memo
     CHECK(on_gpu.step_losses[i] == doctest::Approx(on_cpu.step_losses[i]).epsilon(1e-3));
   }
   REQUIRE(on_gpu.epochs.size() == 2);
+  // --cuda-graph is on by default on a GPU: after each shape's first step, the steps are replayed.
+  CHECK(on_gpu.graph_replays > on_gpu.steps / 2);
   CHECK(on_gpu.epochs.back().gpu_peak_bytes > 0);
   CHECK(on_gpu.epochs.back().gpu_peak_bytes >= on_gpu.epochs.back().gpu_allocated_bytes);
   CHECK(on_cpu.epochs.back().gpu_peak_bytes == 0);

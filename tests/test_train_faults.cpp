@@ -60,7 +60,8 @@ TEST_CASE("train faults: metadata numbers are parsed in full and range-checked")
                  Case{"vocab_size", "-5", "'vocab_size'"}, Case{"lr", "nan", "'lr' = 'nan' is not a number"},
                  Case{"lr", "1e400", "'lr'"}, Case{"dropout", "0.5x", "'dropout'"}, Case{"seed", "-1", "'seed'"},
                  Case{"heads", "3", "dim = 128 is not divisible by heads = 3"},
-                 Case{"schedule", "sometimes", "schedule = 'sometimes'"}}) {
+                 Case{"schedule", "sometimes", "schedule = 'sometimes'"},
+                 Case{"cuda_graph", "maybe", "setting cuda_graph = 'maybe': expected on or off"}}) {
     auto meta = good;
     meta[c.key] = c.value;
     INFO(c.key << " = " << c.value);

@@ -60,4 +60,25 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   return loss;
 }
 
+Tensor cross_entropy(const Tensor& logits, const DeviceIds& targets) {
+  EMBER_CHECK(logits.defined() && targets.ids.defined(), "cross_entropy: an input tensor is undefined");
+  EMBER_CHECK(logits.dim() == 2 && is_floating(logits.dtype()) && logits.device() == targets.ids.device(),
+              "cross_entropy: staged targets on {} need floating 2-D logits there, got {} {} on {}",
+              targets.ids.device().str(), dtype_name(logits.dtype()), shape_str(logits.shape()), logits.device().str());
+  EMBER_CHECK(targets.ids.dim() == 1 && targets.ids.size(0) == logits.size(0),
+              "cross_entropy: targets {} do not match logits {}: expected 1-D targets of length {}",
+              shape_str(targets.ids.shape()), shape_str(logits.shape()), logits.size(0));
+  EMBER_CHECK(targets.bound == logits.size(1), "cross_entropy: the targets were checked against {} classes, the "
+              "logits have {}", targets.bound, logits.size(1));
+  constexpr int64_t ignore_index = -100;  // none: stage_ids checked every target in [0, C)
+  Tensor x = logits.detach().contiguous(), t = targets.ids;
+  CrossEntropyForward f = gpu::cross_entropy_forward(x, t, ignore_index, logits.size(0));
+  Tensor loss = f.loss;
+  f.loss = Tensor();  // NOTE: the closure must not hold the output (its own node would own it: a cycle)
+  record("cross_entropy", loss, {logits}, [saved_x = save(x), t, f](const Tensor& g) -> Grads {
+    return {gpu::cross_entropy_backward(saved_x.get(), t, f, ignore_index, g)};
+  });
+  return loss;
+}
+
 }  // namespace ember

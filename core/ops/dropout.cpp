@@ -42,9 +42,11 @@ void apply_mask(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, u
   });
 }
 
-Tensor masked_scale(const Tensor& x, uint64_t seed, uint64_t first, double p) {
+// With `state` (a CUDA graph's step, Generator::set_device_state), `first` counts from state[1].
+Tensor masked_scale(const Tensor& x, uint64_t seed, uint64_t first, double p, const uint64_t* state) {
   // On a GPU: the same hash of the same (seed, index), so the same mask as the CPU's.
-  if (x.device().is_cuda()) return gpu::dropout_mask(x, seed, first, keep_threshold(p), p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
+  if (x.device().is_cuda())
+    return gpu::dropout_mask(x, seed, first, keep_threshold(p), p < 1.0 ? 1.0 / (1.0 - p) : 0.0, state);
   Tensor in = x.detach().contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   const uint64_t threshold = keep_threshold(p);
@@ -77,10 +79,16 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   EMBER_CHECK(is_floating(x.dtype()), "dropout: expected a floating tensor (float32 or float64), got {}",
               dtype_name(x.dtype()));
   if (!training || p == 0.0) return x;
-  const uint64_t seed = gen.seed(), first = take_range(x, gen);
-  Tensor out = masked_scale(x, seed, first, p);
+  const uint64_t seed = gen.seed();
+  uint64_t first = take_range(x, gen);
+  // NOTE: in a CUDA graph's step the kernels read the seed and the step's first offset on the GPU
+  // (a replay's, not the capture's); `first` is then the offset within the step.
+  const uint64_t* state = x.device().is_cuda() ? gen.device_state() : nullptr;
+  if (state != nullptr) first -= gen.device_step_offset();
+  Tensor out = masked_scale(x, seed, first, p, state);
   // d/dx = mask * scale: the same pass over the gradient with the same (seed, first).
-  record("dropout", out, {x}, [seed, first, p](const Tensor& g) -> Grads { return {masked_scale(g, seed, first, p)}; });
+  record("dropout", out, {x},
+         [seed, first, p, state](const Tensor& g) -> Grads { return {masked_scale(g, seed, first, p, state)}; });
   return out;
 }
 

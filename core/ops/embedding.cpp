@@ -4,6 +4,7 @@
 // add up, deterministically whatever the thread count: the positions are bucketed by vocabulary
 // row first (a stable counting sort), then each thread owns whole rows and adds their positions'
 // gradients in position order. No two threads ever touch the same row, so there are no races.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -91,6 +92,61 @@ Tensor embedding_cuda(const Tensor& weight, std::vector<int64_t> id_list, const 
 }
 
 }  // namespace
+
+// ---- Ids staged on a GPU before a CUDA graph's step (core/ops.h, DeviceIds)
+
+void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device device, DeviceIds& into) {
+  EMBER_CHECK(host_ids.defined(), "stage_ids: the ids are an undefined tensor");
+  EMBER_CHECK(host_ids.device().is_cpu() && is_integer(host_ids.dtype()),
+              "stage_ids: expected integer ids on the host, got {} on {}", dtype_name(host_ids.dtype()),
+              host_ids.device().str());
+  EMBER_CHECK(device.is_cuda(), "stage_ids: the ids go to a GPU, not {}", device.str());
+  EMBER_CHECK(bound > 0, "stage_ids: the bound must be > 0, got {}", bound);
+  std::vector<int64_t> ids = host_ids.to_vector<int64_t>();
+  for (size_t i = 0; i < ids.size(); ++i)
+    EMBER_CHECK(ids[i] >= 0 && ids[i] < bound, "stage_ids: id {} at position {} of ids {} is out of range [0, {})",
+                ids[i], position_str(host_ids.shape(), int64_t(i)), shape_str(host_ids.shape()), bound);
+  const int64_t n = int64_t(ids.size());
+  // NOTE: a CUDA graph reads the tensors it was captured with: they are rewritten in place, so the
+  // shape (and device) must stay those of the first call.
+  if (into.ids.defined())
+    EMBER_CHECK(into.ids.shape() == host_ids.shape() && into.ids.device() == device &&
+                    into.buckets.defined() == with_buckets,
+                "stage_ids: ids {} on {} cannot go into the staged ids {} on {} (a graph's inputs keep their shape)",
+                shape_str(host_ids.shape()), device.str(), shape_str(into.ids.shape()), into.ids.device().str());
+  else {
+    into.ids = Tensor::empty(host_ids.shape(), Dtype::Int64, device);
+    if (with_buckets) into.buckets = Tensor::empty({3 * n + 2}, Dtype::Int64, device);
+  }
+  into.bound = bound;
+  upload_into(into.ids, ids.data(), n * 8);
+  if (!with_buckets) return;
+  RowBuckets buckets = bucket_by_row(ids, bound);
+  std::vector<int64_t> packed(size_t(3 * n + 2), 0);  // count, rows [n], starts [n + 1], positions [n]
+  packed[0] = int64_t(buckets.rows.size());
+  std::copy(buckets.rows.begin(), buckets.rows.end(), packed.begin() + 1);
+  std::copy(buckets.starts.begin(), buckets.starts.end(), packed.begin() + 1 + n);
+  std::copy(buckets.positions.begin(), buckets.positions.end(), packed.begin() + 2 + 2 * n);
+  upload_into(into.buckets, packed.data(), int64_t(packed.size()) * 8);
+}
+
+Tensor embedding(const Tensor& weight, const DeviceIds& ids) {
+  EMBER_CHECK(weight.dim() == 2 && is_floating(weight.dtype()) && weight.device().is_cuda(),
+              "embedding: staged ids need a floating 2-D weight on a GPU, got {} {} on {}", dtype_name(weight.dtype()),
+              shape_str(weight.shape()), weight.device().str());
+  EMBER_CHECK(ids.ids.defined() && ids.buckets.defined() && ids.ids.device() == weight.device(),
+              "embedding: the staged ids must be on the weight's device {} with their buckets (stage_ids with_buckets)",
+              weight.device().str());
+  const int64_t V = weight.shape()[0], D = weight.shape()[1];
+  EMBER_CHECK(ids.bound == V, "embedding: the ids were checked against {} rows, the weight has {}", ids.bound, V);
+  Shape out_shape = ids.ids.shape();
+  out_shape.push_back(D);
+  Tensor out = gpu::embedding_forward(weight, ids.ids, out_shape);
+  record("embedding", out, {weight}, [buckets = ids.buckets, n = ids.ids.numel(), V, D](const Tensor& g) -> Grads {
+    return {gpu::embedding_backward(g.contiguous(), V, D, buckets, n)};
+  });
+  return out;
+}
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   if (!(weight.device().is_cuda() && ids.device().is_cpu()))  // host ids: checked before upload

@@ -108,8 +108,14 @@ void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
 
 void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads_in,
                 const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
-                const std::vector<double>& weight_decays, const AdamHyper& hyper) {
+                const std::vector<double>& weight_decays, const AdamHyper& hyper, const Tensor& device_hyper) {
   const char* op = hyper.decoupled ? "AdamW" : "Adam";
+  if (device_hyper.defined())
+    EMBER_CHECK(device_hyper.device().is_cuda() && device_hyper.dtype() == Dtype::Int64 && device_hyper.is_contiguous() &&
+                    device_hyper.numel() * 8 >= int64_t(sizeof(AdamHyper)),
+                "{}: the step's numbers on the device must be a contiguous int64 GPU tensor of at least {} bytes, got "
+                "{} {} on {}", op, sizeof(AdamHyper), dtype_name(device_hyper.dtype()), shape_str(device_hyper.shape()),
+                device_hyper.device().str());
   check_step(op, params, grads_in, {&exp_avg, &exp_avg_sq}, weight_decays);
   EMBER_CHECK(exp_avg.size() == params.size() && exp_avg_sq.size() == params.size(),
               "{}: every parameter needs both moments", op);
@@ -129,8 +135,14 @@ void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
     });
   }
   for (const auto& [where, group] : cuda_groups(params))
+  {
+    const bool on_device = device_hyper.defined() && where.first == device_hyper.device().index;
+    EMBER_CHECK(!device_hyper.defined() || on_device, "{}: the step's numbers are on {}, a parameter on {}", op,
+                device_hyper.device().str(), Device::cuda(where.first).str());
     gpu::adam_step(pick(params, group), pick(grads, group), pick(exp_avg, group), pick(exp_avg_sq, group),
-                   pick(weight_decays, group), hyper);
+                   pick(weight_decays, group), hyper,
+                   on_device ? reinterpret_cast<const AdamHyper*>(device_hyper.data<int64_t>()) : nullptr);
+  }
 }
 
 double sum_of_squares(const std::vector<Tensor>& tensors_in) {

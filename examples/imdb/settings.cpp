@@ -76,12 +76,18 @@ void TrainConfig::validate() const {
   EMBER_CHECK(schedule == "linear" || schedule == "cosine" || schedule == "constant",
               "setting schedule = '{}': expected linear, cosine or constant", schedule);
   EMBER_CHECK(precision == "fp32" || precision == "bf16", "setting precision = '{}': expected fp32 or bf16", precision);
+  EMBER_CHECK(cuda_graph.empty() || cuda_graph == "on" || cuda_graph == "off",
+              "setting cuda_graph = '{}': expected on or off", cuda_graph.substr(0, 40));
   EMBER_CHECK(model.dim % model.heads == 0, "setting dim = {} is not divisible by heads = {}", model.dim, model.heads);
   EMBER_CHECK(is_truncation(truncate), "setting truncate = '{}': expected head, tail or head+tail", truncate);
   in("attention window", model.attention_window, -1, model.max_len);
   in("attention global", model.attention_global, 0, model.max_len);
   EMBER_CHECK(model.attention_window >= 0 || model.attention_global == 0,
               "setting attention: global tokens ({}) need a window (window:W,global:G)", model.attention_global);
+}
+
+bool TrainConfig::uses_cuda_graph() const {
+  return cuda_graph == "on" || (cuda_graph.empty() && device.rfind("cuda", 0) == 0);
 }
 
 std::map<std::string, std::string> TrainConfig::to_metadata() const {
@@ -98,7 +104,8 @@ std::map<std::string, std::string> TrainConfig::to_metadata() const {
           {"attention", attention_text({model.attention_window, model.attention_global})},
           {"checkpoint", model.checkpoint ? "1" : "0"},
           {"precision", precision},
-          {"length_buckets", std::to_string(length_buckets)}};
+          {"length_buckets", std::to_string(length_buckets)},
+          {"cuda_graph", uses_cuda_graph() ? "on" : "off"}};
 }
 
 std::map<std::string, std::string> TrainConfig::shared_settings() const {
@@ -173,6 +180,7 @@ TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>&
   }
   if (m.count("precision")) c.precision = get("precision");  // files from before --precision: fp32
   if (m.count("length_buckets")) c.length_buckets = integer("length_buckets", 0, limits::max_reviews);  // or: 0
+  c.cuda_graph = m.count("cuda_graph") ? get("cuda_graph") : "off";  // files from before --cuda-graph: off
   try {
     c.validate();
   } catch (const Error& e) {

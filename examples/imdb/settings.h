@@ -36,6 +36,8 @@ struct TrainConfig {
   int threads = 0;                  // 0 = all cores
   std::string device = "cpu";
   std::string precision = "fp32";   // fp32 | bf16: products in bfloat16, float32 master weights (core/precision.h)
+  std::string cuda_graph;           // on | off: the step as CUDA graphs, batches padded to a multiple of 32 tokens
+                                    // (examples/imdb/graph_step.h); empty: on for --device cuda, off otherwise
   std::string data;                 // reviews.json or aclImdb folder; empty = download into data_dir
   std::string data_dir;             // download cache; empty = $EMBER_DATA or ./data
   std::string out = "runs/imdb";
@@ -60,6 +62,8 @@ struct TrainConfig {
   // Throws ember::Error naming the setting if one is out of its range (limits above) or they
   // disagree (dim not divisible by heads, an unknown schedule, classes other than 2).
   void validate() const;
+  // --cuda-graph as it applies: on, or off (the padding changes dropout's draws, so a resume must match).
+  bool uses_cuda_graph() const;
   // The settings that make a run what it is (what --resume must match), as text. from_metadata
   // parses each in full (an integer is decimal digits only: "1e3", "12abc", "3.5" are errors),
   // checks its range and validate()s the whole.

@@ -24,6 +24,7 @@
 #include "core/precision.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
+#include "examples/imdb/graph_step.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/truncation.h"
@@ -283,6 +284,8 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
   if (!lead) config.quiet = true;
   distributed::check_same_settings(world, config.shared_settings());
   Device device = checked_device(config.device);
+  EMBER_CHECK(!config.uses_cuda_graph() || device.is_cuda(), "--cuda-graph on: CUDA graphs need a GPU (--device cuda), "
+              "not --device {}", config.device);
   // Under mpirun, "cuda" is each rank's own GPU: cuda:(local rank % GPUs).
   if (device.is_cuda() && several && config.device == "cuda")
     device = distributed::device_for_local_rank(distributed::launch_info().local_rank);
@@ -358,6 +361,14 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
   nn::DataParallel dp(model, *group, {.bucket_bytes = config.bucket_kb * 1024, .overlap = config.overlap,
                                       .reduce_gradients = !config.zero});
   int64_t& step = state.step;
+  // --cuda-graph on: batches padded to a multiple of 32 tokens, and on one process the step runs as
+  // CUDA graphs, one per padded shape (graph_step.h). On several ranks (or under ZeRO-1) the step
+  // stays op by op (the all-reduce is not captured), with the same padding: the same numbers.
+  const bool pad_for_graph = config.uses_cuda_graph();
+  std::optional<GraphStep> graph_step;
+  auto* adam = dynamic_cast<optim::Adam*>(optimizer.get());
+  if (pad_for_graph && !several && adam != nullptr)
+    graph_step.emplace(model, *adam, gen, device, config.clip, config.quiet);
   // The steps' losses not read yet. On a GPU reading one makes the host wait for the step, so they
   // are read on logging steps and before a save (on a CPU, and on several ranks, every step).
   struct PendingLoss {
@@ -436,17 +447,23 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
       const int64_t batch_rows = batcher.rows_in(b);
       const distributed::Range rows = distributed::shard_range(batch_rows, world.rank(), world.size());
       Batch batch = batcher.batch_rows(order, b, rows.begin, rows.size());
+      if (pad_for_graph) batch = pad_for_graphs(batch, config.model.max_len);
       if (several) gen.set_batch_slice({batch_rows, rows.begin, rows.size()});
-      BatchTensors t = to_tensors(batch, device);
       optimizer->set_lr(schedule.lr_at(step));
-      Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
-      optimizer->zero_grad();
-      // Each rank's mean weighs rows / batch_rows of the whole batch's; DataParallel averages (/ size).
-      if (several) (loss * (double(rows.size()) * world.size() / double(batch_rows))).backward();
-      else loss.backward();
-      dp.synchronize_gradients();
-      if (config.clip > 0 && !config.zero) optim::clip_grad_norm_(model.parameters(), config.clip);  // the norm stays on the GPU
-      optimizer->step();
+      Tensor loss;
+      if (graph_step) {
+        loss = graph_step->run(batch);  // the inputs uploaded, then one graph launch (after each shape's first step)
+      } else {
+        BatchTensors t = to_tensors(batch, device);
+        loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
+        optimizer->zero_grad();
+        // Each rank's mean weighs rows / batch_rows of the whole batch's; DataParallel averages (/ size).
+        if (several) (loss * (double(rows.size()) * world.size() / double(batch_rows))).backward();
+        else loss.backward();
+        dp.synchronize_gradients();
+        if (config.clip > 0 && !config.zero) optim::clip_grad_norm_(model.parameters(), config.clip);  // the norm stays on the GPU
+        optimizer->step();
+      }
       int64_t batch_real_tokens = batch.real_tokens;
       std::optional<double> whole_batch_loss;
       if (several) {  // the whole batch's loss and tokens, for the log; and any rank's signal
@@ -544,6 +561,7 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
     if (stop) break;
   }
   result.steps = step;
+  if (graph_step) result.graph_replays = graph_step->counts().replays;
   result.wall_seconds = seconds_since(run_start);
   result.finished = step == total_steps;
   if (result.stopped_by_signal != 0) return result;  // checkpointed; the report can wait for the resume

@@ -41,6 +41,7 @@ struct RunResult {
   double final_test_accuracy = 0;   // of the last epoch (when finished)
   double wall_seconds = 0;
   std::vector<double> step_losses;  // every step's loss, in order (this process's steps)
+  int64_t graph_replays = 0;        // --cuda-graph on: steps replayed as CUDA graphs (graph_step.h)
 };
 
 struct Data {

@@ -1,0 +1,112 @@
+// The trainer's step as CUDA graphs, one per batch shape (examples/imdb/graph_step.h).
+#include "examples/imdb/graph_step.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "optim/schedule.h"
+
+namespace ember::imdb {
+
+Batch pad_for_graphs(const Batch& batch, int64_t max_len) {
+  const int64_t T = batch.seq_len, B = batch.batch;
+  const int64_t rounded = (T + kGraphPadMultiple - 1) / kGraphPadMultiple * kGraphPadMultiple;
+  const int64_t padded = std::max(T, std::min(rounded, max_len));
+  if (padded == T) return batch;
+  Batch out = batch;
+  out.seq_len = padded;
+  out.tokens.assign(size_t(B * padded), 0);    // [PAD]
+  out.key_mask.assign(size_t(B * padded), 0);  // padding
+  for (int64_t r = 0; r < B; ++r) {
+    std::copy_n(batch.tokens.begin() + r * T, T, out.tokens.begin() + r * padded);
+    std::copy_n(batch.key_mask.begin() + r * T, T, out.key_mask.begin() + r * padded);
+  }
+  return out;
+}
+
+GraphStep::GraphStep(nn::TransformerClassifier& model, optim::Adam& optimizer, Generator& gen, Device device,
+                     double clip, bool quiet)
+    : model_(model), optimizer_(optimizer), gen_(gen), device_(device), clip_(clip), quiet_(quiet) {
+  EMBER_CHECK(device.is_cuda(), "GraphStep: CUDA graphs need a GPU, not {}", device.str());
+  optimizer_.keep_numbers_on_device(device);
+  optimizer_.create_state();  // now, not in the first step (its warm-up must leave the cache as the capture needs it)
+  dropout_state_ = zeros({2}, Dtype::Int64, device);
+}
+
+void GraphStep::stage(PerShape& s, const Batch& batch) {
+  const int64_t B = batch.batch, T = batch.seq_len;
+  stage_ids(from_vector(batch.tokens, {B, T}), model_.config.vocab_size, /*with_buckets=*/true, device_, s.tokens);
+  if (!s.positions.ids.defined())  // the same for every batch of this shape
+    stage_ids(arange(T).view({1, T}), model_.config.max_len, /*with_buckets=*/true, device_, s.positions);
+  std::vector<uint8_t> padding(batch.key_mask.size());
+  for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
+  if (!s.mask.defined()) s.mask = Tensor::empty({B, T}, Dtype::Bool, device_);
+  upload_into(s.mask, padding.data(), B * T);
+  stage_ids(from_vector(batch.labels, {B}), model_.config.classes, /*with_buckets=*/false, device_, s.labels);
+}
+
+void GraphStep::step_body(PerShape& s) {
+  optimizer_.zero_grad();
+  s.loss = cross_entropy(model_.forward(s.tokens, s.positions, s.mask), s.labels);
+  s.loss.backward();
+  if (clip_ > 0) optim::clip_grad_norm_(model_.parameters(), clip_);  // the norm stays on the GPU
+  optimizer_.step();
+}
+
+Tensor GraphStep::run(const Batch& batch) {
+  PerShape& s = shapes_[{batch.batch, batch.seq_len}];
+  stage(s, batch);
+  // This step's numbers, uploaded before it runs (or replays).
+  const uint64_t offset = gen_.offset();
+  const int64_t state[2] = {int64_t(gen_.seed()), int64_t(offset)};
+  upload_into(dropout_state_, state, sizeof state);
+  optimizer_.stage_step();
+  struct Unbind {  // the generator reads its numbers on the host again after the step
+    Generator& gen;
+    ~Unbind() { gen.set_device_state(nullptr, 0); }
+  } unbind{gen_};
+  gen_.set_device_state(reinterpret_cast<const uint64_t*>(dropout_state_.data<int64_t>()), offset);
+
+  if (s.graph.captured()) {
+    s.graph.replay();
+    // What the captured step's host side did at the capture, done again for this step.
+    optimizer_.set_step_count(optimizer_.step_count() + 1);
+    gen_.take(s.draws);
+    ++counts_.replays;
+    return s.loss.detach().clone();  // NOTE: the next replay rewrites s.loss
+  }
+
+  const int64_t steps = optimizer_.step_count();
+  if (s.eager_only) step_body(s);
+  else s.graph.warm_up(device_, [&] { step_body(s); });  // eager: this shape's first step, and the capture's warm-up
+  ++counts_.eager;
+  s.draws = gen_.offset() - offset;
+  Tensor loss = s.loss.detach();
+  if (s.eager_only) return loss;
+  // The capture records the step just run without running it: its host side counts the optimiser's
+  // step and takes dropout's numbers again, from the same starting point.
+  const int64_t steps_after = optimizer_.step_count();
+  const uint64_t offset_after = gen_.offset();
+  optimizer_.set_step_count(steps);
+  gen_.set_state(gen_.seed(), offset);
+  try {
+    s.graph.capture(device_, [&] { step_body(s); });
+    ++counts_.captures;
+  } catch (const std::exception& e) {
+    // NOTE: a step that cannot be captured (an op that uploads or waits inside it) still trains.
+    // A block the allocator's cache lacked (lent since the warm-up) gets one more warm-up.
+    const bool cache_miss = std::string(e.what()).find("no cached block") != std::string::npos;
+    s.eager_only = !cache_miss || ++s.cache_misses > 1;
+    if (s.eager_only && !quiet_)
+      fmt::print(stderr, "warning: the training step of shape [{}, {}] could not be captured as a CUDA graph, it runs "
+                 "op by op: {}\n", batch.batch, batch.seq_len, e.what());
+  }
+  optimizer_.set_step_count(steps_after);
+  gen_.set_state(gen_.seed(), offset_after);
+  return loss;
+}
+
+}  // namespace ember::imdb

@@ -1,0 +1,173 @@
+// The IMDb trainer's step as CUDA graphs (examples/imdb/graph_step.h), on the emulator: a replayed
+// step is one graph launch with no host wait and no pageable copy from the batch's upload to the
+// end of AdamW, and graph steps give the eager steps' losses and weights bit for bit, over a
+// schedule that changes the learning rate every step, with dropout on and two padded shapes.
+// Built into ember_tests_emulated only (it reads the emulator's counts).
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/ops.h"
+#include "counters.h"
+#include "examples/imdb/graph_step.h"
+#include "examples/imdb/trainer.h"
+#include "nn/transformer.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+using namespace ember;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// The recipe's model but for its sizes (see the test case): 4 heads, 2 layers, dropout 0.1.
+nn::ClassifierConfig small_recipe() {
+  nn::ClassifierConfig config;
+  config.vocab_size = 300;
+  config.max_len = 64;
+  config.dim = 32;
+  config.heads = 4;
+  config.layers = 2;
+  config.ffn_dim = 64;
+  config.dropout = 0.1;
+  return config;
+}
+
+// A batch of B reviews of at most `longest` tokens (some shorter), as the Batcher makes them.
+imdb::Batch make_batch(int64_t B, int64_t longest, int64_t vocab, int seed) {
+  imdb::Batch b;
+  b.batch = B;
+  b.seq_len = longest;
+  b.tokens.assign(size_t(B * longest), 0);
+  b.key_mask.assign(size_t(B * longest), 0);
+  for (int64_t r = 0; r < B; ++r) {
+    const int64_t length = r == 0 ? longest : 1 + (r * 7 + seed) % longest;
+    for (int64_t t = 0; t < length; ++t) {
+      b.tokens[size_t(r * longest + t)] = 1 + (r * 131 + t * 17 + seed * 5) % (vocab - 1);
+      b.key_mask[size_t(r * longest + t)] = 1;
+    }
+    b.labels.push_back((r + seed) % 2);
+    b.real_tokens += length;
+  }
+  return b;
+}
+
+struct Run {
+  Generator gen;
+  nn::TransformerClassifier model;
+  optim::AdamW optimizer;
+  explicit Run(uint64_t seed)
+      : gen(seed), model(small_recipe(), gen), optimizer(imdb::parameter_groups(model, 0.01), 1e-3) {
+    model.to(kGpu);
+    model.train();
+  }
+  // The trainer's step with --cuda-graph off, on the same (padded) batch.
+  Tensor eager_step(const imdb::Batch& batch) {
+    imdb::BatchTensors t = imdb::to_tensors(batch, kGpu);
+    Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
+    optimizer.zero_grad();
+    loss.backward();
+    optim::clip_grad_norm_(model.parameters(), 1.0);
+    optimizer.step();
+    return loss;
+  }
+};
+
+std::vector<float> host(const Tensor& t) { return t.to(Device::cpu()).to_vector<float>(); }
+
+}  // namespace
+
+// The recipe's step is batch 32, T 256, 4 heads, 2 layers, dim 128, vocabulary 20002: about 26
+// GFLOP, which the emulator's reference cuBLAS (plain loops) takes minutes over. Here: batch 4,
+// T 32 and 64 (two padded shapes, so two graphs), dim 32, vocabulary 300. The counts asserted do
+// not depend on those sizes (one launch per op whatever its size, the same copies); the heads and
+// layers, which change the graph's contents, are the recipe's.
+TEST_CASE("cuda graphs: the IMDb step replays as one launch with no host wait, and equals the eager steps bit for bit") {
+  const nn::ClassifierConfig config = small_recipe();
+  const int64_t B = 4;
+  // Longest reviews of 50, 20, 64, 33, 9, 61, 40 tokens: padded to 64, 32, 64, 64, 32, 64, 64.
+  const std::vector<int64_t> longest = {50, 20, 64, 33, 9, 61, 40};
+  std::vector<imdb::Batch> batches;
+  for (size_t s = 0; s < longest.size(); ++s)
+    batches.push_back(imdb::pad_for_graphs(make_batch(B, longest[s], config.vocab_size, int(s) + 1), config.max_len));
+  CHECK(batches[0].seq_len == 64);
+  CHECK(batches[1].seq_len == 32);
+  CHECK(batches[4].seq_len == 32);
+  // Warm-up over 3 steps, then a linear decay: a new learning rate every step.
+  const optim::Schedule schedule{optim::ScheduleKind::WarmupLinear, 2e-3, 3, int64_t(batches.size())};
+
+  Run eager(7), graphed(7);
+  imdb::GraphStep graphs(graphed.model, graphed.optimizer, graphed.gen, kGpu, 1.0);
+  for (size_t s = 0; s < batches.size(); ++s) {
+    INFO("step " << s + 1 << ", T " << batches[s].seq_len);
+    const double lr = schedule.lr_at(int64_t(s));
+    eager.optimizer.set_lr(lr);
+    const Tensor eager_loss = eager.eager_step(batches[s]);
+
+    graphed.optimizer.set_lr(lr);
+    const bool replay = s != 0 && s != 1;  // each shape's first step runs eagerly, then is captured
+    ember_emu::reset_counts();
+    const Tensor loss = graphs.run(batches[s]);  // from the batch's upload to the end of AdamW
+    const ember_emu::Counts c = ember_emu::counts();
+    INFO(ember_emu::describe(c));
+    CHECK(c.host_waits.empty());
+    CHECK(c.pageable_copies == 0);
+    CHECK(c.bytes_to_host == 0);
+    if (replay) {
+      CHECK(c.graph_launches == 1);
+      CHECK(c.kernel_launches == 2);  // the graph, and the copy of its loss (the next replay rewrites it)
+      CHECK(c.library_calls == 0);
+      // Uploaded before the replay: tokens and their buckets, the padding mask, the labels, dropout's
+      // seed and offset, AdamW's numbers (an AdamHyper in 7 words).
+      const int64_t n = B * batches[s].seq_len;
+      CHECK(c.bytes_to_device == n * 8 + (3 * n + 2) * 8 + n + B * 8 + 16 + 56);
+    } else {
+      CHECK(c.graph_launches == 0);
+      CHECK(c.kernel_launches > 100);  // the step ran op by op
+    }
+    CHECK(host(loss) == host(eager_loss));
+    CHECK(graphed.optimizer.step_count() == eager.optimizer.step_count());
+    CHECK(graphed.gen.offset() == eager.gen.offset());
+  }
+  CHECK(graphs.counts().eager == 2);
+  CHECK(graphs.counts().captures == 2);
+  CHECK(graphs.counts().replays == int64_t(batches.size()) - 2);
+  const auto eager_named = eager.model.named_parameters(), graphed_named = graphed.model.named_parameters();
+  REQUIRE(eager_named.size() == graphed_named.size());
+  for (size_t i = 0; i < eager_named.size(); ++i) {
+    INFO("parameter " << eager_named[i].first);
+    CHECK(host(graphed_named[i].second) == host(eager_named[i].second));
+  }
+  const auto eager_state = eager.optimizer.state_dict(), graphed_state = graphed.optimizer.state_dict();
+  CHECK(host(graphed_state.at("0.exp_avg_sq")) == host(eager_state.at("0.exp_avg_sq")));
+  CHECK(graphed_state.at("step").item<int64_t>() == int64_t(batches.size()));
+}
+
+TEST_CASE("cuda graphs: AdamW with its numbers on the device refuses a step whose numbers were not staged") {
+  // NOTE: each refused step() has counted itself (as any step() that fails part-way).
+  Run run(8);
+  run.optimizer.keep_numbers_on_device(kGpu);
+  const imdb::Batch batch = imdb::pad_for_graphs(make_batch(2, 10, 300, 1), 64);
+  run.optimizer.stage_step();
+  run.eager_step(batch);  // staged: fine
+  std::string message;
+  try {
+    run.eager_step(batch);  // not staged again: the device holds the last step's numbers
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  CHECK(message.find("stage_step() was not called before it") != std::string::npos);
+
+  // A learning rate set after the staging would not reach the GPU: refused too.
+  run.optimizer.stage_step();
+  run.optimizer.set_lr(5e-4);
+  message.clear();
+  try {
+    run.eager_step(batch);
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  CHECK(message.find("set_lr(0.0005) came after stage_step()") != std::string::npos);
+}
