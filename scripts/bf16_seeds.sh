@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
 # The recipe (h = 4, 3 epochs) trained with --precision bf16 for seeds 0, 1, 2, one after another, then
 # compared with the float32 runs of docs/results/compare/heads4-seed<S>/ (test accuracy, mean over seeds).
-# Logs, metrics and results go to docs/results/bf16/seed<S>/; a finished seed is skipped when rerun.
+# Logs, metrics and results go to <results>/seed<S>/ (default docs/results/bf16); a finished seed is skipped when rerun.
 #
-# Usage: scripts/bf16_seeds.sh [--data PATH] [--seeds "0 1 2"]   (build/imdb must be built; EMBER_IMDB=path
-# runs another copy of it)
+# Usage: scripts/bf16_seeds.sh [--data PATH] [--seeds "0 1 2"] [--threads N] [--results DIR]
+#   (build/imdb must be built; EMBER_IMDB=path runs another copy of it; --results defaults to docs/results/bf16)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 data=()
 seeds="0 1 2"
+threads=()
+results=docs/results/bf16
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --data) data=(--data "$2"); shift 2 ;;
     --seeds) seeds="$2"; shift 2 ;;
-    *) echo "usage: $0 [--data PATH] [--seeds \"0 1 2\"]" >&2; exit 2 ;;
+    --threads) threads=(--threads "$2"); shift 2 ;;
+    --results) results="$2"; shift 2 ;;
+    *) echo "usage: $0 [--data PATH] [--seeds \"0 1 2\"] [--threads N] [--results DIR]" >&2; exit 2 ;;
   esac
 done
-results=docs/results/bf16
 mkdir -p "$results"
 for seed in $seeds; do
-  out="runs/bf16/heads4-seed$seed"
+  out="runs/$(basename "$results")/heads4-seed$seed"
   keep="$results/seed$seed"
   if [[ -f "$keep/result.json" ]]; then
     echo "seed $seed: done already ($keep/result.json)"
@@ -32,7 +35,7 @@ for seed in $seeds; do
   else
     echo "seed $seed: build/imdb train --precision bf16 --seed $seed --out $out (load: $(uptime))" | tee "$keep/train.log"
     "${EMBER_IMDB:-build/imdb}" train --precision bf16 --seed "$seed" --heads 4 --out "$out" --log-every 100 \
-      "${data[@]}" 2>&1 | tee -a "$keep/train.log"
+      "${data[@]}" "${threads[@]}" 2>&1 | tee -a "$keep/train.log"
   fi
   cp "$out/metrics.jsonl" "$keep/"
   # result.json: the epochs' test accuracies from the metrics (the trainer writes no result.json).

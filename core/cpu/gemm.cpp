@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "core/cpu/gemm_kernels.h"
@@ -135,6 +136,40 @@ void scale_c(const Problem<T, S>& p, T* c, int64_t rows, int64_t cols, int64_t c
   }
 }
 
+// Whether the kernel reads A in place for a B block `nc` columns wide: when that block is one micro-panel
+// (each A element then meets B once, and packing it would cost about what using it does) and A has a
+// contiguous dimension.
+template <typename Kernel>
+bool reads_a_in_place(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p,
+                      int64_t nc) {
+  if constexpr (std::is_same_v<typename Kernel::Source, typename Kernel::Packed>) {
+    return kernel.tile_direct != nullptr && nc <= kernel.nr && (p.a_rs == 1 || p.a_cs == 1);
+  } else {
+    return false;
+  }
+}
+
+// C[m0:m1, jc:jc+nc] += the K block [pc, pc+kc) of the product, A read in place (reads_a_in_place).
+template <typename Kernel>
+void tiles_with_a_in_place(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p,
+                           int64_t m0, int64_t m1, int64_t jc, int64_t nc, int64_t pc, int64_t kc,
+                           typename Kernel::Output beta, const typename Kernel::Packed* b_panel) {
+  using T = typename Kernel::Output;
+  if constexpr (std::is_same_v<typename Kernel::Source, typename Kernel::Packed>) {
+    for (int64_t ir = m0; ir < m1; ir += kernel.mr) {
+      const int m_rows = static_cast<int>(std::min<int64_t>(kernel.mr, m1 - ir));
+      T* c_tile = p.C + ir * p.c_rs + jc;
+      T tile_beta = beta;
+      if (pc == 0 && p.bias != nullptr) {
+        scale_c(p, c_tile, m_rows, nc, jc);  // C = beta C + bias
+        tile_beta = T(1);
+      }
+      kernel.tile_direct(kc, p.A + ir * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, b_panel, c_tile, p.c_rs, m_rows,
+                         static_cast<int>(nc), p.alpha, tile_beta);
+    }
+  }
+}
+
 // C[m0:m1, n0:n1] on the calling thread.
 template <typename Kernel>
 void gemm_block(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p, int64_t m0,
@@ -158,6 +193,10 @@ void gemm_block(const Kernel& kernel, const Problem<typename Kernel::Output, typ
       const int64_t panel_k = round_up(kc, kernel.k_granule);  // a micro-panel's length (k padded with zeros)
       const T beta = pc == 0 ? p.beta : T(1);  // later K blocks accumulate onto the first
       kernel.pack_b(p.B + pc * p.b_rs + jc * p.b_cs, p.b_rs, p.b_cs, kc, nc, b_packed);
+      if (reads_a_in_place(kernel, p, nc)) {  // one B micro-panel: each A element is used once, unpacked
+        tiles_with_a_in_place(kernel, p, m0, m1, jc, nc, pc, kc, beta, b_packed);
+        continue;
+      }
       for (int64_t ic = m0; ic < m1; ic += mc_block) {
         const int64_t mc = std::min(mc_block, m1 - ic);
         kernel.pack_a(p.A + ic * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, mc, kc, a_packed);

@@ -73,10 +73,12 @@ struct Float64Ops {
 enum class Store { Overwrite, Accumulate, General, Bias };
 
 // One kRows x (kVecs * lanes) tile; the A panel holds kPanelRows rows (kRows <= kPanelRows).
+// kPanelRows == kDirectA: A is read in place instead, element (r, k) at a[r * a_rs + k * a_cs].
+constexpr int kDirectA = 0;
 template <typename Ops, int kRows, int kVecs, int kPanelRows, Store kStore>
 void tile_with(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, typename Ops::T* c,
                int64_t c_rs, int n_cols, typename Ops::T alpha, typename Ops::T beta,
-               const typename Ops::T* bias = nullptr) {
+               const typename Ops::T* bias = nullptr, int64_t a_rs = 1, int64_t a_cs = kPanelRows) {
   using Vec = typename Ops::Vec;
   using Mask = typename Ops::Mask;
   constexpr int kLanes = Ops::kLanes;
@@ -107,11 +109,11 @@ void tile_with(int64_t kc, const typename Ops::T* a, const typename Ops::T* b, t
     for (int v = 0; v < kVecs; ++v) b_row[v] = Ops::load(b + v * kLanes);
 #pragma GCC unroll 32
     for (int r = 0; r < kRows; ++r) {
-      Vec a_value = Ops::broadcast(a[r]);
+      Vec a_value = Ops::broadcast(kPanelRows == kDirectA ? a[r * a_rs] : a[r]);
 #pragma GCC unroll 8
       for (int v = 0; v < kVecs; ++v) acc[r][v] = Ops::fma(a_value, b_row[v], acc[r][v]);
     }
-    a += kPanelRows;
+    a += kPanelRows == kDirectA ? a_cs : kPanelRows;
     b += kVecs * kLanes;
   }
 
@@ -184,6 +186,43 @@ void bias_tile_any_size(int64_t kc, const typename Ops::T* a, const typename Ops
   static constexpr auto table = bias_tile_table<Ops, kMR, kNV>(std::make_integer_sequence<int, kMR>{});
   int vecs = (n_cols + Ops::kLanes - 1) / Ops::kLanes;
   table[m_rows - 1][vecs - 1](kc, a, b, c, c_rs, n_cols, bias);
+}
+
+// A read in place (no packed panel): for a product whose B block is one micro-panel wide, each element of A
+// meets B once, so packing it would cost as much as using it.
+template <typename Ops, int kRows, int kVecs>
+void tile_direct(int64_t kc, const typename Ops::T* a, int64_t a_rs, int64_t a_cs, const typename Ops::T* b,
+                 typename Ops::T* c, int64_t c_rs, int n_cols, typename Ops::T alpha, typename Ops::T beta) {
+  if (alpha == 1 && beta == 0)
+    tile_with<Ops, kRows, kVecs, kDirectA, Store::Overwrite>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs, a_cs);
+  else if (alpha == 1 && beta == 1)
+    tile_with<Ops, kRows, kVecs, kDirectA, Store::Accumulate>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs,
+                                                              a_cs);
+  else
+    tile_with<Ops, kRows, kVecs, kDirectA, Store::General>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs, a_cs);
+}
+
+template <typename Ops>
+using DirectTile = void (*)(int64_t, const typename Ops::T*, int64_t, int64_t, const typename Ops::T*,
+                            typename Ops::T*, int64_t, int, typename Ops::T, typename Ops::T);
+
+template <typename Ops, int kRows, int... kVecsMinus1>
+constexpr auto direct_tile_row(std::integer_sequence<int, kVecsMinus1...>) {
+  return std::array<DirectTile<Ops>, sizeof...(kVecsMinus1)>{&tile_direct<Ops, kRows, kVecsMinus1 + 1>...};
+}
+template <typename Ops, int kMaxVecs, int... kRowsMinus1>
+constexpr auto direct_tile_table(std::integer_sequence<int, kRowsMinus1...>) {
+  return std::array<std::array<DirectTile<Ops>, kMaxVecs>, sizeof...(kRowsMinus1)>{
+      direct_tile_row<Ops, kRowsMinus1 + 1>(std::make_integer_sequence<int, kMaxVecs>{})...};
+}
+
+template <typename Ops, int kMR, int kNV>
+void direct_tile_any_size(int64_t kc, const typename Ops::T* a, int64_t a_rs, int64_t a_cs,
+                          const typename Ops::T* b, typename Ops::T* c, int64_t c_rs, int m_rows, int n_cols,
+                          typename Ops::T alpha, typename Ops::T beta) {
+  static constexpr auto table = direct_tile_table<Ops, kNV>(std::make_integer_sequence<int, kMR>{});
+  int vecs = (n_cols + Ops::kLanes - 1) / Ops::kLanes;
+  table[m_rows - 1][vecs - 1](kc, a, a_rs, a_cs, b, c, c_rs, n_cols, alpha, beta);
 }
 
 template <typename Ops, int kMR, int kNV>
@@ -357,7 +396,8 @@ const GemmKernel<float> kAvx512Float = {"avx512", kFloatMR, kFloatNV * 16, 16,
                                         EMBER_AVX512_KC, EMBER_AVX512_MC, EMBER_AVX512_NC,
                                         &tile_any_size<Float32Ops, kFloatMR, kFloatNV>,
                                         &pack_a_float<kFloatMR>, &pack_b_float<kFloatNV * 16>,
-                                        &bias_tile_any_size<Float32Ops, kFloatMR, kFloatNV>};
+                                        &bias_tile_any_size<Float32Ops, kFloatMR, kFloatNV>, 1,
+                                        &direct_tile_any_size<Float32Ops, kFloatMR, kFloatNV>};
 const GemmKernel<double> kAvx512Double = {"avx512", kDoubleMR, kDoubleNV * 8, 8, 256, 126, 512,
                                           &tile_any_size<Float64Ops, kDoubleMR, kDoubleNV>,
                                           &pack_a_generic<double, kDoubleMR>,

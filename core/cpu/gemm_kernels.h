@@ -27,6 +27,11 @@ template <typename P, typename Out = P>
 using BiasTileFunction = void (*)(int64_t kc, const P* a_panel, const P* b_panel, Out* c, int64_t c_rs,
                                   int m_rows, int n_cols, const Out* bias);
 
+// Optional: the tile with A read in place, element (r, k) at a[r * a_rs + k * a_cs], not from a packed
+// panel (the driver uses it when B's block is one micro-panel wide: each A element is then used once).
+template <typename P, typename Out = P>
+using DirectTileFunction = void (*)(int64_t kc, const P* a, int64_t a_rs, int64_t a_cs, const P* b_panel, Out* c,
+                                    int64_t c_rs, int m_rows, int n_cols, Out alpha, Out beta);
 // Packing into those layouts: A block m x kc, B block kc x n of source type S, read through any
 // strides (the pointers are at the block's first element). Portable versions: gemm_pack.h.
 template <typename S, typename P = S>
@@ -55,6 +60,7 @@ struct GemmKernel {
   // K is packed in groups of this many (2: the bfloat16 kernels multiply pairs of k); a micro-panel
   // is then round_up(kc, k_granule) long, the missing k packed as zeros.
   int k_granule = 1;
+  DirectTileFunction<P, Out> tile_direct = nullptr;  // null: A is always packed (kernels whose S != P)
 };
 
 // The x86 kernels are null when this CPU (or compiler) lacks the instructions.

@@ -74,39 +74,75 @@ void block_scores(const Block& blk, const Dims& d, T scale, const T* q, const T*
   gemm(blk.rows(), blk.hi - blk.lo, d.Dh, scale, qr, d.row(), 1, k + blk.lo * d.row(), 1, d.row(), T(0), s + blk.a, C);
 }
 
+// The columns of row i that see a key, as two runs: [0, hidden_from) (the global keys, and any key < global
+// in [lo, hi)) and [first, last) (the keys j of [lo, hi) with |j - i| <= window, all of them for a global
+// query, and j <= i if causal). Padding inside the extent (`holes`) is hidden on top of these.
+struct SeenRuns {
+  int64_t hidden_from, first, last;  // columns
+};
+
+SeenRuns seen_runs(const Block& blk, AttentionWindow w, bool causal, int64_t i) {
+  int64_t first = blk.lo, last = blk.hi;  // keys
+  if (i >= w.global) {
+    first = std::min(blk.hi, std::max(blk.lo, i - w.window));
+    last = std::min(blk.hi, i + w.window + 1);
+  }
+  if (causal) last = std::min(last, i + 1);
+  last = std::max(last, first);
+  const int64_t hide_from = std::min(first, std::max(blk.lo, w.global));  // keys < global stay seen
+  const auto col = [&](int64_t j) { return blk.a + (j - blk.lo); };       // key j's column, j in [lo, hi]
+  return {col(hide_from), col(first), col(last)};
+}
+
 // The band's mask and the softmax, in place, row by row: hidden keys get exactly 0, and a row that sees
-// no key is all 0 (its output 0, no gradient; docs/attention.md). Row i sees the global keys (columns
-// [0, a), and any key < global in [lo, hi)), and of [lo, hi) the keys j with |j - i| <= window (all of
-// them for a global query) and j <= i if causal: one run of columns, so the mask is two fills, not a
+// no key is all 0 (its output 0, no gradient; docs/attention.md). The mask is two fills per row, not a
 // test per element. `holes` is the padding mask when a padded key lies before the extent, else null.
+// `lse` receives each row's log-sum-exp (-inf for a row that sees nothing), from which the backward
+// gets P back in one pass: P = e^(S - lse).
 template <typename T>
-void block_softmax(const Block& blk, AttentionWindow w, const bool* holes, bool causal, T* s) {
+void block_softmax(const Block& blk, AttentionWindow w, const bool* holes, bool causal, T* s, T* lse) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const int64_t C = blk.cols();
-  const auto col = [&](int64_t j) { return blk.a + (j - blk.lo); };  // key j's column, j in [lo, hi]
   for (int64_t r = 0; r < blk.rows(); ++r) {
-    const int64_t i = blk.i0 + r;
     T* row = s + r * C;
-    int64_t first = blk.lo, last = blk.hi;  // the run of [lo, hi) that row i sees
-    if (i >= w.global) {
-      first = std::min(blk.hi, std::max(blk.lo, i - w.window));
-      last = std::min(blk.hi, i + w.window + 1);
-    }
-    if (causal) last = std::min(last, i + 1);
-    last = std::max(last, first);
-    const int64_t hide_from = std::min(first, std::max(blk.lo, w.global));  // keys < global stay seen
-    std::fill(row + col(hide_from), row + col(first), neg_inf);
-    std::fill(row + col(last), row + C, neg_inf);
+    const SeenRuns seen = seen_runs(blk, w, causal, blk.i0 + r);
+    std::fill(row + seen.hidden_from, row + seen.first, neg_inf);
+    std::fill(row + seen.last, row + C, neg_inf);
     if (holes != nullptr)
       for (int64_t c = 0; c < C; ++c)
         if (holes[blk.key(c)]) row[c] = neg_inf;
     const T m = row_max(row, C);
     if (m == neg_inf) {
       std::fill(row, row + C, T(0));
+      lse[r] = neg_inf;
       continue;
     }
-    const T inv = T(1) / row_exp_store_sum(row, m, row, C);
+    const T sum = row_exp_store_sum(row, m, row, C);
+    lse[r] = m + std::log(sum);
+    const T inv = T(1) / sum;
     for (int64_t c = 0; c < C; ++c) row[c] *= inv;
+  }
+}
+
+// The backward's P from the scores and the forward's log-sum-exp: e^(S - lse) on the seen runs, 0 elsewhere
+// (no max, no sum, no normalising pass; hidden columns are never exponentiated).
+template <typename T>
+void block_probs(const Block& blk, AttentionWindow w, const bool* holes, bool causal, const T* lse, T* s) {
+  const int64_t C = blk.cols();
+  for (int64_t r = 0; r < blk.rows(); ++r) {
+    T* row = s + r * C;
+    if (lse[r] == -std::numeric_limits<T>::infinity()) {  // the row sees no key
+      std::fill(row, row + C, T(0));
+      continue;
+    }
+    const SeenRuns seen = seen_runs(blk, w, causal, blk.i0 + r);
+    row_exp_scaled(row, lse[r], T(1), row, seen.hidden_from);
+    std::fill(row + seen.hidden_from, row + seen.first, T(0));
+    row_exp_scaled(row + seen.first, lse[r], T(1), row + seen.first, seen.last - seen.first);
+    std::fill(row + seen.last, row + C, T(0));
+    if (holes != nullptr)
+      for (int64_t c = 0; c < C; ++c)
+        if (holes[blk.key(c)]) row[c] = T(0);
   }
 }
 
@@ -126,7 +162,7 @@ T* scratch(int slot, int64_t count) {
 
 template <typename T>
 void forward_kernel(const Dims& d, AttentionWindow w, const T* qkv, const bool* padding, bool causal, T* out,
-                    T* probs) {
+                    T* lse, T* probs) {
   const T scale = T(1) / std::sqrt(T(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
@@ -138,11 +174,12 @@ void forward_kernel(const Dims& d, AttentionWindow w, const T* qkv, const bool* 
       const T* k = q + d.D;
       const T* v = q + 2 * d.D;
       T* o = out + b * d.T * d.D + h * d.Dh;  // row stride D
+      T* lse_bh = lse + task * d.T;
       for_each_block(d.T, L, w, causal, [&](const Block& blk) {
         const int64_t C = blk.cols();
         T* p = scratch<T>(0, blk.rows() * C);
         block_scores(blk, d, scale, q, k, p);
-        block_softmax(blk, w, holes, causal, p);
+        block_softmax(blk, w, holes, causal, p, lse_bh + blk.i0);
         T* orow = o + blk.i0 * d.D;
         // O = P V over the two ranges (K == 0 leaves C = beta C: a block that sees nothing writes 0).
         gemm(blk.rows(), d.Dh, blk.a, T(1), p, C, 1, v, d.row(), 1, T(0), orow, d.D);
@@ -159,8 +196,8 @@ void forward_kernel(const Dims& d, AttentionWindow w, const T* qkv, const bool* 
 }
 
 template <typename T>
-void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* qkv, const bool* padding, bool causal,
-                     T* dqkv) {
+void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* qkv, const T* out, const T* lse,
+                     const bool* padding, bool causal, T* dqkv) {
   const T scale = T(1) / std::sqrt(T(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
@@ -176,12 +213,14 @@ void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* q
       T* dk = dq + d.D;
       T* dv = dq + 2 * d.D;
       const T* go = grad + b * d.T * d.D + h * d.Dh;  // dO, row stride D
+      const T* o = out + b * d.T * d.D + h * d.Dh;    // O, row stride D
+      const T* lse_bh = lse + task * d.T;
       for_each_block(d.T, L, w, causal, [&](const Block& blk) {
         const int64_t C = blk.cols(), R = blk.rows(), n = blk.hi - blk.lo;
         T* p = scratch<T>(0, R * C);
         T* ds = scratch<T>(1, R * C);
         block_scores(blk, d, scale, q, k, p);
-        block_softmax(blk, w, holes, causal, p);
+        block_probs(blk, w, holes, causal, lse_bh + blk.i0, p);
         const T* gor = go + blk.i0 * d.D;
         const T* qr = q + blk.i0 * d.row();
         // dV += P^T dO
@@ -190,10 +229,10 @@ void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* q
         // dP = dO V^T
         gemm(R, blk.a, d.Dh, T(1), gor, d.D, 1, v, 1, d.row(), T(0), ds, C);
         gemm(R, n, d.Dh, T(1), gor, d.D, 1, v + blk.lo * d.row(), 1, d.row(), T(0), ds + blk.a, C);
-        for (int64_t r = 0; r < R; ++r) {  // dS = P (dP - rowsum(dP P))
+        for (int64_t r = 0; r < R; ++r) {  // dS = P (dP - rowsum(dO O)): rowsum(dP P) = rowsum(dO O), Dh long
           T* row = ds + r * C;
           const T* prow = p + r * C;
-          const T dot = row_dot(row, prow, C);
+          const T dot = row_dot(gor + r * d.D, o + (blk.i0 + r) * d.D, d.Dh);
           for (int64_t c = 0; c < C; ++c) row[c] = prow[c] * (row[c] - dot);
         }
         // dQ = scale dS K (each query row in one block: written once)
@@ -212,9 +251,10 @@ void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* q
 }  // namespace
 
 Tensor window_attention_forward(const Tensor& qkv, int64_t heads, AttentionWindow window,
-                                const Tensor& key_padding_mask, bool causal, Tensor* probs) {
+                                const Tensor& key_padding_mask, bool causal, Tensor& lse, Tensor* probs) {
   const Dims d = dims_of(qkv, heads);
   Tensor out = Tensor::empty({d.B, d.T, d.D}, qkv.dtype());
+  lse = Tensor::empty({d.B, d.H, d.T}, qkv.dtype());
   if (probs != nullptr) {
     *probs = Tensor::empty({d.B, d.H, d.T, d.T}, qkv.dtype());
     std::memset(probs->raw_data(), 0, size_t(probs->numel()) * dtype_size(probs->dtype()));  // all-zero bytes: 0.0
@@ -222,21 +262,22 @@ Tensor window_attention_forward(const Tensor& qkv, int64_t heads, AttentionWindo
   const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
   dispatch_floating(qkv.dtype(), "window_attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    forward_kernel<T>(d, window, qkv.data<T>(), padding, causal, out.data<T>(),
+    forward_kernel<T>(d, window, qkv.data<T>(), padding, causal, out.data<T>(), lse.data<T>(),
                       probs != nullptr ? probs->data<T>() : nullptr);
   });
   return out;
 }
 
-Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, int64_t heads, AttentionWindow window,
-                                 const Tensor& key_padding_mask, bool causal) {
+Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                 int64_t heads, AttentionWindow window, const Tensor& key_padding_mask, bool causal) {
   const Dims d = dims_of(qkv, heads);
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
   std::memset(dqkv.raw_data(), 0, size_t(dqkv.numel()) * dtype_size(dqkv.dtype()));  // all-zero bytes: 0.0
   const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
   dispatch_floating(qkv.dtype(), "window_attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    backward_kernel<T>(d, window, grad_out.data<T>(), qkv.data<T>(), padding, causal, dqkv.data<T>());
+    backward_kernel<T>(d, window, grad_out.data<T>(), qkv.data<T>(), out.data<T>(), lse.data<T>(), padding, causal,
+                       dqkv.data<T>());
   });
   return dqkv;
 }

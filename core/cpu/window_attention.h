@@ -13,12 +13,13 @@
 //   the global keys below its window [0, a) and its window [lo, hi) = [i0 - W, i1 - 1 + W] (clipped),
 // so a block's scores are an [R, a + hi - lo] tile, made by two GEMMs and masked to the exact band;
 // global queries (i < global) are blocks whose one range is every key [0, L).
-// Forward per block:   S = scale Q K^T (masked)   P = softmax(S)   O = P V
-// Backward per block:  P recomputed exactly as the forward did (nothing [T, T] is saved)
-//                      dV += P^T dO   dP = dO V^T   dS = P * (dP - rowsum(dP * P))
+// Forward per block:   S = scale Q K^T (masked)   P = softmax(S)   O = P V   lse = log sum_j e^S (per row)
+// Backward per block:  P = e^(S - lse), S recomputed (nothing [T, T] is saved)
+//                      dV += P^T dO   dP = dO V^T   dS = P * (dP - rowsum(dO * O))
 //                      dQ = scale dS K   dK += scale dS^T Q
+// (rowsum(dP * P) = rowsum(dO * O) since O = P V: Dh terms per row instead of a row of the band.)
 // Each (b, h) is one task on one thread, blocks in order: sums in a fixed order, results independent of
-// the thread count. Saved for backward: nothing beyond qkv and the mask.
+// the thread count. Saved for backward: qkv, the mask, the output and the [B, H, T] log-sum-exps.
 #pragma once
 #include <cstdint>
 
@@ -32,13 +33,15 @@ struct AttentionWindow {
 };
 
 // qkv: contiguous [B, T, 3 D] floating; key_padding_mask: contiguous bool [B, T] or undefined. Returns
-// out [B, T, D]; `probs`, when not null, receives the dense [B, H, T, T] probabilities (0 outside the
-// band; O(T^2): for looking at, not for training). A query that sees no key gets output 0.
+// out [B, T, D] and sets `lse` to the rows' log-sum-exps [B, H, T] (-inf for a query that sees no key,
+// whose output is 0); `probs`, when not null, receives the dense [B, H, T, T] probabilities (0 outside
+// the band; O(T^2): for looking at, not for training).
 Tensor window_attention_forward(const Tensor& qkv, int64_t heads, AttentionWindow window,
-                                const Tensor& key_padding_mask, bool causal, Tensor* probs);
+                                const Tensor& key_padding_mask, bool causal, Tensor& lse, Tensor* probs);
 
-// The gradient of qkv [B, T, 3 D] from the output gradient [B, T, D] (contiguous).
-Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, int64_t heads, AttentionWindow window,
-                                 const Tensor& key_padding_mask, bool causal);
+// The gradient of qkv [B, T, 3 D] from the output gradient [B, T, D], the forward's output and lse (all
+// contiguous).
+Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                 int64_t heads, AttentionWindow window, const Tensor& key_padding_mask, bool causal);
 
 }  // namespace ember::cpu

@@ -2,7 +2,8 @@
 //   window_attention_reference: attention_reference with the band as one more mask (the [B, H, T, T]
 //     scores made in full, then hidden): the readable version, and what the tests hold the fused one to.
 //   window_attention: on the CPU one op with the fused kernel of core/cpu/window_attention.h, whose cost
-//     and memory grow with T x window; nothing [T, T] is saved for backward (it recomputes each block).
+//     and memory grow with T x window; nothing [T, T] is saved for backward (it recomputes each block's
+//     scores and gets P back from the saved log-sum-exps).
 // Query i sees key j iff |i - j| <= window, or i < global, or j < global; then padding and causal as in
 // attention(). A query that sees no key gets output 0 and no gradient (docs/attention.md).
 #include <cmath>
@@ -93,10 +94,12 @@ Tensor window_attention(const Tensor& qkv_in, int64_t heads, int64_t window, int
   Tensor qkv = qkv_in.contiguous();
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   const cpu::AttentionWindow band{window, global};
-  Tensor out = cpu::window_attention_forward(qkv, heads, band, mask, causal, weights);
+  Tensor lse;
+  Tensor out = cpu::window_attention_forward(qkv, heads, band, mask, causal, lse, weights);
   record("window_attention", out, {qkv_in},
-         [heads, band, causal, qkv = save(qkv), mask = save(mask)](const Tensor& g) -> Grads {
-           return {cpu::window_attention_backward(g.contiguous(), qkv.get(), heads, band, mask.get(), causal)};
+         [heads, band, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out)](const Tensor& g) -> Grads {
+           return {cpu::window_attention_backward(g.contiguous(), qkv.get(), out.get(), lse, heads, band, mask.get(),
+                                                  causal)};
          });
   return out;
 }
