@@ -10,6 +10,8 @@
 // NOTE: jr innermost walks C along its rows (contiguous), which the prefetchers follow far better
 // than walking down a column of tiles; measured a few percent faster at the model's shapes.
 // Packing reads A and B through their strides, so transposed operands cost nothing extra.
+// When B's block is a single micro-panel (N <= nr, e.g. attention's P V with a head of 32), each element of
+// A meets B once: a kernel with tile_direct then reads A in place, unpacked (reads_a_in_place).
 #include "core/cpu/gemm.h"
 
 #include <algorithm>
