@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/bfloat16.h"
+#include "core/cpu/attention_layout.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/softmax.h"
 #include "core/error.h"
@@ -16,16 +17,7 @@
 namespace ember::cpu {
 namespace {
 
-struct Dims {
-  int64_t B, T, D, H, Dh;
-  int64_t row() const { return 3 * D; }  // row stride of qkv
-};
-
-// qkv [B, T, 3 D] with D divisible by heads: the op has checked it (core/ops/attention.cpp).
-Dims dims_of(const Tensor& qkv, int64_t heads) {
-  const int64_t D = qkv.size(2) / 3;
-  return {qkv.size(0), qkv.size(1), D, heads, D / heads};
-}
+using namespace attention_layout;
 
 // [T, T] scratch blocks per thread (slot 0: the probabilities when they are not kept as T, and dS;
 // slot 1: the backward's float32 copy of a head's bfloat16 probabilities).
@@ -49,24 +41,6 @@ void product(bool bf16, int64_t M, int64_t N, int64_t K, T alpha, const T* A, in
   if constexpr (std::is_same_v<T, float>)
     if (bf16) return gemm_bf16(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, 0.0f, C, c_rs);
   gemm(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, T(0), C, c_rs);
-}
-
-// Keys past the last unmasked one get probability exactly 0 from every query: the products skip
-// them (with trailing padding, a review of L tokens costs L, not T, keys; a review of padding only, 0).
-int64_t key_extent(const bool* padding, int64_t T) {
-  if (padding == nullptr) return T;
-  int64_t extent = T;
-  while (extent > 0 && padding[extent - 1]) --extent;
-  return extent;
-}
-
-// The padding mask of the first `extent` keys, or null when none of them is padding (the usual
-// right-padded batch: key_extent already stops before its padding), so the softmax skips the mask pass.
-const bool* padding_within(const bool* padding, int64_t extent) {
-  if (padding == nullptr) return nullptr;
-  for (int64_t j = 0; j < extent; ++j)
-    if (padding[j]) return padding;
-  return nullptr;
 }
 
 // Masked scores -> probabilities, in place, row by row, over the first `cols` columns of rows
@@ -114,7 +88,7 @@ void forward_kernel(const Dims& d, const T* qkv, const bool* padding, bool causa
       const int64_t b = task / d.H, h = task % d.H;
       const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
       const int64_t L = key_extent(pad, d.T);  // keys that can get any weight
-      pad = padding_within(pad, L);
+      pad = padding_holes(pad, L);
       const T* q = qkv + b * d.T * d.row() + h * d.Dh;
       const T* k = q + d.D;
       const T* v = q + 2 * d.D;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/cpu/attention_layout.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/softmax.h"
 #include "core/parallel.h"
@@ -14,23 +15,7 @@
 namespace ember::cpu {
 namespace {
 
-struct Dims {
-  int64_t B, T, D, H, Dh;
-  int64_t row() const { return 3 * D; }  // row stride of qkv
-};
-
-Dims dims_of(const Tensor& qkv, int64_t heads) {
-  const int64_t D = qkv.size(2) / 3;
-  return {qkv.size(0), qkv.size(1), D, heads, D / heads};
-}
-
-// Keys past the last unmasked one are never seen: every range stops there.
-int64_t key_extent(const bool* padding, int64_t T) {
-  if (padding == nullptr) return T;
-  int64_t extent = T;
-  while (extent > 0 && padding[extent - 1]) --extent;
-  return extent;
-}
+using namespace attention_layout;
 
 // A block of query rows [i0, i1) and the keys it can see: [0, a) then [lo, hi), a <= lo.
 struct Block {
@@ -144,12 +129,6 @@ void block_probs(const Block& blk, AttentionWindow w, const bool* holes, bool ca
       for (int64_t c = 0; c < C; ++c)
         if (holes[blk.key(c)]) row[c] = T(0);
   }
-}
-
-// The padding mask if a padded key lies before the extent L (a hole), else null: right padding, the
-// trainer's, is handled by the extent alone.
-const bool* padding_holes(const bool* pad, int64_t L) {
-  return pad != nullptr && std::find(pad, pad + L, true) != pad + L ? pad : nullptr;
 }
 
 // A per-thread scratch buffer (slot 0: P, slot 1: dS).
