@@ -6,6 +6,7 @@
 
 #include "autograd/node.h"
 #include "core/allocator.h"
+#include "core/cpu/window_attention.h"
 #include "core/cuda_ops.h"
 #include "core/parallel.h"
 #include "tests/cuda_skip.h"
@@ -150,6 +151,50 @@ TEST_CASE("window attention: a query that sees no key gives output 0 and gets no
     // The blind queries' q rows get no gradient.
     check_values(a.grad().select(0, 1).narrow(0, 0, blind).narrow(1, 0, D), std::vector<double>(size_t(blind * D), 0.0), 0);
     check_close(a.grad(), b.grad(), 2e-5);
+  }
+}
+
+TEST_CASE("window attention: the kept log-sum-exps are log sum_j e^(s_ij) over the keys each query sees") {
+  // What the backward rebuilds P from (P = e^(S - lse)), checked against a float64 sum over the band by
+  // hand: window 1, one global token, a padding hole at key 2 of review 0; review 1's global key and its
+  // keys from 3 on are padding, so its queries 4 to 6 (and 0 when causal) see no key: their lse is -inf.
+  const int64_t B = 2, T = 7, D = 4, heads = 2, Dh = D / heads, window = 1, global = 1;
+  Tensor qkv = random_qkv(B, T, D, 23);
+  Tensor mask = zeros({B, T}, Dtype::Bool);
+  mask.data<bool>()[2] = true;
+  mask.data<bool>()[T] = true;
+  for (int64_t t = 3; t < T; ++t) mask.data<bool>()[T + t] = true;
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    int64_t blind = 0;
+    Tensor lse;
+    cpu::window_attention_forward(qkv, heads, {window, global}, mask, causal, lse, nullptr);
+    REQUIRE(lse.shape() == Shape({B, heads, T}));
+    const float* x = qkv.data<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < T; ++i) {
+          double total = 0;
+          for (int64_t j = 0; j < T; ++j) {
+            const bool in_band = i < global || j < global || std::abs(i - j) <= window;
+            if (!in_band || mask.data<bool>()[b * T + j] || (causal && j > i)) continue;
+            double s = 0;
+            for (int64_t c = 0; c < Dh; ++c)
+              s += double(x[(b * T + i) * 3 * D + h * Dh + c]) * double(x[(b * T + j) * 3 * D + D + h * Dh + c]);
+            total += std::exp(s / std::sqrt(double(Dh)));
+          }
+          const float got = lse.data<float>()[(b * heads + h) * T + i];
+          CAPTURE(b);
+          CAPTURE(h);
+          CAPTURE(i);
+          if (total == 0) {
+            CHECK(got == -INFINITY);
+            ++blind;
+          } else {
+            CHECK(got == doctest::Approx(std::log(total)).epsilon(1e-5));
+          }
+        }
+    CHECK(blind == heads * (causal ? 4 : 3));  // review 1's queries 4, 5, 6 in each head, and 0 when causal
   }
 }
 
