@@ -80,8 +80,9 @@ SeenRuns seen_runs(const Block& blk, AttentionWindow w, bool causal, int64_t i) 
 }
 
 // The band's mask and the softmax, in place, row by row: hidden keys get exactly 0, and a row that sees
-// no key is all 0 (its output 0, no gradient; docs/attention.md). The mask is two fills per row, not a
-// test per element. `holes` is the padding mask when a padded key lies before the extent, else null.
+// no key is all 0 (its output 0, no gradient; docs/attention.md). The softmax runs over the row's two
+// runs of seen columns only; the rest is two fills, not a test per element. `holes` is the padding mask
+// when a padded key lies before the extent, else null.
 // `lse` receives each row's log-sum-exp (-inf for a row that sees nothing), from which the backward
 // gets P back in one pass: P = e^(S - lse).
 template <typename T>
@@ -91,21 +92,25 @@ void block_softmax(const Block& blk, AttentionWindow w, const bool* holes, bool 
   for (int64_t r = 0; r < blk.rows(); ++r) {
     T* row = s + r * C;
     const SeenRuns seen = seen_runs(blk, w, causal, blk.i0 + r);
-    std::fill(row + seen.hidden_from, row + seen.first, neg_inf);
-    std::fill(row + seen.last, row + C, neg_inf);
+    // The two runs [0, hidden_from) and [first, last); the columns between and after them are hidden.
+    const int64_t n1 = seen.hidden_from, n2 = seen.last - seen.first;
+    T* run2 = row + seen.first;
+    std::fill(row + seen.hidden_from, run2, T(0));
+    std::fill(row + seen.last, row + C, T(0));
     if (holes != nullptr)
       for (int64_t c = 0; c < C; ++c)
-        if (holes[blk.key(c)]) row[c] = neg_inf;
-    const T m = row_max(row, C);
-    if (m == neg_inf) {
+        if (holes[blk.key(c)] && (c < n1 || (c >= seen.first && c < seen.last))) row[c] = neg_inf;
+    const T m = std::max(row_max(row, n1), row_max(run2, n2));
+    if (m == neg_inf) {  // no key seen (a run of nothing but holes, or no run at all)
       std::fill(row, row + C, T(0));
       lse[r] = neg_inf;
       continue;
     }
-    const T sum = row_exp_store_sum(row, m, row, C);
+    const T sum = row_exp_store_sum(row, m, row, n1) + row_exp_store_sum(run2, m, run2, n2);
     lse[r] = m + std::log(sum);
     const T inv = T(1) / sum;
-    for (int64_t c = 0; c < C; ++c) row[c] *= inv;
+    for (int64_t c = 0; c < n1; ++c) row[c] *= inv;
+    for (int64_t c = 0; c < n2; ++c) run2[c] *= inv;
   }
 }
 
