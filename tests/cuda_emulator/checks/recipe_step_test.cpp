@@ -1,0 +1,129 @@
+// The IMDb recipe's training step at its full size (batch 32, T 256, 4 heads, 2 layers, dim 128,
+// FFN 512, vocabulary 20,002, dropout 0.1), counted by the emulator (counters.h): op by op
+// (--cuda-graph off), no host wait and no pageable copy from the batch's upload to the end of
+// AdamW; as a CUDA graph (--cuda-graph on), each replayed step one graph launch. The smaller
+// tests beside it (step_counts_test.cpp, graph_train_step_test.cpp) check the same at small sizes,
+// over more steps, and bit-equality; this one shows the counts at the recipe's own shapes.
+// Built into ember_tests_emulated only.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/ops.h"
+#include "counters.h"
+#include "examples/imdb/graph_step.h"
+#include "examples/imdb/settings.h"
+#include "examples/imdb/trainer.h"
+#include "nn/transformer.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+using namespace ember;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// A batch of B reviews, the first `longest` tokens long and the others shorter, as the Batcher
+// makes them (then padded as --cuda-graph on pads them).
+imdb::Batch recipe_batch(int64_t B, int64_t longest, int64_t vocab, int seed, int64_t max_len) {
+  imdb::Batch b;
+  b.batch = B;
+  b.seq_len = longest;
+  b.tokens.assign(size_t(B * longest), 0);
+  b.key_mask.assign(size_t(B * longest), 0);
+  for (int64_t r = 0; r < B; ++r) {
+    const int64_t length = r == 0 ? longest : 1 + (r * 37 + seed * 11) % longest;
+    for (int64_t t = 0; t < length; ++t) {
+      b.tokens[size_t(r * longest + t)] = 1 + (r * 7919 + t * 104729 + seed * 31) % (vocab - 1);
+      b.key_mask[size_t(r * longest + t)] = 1;
+    }
+    b.labels.push_back((r + seed) % 2);
+    b.real_tokens += length;
+  }
+  return imdb::pad_for_graphs(b, max_len);
+}
+
+// The trainer's step with --cuda-graph off (examples/imdb/trainer.cpp). Returns the loss, on the GPU.
+Tensor eager_step(nn::TransformerClassifier& model, optim::AdamW& optimizer, const imdb::Batch& batch, double clip) {
+  imdb::BatchTensors t = imdb::to_tensors(batch, kGpu);
+  Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
+  optimizer.zero_grad();
+  loss.backward();
+  optim::clip_grad_norm_(model.parameters(), clip);
+  optimizer.step();
+  return loss;
+}
+
+}  // namespace
+
+TEST_CASE("emulator counts: the recipe's step at full size makes no host wait, and replays as one graph launch") {
+  const imdb::TrainConfig recipe;  // the reference recipe's settings
+  const nn::ClassifierConfig& config = recipe.model;
+  REQUIRE(config.vocab_size == 20002);
+  REQUIRE(config.dim == 128);
+  REQUIRE(config.heads == 4);
+  REQUIRE(config.layers == 2);
+  REQUIRE(config.ffn_dim == 512);
+  REQUIRE(config.max_len == 256);
+  const int64_t B = recipe.batch_size, T = config.max_len;
+  REQUIRE(B == 32);
+  const imdb::Batch first = recipe_batch(B, T, config.vocab_size, 1, config.max_len);
+  const imdb::Batch second = recipe_batch(B, T, config.vocab_size, 2, config.max_len);
+  REQUIRE(first.seq_len == 256);
+
+  SUBCASE("op by op (--cuda-graph off)") {
+    Generator gen(recipe.seed);
+    nn::TransformerClassifier model(config, gen);
+    model.to(kGpu);
+    model.train();
+    optim::AdamW optimizer(imdb::parameter_groups(model, recipe.weight_decay), recipe.lr);
+    ember_emu::reset_counts();
+    Tensor loss = eager_step(model, optimizer, first, recipe.clip);  // from the batch's upload to the end of AdamW
+    ember_emu::Counts c = ember_emu::counts();
+    INFO(ember_emu::describe(c));
+    CHECK(c.host_waits.empty());
+    CHECK(c.pageable_copies == 0);
+    CHECK(c.bytes_to_host == 0);
+    CHECK(c.graph_launches == 0);
+    CHECK(c.kernel_launches > 100);
+    // The batch went up: tokens (as the embedding's ids and its backward's buckets), mask, labels.
+    CHECK(c.bytes_to_device >= B * T * (8 + 1) + B * 8);
+    // A logging step reads the loss: one wait.
+    ember_emu::reset_counts();
+    const float value = loss.item<float>();
+    CHECK(std::isfinite(value));
+    CHECK(ember_emu::counts().host_waits.size() == 1);
+  }
+
+  SUBCASE("as a CUDA graph (--cuda-graph on)") {
+    Generator gen(recipe.seed);
+    nn::TransformerClassifier model(config, gen);
+    model.to(kGpu);
+    model.train();
+    optim::AdamW optimizer(imdb::parameter_groups(model, recipe.weight_decay), recipe.lr);
+    imdb::GraphStep graphs(model, optimizer, gen, kGpu, recipe.clip);
+    ember_emu::reset_counts();
+    Tensor loss1 = graphs.run(first);  // eager, then captured
+    ember_emu::Counts c = ember_emu::counts();
+    CHECK_MESSAGE(c.host_waits.empty(), ember_emu::describe(c));
+    CHECK(c.pageable_copies == 0);
+    CHECK(graphs.counts().captures == 1);
+
+    ember_emu::reset_counts();
+    Tensor loss2 = graphs.run(second);  // replayed
+    c = ember_emu::counts();
+    INFO(ember_emu::describe(c));
+    CHECK(graphs.counts().replays == 1);
+    CHECK(c.host_waits.empty());
+    CHECK(c.pageable_copies == 0);
+    CHECK(c.bytes_to_host == 0);
+    CHECK(c.graph_launches == 1);
+    CHECK(c.kernel_launches == 2);  // the graph, and the copy of its loss
+    CHECK(c.library_calls == 0);
+    const int64_t n = B * T;
+    CHECK(c.bytes_to_device == n * 8 + (3 * n + 2) * 8 + n + B * 8 + 16 + 56);
+    CHECK(std::isfinite(loss2.item<float>()));
+  }
+}
