@@ -71,12 +71,7 @@ void Fiber::start(void (*fn)(void*), void* arg, Stack* stack) {
   makecontext(&context_, reinterpret_cast<void (*)()>(ucontext_entry), 4, unsigned(f >> 32), unsigned(f),
               unsigned(a >> 32), unsigned(a));
 }
-void Fiber::resume() { swapcontext(&scheduler_, &context_); }
-void Fiber::yield() { swapcontext(&context_, &scheduler_); }
-void Fiber::finish() {
-  setcontext(&scheduler_);
-  std::abort();
-}
+void Fiber::jump(Fiber& from, Fiber& to) { swapcontext(&from.context_, &to.context_); }
 
 #else  // x86-64, System V ABI
 
@@ -138,13 +133,7 @@ void Fiber::start(void (*fn)(void*), void* arg, Stack* stack) {
   frame[6] = reinterpret_cast<uint64_t>(&ember_emu_fiber_start);  // where the first switch "returns"
   sp_ = frame;
 }
-void Fiber::resume() { ember_emu_switch(&scheduler_sp_, sp_); }
-void Fiber::yield() { ember_emu_switch(&sp_, scheduler_sp_); }
-void Fiber::finish() {
-  void* unused;
-  ember_emu_switch(&unused, scheduler_sp_);
-  __builtin_unreachable();
-}
+void Fiber::jump(Fiber& from, Fiber& to) { ember_emu_switch(&from.sp_, to.sp_); }
 
 #endif
 

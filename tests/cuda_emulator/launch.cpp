@@ -68,7 +68,6 @@ struct CudaThread;
 struct Runner {
   Fiber fiber;
   Stack* stack = nullptr;
-  bool finished = false;  // its last thread ended, and no thread was left to start
 };
 
 struct CudaThread {
@@ -107,11 +106,46 @@ struct Launch {
   std::vector<CudaThread*> live, waiting;
   std::vector<char> resumed;
   std::vector<Runner*> free_runners;
+  // A round (see run_block): round 0 starts every thread; later rounds resume `queue` in order.
+  // Each thread that stops switches straight to the next one (run_next); the last, to the scheduler.
+  Fiber scheduler;  // run_block's own context
+  bool round0 = false;
+  const std::vector<CudaThread*>* queue = nullptr;
+  size_t queue_next = 0;
+  CudaThread* failed = nullptr;  // a thread that ended by throwing: the round stops there
 };
 thread_local Launch* running = nullptr;
 
+Runner* acquire_runner(Launch& launch);
+void release_runner(Launch& launch, Runner* r) { launch.free_runners.push_back(r); }
+
+// Makes `t` the running CUDA thread (before switching to it).
+void enter(Launch& launch, CudaThread* t) {
+  threadIdx = t->index;
+  launch.current = t;
+  t->state = CudaThread::kReady;
+}
+
+// From a fiber that stops (its thread waits at a barrier or a warp collective, or its runner has no
+// thread left): switches to what runs next in the round: in round 0 a new runner for the next
+// thread not yet started, in later rounds the next thread of the queue; else (or after a thread
+// threw) back to the scheduler. Returns when something switches back to `from`.
+void run_next(Fiber& from) {
+  Launch& launch = *running;
+  if (launch.failed == nullptr) {
+    if (launch.round0) {
+      if (launch.next_start < launch.order.size()) return Fiber::jump(from, acquire_runner(launch)->fiber);
+    } else if (launch.queue_next < launch.queue->size()) {
+      CudaThread* next = (*launch.queue)[launch.queue_next++];
+      enter(launch, next);
+      return Fiber::jump(from, next->runner->fiber);
+    }
+  }
+  Fiber::jump(from, launch.scheduler);
+}
+
 // A runner's body: starts the block's next thread, runs it, and when it ends starts the next one,
-// until a thread stops at a barrier or a warp collective (the runner stays with it; resuming it
+// until a thread stops at a barrier or a warp collective (the runner stays with it; switching to it
 // continues that thread), a thread throws, or every thread has started.
 void runner_main(void* arg) {
   auto* r = static_cast<Runner*>(arg);
@@ -120,9 +154,7 @@ void runner_main(void* arg) {
     CudaThread* t = launch.order[launch.next_start++];
     t->runner = r;
     t->started = true;
-    t->state = CudaThread::kReady;
-    threadIdx = t->index;
-    launch.current = t;
+    enter(launch, t);
     try {
       launch.body(launch.context);
     } catch (...) {
@@ -130,11 +162,16 @@ void runner_main(void* arg) {
     }
     t->state = CudaThread::kEnded;
     t->runner = nullptr;
-    if (t->error) break;  // the scheduler reports it; nothing more runs
+    if (t->error) {  // the scheduler reports it; nothing more runs
+      launch.failed = t;
+      break;
+    }
   }
   launch.current = nullptr;
-  r->finished = true;
-  r->fiber.finish();
+  // NOTE: free again while still running on its stack: nothing takes a runner before the switch below.
+  release_runner(launch, r);
+  run_next(r->fiber);
+  std::abort();  // never switched back to: a runner is started afresh when taken again
 }
 
 Runner* acquire_runner(Launch& launch) {
@@ -146,11 +183,9 @@ Runner* acquire_runner(Launch& launch) {
     r = new Runner;
     r->stack = acquire_stack();
   }
-  r->finished = false;
   r->fiber.start(runner_main, r, r->stack);
   return r;
 }
-void release_runner(Launch& launch, Runner* r) { launch.free_runners.push_back(r); }
 
 std::string where(const char* file, int line) {
   const char* slash = std::strrchr(file, '/');
@@ -221,43 +256,30 @@ bool run_block(Launch& launch, std::vector<CudaThread>& threads, bool reverse) {
   }
   launch.next_start = 0;
   launch.at_warp = 0;
+  launch.failed = nullptr;
   auto fail = [&](cudaError_t code, const std::string& message) {
     for (CudaThread& t : threads)  // threads stopped at a barrier are abandoned: their runners reused
       if (t.runner != nullptr) release_runner(launch, t.runner), t.runner = nullptr;
     set_error(code, std::string("kernel ") + launch.name + ", block " + dims(dim3(blockIdx)) + ": " + message);
     return false;
   };
-  // Resumes a runner; after it comes back, a runner that finished is free again, and a thread that
-  // ended with an error fails the block.
-  auto resume = [&](Runner* r, CudaThread* t) {
-    r->fiber.resume();
-    launch.current = nullptr;
-    if (r->finished) release_runner(launch, r);
-    if (t != nullptr && t->state == CudaThread::kEnded && t->error) return false;
-    return true;
-  };
-  // Round 0: every thread from its start, in order, runners started as threads stop.
-  while (launch.next_start < order.size()) {
-    Runner* r = acquire_runner(launch);
-    r->fiber.resume();
-    launch.current = nullptr;
-    const bool finished = r->finished;
-    if (finished) release_runner(launch, r);
-    CudaThread* last = order[launch.next_start - 1];  // the thread that stopped, ended or threw
-    if (last->state == CudaThread::kEnded && last->error) return thread_failed(last->error, fail);
-    if (finished && launch.next_start < order.size()) break;  // cannot happen: a runner finishes only when all started
-  }
+  // Round 0: every thread from its start, in order (runners started as threads stop, run_next).
+  launch.round0 = true;
+  Fiber::jump(launch.scheduler, acquire_runner(launch)->fiber);
+  launch.round0 = false;
+  launch.current = nullptr;
+  if (launch.failed != nullptr) return thread_failed(launch.failed->error, fail);
   std::vector<CudaThread*>& live = launch.live;
   std::vector<CudaThread*>& waiting = launch.waiting;
   std::vector<char>& resumed = launch.resumed;
   for (int round = 0;; ++round) {
-    if (round > 0) {
-      for (CudaThread* t : live) {
-        threadIdx = t->index;
-        launch.current = t;
-        t->state = CudaThread::kReady;
-        if (!resume(t->runner, t)) return thread_failed(t->error, fail);
-      }
+    if (round > 0) {  // the threads of `live` in turn, each switching to the next (run_next)
+      launch.queue = &live;
+      launch.queue_next = 1;
+      enter(launch, live.front());
+      Fiber::jump(launch.scheduler, live.front()->runner->fiber);
+      launch.current = nullptr;
+      if (launch.failed != nullptr) return thread_failed(launch.failed->error, fail);
     }
     // Warp collectives first: a warp whose lanes have all arrived exchanges its values, and those
     // lanes run on (in the block's order); a lane that cannot arrive is an error.
@@ -414,7 +436,7 @@ void syncthreads(const char* file, int line) {
   t->state = CudaThread::kAtBarrier;
   t->barrier_file = file;
   t->barrier_line = line;
-  t->runner->fiber.yield();
+  run_next(t->runner->fiber);
 }
 
 // ---- Warps: the 32 lanes of a warp meet at each warp collective (__shfl_*_sync, __ballot_sync,
@@ -438,7 +460,7 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, in
   t->warp_param = param;
   t->warp_width = width;
   ++running->at_warp;
-  t->runner->fiber.yield();
+  run_next(t->runner->fiber);
   return t->warp_result;
 }
 
@@ -470,10 +492,59 @@ namespace {
 
 // After every thread of the block has run until it blocked: resolves each group of lanes waiting
 // at one warp collective, marking them in `resumed`. False (and `problem`) for a broken collective.
+// The common case, checked and exchanged in one pass: all 32 lanes of a warp wait at the same
+// collective with the full mask and width 32 (a shuffle then reads a lane of its own warp: always
+// in the mask). False when the warp is not in that case (the general path below then checks it).
+bool resolve_full_warp(CudaThread* lanes, char* resumed) {
+  const CudaThread& t = lanes[0];
+  if (t.state != CudaThread::kAtWarp || t.warp_mask != 0xFFFFFFFFu || t.warp_width != 32) return false;
+  uint64_t ballot = 0;
+  for (int lane = 0; lane < 32; ++lane) {
+    const CudaThread& o = lanes[lane];
+    if (o.state != CudaThread::kAtWarp || o.warp_mask != 0xFFFFFFFFu || o.warp_width != 32 || o.warp_op != t.warp_op ||
+        !same_place(o, t) || resumed[lane])
+      return false;
+    if (o.warp_value != 0) ballot |= uint64_t(1) << lane;
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    CudaThread& o = lanes[lane];
+    const int p = o.warp_param;
+    int source = lane;
+    switch (o.warp_op) {
+      case WarpOp::kShfl: source = ((p % 32) + 32) % 32; break;
+      case WarpOp::kShflUp: source = lane >= p ? lane - p : lane; break;
+      case WarpOp::kShflDown: source = lane + p < 32 ? lane + p : lane; break;
+      case WarpOp::kShflXor: source = (lane ^ p) < 32 ? lane ^ p : lane; break;
+      default: break;
+    }
+    if (source < 0 || source >= 32) return false;  // (a negative delta): the general path reports it
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    CudaThread& o = lanes[lane];
+    const int p = o.warp_param;
+    switch (o.warp_op) {
+      case WarpOp::kBallot: o.warp_result = ballot; break;
+      case WarpOp::kAny: o.warp_result = ballot != 0; break;
+      case WarpOp::kAll: o.warp_result = ballot == 0xFFFFFFFFu; break;
+      case WarpOp::kSync: o.warp_result = 0; break;
+      case WarpOp::kShfl: o.warp_result = lanes[((p % 32) + 32) % 32].warp_value; break;
+      case WarpOp::kShflUp: o.warp_result = lanes[lane >= p ? lane - p : lane].warp_value; break;
+      case WarpOp::kShflDown: o.warp_result = lanes[lane + p < 32 ? lane + p : lane].warp_value; break;
+      case WarpOp::kShflXor: o.warp_result = lanes[(lane ^ p) < 32 ? lane ^ p : lane].warp_value; break;
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    lanes[lane].state = CudaThread::kReady;
+    resumed[lane] = 1;
+  }
+  return true;
+}
+
 bool resolve_warps(std::vector<CudaThread>& threads, std::vector<char>& resumed, std::string& problem) {
   const size_t warps = (threads.size() + 31) / 32;
   for (size_t w = 0; w < warps; ++w) {
     const size_t first = w * 32, lanes = std::min<size_t>(32, threads.size() - first);
+    if (lanes == 32 && resolve_full_warp(&threads[first], &resumed[first])) continue;
     for (size_t lane = 0; lane < lanes; ++lane) {
       CudaThread& t = threads[first + lane];
       if (t.state != CudaThread::kAtWarp || resumed[first + lane]) continue;
