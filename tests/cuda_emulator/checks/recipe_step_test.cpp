@@ -1,7 +1,8 @@
 // The IMDb recipe's training step at its full size (batch 32, T 256, 4 heads, 2 layers, dim 128,
-// FFN 512, vocabulary 20,002, dropout 0.1), counted by the emulator (counters.h): op by op
-// (--cuda-graph off), no host wait and no pageable copy from the batch's upload to the end of
-// AdamW; as a CUDA graph (--cuda-graph on), each replayed step one graph launch. The smaller
+// FFN 512, vocabulary 20,002, dropout 0.1), as the trainer runs it on one GPU, counted by the
+// emulator (counters.h): op by op (--cuda-graph off), no host wait and no pageable copy from the
+// batch's upload to the end of AdamW; as a CUDA graph (--cuda-graph on), a replayed step is one
+// graph launch. The smaller
 // tests beside it (step_counts_test.cpp, graph_train_step_test.cpp) check the same at small sizes,
 // over more steps, and bit-equality; this one shows the counts at the recipe's own shapes.
 // Built into ember_tests_emulated only.
@@ -13,6 +14,7 @@
 #include "core/ops.h"
 #include "counters.h"
 #include "examples/imdb/graph_step.h"
+#include "examples/imdb/prefetch.h"
 #include "examples/imdb/settings.h"
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"
@@ -45,17 +47,6 @@ imdb::Batch recipe_batch(int64_t B, int64_t longest, int64_t vocab, int seed, in
   return imdb::pad_for_graphs(b, max_len);
 }
 
-// The trainer's step with --cuda-graph off (examples/imdb/trainer.cpp). Returns the loss, on the GPU.
-Tensor eager_step(nn::TransformerClassifier& model, optim::AdamW& optimizer, const imdb::Batch& batch, double clip) {
-  imdb::BatchTensors t = imdb::to_tensors(batch, kGpu);
-  Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
-  optimizer.zero_grad();
-  loss.backward();
-  optim::clip_grad_norm_(model.parameters(), clip);
-  optimizer.step();
-  return loss;
-}
-
 }  // namespace
 
 TEST_CASE("emulator counts: the recipe's step at full size makes no host wait, and replays as one graph launch") {
@@ -74,18 +65,26 @@ TEST_CASE("emulator counts: the recipe's step at full size makes no host wait, a
   const imdb::Batch third = recipe_batch(B, T, config.vocab_size, 3, config.max_len);
   REQUIRE(first.seq_len == 256);
 
-  // One model, as a run that switched --cuda-graph between resumes would: a step op by op, then
-  // the graph's first step (op by op, then captured), then a replay. Each step runs the whole
-  // recipe-size step on the emulator (about 6 s each on the 2-core build machine).
+  // One model, as the trainer on one GPU runs it (examples/imdb/trainer.cpp): each batch uploaded on
+  // the copy stream during the step before it (BatchPrefetcher). A step op by op (--cuda-graph off),
+  // then with --cuda-graph on the shape's first step (op by op, then captured), then a replay. Each
+  // runs the whole recipe-size step on the emulator (about 6 s each on the 2-core build machine).
   Generator gen(recipe.seed);
   nn::TransformerClassifier model(config, gen);
   model.to(kGpu);
   model.train();
   optim::AdamW optimizer(imdb::parameter_groups(model, recipe.weight_decay), recipe.lr);
+  imdb::BatchPrefetcher prefetcher(kGpu, config, B);
+  const int64_t n = B * T;
+  // A batch's upload: tokens and their buckets, positions and theirs, padding mask, labels.
+  const int64_t batch_bytes = n * 8 + (3 * n + 2) * 8 + T * 8 + (3 * T + 2) * 8 + n + B * 8;
 
-  // --cuda-graph off: the trainer's step op by op.
+  // --cuda-graph off: from the first batch's upload to the end of AdamW, and the second's upload.
   ember_emu::reset_counts();
-  Tensor loss = eager_step(model, optimizer, first, recipe.clip);  // from the batch's upload to the end of AdamW
+  prefetcher.prefetch(first);
+  Tensor loss = imdb::gpu_step(model, optimizer, prefetcher.take(), recipe.clip);
+  prefetcher.release();
+  prefetcher.prefetch(second);
   ember_emu::Counts c = ember_emu::counts();
   {
     INFO(ember_emu::describe(c));
@@ -94,8 +93,7 @@ TEST_CASE("emulator counts: the recipe's step at full size makes no host wait, a
     CHECK(c.bytes_to_host == 0);
     CHECK(c.graph_launches == 0);
     CHECK(c.kernel_launches > 100);
-    // The batch went up: tokens (as the embedding's ids and its backward's buckets), mask, labels.
-    CHECK(c.bytes_to_device >= B * T * (8 + 1) + B * 8);
+    CHECK(c.bytes_to_device == 2 * batch_bytes);
   }
   // A logging step reads the loss: one wait.
   ember_emu::reset_counts();
@@ -105,14 +103,17 @@ TEST_CASE("emulator counts: the recipe's step at full size makes no host wait, a
   // --cuda-graph on: the shape's first step runs op by op and is captured; the next replays it.
   imdb::GraphStep graphs(model, optimizer, gen, kGpu, recipe.clip);
   ember_emu::reset_counts();
-  graphs.run(second);
+  graphs.run(prefetcher.take());
+  prefetcher.release();
+  prefetcher.prefetch(third);
   c = ember_emu::counts();
   CHECK_MESSAGE(c.host_waits.empty(), ember_emu::describe(c));
   CHECK(c.pageable_copies == 0);
   CHECK(graphs.counts().captures == 1);
 
   ember_emu::reset_counts();
-  Tensor replayed = graphs.run(third);
+  Tensor replayed = graphs.run(prefetcher.take());
+  prefetcher.release();
   c = ember_emu::counts();
   INFO(ember_emu::describe(c));
   CHECK(graphs.counts().replays == 1);
@@ -122,9 +123,7 @@ TEST_CASE("emulator counts: the recipe's step at full size makes no host wait, a
   CHECK(c.graph_launches == 1);
   CHECK(c.kernel_launches == 2);  // the graph, and the copy of its loss
   CHECK(c.library_calls == 0);
-  // Exactly the inputs: tokens and their buckets, the padding mask, the labels, dropout's seed
-  // and offset, AdamW's numbers (an AdamHyper in 7 words).
-  const int64_t n = B * T;
-  CHECK(c.bytes_to_device == n * 8 + (3 * n + 2) * 8 + n + B * 8 + 16 + 56);
+  // The step's numbers (dropout's seed and offset, AdamW's 7 words); the batch went up before.
+  CHECK(c.bytes_to_device == 16 + 56);
   CHECK(std::isfinite(replayed.item<float>()));
 }
