@@ -26,6 +26,13 @@ BatchPrefetcher::BatchPrefetcher(Device device, const nn::ClassifierConfig& mode
   }
 }
 
+BatchPrefetcher::~BatchPrefetcher() {
+  try {
+    for (const Slot& s : slots_) s.uploaded.wait(GpuStream::Compute);
+  } catch (...) {  // NOTE: a destructor must not throw; a broken device fails the next call anyway
+  }
+}
+
 void BatchPrefetcher::prefetch(const Batch& batch) {
   EMBER_CHECK(prefetched_ == taken_, "BatchPrefetcher::prefetch: the batch prefetched before was not taken");
   const int64_t B = batch.batch, T = batch.seq_len, n = B * T;

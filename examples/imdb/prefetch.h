@@ -41,6 +41,11 @@ class BatchPrefetcher {
  public:
   // Buffers for batches of up to max_batch reviews of up to model.max_len tokens on `device` (a GPU).
   BatchPrefetcher(Device device, const nn::ClassifierConfig& model, int64_t max_batch);
+  // NOTE: the buffers go back to the caching allocator, which hands blocks out in the compute
+  // stream's order: the compute stream first waits (on the GPU) for an upload still queued.
+  ~BatchPrefetcher();
+  BatchPrefetcher(const BatchPrefetcher&) = delete;
+  BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
 
   // Checks `batch` on the host (token ids below the vocabulary size, labels below the classes,
   // sizes within the buffers') and queues its upload on the copy stream. The host does not wait.

@@ -324,13 +324,13 @@ namespace {
 // With EMBER_EMULATOR_LAUNCHES=1 in the environment, the launches of each kernel (and the cuBLAS
 // and cuDNN calls, which run kernels of their own on a GPU) are counted and the counts printed to
 // stderr when the program ends (how many kernels an op or a training step launches: on a GPU, each
-// launch costs a few microseconds of the host's time), with the seconds the emulator spent running
-// each kernel (where the emulator's own time goes; says nothing of a GPU's).
+// launch costs a few microseconds of the host's time). With EMBER_EMULATOR_LAUNCHES=time, also the
+// seconds the emulator spent running each kernel (where the emulator's own time goes; says nothing
+// of a GPU's).
 struct LaunchCounts {
-  const bool enabled = [] {
-    const char* env = std::getenv("EMBER_EMULATOR_LAUNCHES");
-    return env != nullptr && env[0] == '1';
-  }();
+  const char* const env = std::getenv("EMBER_EMULATOR_LAUNCHES");
+  const bool timed = env != nullptr && std::strcmp(env, "time") == 0;
+  const bool enabled = timed || (env != nullptr && env[0] == '1');
   std::mutex mutex;
   std::map<std::string, int64_t> by_kernel;
   std::map<std::string, double> seconds;
@@ -347,12 +347,14 @@ struct LaunchCounts {
     if (!enabled) return;
     int64_t total = 0;
     for (const auto& [name, n] : by_kernel) total += n;
-    std::fprintf(stderr, "emulator: %lld kernel launches (launches, emulator's seconds running them, kernel)\n",
-                 static_cast<long long>(total));
+    std::fprintf(stderr, "emulator: %lld kernel launches\n", static_cast<long long>(total));
     for (const auto& [name, n] : by_kernel) {
       auto found = seconds.find(name);
-      std::fprintf(stderr, "  %8lld  %8.3f s  %s\n", static_cast<long long>(n), found != seconds.end() ? found->second : 0.0,
-                   name.c_str());
+      if (timed)  // the seconds of a cuBLAS or cuDNN call are not measured (0)
+        std::fprintf(stderr, "  %8lld  %8.3f s  %s\n", static_cast<long long>(n),
+                     found != seconds.end() ? found->second : 0.0, name.c_str());
+      else
+        std::fprintf(stderr, "  %8lld  %s\n", static_cast<long long>(n), name.c_str());
     }
   }
 };
@@ -418,7 +420,7 @@ void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void
   }
   if (check_config(config, name) != cudaSuccess) return;
   enqueue(config.stream, [config, name, body, context = std::move(context)] {
-    if (!launch_counts.enabled) return run_grid(config, name, body, context.get());
+    if (!launch_counts.timed) return run_grid(config, name, body, context.get());
     const auto start = std::chrono::steady_clock::now();
     const cudaError_t status = run_grid(config, name, body, context.get());
     launch_counts.add_time(name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -226,3 +226,28 @@ TEST_CASE("batch prefetch: misuse is an error naming it") {
   prefetcher.release();
   CHECK(message_of([&] { prefetcher.release(); }).find("no batch was taken") != std::string::npos);
 }
+
+// A prefetcher dropped with an upload still queued (a run stopped part-way): its buffers go back to
+// the caching allocator, which hands them to the compute stream's next work; that work must not be
+// overwritten by the upload when the copy stream gets to it.
+TEST_CASE("batch prefetch: buffers given back with an upload queued are not written after their next use") {
+  const nn::ClassifierConfig config = small_recipe();
+  const int64_t B = 4;
+  {
+    imdb::BatchPrefetcher prefetcher(kGpu, config, B);
+    prefetcher.prefetch(make_batch(B, config.max_len, config.vocab_size, 1));  // never taken
+  }
+  // NOTE: the upload's last copy, the labels, is still queued (the staging pool's polls ran the
+  // others). Blocks of the labels' size, among them the labels' own, written on the compute stream
+  // and read.
+  std::vector<Tensor> reused;
+  for (int i = 0; i < 16; ++i) reused.push_back(Tensor::empty({B}, Dtype::Int64, kGpu).fill_(7));
+  const std::vector<int64_t> sevens(size_t(B), 7);
+  for (const Tensor& t : reused) CHECK(t.to(Device::cpu()).to_vector<int64_t>() == sevens);
+  // Then the copy stream runs whatever it still had queued.
+  GpuEvent copy_done(kGpu);
+  copy_done.record(GpuStream::Copy);
+  while (!copy_done.query()) {
+  }
+  for (const Tensor& t : reused) CHECK(t.to(Device::cpu()).to_vector<int64_t>() == sevens);
+}
