@@ -46,6 +46,22 @@ EMBER_CUDA_ENTRY(void, synchronize, (int device))
 // cudaMalloc calls made by the caching allocator so far.
 EMBER_CUDA_ENTRY(int64_t, cudamalloc_count, (int device))
 
+// ---- The copy stream (cuda/runtime.cu): a second stream per device, for host-to-device uploads
+// that run while the device's stream (the compute stream, where every op runs) works. The two are
+// ordered by events, on the GPU: the host never waits. `copy` names the stream: false the compute
+// stream, true the copy stream.
+EMBER_CUDA_ENTRY(void*, event_create, (int device))
+EMBER_CUDA_ENTRY(void, event_destroy, (void* event))
+// The event completes once the work queued on that stream so far is done.
+EMBER_CUDA_ENTRY(void, event_record, (int device, bool copy, void* event))
+// Work queued on that stream from now on starts once the event's work is done (on the GPU).
+EMBER_CUDA_ENTRY(void, stream_wait_event, (int device, bool copy, void* event))
+// Whether the event's work is done, without waiting (cudaEventQuery).
+EMBER_CUDA_ENTRY(bool, event_query, (void* event))
+// `bytes` of host memory to device memory at `dst`, on the copy stream, through pinned staging
+// (the host memory may be reused at once; no wait).
+EMBER_CUDA_ENTRY(void, upload_on_copy_stream, (int device, void* dst, const void* src, int64_t bytes))
+
 // ---- CUDA graphs (cuda/graph.cu): the work given to the device's stream between begin and end is
 // captured, not run, into a graph; replay runs it again, with the same pointers, as one launch.
 // While capturing, the caching allocator makes no cudaMalloc and keeps the capture's blocks for

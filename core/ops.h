@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/copy_stream.h"
 #include "core/random.h"
 #include "core/tensor.h"
 
@@ -136,10 +137,13 @@ struct DeviceIds {
   Tensor buckets;  // int64 [3n + 2]: the number of distinct ids, rows [n], starts [n + 1], positions [n]
   int64_t bound = 0;
 };
-void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device device, DeviceIds& into);
+// `stream`: the GPU's compute stream, or its copy stream (core/copy_stream.h) for an upload that
+// runs while the compute stream works (the caller orders the two with events).
+void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device device, DeviceIds& into,
+               GpuStream stream = GpuStream::Compute);
 // Copies `bytes` of host memory into `dst`, a contiguous GPU tensor of exactly that many bytes,
 // through pinned staging: one asynchronous copy, no kernel, no wait (core/ops/views.cpp).
-void upload_into(const Tensor& dst, const void* host, int64_t bytes);
+void upload_into(const Tensor& dst, const void* host, int64_t bytes, GpuStream stream = GpuStream::Compute);
 Tensor embedding(const Tensor& weight, const DeviceIds& ids);
 // x where mask is false, `value` where it is true; mask (bool) broadcasts to x.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);

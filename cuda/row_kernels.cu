@@ -167,6 +167,30 @@ __device__ __forceinline__ void warp_max_and_sum_exp(const T* row, int64_t n, in
   s = warp_sum(s);
 }
 
+// out[r] = sum or max of in[r, :], rows of n <= kWarpRowMax: reduce_kernel's sums (in double, or
+// int64 for integers) and maxima, a warp per row. Before it, a short row took a whole block and ten
+// __syncthreads: the recipe's position-embedding gradient (the sum over the batch of 32) was 32,768
+// blocks of 256 threads, 32 of them with an element each.
+template <typename T>
+__global__ void reduce_warp_kernel(const T* in, T* out, int64_t rows, int64_t n, int kind) {
+  using Acc = typename Accum<T>::type;
+  const int lane = int(threadIdx.x) % kWarp;
+  EMBER_WARP_ROWS(r, rows) {
+    const T* row = in + r * n;
+    if (kind == kSum) {
+      Acc acc = 0;
+      for (int64_t j = lane; j < n; j += kWarp) acc += Acc(row[j]);
+      acc = warp_sum(acc);
+      if (lane == 0) out[r] = T(acc);
+    } else {
+      T acc = row[0];
+      for (int64_t j = lane; j < n; j += kWarp) acc = row[j] > acc ? row[j] : acc;
+      acc = warp_max(acc);
+      if (lane == 0) out[r] = acc;
+    }
+  }
+}
+
 // y[r, :] = softmax(x[r, :]) (or log-softmax), rows of n <= kWarpRowMax.
 template <typename T>
 __global__ void softmax_forward_warp_kernel(const T* x, T* y, int64_t rows, int64_t n, bool log) {
@@ -435,6 +459,18 @@ void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* o
   if (rows == 0) return;
   if (n == 0 && kind == kMax) raise_message("max: cannot reduce an empty dim");
   cudaStream_t stream = use_device(device);
+  if (n > 0 && n <= kWarpRowMax) {  // short rows: a warp each
+    const unsigned blocks = warp_row_blocks(rows);
+    switch (dtype) {
+      case kFloat32: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), rows, n, int(kind)); break;
+      case kFloat64: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), rows, n, int(kind)); break;
+      case kInt32: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), static_cast<int32_t*>(out), rows, n, int(kind)); break;
+      case kInt64: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), static_cast<int64_t*>(out), rows, n, int(kind)); break;
+      default: raise_message("sum / max: unsupported dtype on CUDA");
+    }
+    EMBER_CUDA_LAUNCHED("reduce_warp_kernel");
+    return;
+  }
   unsigned grid = grid_rows(rows);
   switch (dtype) {
     case kFloat32: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), n, int(kind)); break;

@@ -351,6 +351,65 @@ void check_launch(const char* what, const char* file, int line) {
   }
 }
 
+namespace {
+
+// The copy stream: created on first use, non-blocking (it does not wait for the legacy default
+// stream), ordered against the compute stream only by the events the caller records and waits on.
+cudaStream_t copy_stream(int device) {
+  static cudaStream_t streams[kMaxDevices] = {};
+  static std::mutex mutex;
+  if (device < 0 || device >= kMaxDevices) raise_message("cuda: device index out of range (at most 16 devices)");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (streams[device] == nullptr) {
+    EMBER_CUDA_CHECK(cudaSetDevice(device));
+    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
+  }
+  return streams[device];
+}
+
+cudaStream_t stream_of(int device, bool copy) { return copy ? copy_stream(device) : current_stream(device); }
+
+}  // namespace
+
+void* event_create(int device) {
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  cudaEvent_t event = nullptr;
+  EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return event;
+}
+
+void event_destroy(void* event) { EMBER_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
+
+void event_record(int device, bool copy, void* event) {
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  EMBER_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), stream_of(device, copy)));
+}
+
+void stream_wait_event(int device, bool copy, void* event) {
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  EMBER_CUDA_CHECK(cudaStreamWaitEvent(stream_of(device, copy), static_cast<cudaEvent_t>(event), 0));
+}
+
+bool event_query(void* event) {
+  const cudaError_t state = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (state == cudaErrorNotReady) {
+    cudaGetLastError();  // NOTE: "not ready" is no error; clear it, or the next check reports it
+    return false;
+  }
+  EMBER_CUDA_CHECK(state);
+  return true;
+}
+
+void upload_on_copy_stream(int device, void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return;
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  cudaStream_t stream = copy_stream(device);
+  if (staging_pool(device).upload(device, dst, src, size_t(bytes), stream)) return;
+  // Over the staging limit: directly from the caller's memory, which must then be read before it returns.
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 void synchronize(int device) {
   EMBER_CUDA_CHECK(cudaSetDevice(device));
   EMBER_CUDA_CHECK(cudaStreamSynchronize(current_stream(device)));

@@ -95,7 +95,8 @@ Tensor embedding_cuda(const Tensor& weight, std::vector<int64_t> id_list, const 
 
 // ---- Ids staged on a GPU before a CUDA graph's step (core/ops.h, DeviceIds)
 
-void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device device, DeviceIds& into) {
+void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device device, DeviceIds& into,
+               GpuStream stream) {
   EMBER_CHECK(host_ids.defined(), "stage_ids: the ids are an undefined tensor");
   EMBER_CHECK(host_ids.device().is_cpu() && is_integer(host_ids.dtype()),
               "stage_ids: expected integer ids on the host, got {} on {}", dtype_name(host_ids.dtype()),
@@ -119,7 +120,7 @@ void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device 
     if (with_buckets) into.buckets = Tensor::empty({3 * n + 2}, Dtype::Int64, device);
   }
   into.bound = bound;
-  upload_into(into.ids, ids.data(), n * 8);
+  upload_into(into.ids, ids.data(), n * 8, stream);
   if (!with_buckets) return;
   RowBuckets buckets = bucket_by_row(ids, bound);
   std::vector<int64_t> packed(size_t(3 * n + 2), 0);  // count, rows [n], starts [n + 1], positions [n]
@@ -127,7 +128,7 @@ void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device 
   std::copy(buckets.rows.begin(), buckets.rows.end(), packed.begin() + 1);
   std::copy(buckets.starts.begin(), buckets.starts.end(), packed.begin() + 1 + n);
   std::copy(buckets.positions.begin(), buckets.positions.end(), packed.begin() + 2 + 2 * n);
-  upload_into(into.buckets, packed.data(), int64_t(packed.size()) * 8);
+  upload_into(into.buckets, packed.data(), int64_t(packed.size()) * 8, stream);
 }
 
 Tensor embedding(const Tensor& weight, const DeviceIds& ids) {

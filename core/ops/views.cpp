@@ -235,12 +235,14 @@ void check_into(const char* op, const Tensor& dst, const Tensor& src) {
 }
 }  // namespace
 
-void upload_into(const Tensor& dst, const void* host, int64_t bytes) {
+void upload_into(const Tensor& dst, const void* host, int64_t bytes, GpuStream stream) {
   EMBER_CHECK(dst.defined(), "upload_into: the destination is an undefined tensor");
   EMBER_CHECK(dst.device().is_cuda() && dst.is_contiguous() && dst.numel() * int64_t(dtype_size(dst.dtype())) == bytes,
               "upload_into: expected a contiguous GPU tensor of {} bytes, got {} {} on {}", bytes,
               dtype_name(dst.dtype()), shape_str(dst.shape()), dst.device().str());
-  if (bytes > 0) copy_bytes_across_devices(dst.raw_data(), dst.device(), host, Device::cpu(), bytes);
+  if (bytes == 0) return;
+  if (stream == GpuStream::Copy) cuda::upload_on_copy_stream(dst.device().index, dst.raw_data(), host, bytes);
+  else copy_bytes_across_devices(dst.raw_data(), dst.device(), host, Device::cpu(), bytes);
 }
 
 Tensor& Tensor::copy_(const Tensor& source) {

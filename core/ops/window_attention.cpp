@@ -8,6 +8,9 @@
 // attention(). A query that sees no key gets output 0 and no gradient (docs/attention.md).
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "core/cpu/window_attention.h"
 #include "core/ops/op_support.h"
@@ -33,12 +36,22 @@ void check_window_inputs(const char* op, const Tensor& qkv, int64_t heads, int64
 }
 
 // bool [T, T], true where query i may not see key j because of the band.
+// NOTE: on a GPU, made once per (T, window, global, device) and kept: an upload at every forward
+// would be a host-to-device copy inside a CUDA graph's capture, which is refused (the step could not
+// be captured; `cuda graphs: with --checkpoint and window attention ...` failed so), and one more
+// copy per layer and step besides. The band is read only, never written.
 Tensor outside_band(int64_t T, int64_t window, int64_t global, Device device) {
   Tensor band = Tensor::empty({T, T}, Dtype::Bool);
   bool* hidden = band.data<bool>();
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j < T; ++j) hidden[i * T + j] = i >= global && j >= global && std::abs(i - j) > window;
-  return band.to(device);
+  if (device.is_cpu()) return band;
+  static std::mutex mutex;
+  static auto* kept = new std::map<std::tuple<int64_t, int64_t, int64_t, int>, Tensor>();  // NOTE: leaked on purpose
+  std::lock_guard<std::mutex> lock(mutex);
+  Tensor& on_device = (*kept)[{T, window, global, device.index}];
+  if (!on_device.defined()) on_device = band.to(device);
+  return on_device;
 }
 
 }  // namespace

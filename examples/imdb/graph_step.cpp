@@ -7,6 +7,7 @@
 
 #include <fmt/core.h>
 
+#include "core/device_copy.h"
 #include "optim/schedule.h"
 
 namespace ember::imdb {
@@ -36,29 +37,68 @@ GraphStep::GraphStep(nn::TransformerClassifier& model, optim::Adam& optimizer, G
   dropout_state_ = zeros({2}, Dtype::Int64, device);
 }
 
-void GraphStep::stage(PerShape& s, const Batch& batch) {
-  const int64_t B = batch.batch, T = batch.seq_len;
-  stage_ids(from_vector(batch.tokens, {B, T}), model_.config.vocab_size, /*with_buckets=*/true, device_, s.tokens);
-  if (!s.positions.ids.defined())  // the same for every batch of this shape
-    stage_ids(arange(T).view({1, T}), model_.config.max_len, /*with_buckets=*/true, device_, s.positions);
-  std::vector<uint8_t> padding(batch.key_mask.size());
-  for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
-  if (!s.mask.defined()) s.mask = Tensor::empty({B, T}, Dtype::Bool, device_);
-  upload_into(s.mask, padding.data(), B * T);
-  stage_ids(from_vector(batch.labels, {B}), model_.config.classes, /*with_buckets=*/false, device_, s.labels);
+Tensor gpu_step(nn::TransformerClassifier& model, optim::Optimizer& optimizer, const DeviceBatch& inputs, double clip) {
+  optimizer.zero_grad();
+  Tensor loss = cross_entropy(model.forward(inputs.tokens, inputs.positions, inputs.mask), inputs.labels);
+  loss.backward();
+  if (clip > 0) optim::clip_grad_norm_(model.parameters(), clip);  // the norm stays on the GPU
+  optimizer.step();
+  return loss;
 }
 
-void GraphStep::step_body(PerShape& s) {
-  optimizer_.zero_grad();
-  s.loss = cross_entropy(model_.forward(s.tokens, s.positions, s.mask), s.labels);
-  s.loss.backward();
-  if (clip_ > 0) optim::clip_grad_norm_(model_.parameters(), clip_);  // the norm stays on the GPU
-  optimizer_.step();
+void GraphStep::stage(PerShape& s, const Batch& batch) {
+  const int64_t B = batch.batch, T = batch.seq_len;
+  DeviceBatch& in = s.inputs;
+  in.batch = B;
+  in.seq_len = T;
+  stage_ids(from_vector(batch.tokens, {B, T}), model_.config.vocab_size, /*with_buckets=*/true, device_, in.tokens);
+  if (!in.positions.ids.defined())  // the same for every batch of this shape
+    stage_ids(arange(T).view({1, T}), model_.config.max_len, /*with_buckets=*/true, device_, in.positions);
+  std::vector<uint8_t> padding(batch.key_mask.size());
+  for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
+  if (!in.mask.defined()) in.mask = Tensor::empty({B, T}, Dtype::Bool, device_);
+  upload_into(in.mask, padding.data(), B * T);
+  stage_ids(from_vector(batch.labels, {B}), model_.config.classes, /*with_buckets=*/false, device_, in.labels);
+}
+
+void GraphStep::copy_in(PerShape& s, const DeviceBatch& batch) {
+  const int64_t B = batch.batch, T = batch.seq_len;
+  DeviceBatch& in = s.inputs;
+  if (!in.tokens.ids.defined()) {  // this shape's first batch: the graph's own tensors
+    in.batch = B;
+    in.seq_len = T;
+    in.tokens = {Tensor::empty({B, T}, Dtype::Int64, device_), Tensor::empty({3 * B * T + 2}, Dtype::Int64, device_),
+                 batch.tokens.bound};
+    in.labels = {Tensor::empty({B}, Dtype::Int64, device_), Tensor(), batch.labels.bound};
+    in.mask = Tensor::empty({B, T}, Dtype::Bool, device_);
+    stage_ids(arange(T).view({1, T}), model_.config.max_len, /*with_buckets=*/true, device_, in.positions);
+  }
+  auto copy = [&](const Tensor& dst, const Tensor& src) {
+    EMBER_CHECK(src.defined() && src.is_contiguous() && src.numel() == dst.numel() && src.dtype() == dst.dtype() &&
+                    src.device() == device_,
+                "GraphStep::run: the batch's input {} {} on {} does not fit the graph's {} {}", dtype_name(src.dtype()),
+                shape_str(src.shape()), src.device().str(), dtype_name(dst.dtype()), shape_str(dst.shape()));
+    copy_bytes_across_devices(dst.raw_data(), device_, src.raw_data(), device_, dst.numel() * int64_t(dtype_size(dst.dtype())));
+  };
+  copy(in.tokens.ids, batch.tokens.ids);
+  copy(in.tokens.buckets, batch.tokens.buckets);
+  copy(in.mask, batch.mask);
+  copy(in.labels.ids, batch.labels.ids);
 }
 
 Tensor GraphStep::run(const Batch& batch) {
   PerShape& s = shapes_[{batch.batch, batch.seq_len}];
   stage(s, batch);
+  return run_staged(s, batch.batch, batch.seq_len);
+}
+
+Tensor GraphStep::run(const DeviceBatch& batch) {
+  PerShape& s = shapes_[{batch.batch, batch.seq_len}];
+  copy_in(s, batch);
+  return run_staged(s, batch.batch, batch.seq_len);
+}
+
+Tensor GraphStep::run_staged(PerShape& s, int64_t B, int64_t T) {
   // This step's numbers, uploaded before it runs (or replays).
   const uint64_t offset = gen_.offset();
   const int64_t state[2] = {int64_t(gen_.seed()), int64_t(offset)};
@@ -80,8 +120,9 @@ Tensor GraphStep::run(const Batch& batch) {
   }
 
   const int64_t steps = optimizer_.step_count();
-  if (s.eager_only) step_body(s);
-  else s.graph.warm_up(device_, [&] { step_body(s); });  // eager: this shape's first step, and the capture's warm-up
+  auto step_body = [&] { s.loss = gpu_step(model_, optimizer_, s.inputs, clip_); };
+  if (s.eager_only) step_body();
+  else s.graph.warm_up(device_, step_body);  // eager: this shape's first step, and the capture's warm-up
   ++counts_.eager;
   s.draws = gen_.offset() - offset;
   Tensor loss = s.loss.detach();
@@ -93,7 +134,7 @@ Tensor GraphStep::run(const Batch& batch) {
   optimizer_.set_step_count(steps);
   gen_.set_state(gen_.seed(), offset);
   try {
-    s.graph.capture(device_, [&] { step_body(s); });
+    s.graph.capture(device_, step_body);
     ++counts_.captures;
   } catch (const std::exception& e) {
     // NOTE: a step that cannot be captured (an op that uploads or waits inside it) still trains.
@@ -102,7 +143,7 @@ Tensor GraphStep::run(const Batch& batch) {
     s.eager_only = !cache_miss || ++s.cache_misses > 1;
     if (s.eager_only && !quiet_)
       fmt::print(stderr, "warning: the training step of shape [{}, {}] could not be captured as a CUDA graph, it runs "
-                 "op by op: {}\n", batch.batch, batch.seq_len, e.what());
+                 "op by op: {}\n", B, T, e.what());
   }
   optimizer_.set_step_count(steps_after);
   gen_.set_state(gen_.seed(), offset_after);

@@ -23,6 +23,7 @@
 #include "core/cuda_graph.h"
 #include "core/ops.h"
 #include "examples/imdb/batcher.h"
+#include "examples/imdb/prefetch.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
 
@@ -33,6 +34,12 @@ namespace ember::imdb {
 constexpr int64_t kGraphPadMultiple = 32;
 Batch pad_for_graphs(const Batch& batch, int64_t max_len);
 
+// One training step on inputs already on the GPU: zero_grad, forward, cross-entropy, backward,
+// clipping of the gradients' norm to `clip` (if > 0; the norm stays on the GPU), the optimiser's
+// step. What the trainer runs op by op on one GPU (--cuda-graph off), and what GraphStep captures.
+// Returns the loss, on the GPU.
+Tensor gpu_step(nn::TransformerClassifier& model, optim::Optimizer& optimizer, const DeviceBatch& inputs, double clip);
+
 class GraphStep {
  public:
   // `model` and `optimizer` (its parameters the model's) on `device`, a GPU; clip > 0: the
@@ -42,7 +49,11 @@ class GraphStep {
 
   // One training step on `batch` at the optimizer's lr(): the first of its shape runs eagerly and
   // is then captured; later ones replay that graph. Returns the step's loss, a GPU scalar of its own.
+  // The batch is uploaded on the compute stream, before the step.
   Tensor run(const Batch& batch);
+  // The same on a batch already on the GPU (BatchPrefetcher::take, uploaded during the step
+  // before): copied on the GPU into the graph's inputs (a device-to-device copy each, no kernel).
+  Tensor run(const DeviceBatch& batch);
 
   struct Counts {
     int64_t eager = 0;     // steps run op by op (a shape's first, or one whose capture failed)
@@ -53,8 +64,7 @@ class GraphStep {
 
  private:
   struct PerShape {
-    DeviceIds tokens, positions, labels;
-    Tensor mask;          // bool [B, T] on the GPU, true at padding
+    DeviceBatch inputs;   // the tensors the graph reads, rewritten before each replay
     CudaGraph graph;
     Tensor loss;          // the captured step's loss: each replay rewrites it
     uint64_t draws = 0;   // dropout numbers one step takes
@@ -62,7 +72,8 @@ class GraphStep {
     int cache_misses = 0;     // captures that found no cached block (retried once, after another warm-up)
   };
   void stage(PerShape& shape, const Batch& batch);
-  void step_body(PerShape& shape);
+  void copy_in(PerShape& shape, const DeviceBatch& batch);
+  Tensor run_staged(PerShape& shape, int64_t B, int64_t T);
 
   nn::TransformerClassifier& model_;
   optim::Adam& optimizer_;

@@ -25,6 +25,7 @@
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
 #include "examples/imdb/graph_step.h"
+#include "examples/imdb/prefetch.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/truncation.h"
@@ -369,6 +370,10 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
   auto* adam = dynamic_cast<optim::Adam*>(optimizer.get());
   if (pad_for_graph && !several && adam != nullptr)
     graph_step.emplace(model, *adam, gen, device, config.clip, config.quiet);
+  // On one GPU each batch goes up on the copy stream while the step before it runs (prefetch.h);
+  // the step reads it there (gpu_step, or the graph's inputs copied from it on the GPU).
+  std::optional<BatchPrefetcher> prefetcher;
+  if (device.is_cuda() && !several && !config.zero) prefetcher.emplace(device, config.model, config.batch_size);
   // The steps' losses not read yet. On a GPU reading one makes the host wait for the step, so they
   // are read on logging steps and before a save (on a CPU, and on several ranks, every step).
   struct PendingLoss {
@@ -434,6 +439,13 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
     bool stop = false;
     const auto epoch_start = Clock::now();
     progress.start_epoch(epoch + 1, config.epochs, steps_per_epoch);
+    // This rank's rows of the global batch b, padded as the whole batch is.
+    auto batch_at = [&](int64_t b) {
+      const distributed::Range rows = distributed::shard_range(batcher.rows_in(b), world.rank(), world.size());
+      Batch batch = batcher.batch_rows(order, b, rows.begin, rows.size());
+      return pad_for_graph ? pad_for_graphs(batch, config.model.max_len) : batch;
+    };
+    std::optional<Batch> next_batch;  // batch b + 1, already on its way to the GPU (prefetcher)
     for (int64_t b = step % steps_per_epoch; b < steps_per_epoch; ++b) {
       // NOTE: on several ranks each stops at the same step (a signal reaches the ranks at different
       // moments; one that stopped alone would leave the others waiting in an all-reduce).
@@ -446,12 +458,21 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
       // global example (core/random.h, BatchSlice), so the ranks together compute one process's step.
       const int64_t batch_rows = batcher.rows_in(b);
       const distributed::Range rows = distributed::shard_range(batch_rows, world.rank(), world.size());
-      Batch batch = batcher.batch_rows(order, b, rows.begin, rows.size());
-      if (pad_for_graph) batch = pad_for_graphs(batch, config.model.max_len);
+      Batch batch = next_batch ? std::move(*next_batch) : batch_at(b);
+      next_batch.reset();
       if (several) gen.set_batch_slice({batch_rows, rows.begin, rows.size()});
       optimizer->set_lr(schedule.lr_at(step));
       Tensor loss;
-      if (graph_step) {
+      if (prefetcher) {
+        if (!prefetcher->has_prefetched()) prefetcher->prefetch(batch);  // an epoch's first: uploaded now
+        const DeviceBatch& inputs = prefetcher->take();  // the step waits (on the GPU) for its upload
+        loss = graph_step ? graph_step->run(inputs) : gpu_step(model, *optimizer, inputs, config.clip);
+        prefetcher->release();
+        if (b + 1 < steps_per_epoch) {  // the next batch, uploaded while this step runs
+          next_batch = batch_at(b + 1);
+          prefetcher->prefetch(*next_batch);
+        }
+      } else if (graph_step) {
         loss = graph_step->run(batch);  // the inputs uploaded, then one graph launch (after each shape's first step)
       } else {
         BatchTensors t = to_tensors(batch, device);

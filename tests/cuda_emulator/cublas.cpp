@@ -1,9 +1,17 @@
-// cuBLAS's GEMMs for the CPU emulator (see cublas_v2.h for the conventions), as a reference loop:
-// for each batch b, each column j and row i of C, sum over l in order of op(A)(i, l) op(B)(l, j),
-// accumulated in the matrices' own type like cuBLAS (whose order of additions differs); the mixed-type
-// GEMMs (cublasGemmEx) read bfloat16 A and B exactly and accumulate in float32.
+// cuBLAS's GEMMs for the CPU emulator (see cublas_v2.h for the conventions). float32 and float64
+// products run on Ember's own CPU GEMM (core/cpu/gemm.h: packed, blocked, SIMD, tested on its own
+// against a plain loop), so that the recipe's whole step runs in seconds; the column-major C of
+// cuBLAS is the row-major C^T = op(B)^T op(A)^T, read through strides. The mixed-type GEMMs
+// (cublasGemmEx on bfloat16) and, with EMBER_EMULATOR_REFERENCE_BLAS=1, every GEMM run the
+// reference loop: for each batch b, each column j and row i of C, sum over l in order of
+// op(A)(i, l) op(B)(l, j), accumulated in the matrices' own type like cuBLAS (whose order of
+// additions differs; bfloat16 read exactly, summed in float32).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <type_traits>
+
+#include "core/cpu/gemm.h"
 
 #include "cublas_v2.h"
 #include "cuda_bf16.h"
@@ -51,6 +59,57 @@ bool in_device(const T* p, long long rows, long long cols, long long ld, long lo
   return ember_emu::in_device_memory(p + first, size_t(last - first + 1) * sizeof(T));
 }
 
+bool reference_blas() {
+  static const bool on = [] {
+    const char* env = std::getenv("EMBER_EMULATOR_REFERENCE_BLAS");
+    return env != nullptr && env[0] == '1';
+  }();
+  return on;
+}
+
+// The reference loop (see the top of the file).
+template <typename T, typename In>
+void reference_gemm(cublasOperation_t transa, cublasOperation_t transb, long long m, long long n, long long k, T a,
+                    const In* A, long long lda, long long strideA, const In* B, long long ldb, long long strideB, T b,
+                    T* C, long long ldc, long long strideC, long long batch, bool read_ab) {
+  for (long long p = 0; p < batch; ++p) {
+    const In* Ab = A + p * strideA;
+    const In* Bb = B + p * strideB;
+    T* Cb = C + p * strideC;
+    for (long long j = 0; j < n; ++j) {
+      for (long long i = 0; i < m; ++i) {
+        T sum = T(0);
+        if (read_ab) {
+          for (long long l = 0; l < k; ++l) {
+            const T x = T(transa == CUBLAS_OP_N ? Ab[i + l * lda] : Ab[l + i * lda]);
+            const T y = T(transb == CUBLAS_OP_N ? Bb[l + j * ldb] : Bb[j + l * ldb]);
+            sum += x * y;
+          }
+        }
+        T& c = Cb[i + j * ldc];
+        c = b == T(0) ? a * sum : a * sum + b * c;  // beta == 0: C is not read
+      }
+    }
+  }
+}
+
+// The same product on Ember's CPU GEMM. Column-major C (m x n, ldc) is row-major C^T (n x m, rows
+// ldc apart): C^T = op(B)^T op(A)^T, with op(B)^T(j, l) = op(B)(l, j) and op(A)^T(l, i) = op(A)(i, l).
+template <typename T>
+void cpu_gemm(cublasOperation_t transa, cublasOperation_t transb, long long m, long long n, long long k, T a,
+              const T* A, long long lda, long long strideA, const T* B, long long ldb, long long strideB, T b, T* C,
+              long long ldc, long long strideC, long long batch) {
+  // op(B)(l, j): B[l + j ldb] (N) or B[j + l ldb] (T): as the left operand, row j, column l.
+  const long long left_rs = transb == CUBLAS_OP_N ? ldb : 1, left_cs = transb == CUBLAS_OP_N ? 1 : ldb;
+  // op(A)(i, l): A[i + l lda] (N) or A[l + i lda] (T): as the right operand, row l, column i.
+  const long long right_rs = transa == CUBLAS_OP_N ? lda : 1, right_cs = transa == CUBLAS_OP_N ? 1 : lda;
+  if (batch == 1)
+    ember::cpu::gemm(n, m, k, a, B, left_rs, left_cs, A, right_rs, right_cs, b, C, ldc);
+  else
+    ember::cpu::gemm_batched(batch, n, m, k, a, B, strideB, left_rs, left_cs, A, strideA, right_rs, right_cs, b, C,
+                             strideC, ldc);
+}
+
 // T: C's type and the sums'; In: A's and B's (bfloat16 for the mixed-type GEMMs, read exactly).
 template <typename T, typename In = T>
 cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
@@ -90,25 +149,19 @@ cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t t
   // The product runs when the handle's stream gets to it (streams.cpp).
   const cudaError_t queued = ember_emu::enqueue(handle->stream, [=] {
     ember_emu::DeviceAccess access;
-    for (long long p = 0; p < batch; ++p) {
-      const In* Ab = A + p * strideA;
-      const In* Bb = B + p * strideB;
-      T* Cb = C + p * strideC;
-      for (long long j = 0; j < n; ++j) {
-        for (long long i = 0; i < m; ++i) {
-          T sum = T(0);
-          if (read_ab) {
-            for (long long l = 0; l < k; ++l) {
-              const T x = T(transa == CUBLAS_OP_N ? Ab[i + l * lda] : Ab[l + i * lda]);
-              const T y = T(transb == CUBLAS_OP_N ? Bb[l + j * ldb] : Bb[j + l * ldb]);
-              sum += x * y;
-            }
-          }
-          T& c = Cb[i + j * ldc];
-          c = b == T(0) ? a * sum : a * sum + b * c;  // beta == 0: C is not read
+    // alpha == 0 or k == 0: A and B are not read (their NaNs must not reach C), as in cuBLAS.
+    if constexpr (std::is_same_v<T, In>) {
+      if (read_ab && !reference_blas()) {
+        try {
+          cpu_gemm<T>(transa, transb, m, n, k, a, A, lda, strideA, B, ldb, strideB, b, C, ldc, strideC, batch);
+        } catch (const std::exception& e) {
+          return ember_emu::set_error(cudaErrorLaunchFailure, call + ": " + e.what());
         }
+        return cudaSuccess;
       }
     }
+    reference_gemm<T, In>(transa, transb, m, n, k, a, A, lda, strideA, B, ldb, strideB, b, C, ldc, strideC, batch,
+                          read_ab);
     return cudaSuccess;
   });
   if (queued != cudaSuccess) return fail(CUBLAS_STATUS_EXECUTION_FAILED, call + ": " + cudaGetErrorString(queued));

@@ -1,8 +1,9 @@
 // A stand-in for cuBLAS's <cublas_v2.h> in the CPU emulator: the handle, stream and math-mode
 // calls, status strings, the four GEMMs cuda/blas.cu calls and the two mixed-type ones of
 // cuda/blas_bf16.cu (cublasGemmEx, cublasGemmStridedBatchedEx: bfloat16 or float32 A and B, float32 C,
-// CUBLAS_COMPUTE_32F only; the bfloat16 values are read exactly and summed in float32), computed by a plain reference
-// loop (cublas.cpp) with exactly cuBLAS's column-major conventions:
+// CUBLAS_COMPUTE_32F only; the bfloat16 values are read exactly and summed in float32), computed
+// (cublas.cpp) by Ember's CPU GEMM for float32 and float64, by a plain reference loop for bfloat16,
+// with exactly cuBLAS's column-major conventions:
 //
 //   C = alpha * op(A) op(B) + beta * C,   C m x n,  op(A) m x k,  op(B) k x n,
 //   element (i, j) of a column-major matrix X with leading dimension ldX is X[i + j * ldX],

@@ -271,6 +271,74 @@ TEST_CASE("emulator: cuBLAS GEMM is column-major, with transposes, leading dimen
   cudaFree(C);
 }
 
+// The emulator's float GEMMs run on Ember's CPU GEMM (cublas.cpp): every transpose, leading
+// dimensions larger than the rows, strided batches, alpha and beta, against a plain loop in double.
+TEST_CASE("emulator: cuBLAS GEMM through the CPU GEMM: transposes, padded leading dimensions, batches, alpha and beta") {
+  cublasHandle_t handle = nullptr;
+  REQUIRE(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+  const int m = 13, n = 7, k = 9, batch = 3, pad = 2;
+  const long long lda_max = k + pad, ldb_max = k + pad, ldc = m + pad;
+  const long long stride_a = lda_max * (k > m ? k : m) + 5, stride_b = ldb_max * (k > n ? k : n) + 5,
+                  stride_c = ldc * n + 5;
+  std::vector<float> a(size_t(stride_a * batch)), b(size_t(stride_b * batch)), c0(size_t(stride_c * batch));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(int(i * 37 % 23) - 11) / 8;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float(int(i * 53 % 19) - 9) / 4;
+  for (size_t i = 0; i < c0.size(); ++i) c0[i] = float(int(i * 29 % 17) - 8);
+  float *A, *B, *C;
+  REQUIRE(cudaMalloc(&A, a.size() * 4) == cudaSuccess);
+  REQUIRE(cudaMalloc(&B, b.size() * 4) == cudaSuccess);
+  REQUIRE(cudaMalloc(&C, c0.size() * 4) == cudaSuccess);
+  cudaMemcpy(A, a.data(), a.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(B, b.data(), b.size() * 4, cudaMemcpyHostToDevice);
+  const float alpha = 0.75f, beta = -0.5f;
+  for (cublasOperation_t ta : {CUBLAS_OP_N, CUBLAS_OP_T})
+    for (cublasOperation_t tb : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+      INFO("transa " << int(ta) << ", transb " << int(tb));
+      const int lda = int((ta == CUBLAS_OP_N ? m : k) + pad), ldb = int((tb == CUBLAS_OP_N ? k : n) + pad);
+      cudaMemcpy(C, c0.data(), c0.size() * 4, cudaMemcpyHostToDevice);
+      REQUIRE(cublasSgemmStridedBatched(handle, ta, tb, m, n, k, &alpha, A, lda, stride_a, B, ldb, stride_b, &beta, C,
+                                        int(ldc), stride_c, batch) == CUBLAS_STATUS_SUCCESS);
+      const std::vector<float> c = to_host(C, c0.size());
+      double worst = 0;
+      for (int p = 0; p < batch; ++p)
+        for (int j = 0; j < n; ++j)
+          for (int i = 0; i < m; ++i) {
+            double sum = 0;
+            for (int l = 0; l < k; ++l) {
+              const double x = a[size_t(p * stride_a + (ta == CUBLAS_OP_N ? i + l * lda : l + i * lda))];
+              const double y = b[size_t(p * stride_b + (tb == CUBLAS_OP_N ? l + j * ldb : j + l * ldb))];
+              sum += x * y;
+            }
+            const size_t at = size_t(p * stride_c + i + j * ldc);
+            const double expected = alpha * sum + beta * c0[at];
+            worst = std::fmax(worst, std::fabs(c[at] - expected) / (1 + std::fabs(expected)));
+          }
+      CHECK(worst < 1e-5);
+      // The padding rows of C and the gaps between the batches are not written.
+      bool untouched = true;
+      for (int p = 0; p < batch; ++p)
+        for (long long at = p * stride_c; at < (p + 1) * stride_c; ++at) {
+          const long long within = at - p * stride_c, row = within % ldc;
+          if (within >= ldc * n || row >= m) untouched = untouched && c[size_t(at)] == c0[size_t(at)];
+        }
+      CHECK(untouched);
+    }
+  // alpha == 0: A and B are not read (NaN there does not reach C), C = beta C.
+  std::vector<float> nans(a.size(), std::nanf(""));
+  cudaMemcpy(A, nans.data(), nans.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(C, c0.data(), c0.size() * 4, cudaMemcpyHostToDevice);
+  const float no = 0;
+  REQUIRE(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &no, A, m, B, k, &beta, C, int(ldc)) ==
+          CUBLAS_STATUS_SUCCESS);
+  const std::vector<float> c = to_host(C, size_t(ldc * n));
+  CHECK(c[0] == beta * c0[0]);
+  CHECK(c[size_t(ldc * (n - 1) + m - 1)] == beta * c0[size_t(ldc * (n - 1) + m - 1)]);
+  cublasDestroy(handle);
+  cudaFree(A);
+  cudaFree(B);
+  cudaFree(C);
+}
+
 TEST_CASE("emulator: warp shuffles and votes run the lanes in lockstep and give each lane its value") {
   int *in = nullptr, *out = nullptr;
   unsigned* ballots = nullptr;

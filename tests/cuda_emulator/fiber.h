@@ -1,8 +1,8 @@
 // Fibers: the CUDA threads of one block, each a function running on its own small stack, switched
-// in user space (no OS threads, no locks). The emulator's scheduler (launch.cpp) resumes each
-// fiber in turn; a fiber runs until it reaches __syncthreads() (it yields back to the scheduler)
-// or ends. That is all a barrier needs: the scheduler resumes the waiting fibers only once every
-// thread of the block has arrived.
+// in user space (no OS threads, no locks). The emulator's scheduler (launch.cpp) runs the fibers in
+// turn; a fiber runs until it reaches __syncthreads() or a warp collective (it switches to the next
+// fiber of the round, or back to the scheduler) or ends. That is all a barrier needs: the waiting
+// fibers are resumed only once every thread of the block has arrived.
 //
 // The switch saves and restores only what the C++ ABI says a called function must preserve (on
 // x86-64: rsp, rbp, rbx, r12-r15; not the x87 / SSE control words, which no kernel changes), in a
@@ -30,22 +30,19 @@ void release_stack(Stack* stack);
 
 class Fiber {
  public:
-  // Prepares fn(arg) to run on `stack` at the next resume(). fn must end by calling finish().
+  // Prepares fn(arg) to run on `stack` at the first switch to this fiber. fn must never return:
+  // it ends by switching away for good.
   void start(void (*fn)(void*), void* arg, Stack* stack);
-  // From the scheduler: runs the fiber until it calls yield() or finish().
-  void resume();
-  // From inside the fiber: back to the scheduler; resume() continues after this call.
-  void yield();
-  // From inside the fiber, last: back to the scheduler for good.
-  [[noreturn]] void finish();
+  // Saves the running context into `from` (the fiber running now, or a Fiber that stands for the
+  // scheduler's own stack, never started) and continues `to` where it last switched away (or from
+  // its start). Returns when something switches back to `from`.
+  static void jump(Fiber& from, Fiber& to);
 
  private:
 #ifdef EMBER_EMU_USE_UCONTEXT
   ucontext_t context_;
-  ucontext_t scheduler_;
 #else
-  void* sp_ = nullptr;         // the fiber's saved stack pointer
-  void* scheduler_sp_ = nullptr;
+  void* sp_ = nullptr;  // the saved stack pointer
 #endif
 };
 

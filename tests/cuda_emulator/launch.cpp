@@ -1,11 +1,15 @@
 // Kernel launches on the CPU: the checks a GPU makes, then the grid's blocks one after another,
-// the threads of each block as fibers (fiber.h) so that __syncthreads() is a real barrier.
+// the threads of each block on fibers (fiber.h) so that __syncthreads() is a real barrier.
 //
-// One block, step by step: every thread runs from the start until it reaches a barrier or ends.
-// Then, if every thread waits at the same barrier, all of them are resumed in turn, each until its
-// next barrier or its end; and so on until every thread has ended. A thread that ends gives its
-// stack back at once, so a kernel without barriers runs its threads one after another on one
-// stack (the fast path comes for free, and stays correct whatever the kernel does).
+// One block, step by step: every thread runs from the start until it reaches a barrier (or a warp
+// collective) or ends, in order. Then, if every thread waits at the same barrier, all of them are
+// resumed in turn, each until its next barrier or its end; and so on until every thread has ended.
+// Threads are started by runners: a runner is a fiber that starts the next thread not yet started
+// when the one it ran ends, on the same stack, without switching back; only a thread that stops
+// at a barrier or a warp collective keeps its runner (its stack), and the next thread gets a new
+// runner. So a kernel without barriers runs a whole block with one fiber switch, and its threads
+// run exactly as before, one after another in the block's order (the fast path changes no order
+// and stays correct whatever the kernel does).
 // Errors a GPU would hang on or leave undefined are reported as launch errors, naming the kernel:
 //   - a barrier that some threads of the block never reach (they ended, or wait at another one);
 //   - block sizes over 1024 threads, grids over the limits, dynamic shared memory over 48 KiB
@@ -18,6 +22,7 @@
 // A launch is checked at the call and queued on its stream (streams.cpp); the grid runs when the
 // stream gets to it. What it cannot show: timing, or speed.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -57,9 +62,16 @@ struct LaunchError {
   std::string message;
 };
 
-struct CudaThread {
+struct CudaThread;
+
+// A fiber that runs CUDA threads one after another on its stack (see the top of the file).
+struct Runner {
   Fiber fiber;
   Stack* stack = nullptr;
+};
+
+struct CudaThread {
+  Runner* runner = nullptr;  // the runner it runs on, while it has started and not ended
   uint3 index{};
   enum State { kReady, kAtBarrier, kAtWarp, kEnded } state = kReady;
   bool started = false;
@@ -73,31 +85,106 @@ struct CudaThread {
   int warp_param = 0, warp_width = 32;
 };
 
-bool resolve_warps(std::vector<CudaThread>& threads, std::vector<bool>& resumed, std::string& problem);
+bool resolve_warps(std::vector<CudaThread>& threads, std::vector<char>& resumed, std::string& problem);
 
 // What the running launch needs to know, for the calls made from inside kernels.
 struct Launch {
-  const LaunchConfig* config;
-  const char* name;
-  void (*body)(void*);
-  void* context;
+  const LaunchConfig* config = nullptr;
+  const char* name = nullptr;
+  void (*body)(void*) = nullptr;
+  void* context = nullptr;
   const void* kernel = nullptr;  // set by kernel_entry
   unsigned char* dynamic_shared = nullptr;
   uint64_t block_serial = 0;     // which block runs (for poison_shared)
   std::vector<std::pair<void*, uint64_t>> poisoned;  // static __shared__ variable -> block it was filled for
   CudaThread* current = nullptr;
+  // The block's threads in the order they run, and the next one to start (runner_main).
+  std::vector<CudaThread*> order;
+  size_t next_start = 0;
+  int at_warp = 0;  // threads waiting at a warp collective
+  // Reused from block to block (no allocation per block).
+  std::vector<CudaThread*> live, waiting;
+  std::vector<char> resumed;
+  std::vector<Runner*> free_runners;
+  // A round (see run_block): round 0 starts every thread; later rounds resume `queue` in order.
+  // Each thread that stops switches straight to the next one (run_next); the last, to the scheduler.
+  Fiber scheduler;  // run_block's own context
+  bool round0 = false;
+  const std::vector<CudaThread*>* queue = nullptr;
+  size_t queue_next = 0;
+  CudaThread* failed = nullptr;  // a thread that ended by throwing: the round stops there
 };
 thread_local Launch* running = nullptr;
 
-void thread_main(void* arg) {
-  auto* t = static_cast<CudaThread*>(arg);
-  try {
-    running->body(running->context);
-  } catch (...) {
-    t->error = std::current_exception();
+Runner* acquire_runner(Launch& launch);
+void release_runner(Launch& launch, Runner* r) { launch.free_runners.push_back(r); }
+
+// Makes `t` the running CUDA thread (before switching to it).
+void enter(Launch& launch, CudaThread* t) {
+  threadIdx = t->index;
+  launch.current = t;
+  t->state = CudaThread::kReady;
+}
+
+// From a fiber that stops (its thread waits at a barrier or a warp collective, or its runner has no
+// thread left): switches to what runs next in the round: in round 0 a new runner for the next
+// thread not yet started, in later rounds the next thread of the queue; else (or after a thread
+// threw) back to the scheduler. Returns when something switches back to `from`.
+void run_next(Fiber& from) {
+  Launch& launch = *running;
+  if (launch.failed == nullptr) {
+    if (launch.round0) {
+      if (launch.next_start < launch.order.size()) return Fiber::jump(from, acquire_runner(launch)->fiber);
+    } else if (launch.queue_next < launch.queue->size()) {
+      CudaThread* next = (*launch.queue)[launch.queue_next++];
+      enter(launch, next);
+      return Fiber::jump(from, next->runner->fiber);
+    }
   }
-  t->state = CudaThread::kEnded;
-  t->fiber.finish();
+  Fiber::jump(from, launch.scheduler);
+}
+
+// A runner's body: starts the block's next thread, runs it, and when it ends starts the next one,
+// until a thread stops at a barrier or a warp collective (the runner stays with it; switching to it
+// continues that thread), a thread throws, or every thread has started.
+void runner_main(void* arg) {
+  auto* r = static_cast<Runner*>(arg);
+  Launch& launch = *running;
+  while (launch.next_start < launch.order.size()) {
+    CudaThread* t = launch.order[launch.next_start++];
+    t->runner = r;
+    t->started = true;
+    enter(launch, t);
+    try {
+      launch.body(launch.context);
+    } catch (...) {
+      t->error = std::current_exception();
+    }
+    t->state = CudaThread::kEnded;
+    t->runner = nullptr;
+    if (t->error) {  // the scheduler reports it; nothing more runs
+      launch.failed = t;
+      break;
+    }
+  }
+  launch.current = nullptr;
+  // NOTE: free again while still running on its stack: nothing takes a runner before the switch below.
+  release_runner(launch, r);
+  run_next(r->fiber);
+  std::abort();  // never switched back to: a runner is started afresh when taken again
+}
+
+Runner* acquire_runner(Launch& launch) {
+  Runner* r;
+  if (!launch.free_runners.empty()) {
+    r = launch.free_runners.back();
+    launch.free_runners.pop_back();
+  } else {
+    r = new Runner;
+    r->stack = acquire_stack();
+  }
+  r->fiber.start(runner_main, r, r->stack);
+  return r;
 }
 
 std::string where(const char* file, int line) {
@@ -135,66 +222,81 @@ cudaError_t check_config(const LaunchConfig& c, const char* name) {
   return set_error(code, std::string("kernel ") + name + ": " + problem);
 }
 
+// The thread that ended with an error, rethrown as the launch's error. False.
+template <typename Fail>
+bool thread_failed(const std::exception_ptr& error, const Fail& fail) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const LaunchError& e) {
+    return fail(e.code, e.message);
+  } catch (const std::exception& e) {
+    return fail(cudaErrorLaunchFailure, std::string("a thread threw: ") + e.what());
+  } catch (...) {
+    return fail(cudaErrorLaunchFailure, "a thread threw an exception");
+  }
+}
+
+bool same_place(const CudaThread& a, const CudaThread& b) {
+  return a.barrier_line == b.barrier_line &&
+         (a.barrier_file == b.barrier_file || std::strcmp(a.barrier_file, b.barrier_file) == 0);
+}
+
 // Runs one block; returns false after recording the error that stopped it.
 bool run_block(Launch& launch, std::vector<CudaThread>& threads, bool reverse) {
   const LaunchConfig& c = *launch.config;
   if (c.shared_bytes > 0) std::memset(launch.dynamic_shared, 0xFF, c.shared_bytes);
-  std::vector<CudaThread*> order;
-  order.reserve(threads.size());
+  std::vector<CudaThread*>& order = launch.order;
+  order.clear();
   for (size_t i = 0; i < threads.size(); ++i) order.push_back(&threads[reverse ? threads.size() - 1 - i : i]);
   for (CudaThread* t : order) {
     t->state = CudaThread::kReady;
     t->started = false;
     t->error = nullptr;
+    t->runner = nullptr;
   }
+  launch.next_start = 0;
+  launch.at_warp = 0;
+  launch.failed = nullptr;
   auto fail = [&](cudaError_t code, const std::string& message) {
-    for (CudaThread& t : threads)  // threads stopped at a barrier are abandoned: their stacks reused
-      if (t.stack != nullptr) release_stack(t.stack), t.stack = nullptr;
+    for (CudaThread& t : threads)  // threads stopped at a barrier are abandoned: their runners reused
+      if (t.runner != nullptr) release_runner(launch, t.runner), t.runner = nullptr;
     set_error(code, std::string("kernel ") + launch.name + ", block " + dims(dim3(blockIdx)) + ": " + message);
     return false;
   };
-  std::vector<CudaThread*> live = order;
+  // Round 0: every thread from its start, in order (runners started as threads stop, run_next).
+  launch.round0 = true;
+  Fiber::jump(launch.scheduler, acquire_runner(launch)->fiber);
+  launch.round0 = false;
+  launch.current = nullptr;
+  if (launch.failed != nullptr) return thread_failed(launch.failed->error, fail);
+  std::vector<CudaThread*>& live = launch.live;
+  std::vector<CudaThread*>& waiting = launch.waiting;
+  std::vector<char>& resumed = launch.resumed;
   for (int round = 0;; ++round) {
-    for (CudaThread* t : live) {
-      threadIdx = t->index;
-      launch.current = t;
-      t->state = CudaThread::kReady;
-      if (!t->started) {
-        t->started = true;
-        t->stack = acquire_stack();
-        t->fiber.start(thread_main, t, t->stack);
-      }
-      t->fiber.resume();
+    if (round > 0) {  // the threads of `live` in turn, each switching to the next (run_next)
+      launch.queue = &live;
+      launch.queue_next = 1;
+      enter(launch, live.front());
+      Fiber::jump(launch.scheduler, live.front()->runner->fiber);
       launch.current = nullptr;
-      if (t->state == CudaThread::kEnded) {
-        release_stack(t->stack);
-        t->stack = nullptr;
-        if (t->error) {
-          try {
-            std::rethrow_exception(t->error);
-          } catch (const LaunchError& e) {
-            return fail(e.code, e.message);
-          } catch (const std::exception& e) {
-            return fail(cudaErrorLaunchFailure, std::string("a thread threw: ") + e.what());
-          } catch (...) {
-            return fail(cudaErrorLaunchFailure, "a thread threw an exception");
-          }
-        }
-      }
+      if (launch.failed != nullptr) return thread_failed(launch.failed->error, fail);
     }
     // Warp collectives first: a warp whose lanes have all arrived exchanges its values, and those
     // lanes run on (in the block's order); a lane that cannot arrive is an error.
-    std::vector<bool> resumed(threads.size(), false);
-    std::string problem;
-    if (!resolve_warps(threads, resumed, problem)) return fail(cudaErrorLaunchFailure, problem);
-    std::vector<CudaThread*> warp_live;
-    for (CudaThread* t : order)
-      if (resumed[size_t(t - threads.data())]) warp_live.push_back(t);
-    if (!warp_live.empty()) {
-      live = std::move(warp_live);
-      continue;
+    if (launch.at_warp > 0) {
+      resumed.assign(threads.size(), 0);
+      std::string problem;
+      if (!resolve_warps(threads, resumed, problem)) return fail(cudaErrorLaunchFailure, problem);
+      waiting.clear();
+      for (CudaThread* t : order)
+        if (resumed[size_t(t - threads.data())]) waiting.push_back(t);
+      if (!waiting.empty()) {
+        launch.at_warp -= int(waiting.size());
+        std::swap(live, waiting);
+        continue;
+      }
     }
-    std::vector<CudaThread*> waiting;
+    waiting.clear();
     for (CudaThread* t : order)
       if (t->state == CudaThread::kAtBarrier) waiting.push_back(t);
     if (waiting.empty()) return true;
@@ -207,11 +309,11 @@ bool run_block(Launch& launch, std::vector<CudaThread>& threads, bool reverse) {
                       ") but " + std::to_string(ended) + " threads of the block ended without reaching it");
     }
     for (const CudaThread* t : waiting)
-      if (t->barrier_line != first->barrier_line || std::strcmp(t->barrier_file, first->barrier_file) != 0)
+      if (!same_place(*t, *first))
         return fail(cudaErrorLaunchFailure, "divergent __syncthreads(): threads of one block wait at different "
                                             "barriers, " + where(first->barrier_file, first->barrier_line) + " and " +
                                                 where(t->barrier_file, t->barrier_line));
-    live = std::move(waiting);
+    std::swap(live, waiting);
   }
 }
 
@@ -220,26 +322,40 @@ bool run_block(Launch& launch, std::vector<CudaThread>& threads, bool reverse) {
 namespace {
 
 // With EMBER_EMULATOR_LAUNCHES=1 in the environment, the launches of each kernel (and the cuBLAS
-// and cuDNN calls, which run kernels of their own on a GPU) are counted and the counts printed to stderr when the program ends (how many kernels an op or a training step
-// launches: on a GPU, each launch costs a few microseconds of the host's time).
+// and cuDNN calls, which run kernels of their own on a GPU) are counted and the counts printed to
+// stderr when the program ends (how many kernels an op or a training step launches: on a GPU, each
+// launch costs a few microseconds of the host's time). With EMBER_EMULATOR_LAUNCHES=time, also the
+// seconds the emulator spent running each kernel (where the emulator's own time goes; says nothing
+// of a GPU's).
 struct LaunchCounts {
-  const bool enabled = [] {
-    const char* env = std::getenv("EMBER_EMULATOR_LAUNCHES");
-    return env != nullptr && env[0] == '1';
-  }();
+  const char* const env = std::getenv("EMBER_EMULATOR_LAUNCHES");
+  const bool timed = env != nullptr && std::strcmp(env, "time") == 0;
+  const bool enabled = timed || (env != nullptr && env[0] == '1');
   std::mutex mutex;
   std::map<std::string, int64_t> by_kernel;
+  std::map<std::string, double> seconds;
   void count(const char* name) {
     if (!enabled) return;
     std::lock_guard<std::mutex> lock(mutex);
     ++by_kernel[name];
+  }
+  void add_time(const char* name, double s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    seconds[name] += s;
   }
   ~LaunchCounts() {
     if (!enabled) return;
     int64_t total = 0;
     for (const auto& [name, n] : by_kernel) total += n;
     std::fprintf(stderr, "emulator: %lld kernel launches\n", static_cast<long long>(total));
-    for (const auto& [name, n] : by_kernel) std::fprintf(stderr, "  %8lld  %s\n", static_cast<long long>(n), name.c_str());
+    for (const auto& [name, n] : by_kernel) {
+      auto found = seconds.find(name);
+      if (timed)  // the seconds of a cuBLAS or cuDNN call are not measured (0)
+        std::fprintf(stderr, "  %8lld  %8.3f s  %s\n", static_cast<long long>(n),
+                     found != seconds.end() ? found->second : 0.0, name.c_str());
+      else
+        std::fprintf(stderr, "  %8lld  %s\n", static_cast<long long>(n), name.c_str());
+    }
   }
 };
 LaunchCounts launch_counts;
@@ -258,7 +374,11 @@ namespace {
 cudaError_t run_grid(const LaunchConfig& config, const char* name, void (*body)(void*), void* context) {
   if (running != nullptr)
     return set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + " ran from inside kernel " + running->name);
-  Launch launch{&config, name, body, context, nullptr, nullptr, 0, {}, nullptr};
+  Launch launch;
+  launch.config = &config;
+  launch.name = name;
+  launch.body = body;
+  launch.context = context;
   std::vector<double> shared((config.shared_bytes + sizeof(double) - 1) / sizeof(double));  // 8-byte aligned
   if (config.shared_bytes > 0) launch.dynamic_shared = reinterpret_cast<unsigned char*>(shared.data());
   const uint3 saved_thread = threadIdx, saved_block = blockIdx;
@@ -281,6 +401,7 @@ cudaError_t run_grid(const LaunchConfig& config, const char* name, void (*body)(
         ok = run_block(launch, threads, serial % 2 == 1);
       }
   running = nullptr;
+  for (Runner* r : launch.free_runners) release_stack(r->stack), delete r;
   threadIdx = saved_thread, blockIdx = saved_block, blockDim = saved_block_dim, gridDim = saved_grid_dim;
   return ok ? cudaSuccess : cudaPeekAtLastError();
 }
@@ -299,7 +420,11 @@ void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void
   }
   if (check_config(config, name) != cudaSuccess) return;
   enqueue(config.stream, [config, name, body, context = std::move(context)] {
-    return run_grid(config, name, body, context.get());
+    if (!launch_counts.timed) return run_grid(config, name, body, context.get());
+    const auto start = std::chrono::steady_clock::now();
+    const cudaError_t status = run_grid(config, name, body, context.get());
+    launch_counts.add_time(name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return status;
   });
 }
 
@@ -313,7 +438,7 @@ void syncthreads(const char* file, int line) {
   t->state = CudaThread::kAtBarrier;
   t->barrier_file = file;
   t->barrier_line = line;
-  t->fiber.yield();
+  run_next(t->runner->fiber);
 }
 
 // ---- Warps: the 32 lanes of a warp meet at each warp collective (__shfl_*_sync, __ballot_sync,
@@ -336,7 +461,8 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, in
   t->warp_value = value;
   t->warp_param = param;
   t->warp_width = width;
-  t->fiber.yield();
+  ++running->at_warp;
+  run_next(t->runner->fiber);
   return t->warp_result;
 }
 
@@ -368,27 +494,79 @@ namespace {
 
 // After every thread of the block has run until it blocked: resolves each group of lanes waiting
 // at one warp collective, marking them in `resumed`. False (and `problem`) for a broken collective.
-bool resolve_warps(std::vector<CudaThread>& threads, std::vector<bool>& resumed, std::string& problem) {
+// The common case, checked and exchanged in one pass: all 32 lanes of a warp wait at the same
+// collective with the full mask and width 32 (a shuffle then reads a lane of its own warp: always
+// in the mask). False when the warp is not in that case (the general path below then checks it).
+bool resolve_full_warp(CudaThread* lanes, char* resumed) {
+  const CudaThread& t = lanes[0];
+  if (t.state != CudaThread::kAtWarp || t.warp_mask != 0xFFFFFFFFu || t.warp_width != 32) return false;
+  uint64_t ballot = 0;
+  for (int lane = 0; lane < 32; ++lane) {
+    const CudaThread& o = lanes[lane];
+    if (o.state != CudaThread::kAtWarp || o.warp_mask != 0xFFFFFFFFu || o.warp_width != 32 || o.warp_op != t.warp_op ||
+        !same_place(o, t) || resumed[lane])
+      return false;
+    if (o.warp_value != 0) ballot |= uint64_t(1) << lane;
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    CudaThread& o = lanes[lane];
+    const int p = o.warp_param;
+    int source = lane;
+    switch (o.warp_op) {
+      case WarpOp::kShfl: source = ((p % 32) + 32) % 32; break;
+      case WarpOp::kShflUp: source = lane >= p ? lane - p : lane; break;
+      case WarpOp::kShflDown: source = lane + p < 32 ? lane + p : lane; break;
+      case WarpOp::kShflXor: source = (lane ^ p) < 32 ? lane ^ p : lane; break;
+      default: break;
+    }
+    if (source < 0 || source >= 32) return false;  // (a negative delta): the general path reports it
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    CudaThread& o = lanes[lane];
+    const int p = o.warp_param;
+    switch (o.warp_op) {
+      case WarpOp::kBallot: o.warp_result = ballot; break;
+      case WarpOp::kAny: o.warp_result = ballot != 0; break;
+      case WarpOp::kAll: o.warp_result = ballot == 0xFFFFFFFFu; break;
+      case WarpOp::kSync: o.warp_result = 0; break;
+      case WarpOp::kShfl: o.warp_result = lanes[((p % 32) + 32) % 32].warp_value; break;
+      case WarpOp::kShflUp: o.warp_result = lanes[lane >= p ? lane - p : lane].warp_value; break;
+      case WarpOp::kShflDown: o.warp_result = lanes[lane + p < 32 ? lane + p : lane].warp_value; break;
+      case WarpOp::kShflXor: o.warp_result = lanes[(lane ^ p) < 32 ? lane ^ p : lane].warp_value; break;
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    lanes[lane].state = CudaThread::kReady;
+    resumed[lane] = 1;
+  }
+  return true;
+}
+
+bool resolve_warps(std::vector<CudaThread>& threads, std::vector<char>& resumed, std::string& problem) {
   const size_t warps = (threads.size() + 31) / 32;
   for (size_t w = 0; w < warps; ++w) {
     const size_t first = w * 32, lanes = std::min<size_t>(32, threads.size() - first);
+    if (lanes == 32 && resolve_full_warp(&threads[first], &resumed[first])) continue;
     for (size_t lane = 0; lane < lanes; ++lane) {
       CudaThread& t = threads[first + lane];
       if (t.state != CudaThread::kAtWarp || resumed[first + lane]) continue;
-      const std::string what = std::string(warp_op_name(t.warp_op)) + " at " + where(t.barrier_file, t.barrier_line) +
-                               " with mask " + hex_mask(t.warp_mask) + " (warp " + std::to_string(w) + ")";
+      // Named only when something is wrong (this runs for every warp at every collective).
+      auto what = [&] {
+        return std::string(warp_op_name(t.warp_op)) + " at " + where(t.barrier_file, t.barrier_line) + " with mask " +
+               hex_mask(t.warp_mask) + " (warp " + std::to_string(w) + ")";
+      };
       if ((t.warp_mask >> lane & 1u) == 0) {
-        problem = what + ": lane " + std::to_string(lane) + " calls it with a mask that leaves it out";
+        problem = what() + ": lane " + std::to_string(lane) + " calls it with a mask that leaves it out";
         return false;
       }
       if (t.warp_width < 1 || t.warp_width > 32 || (t.warp_width & (t.warp_width - 1)) != 0) {
-        problem = what + ": width " + std::to_string(t.warp_width) + " is not a power of two up to 32";
+        problem = what() + ": width " + std::to_string(t.warp_width) + " is not a power of two up to 32";
         return false;
       }
       for (size_t other = 0; other < 32; ++other) {
         if ((t.warp_mask >> other & 1u) == 0) continue;
         if (other >= lanes) {
-          problem = what + ": the mask names lane " + std::to_string(other) + ", but the warp has " +
+          problem = what() + ": the mask names lane " + std::to_string(other) + ", but the warp has " +
                     std::to_string(lanes) + " threads";
           return false;
         }
@@ -396,12 +574,11 @@ bool resolve_warps(std::vector<CudaThread>& threads, std::vector<bool>& resumed,
         std::string lost;
         if (o.state == CudaThread::kEnded) lost = "ended without reaching it";
         else if (o.state == CudaThread::kAtBarrier) lost = "waits at __syncthreads() at " + where(o.barrier_file, o.barrier_line);
-        else if (o.warp_mask != t.warp_mask || o.warp_op != t.warp_op || o.barrier_line != t.barrier_line ||
-                 std::strcmp(o.barrier_file, t.barrier_file) != 0)
+        else if (o.warp_mask != t.warp_mask || o.warp_op != t.warp_op || !same_place(o, t))
           lost = "waits at " + std::string(warp_op_name(o.warp_op)) + " at " + where(o.barrier_file, o.barrier_line) +
                  " with mask " + hex_mask(o.warp_mask);
         if (!lost.empty()) {
-          problem = what + ": lane " + std::to_string(other) + " of the mask " + lost;
+          problem = what() + ": lane " + std::to_string(other) + " of the mask " + lost;
           return false;
         }
       }
@@ -422,7 +599,7 @@ bool resolve_warps(std::vector<CudaThread>& threads, std::vector<bool>& resumed,
           default: break;
         }
         if (source < 0 || source >= 32 || (t.warp_mask >> source & 1u) == 0) {
-          problem = what + ": lane " + std::to_string(other) + " reads lane " + std::to_string(source) +
+          problem = what() + ": lane " + std::to_string(other) + " reads lane " + std::to_string(source) +
                     ", which is not in the mask (undefined on a GPU)";
           return false;
         }

@@ -26,6 +26,11 @@ compiled, the .cu files stay real CUDA. Four rewrites, all outside comments and 
 4. Each `__global__` function gets, as its first statement,
        ::ember_emu::kernel_entry(reinterpret_cast<const void*>(&name<T...>));
    telling the launch which kernel runs (for its cudaFuncSetAttribute limits).
+5. A kernel parameter `const __grid_constant__ T name` becomes `const T& name`: a reference to
+   the launch's one copy of the argument, which is what __grid_constant__ means on a GPU (the
+   parameter is read in place, by every thread, and cannot be changed); without it each CUDA
+   thread would copy the struct (the element-wise kernels' shapes and operands, 72 to 80 bytes
+   each) into its own parameter before running.
 
 Every rewrite keeps the text's line breaks, and the output starts with `#line 1 "<the .cu>"`, so
 compiler errors, __FILE__ / __LINE__ (the error messages of cuda/check.h, the emulator's barrier
@@ -150,6 +155,17 @@ SHARED_EXTERN = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\
 SHARED_STATIC = re.compile(r"__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?([^;=]*?)\s*\b(\w+)\s*((?:\[[^\]]*\]\s*)*);")
 
 
+GRID_CONSTANT = re.compile(r"\bconst\s+__grid_constant__\s+([A-Za-z_][\w:]*(?:\s*<[^<>()]*>)?)\s+(\w+)\s*(?=[,)])")
+
+
+def rewrite_grid_constants(text, mask):
+    edits = []
+    for m in GRID_CONSTANT.finditer(text):
+        if mask[m.start()]:
+            edits.append((m.start(), m.end(), f"const {m.group(1)}& {m.group(2)}"))
+    return edits
+
+
 def rewrite_shared(text, mask):
     edits = []
     taken = set()
@@ -236,7 +252,8 @@ def rewrite_kernels(text, mask, path):
 
 def translate(text, path):
     mask = code_mask(text)
-    edits = rewrite_launches(text, mask, path) + rewrite_shared(text, mask) + rewrite_kernels(text, mask, path)
+    edits = (rewrite_launches(text, mask, path) + rewrite_shared(text, mask) + rewrite_kernels(text, mask, path) +
+             rewrite_grid_constants(text, mask))
     edits.sort(key=lambda e: e[0])
     for a, b in zip(edits, edits[1:]):
         if a[1] > b[0]:

@@ -1,0 +1,253 @@
+// The next batch, uploaded on the copy stream while the current step runs (examples/imdb/prefetch.h),
+// on the emulator, whose streams and events keep a GPU's ordering (work runs only when something
+// needs it): the upload of batch n + 1 completes while step n's work has not run, the steps' losses
+// and weights equal those of the steps without prefetching bit for bit, op by op and as CUDA
+// graphs, and no step makes the host wait. Built into ember_tests_emulated only.
+#include <doctest/doctest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "core/copy_stream.h"
+#include "core/ops.h"
+#include "counters.h"
+#include "examples/imdb/graph_step.h"
+#include "examples/imdb/prefetch.h"
+#include "examples/imdb/trainer.h"
+#include "nn/transformer.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+using namespace ember;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// The recipe's model but for its sizes: 4 heads, 2 layers, dropout 0.1.
+nn::ClassifierConfig small_recipe() {
+  nn::ClassifierConfig config;
+  config.vocab_size = 300;
+  config.max_len = 64;
+  config.dim = 32;
+  config.heads = 4;
+  config.layers = 2;
+  config.ffn_dim = 64;
+  config.dropout = 0.1;
+  return config;
+}
+
+imdb::Batch make_batch(int64_t B, int64_t longest, int64_t vocab, int seed) {
+  imdb::Batch b;
+  b.batch = B;
+  b.seq_len = longest;
+  b.tokens.assign(size_t(B * longest), 0);
+  b.key_mask.assign(size_t(B * longest), 0);
+  for (int64_t r = 0; r < B; ++r) {
+    const int64_t length = r == 0 ? longest : 1 + (r * 7 + seed) % longest;
+    for (int64_t t = 0; t < length; ++t) {
+      b.tokens[size_t(r * longest + t)] = 1 + (r * 131 + t * 17 + seed * 5) % (vocab - 1);
+      b.key_mask[size_t(r * longest + t)] = 1;
+    }
+    b.labels.push_back((r + (seed % 4 < 2 ? 0 : 1)) % 2);  // batches n and n + 2 (one slot) differ in every label
+    b.real_tokens += length;
+  }
+  return b;
+}
+
+struct Run {
+  Generator gen;
+  nn::TransformerClassifier model;
+  optim::AdamW optimizer;
+  explicit Run(uint64_t seed)
+      : gen(seed), model(small_recipe(), gen), optimizer(imdb::parameter_groups(model, 0.01), 1e-3) {
+    model.to(kGpu);
+    model.train();
+  }
+  // The step without prefetching, as the trainer ran it before: the batch's ids checked on the host
+  // and uploaded by the embedding and cross-entropy, on the compute stream.
+  Tensor unfetched_step(const imdb::Batch& batch) {
+    imdb::BatchTensors t = imdb::to_tensors(batch, kGpu);
+    Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
+    optimizer.zero_grad();
+    loss.backward();
+    optim::clip_grad_norm_(model.parameters(), 1.0);
+    optimizer.step();
+    return loss;
+  }
+};
+
+std::vector<float> host(const Tensor& t) { return t.to(Device::cpu()).to_vector<float>(); }
+
+void check_same_weights(Run& a, Run& b) {
+  const auto an = a.model.named_parameters(), bn = b.model.named_parameters();
+  REQUIRE(an.size() == bn.size());
+  for (size_t i = 0; i < an.size(); ++i) {
+    INFO("parameter " << an[i].first);
+    CHECK(host(bn[i].second) == host(an[i].second));
+  }
+}
+
+// Steps as the trainer runs them on one GPU with `graphs` on or off, against the same steps without
+// prefetching: losses and weights bit for bit, the upload of batch n + 1 complete while step n's
+// work has not run, and no host wait from a batch's take to the next batch's upload.
+void check_prefetched_steps(bool graphs) {
+  const nn::ClassifierConfig config = small_recipe();
+  const int64_t B = 4;
+  // Longest reviews of 50, 20, 64, 33, 9, 61: with graphs padded to 64, 32, 64, 64, 32, 64.
+  const std::vector<int64_t> longest = {50, 20, 64, 33, 9, 61};
+  std::vector<imdb::Batch> batches;
+  for (size_t s = 0; s < longest.size(); ++s) {
+    imdb::Batch b = make_batch(B, longest[s], config.vocab_size, int(s) + 1);
+    batches.push_back(graphs ? imdb::pad_for_graphs(b, config.max_len) : b);
+  }
+  const optim::Schedule schedule{optim::ScheduleKind::WarmupLinear, 2e-3, 2, int64_t(batches.size())};
+
+  Run plain(11), fetched(11);
+  std::optional<imdb::GraphStep> plain_graphs, fetched_graphs;
+  if (graphs) {
+    plain_graphs.emplace(plain.model, plain.optimizer, plain.gen, kGpu, 1.0);
+    fetched_graphs.emplace(fetched.model, fetched.optimizer, fetched.gen, kGpu, 1.0);
+  }
+  std::vector<std::vector<float>> plain_losses;
+  for (size_t n = 0; n < batches.size(); ++n) {
+    plain.optimizer.set_lr(schedule.lr_at(int64_t(n)));
+    plain_losses.push_back(host(graphs ? plain_graphs->run(batches[n]) : plain.unfetched_step(batches[n])));
+  }
+
+  // The trainer's order: take batch n, queue step n, release it, prefetch batch n + 1. No loss is
+  // read until the end, so that the emulator runs the steps only when something needs them.
+  imdb::BatchPrefetcher prefetcher(kGpu, config, B);
+  prefetcher.prefetch(batches[0]);
+  std::vector<Tensor> losses;
+  for (size_t n = 0; n < batches.size(); ++n) {
+    INFO("step " << n + 1 << ", T " << batches[n].seq_len << (graphs ? ", graphs" : ", op by op"));
+    fetched.optimizer.set_lr(schedule.lr_at(int64_t(n)));
+    ember_emu::reset_counts();
+    const imdb::DeviceBatch& inputs = prefetcher.take();
+    losses.push_back(graphs ? fetched_graphs->run(inputs) : imdb::gpu_step(fetched.model, fetched.optimizer, inputs, 1.0));
+    prefetcher.release();
+    GpuEvent step_done(kGpu);
+    step_done.record(GpuStream::Compute);
+    const bool more = n + 1 < batches.size();
+    if (more) prefetcher.prefetch(batches[n + 1]);
+    const ember_emu::Counts c = ember_emu::counts();
+    {
+      INFO(ember_emu::describe(c));
+      CHECK(c.host_waits.empty());
+      CHECK(c.pageable_copies == 0);
+      CHECK(c.bytes_to_host == 0);
+      if (graphs && n >= 2) CHECK(c.graph_launches == 1);
+      if (more && (!graphs || n >= 2)) {  // (a graph's first step of a shape also uploads its positions)
+        // Batch n + 1 went up: its ids and buckets, positions and theirs, mask, labels (and with
+        // graphs the step's numbers: dropout's seed and offset, AdamW's 7 words).
+        const int64_t m = B * batches[n + 1].seq_len, T = batches[n + 1].seq_len;
+        CHECK(c.bytes_to_device == m * 8 + (3 * m + 2) * 8 + T * 8 + (3 * T + 2) * 8 + m + B * 8 + (graphs ? 16 + 56 : 0));
+      }
+    }
+    if (more && n % 2 == 1) {
+      // The GPU may run the upload of batch n + 1 before step n ends: polling its event runs the
+      // copy stream, and what that waits for (step n - 1, the last reader of its buffers), not step n.
+      while (!prefetcher.last_upload().query()) {
+      }
+      CHECK_FALSE(step_done.query());  // step n's work has not run yet
+    }
+  }
+  for (size_t n = 0; n < batches.size(); ++n) {
+    INFO("step " << n + 1);
+    CHECK(host(losses[n]) == plain_losses[n]);
+  }
+  CHECK(prefetcher.uploads() == int64_t(batches.size()));
+  check_same_weights(plain, fetched);
+  if (graphs) {
+    CHECK(fetched_graphs->counts().replays == int64_t(batches.size()) - 2);
+    CHECK(fetched_graphs->counts().captures == 2);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("batch prefetch: the next batch's upload runs on the copy stream during the step, op by op, losses unchanged") {
+  check_prefetched_steps(/*graphs=*/false);
+}
+
+TEST_CASE("batch prefetch: the next batch's upload runs on the copy stream during the step, as CUDA graphs, losses unchanged") {
+  check_prefetched_steps(/*graphs=*/true);
+}
+
+// NOTE: the emulator runs queued work early where a GPU may (a staging block's event queried by the
+// next upload, or polled as above), so an upload is often done by the time its step runs, wait or
+// no wait. Here nothing runs the copy stream before each step but the step's own wait: the loss is
+// read by a synchronous cudaMemcpy (it runs the compute stream, not the non-blocking copy stream),
+// before the next batch is prefetched. A step that did not wait would read its labels before they
+// arrived: those of the batch two before, the opposite ones.
+TEST_CASE("batch prefetch: the step waits on the GPU for its batch's upload") {
+  const nn::ClassifierConfig config = small_recipe();
+  const int64_t B = 4;
+  Run plain(12), fetched(12);
+  imdb::BatchPrefetcher prefetcher(kGpu, config, B);
+  for (int n = 0; n < 5; ++n) {
+    INFO("step " << n + 1);
+    const imdb::Batch batch = make_batch(B, 10 + 7 * n, config.vocab_size, n + 1);
+    prefetcher.prefetch(batch);
+    const imdb::DeviceBatch& inputs = prefetcher.take();
+    const Tensor loss = imdb::gpu_step(fetched.model, fetched.optimizer, inputs, 1.0);
+    prefetcher.release();
+    float value = 0;
+    REQUIRE(cudaMemcpy(&value, loss.raw_data(), sizeof value, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(value == host(plain.unfetched_step(batch))[0]);
+  }
+  check_same_weights(plain, fetched);
+}
+
+TEST_CASE("batch prefetch: misuse is an error naming it") {
+  const nn::ClassifierConfig config = small_recipe();
+  imdb::BatchPrefetcher prefetcher(kGpu, config, 4);
+  auto message_of = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(message_of([&] { prefetcher.take(); }).find("no batch was prefetched") != std::string::npos);
+  CHECK(message_of([&] { prefetcher.prefetch(make_batch(5, 8, 300, 1)); }).find("at most 4 x 64") != std::string::npos);
+  imdb::Batch bad = make_batch(2, 8, 300, 1);
+  bad.tokens[3] = 300;  // out of the vocabulary
+  CHECK(message_of([&] { prefetcher.prefetch(bad); }).find("out of range [0, 300)") != std::string::npos);
+  prefetcher.prefetch(make_batch(2, 8, 300, 1));
+  CHECK(message_of([&] { prefetcher.prefetch(make_batch(2, 8, 300, 2)); }).find("was not taken") != std::string::npos);
+  prefetcher.take();
+  CHECK(message_of([&] { prefetcher.take(); }).find("no batch was prefetched") != std::string::npos);
+  prefetcher.release();
+  CHECK(message_of([&] { prefetcher.release(); }).find("no batch was taken") != std::string::npos);
+}
+
+// A prefetcher dropped with an upload still queued (a run stopped part-way): its buffers go back to
+// the caching allocator, which hands them to the compute stream's next work; that work must not be
+// overwritten by the upload when the copy stream gets to it.
+TEST_CASE("batch prefetch: buffers given back with an upload queued are not written after their next use") {
+  const nn::ClassifierConfig config = small_recipe();
+  const int64_t B = 4;
+  {
+    imdb::BatchPrefetcher prefetcher(kGpu, config, B);
+    prefetcher.prefetch(make_batch(B, config.max_len, config.vocab_size, 1));  // never taken
+  }
+  // NOTE: the upload's last copy, the labels, is still queued (the staging pool's polls ran the
+  // others). Blocks of the labels' size, among them the labels' own, written on the compute stream
+  // and read.
+  std::vector<Tensor> reused;
+  for (int i = 0; i < 16; ++i) reused.push_back(Tensor::empty({B}, Dtype::Int64, kGpu).fill_(7));
+  const std::vector<int64_t> sevens(size_t(B), 7);
+  for (const Tensor& t : reused) CHECK(t.to(Device::cpu()).to_vector<int64_t>() == sevens);
+  // Then the copy stream runs whatever it still had queued.
+  GpuEvent copy_done(kGpu);
+  copy_done.record(GpuStream::Copy);
+  while (!copy_done.query()) {
+  }
+  for (const Tensor& t : reused) CHECK(t.to(Device::cpu()).to_vector<int64_t>() == sevens);
+}
