@@ -36,21 +36,25 @@ void check_window_inputs(const char* op, const Tensor& qkv, int64_t heads, int64
 }
 
 // bool [T, T], true where query i may not see key j because of the band.
-// NOTE: on a GPU, made once per (T, window, global, device) and kept: an upload at every forward
-// would be a host-to-device copy inside a CUDA graph's capture, which is refused (the step could not
-// be captured; `cuda graphs: with --checkpoint and window attention ...` failed so), and one more
-// copy per layer and step besides. The band is read only, never written.
-Tensor outside_band(int64_t T, int64_t window, int64_t global, Device device) {
+Tensor band_mask(int64_t T, int64_t window, int64_t global) {
   Tensor band = Tensor::empty({T, T}, Dtype::Bool);
   bool* hidden = band.data<bool>();
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j < T; ++j) hidden[i * T + j] = i >= global && j >= global && std::abs(i - j) > window;
-  if (device.is_cpu()) return band;
+  return band;
+}
+
+// The band on `device`. NOTE: on a GPU, made once per (T, window, global, device) and kept: an upload at
+// every forward would be a host-to-device copy inside a CUDA graph's capture, which is refused (the step
+// could not be captured; `cuda graphs: with --checkpoint and window attention ...` failed so), and one
+// more copy per layer and step besides. The band is read only, never written.
+Tensor outside_band(int64_t T, int64_t window, int64_t global, Device device) {
+  if (device.is_cpu()) return band_mask(T, window, global);
   static std::mutex mutex;
   static auto* kept = new std::map<std::tuple<int64_t, int64_t, int64_t, int>, Tensor>();  // NOTE: leaked on purpose
   std::lock_guard<std::mutex> lock(mutex);
   Tensor& on_device = (*kept)[{T, window, global, device.index}];
-  if (!on_device.defined()) on_device = band.to(device);
+  if (!on_device.defined()) on_device = band_mask(T, window, global).to(device);
   return on_device;
 }
 
