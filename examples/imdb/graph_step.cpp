@@ -78,7 +78,8 @@ void GraphStep::copy_in(PerShape& s, const DeviceBatch& batch) {
                     src.device() == device_,
                 "GraphStep::run: the batch's input {} {} on {} does not fit the graph's {} {}", dtype_name(src.dtype()),
                 shape_str(src.shape()), src.device().str(), dtype_name(dst.dtype()), shape_str(dst.shape()));
-    copy_bytes_across_devices(dst.raw_data(), device_, src.raw_data(), device_, dst.numel() * int64_t(dtype_size(dst.dtype())));
+    const int64_t bytes = dst.numel() * int64_t(dtype_size(dst.dtype()));
+    copy_bytes_across_devices(dst.raw_data(), device_, src.raw_data(), device_, bytes);  // on the GPU, no kernel
   };
   copy(in.tokens.ids, batch.tokens.ids);
   copy(in.tokens.buckets, batch.tokens.buckets);

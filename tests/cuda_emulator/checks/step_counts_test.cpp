@@ -60,7 +60,7 @@ Batch make_batch(int64_t B, int64_t T, int64_t vocab, int seed) {
 }  // namespace
 
 // The recipe's step is batch 32, T 256, 4 heads, dim 128, vocabulary 20002. Here it is batch 4,
-// T 16, dim 32 and vocabulary 300 (the emulator runs a full-size step in minutes): the host waits,
+// T 16, dim 32 and vocabulary 300 (recipe_step_test.cpp runs the full size, the trainer's way): the host waits,
 // launches and copies counted do not depend on those sizes, since every op runs the same code path
 // (one launch per op whatever its size, the same copies) and the batch's uploads stay under the
 // staging limit (16 MiB; the recipe's tokens are 64 KiB). The number of heads and layers, which do
