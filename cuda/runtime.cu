@@ -320,18 +320,27 @@ StagingPool& staging_pool(int index) {
 
 }  // namespace
 
-cudaStream_t current_stream(int device) {
+namespace {
+
+// GPU `device`'s stream of one kind (kKind: 0 compute, 1 copy), created on first use with `flags`.
+template <int kKind>
+cudaStream_t stream_of_kind(int device, unsigned int flags) {
   static cudaStream_t streams[kMaxDevices] = {};
   static std::mutex mutex;
   if (device < 0 || device >= kMaxDevices) raise_message("cuda: device index out of range (at most 16 devices)");
   std::lock_guard<std::mutex> lock(mutex);
   if (streams[device] == nullptr) {
     EMBER_CUDA_CHECK(cudaSetDevice(device));
-    // A blocking stream: it also waits for (and is waited on by) the legacy default stream.
-    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamDefault));
+    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], flags));
   }
   return streams[device];
 }
+
+}  // namespace
+
+// The compute stream, where every op runs: a blocking stream, so it also waits for (and is waited on
+// by) the legacy default stream.
+cudaStream_t current_stream(int device) { return stream_of_kind<0>(device, cudaStreamDefault); }
 
 cudaStream_t use_device(int device) {
   EMBER_CUDA_CHECK(cudaSetDevice(device));
@@ -355,17 +364,7 @@ namespace {
 
 // The copy stream: created on first use, non-blocking (it does not wait for the legacy default
 // stream), ordered against the compute stream only by the events the caller records and waits on.
-cudaStream_t copy_stream(int device) {
-  static cudaStream_t streams[kMaxDevices] = {};
-  static std::mutex mutex;
-  if (device < 0 || device >= kMaxDevices) raise_message("cuda: device index out of range (at most 16 devices)");
-  std::lock_guard<std::mutex> lock(mutex);
-  if (streams[device] == nullptr) {
-    EMBER_CUDA_CHECK(cudaSetDevice(device));
-    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
-  }
-  return streams[device];
-}
+cudaStream_t copy_stream(int device) { return stream_of_kind<1>(device, cudaStreamNonBlocking); }
 
 cudaStream_t stream_of(int device, bool copy) { return copy ? copy_stream(device) : current_stream(device); }
 

@@ -16,43 +16,18 @@
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "tests/cuda_emulator/checks/small_recipe.h"
 
 using namespace ember;
+using emulator_checks::small_recipe;
 
 namespace {
 
 const Device kGpu = Device::cuda(0);
 
-// The recipe's model but for its sizes (see the test case): 4 heads, 2 layers, dropout 0.1.
-nn::ClassifierConfig small_recipe() {
-  nn::ClassifierConfig config;
-  config.vocab_size = 300;
-  config.max_len = 64;
-  config.dim = 32;
-  config.heads = 4;
-  config.layers = 2;
-  config.ffn_dim = 64;
-  config.dropout = 0.1;
-  return config;
-}
-
-// A batch of B reviews of at most `longest` tokens (some shorter), as the Batcher makes them.
+// A batch whose labels alternate from review to review, starting at seed % 2.
 imdb::Batch make_batch(int64_t B, int64_t longest, int64_t vocab, int seed) {
-  imdb::Batch b;
-  b.batch = B;
-  b.seq_len = longest;
-  b.tokens.assign(size_t(B * longest), 0);
-  b.key_mask.assign(size_t(B * longest), 0);
-  for (int64_t r = 0; r < B; ++r) {
-    const int64_t length = r == 0 ? longest : 1 + (r * 7 + seed) % longest;
-    for (int64_t t = 0; t < length; ++t) {
-      b.tokens[size_t(r * longest + t)] = 1 + (r * 131 + t * 17 + seed * 5) % (vocab - 1);
-      b.key_mask[size_t(r * longest + t)] = 1;
-    }
-    b.labels.push_back((r + seed) % 2);
-    b.real_tokens += length;
-  }
-  return b;
+  return emulator_checks::make_batch(B, longest, vocab, seed, seed);
 }
 
 struct Run {
