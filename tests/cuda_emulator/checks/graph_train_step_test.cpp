@@ -19,6 +19,8 @@
 #include "tests/cuda_emulator/checks/small_recipe.h"
 
 using namespace ember;
+using emulator_checks::host;
+using emulator_checks::Run;
 using emulator_checks::small_recipe;
 
 namespace {
@@ -30,28 +32,6 @@ imdb::Batch make_batch(int64_t B, int64_t longest, int64_t vocab, int seed) {
   return emulator_checks::make_batch(B, longest, vocab, seed, seed);
 }
 
-struct Run {
-  Generator gen;
-  nn::TransformerClassifier model;
-  optim::AdamW optimizer;
-  explicit Run(uint64_t seed, const nn::ClassifierConfig& config = small_recipe())
-      : gen(seed), model(config, gen), optimizer(imdb::parameter_groups(model, 0.01), 1e-3) {
-    model.to(kGpu);
-    model.train();
-  }
-  // The trainer's step with --cuda-graph off, on the same (padded) batch.
-  Tensor eager_step(const imdb::Batch& batch) {
-    imdb::BatchTensors t = imdb::to_tensors(batch, kGpu);
-    Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
-    optimizer.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm_(model.parameters(), 1.0);
-    optimizer.step();
-    return loss;
-  }
-};
-
-std::vector<float> host(const Tensor& t) { return t.to(Device::cpu()).to_vector<float>(); }
 
 }  // namespace
 

@@ -23,6 +23,8 @@
 #include "tests/cuda_emulator/checks/small_recipe.h"
 
 using namespace ember;
+using emulator_checks::host;
+using emulator_checks::Run;
 using emulator_checks::small_recipe;
 
 namespace {
@@ -35,29 +37,6 @@ imdb::Batch make_batch(int64_t B, int64_t longest, int64_t vocab, int seed) {
   return emulator_checks::make_batch(B, longest, vocab, seed, seed % 4 < 2 ? 0 : 1);
 }
 
-struct Run {
-  Generator gen;
-  nn::TransformerClassifier model;
-  optim::AdamW optimizer;
-  explicit Run(uint64_t seed)
-      : gen(seed), model(small_recipe(), gen), optimizer(imdb::parameter_groups(model, 0.01), 1e-3) {
-    model.to(kGpu);
-    model.train();
-  }
-  // The step without prefetching, as the trainer ran it before: the batch's ids checked on the host
-  // and uploaded by the embedding and cross-entropy, on the compute stream.
-  Tensor unfetched_step(const imdb::Batch& batch) {
-    imdb::BatchTensors t = imdb::to_tensors(batch, kGpu);
-    Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
-    optimizer.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm_(model.parameters(), 1.0);
-    optimizer.step();
-    return loss;
-  }
-};
-
-std::vector<float> host(const Tensor& t) { return t.to(Device::cpu()).to_vector<float>(); }
 
 void check_same_weights(Run& a, Run& b) {
   const auto an = a.model.named_parameters(), bn = b.model.named_parameters();
@@ -92,7 +71,7 @@ void check_prefetched_steps(bool graphs) {
   std::vector<std::vector<float>> plain_losses;
   for (size_t n = 0; n < batches.size(); ++n) {
     plain.optimizer.set_lr(schedule.lr_at(int64_t(n)));
-    plain_losses.push_back(host(graphs ? plain_graphs->run(batches[n]) : plain.unfetched_step(batches[n])));
+    plain_losses.push_back(host(graphs ? plain_graphs->run(batches[n]) : plain.eager_step(batches[n])));
   }
 
   // The trainer's order: take batch n, queue step n, release it, prefetch batch n + 1. No loss is
@@ -175,7 +154,7 @@ TEST_CASE("batch prefetch: the step waits on the GPU for its batch's upload") {
     prefetcher.release();
     float value = 0;
     REQUIRE(cudaMemcpy(&value, loss.raw_data(), sizeof value, cudaMemcpyDeviceToHost) == cudaSuccess);
-    CHECK(value == host(plain.unfetched_step(batch))[0]);
+    CHECK(value == host(plain.eager_step(batch))[0]);
   }
   check_same_weights(plain, fetched);
 }

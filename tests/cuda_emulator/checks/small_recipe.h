@@ -1,10 +1,15 @@
 // What the emulator's training-step checks share (graph_train_step_test.cpp, prefetch_test.cpp): the
-// recipe's model at small sizes, and batches of reviews as the trainer's Batcher makes them.
+// recipe's model at small sizes, batches of reviews as the trainer's Batcher makes them, and a model on
+// the GPU with its optimiser that takes the trainer's eager step.
 #pragma once
 #include <cstdint>
+#include <vector>
 
+#include "core/ops.h"
 #include "examples/imdb/batcher.h"
+#include "examples/imdb/trainer.h"
 #include "nn/transformer.h"
+#include "optim/optimizer.h"
 
 namespace ember::emulator_checks {
 
@@ -40,5 +45,30 @@ inline imdb::Batch make_batch(int64_t B, int64_t longest, int64_t vocab, int see
   }
   return b;
 }
+
+// A model on GPU 0 (weights from `seed`), in training mode, with the recipe's AdamW parameter groups.
+struct Run {
+  Generator gen;
+  nn::TransformerClassifier model;
+  optim::AdamW optimizer;
+  explicit Run(uint64_t seed, const nn::ClassifierConfig& config = small_recipe())
+      : gen(seed), model(config, gen), optimizer(imdb::parameter_groups(model, 0.01), 1e-3) {
+    model.to(Device::cuda(0));
+    model.train();
+  }
+  // The trainer's step with --cuda-graph off and no prefetching: the batch's ids checked on the host
+  // and uploaded by the embedding and cross-entropy, on the compute stream.
+  Tensor eager_step(const imdb::Batch& batch) {
+    imdb::BatchTensors t = imdb::to_tensors(batch, Device::cuda(0));
+    Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
+    optimizer.zero_grad();
+    loss.backward();
+    optim::clip_grad_norm_(model.parameters(), 1.0);
+    optimizer.step();
+    return loss;
+  }
+};
+
+inline std::vector<float> host(const Tensor& t) { return t.to(Device::cpu()).to_vector<float>(); }
 
 }  // namespace ember::emulator_checks
