@@ -33,7 +33,7 @@ for seed in $seeds; do
   if [[ -f "$out/metrics.jsonl" && $(grep -c '"kind":"epoch"' "$out/metrics.jsonl") -ge 3 ]]; then
     echo "seed $seed: trained already in $out"
   else
-    echo "seed $seed: build/imdb train --precision bf16 --seed $seed --out $out (load: $(uptime))" | tee "$keep/train.log"
+    echo "seed $seed: ${EMBER_IMDB:-build/imdb} train --precision bf16 --seed $seed --out $out (load: $(uptime))" | tee "$keep/train.log"
     "${EMBER_IMDB:-build/imdb}" train --precision bf16 --seed "$seed" --heads 4 --out "$out" --log-every 100 \
       "${data[@]}" "${threads[@]}" 2>&1 | tee -a "$keep/train.log"
   fi
