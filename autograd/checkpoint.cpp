@@ -5,6 +5,7 @@
 
 #include "autograd/node.h"
 #include "core/error.h"
+#include "core/precision.h"
 
 namespace ember {
 namespace {
@@ -64,6 +65,9 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
   // fn whose inputs need no gradient but whose parameters do; checkpointing it would lose their gradient.
   if (!any_requires_grad(inputs.data(), inputs.size())) return checked_output(fn(inputs), "forward");
   const std::vector<GeneratorState> at_forward = states_of(generators);
+  // The recompute runs in the forward's mixed-precision scope (core/precision.h), wherever backward runs:
+  // the same ops, the same dtypes, the same numbers.
+  const Precision precision = product_precision();
   Tensor out;
   {
     GradModeScope no_grad(false);
@@ -79,7 +83,8 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
   const Shape shape = out.shape();
   const Dtype dtype = out.dtype();
   record("checkpoint", out, inputs,
-         [fn, generators, at_forward, saved = std::move(saved), wants_grad, shape, dtype](const Tensor& g) -> Grads {
+         [fn, generators, at_forward, precision, saved = std::move(saved), wants_grad, shape, dtype](const Tensor& g)
+             -> Grads {
            std::vector<Tensor> leaves;
            for (size_t i = 0; i < saved.size(); ++i) {
              Tensor value = saved[i].get();  // an in-place change since the forward is an error here
@@ -93,6 +98,7 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
            {
              ReplayGenerators replay(generators, at_forward);
              GradModeScope grad_on(true);
+             MixedPrecisionGuard same_precision(precision);
              again = checked_output(fn(leaves), "recompute in backward");
            }
            EMBER_CHECK(again.shape() == shape && again.dtype() == dtype,

@@ -5,9 +5,10 @@
 //
 // Forward: fn runs under no-grad on the inputs (detached), so none of its ops records a node or saves a
 // tensor; only the inputs are kept (checked for in-place changes, autograd/saved_tensor.h), with the state
-// of the random generators fn draws from. y gets one node, "checkpoint".
+// of the random generators fn draws from and the mixed-precision scope (core/precision.h). y gets one node,
+// "checkpoint".
 // Backward: the generators are set back to the state they had at the forward (dropout draws the same
-// masks), fn runs again with grad on, from leaves holding the inputs' values, and the output's gradient
+// masks), fn runs again with grad on and in the forward's precision, from leaves holding the inputs' values, and the output's gradient
 // is sent through that fresh graph: parameters inside fn collect their gradients there, the inputs'
 // gradients are what the node returns. The generators then go back to where they were, so a run with
 // checkpoints draws the same numbers afterwards as one without: the gradients are bit-identical on the CPU.

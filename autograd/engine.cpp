@@ -153,7 +153,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
 Tensor& Tensor::requires_grad_(bool enabled) {
   EMBER_CHECK(is_leaf(), "requires_grad_: only leaves can change requires_grad (this tensor was made by {})",
               grad_fn()->name);
-  EMBER_CHECK(!enabled || is_floating(dtype()), "requires_grad_: {} tensors cannot require grad",
+  EMBER_CHECK(!enabled || is_real(dtype()), "requires_grad_: {} tensors cannot require grad",
               dtype_name(dtype()));
   impl_->requires_grad = enabled;
   return *this;

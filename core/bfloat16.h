@@ -41,11 +41,13 @@ struct BFloat16 {
     return value;
   }
   // Round to nearest even; NaN stays NaN (quiet, same sign), +-Inf stays +-Inf.
+  // NOTE: written without a branch (a select), so that loops of conversions vectorise.
   EMBER_HD static uint16_t round_to_bits(float value) {
     uint32_t x;
     std::memcpy(&x, &value, sizeof x);
-    if ((x & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((x >> 16) | 0x0040u);  // NaN: set the quiet bit
-    return uint16_t((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+    const uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (x >> 16) | 0x0040u;  // NaN: set the quiet bit
+    return uint16_t((x & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
   }
   EMBER_HD static uint16_t round_to_bits(double value) { return round_to_bits(float_rounded_to_odd(value)); }
 

@@ -2,14 +2,23 @@
 // products of matmul, linear and attention take bfloat16 operands and sum in float32.
 //
 // What changes in the scope (docs/precision.md has the measured error of each):
-//   matmul, linear, attention on float32 tensors: the operands are rounded to bfloat16 while the GEMM
-//     packs them (no conversion pass), the products are summed in float32 and the result is float32.
-//     The one bfloat16 copy kept: attention's probabilities for its backward (core/cpu/attention.h). Their backward runs its products the same way, whether or not
-//     backward() itself is called inside the scope (the op remembers its precision).
-//   bfloat16 tensors given to them (in or out of the scope): read exactly, bfloat16 results.
-// What does not: softmax (also inside attention), layer norm, GELU, the loss, reductions and the
-// optimiser compute in float32 as before, and parameters, gradients and AdamW's moments stay float32
-// (master weights): only the products' operands are rounded.
+//   linear on the CPU: x and W are rounded to bfloat16 and y is bfloat16 (each entry the float32 sum
+//     rounded once), as autocast's linear. So the activations between layers are bfloat16: GELU and
+//     dropout run on them in bfloat16 (computed in float, each result rounded once), attention takes
+//     the bfloat16 projection and returns bfloat16, the next linear reads them as they are, and adding a
+//     bfloat16 output to a float32 residual gives float32. Their gradients are bfloat16 too (a tensor's
+//     gradient has its dtype); the weights' gradients are float32. Half the bytes written, kept for
+//     backward and read again, compared with float32 activations.
+//   matmul, attention on float32 tensors, and linear on a GPU: the operands are rounded to bfloat16
+//     while the GEMM packs them (no conversion pass), the products are summed in float32 and the result
+//     is float32. Attention keeps its probabilities for backward in bfloat16 (core/cpu/attention.h).
+//   Every op runs its backward as its forward did, whether or not backward() itself is called inside
+//     the scope (the op remembers its precision; a checkpoint's recompute runs in the forward's scope).
+//   bfloat16 tensors given to matmul, linear or attention (in or out of the scope): read exactly,
+//     bfloat16 results.
+// What does not: softmax (also inside attention), layer norm, the loss and reductions compute in float32
+// (a bfloat16 input is widened first, torch.autocast's float32 list), and the optimiser, parameters and
+// AdamW's moments stay float32 (master weights).
 #pragma once
 #include <string_view>
 

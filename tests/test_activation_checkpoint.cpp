@@ -5,6 +5,7 @@
 #include "autograd/checkpoint.h"
 #include "autograd/node.h"
 #include "core/allocator.h"
+#include "core/precision.h"
 #include "nn/transformer.h"
 #include "tests/helpers.h"
 
@@ -27,7 +28,9 @@ struct Step {
   uint64_t generator_offset;
 };
 
-Step train_step(bool checkpointed, int64_t T, int64_t window = -1) {
+// precision: the forward's mixed-precision scope; backward runs outside it (the ops, and the checkpoint's
+// recompute, remember theirs).
+Step train_step(bool checkpointed, int64_t T, int64_t window = -1, Precision precision = Precision::Float32) {
   Generator gen(11);
   nn::ClassifierConfig config{50, 64, 16, 2, 2, 32, 2, 0.2};
   config.checkpoint = checkpointed;
@@ -38,7 +41,11 @@ Step train_step(bool checkpointed, int64_t T, int64_t window = -1) {
   Tensor tokens = uniform({3, T}, 1, 49, data).to(Dtype::Int64);
   Tensor mask = zeros({3, T}, Dtype::Bool);
   for (int64_t t = T - 2; t < T; ++t) mask.data<bool>()[T + t] = true;  // review 1 padded at the end
-  Tensor loss = cross_entropy(model.forward(tokens, mask), from_vector(std::vector<int64_t>{0, 1, 1}, {3}));
+  Tensor loss;
+  {
+    MixedPrecisionGuard scope(precision);
+    loss = cross_entropy(model.forward(tokens, mask), from_vector(std::vector<int64_t>{0, 1, 1}, {3}));
+  }
   loss.backward();
   Step step{loss.item<float>(), {}, gen.offset()};
   for (auto& [name, p] : model.named_parameters()) step.grads[name] = p.grad();
@@ -48,9 +55,11 @@ Step train_step(bool checkpointed, int64_t T, int64_t window = -1) {
 }  // namespace
 
 TEST_CASE("activation checkpoint: a classifier's gradients are bit-identical to the plain run's, dropout on") {
-  for (int64_t window : {-1, 3}) {
+  for (auto [window, precision] : {std::pair{int64_t{-1}, Precision::Float32}, {int64_t{3}, Precision::Float32},
+                                   {int64_t{-1}, Precision::BFloat16}, {int64_t{3}, Precision::BFloat16}}) {
     CAPTURE(window);
-    Step plain = train_step(false, 12, window), checkpointed = train_step(true, 12, window);
+    CAPTURE(precision_name(precision));
+    Step plain = train_step(false, 12, window, precision), checkpointed = train_step(true, 12, window, precision);
     CHECK(plain.loss == checkpointed.loss);
     // The recompute replays the dropout draws and puts the generator back: the next draws are the same.
     CHECK(plain.generator_offset == checkpointed.generator_offset);

@@ -172,8 +172,16 @@ TEST_CASE("bfloat16 tensors: conversions both ways, differentiable, printed, ref
   CHECK(leaf.grad().to_vector<float>() == std::vector<float>{3.0f, 3.0f});
   // zeros / fill of bfloat16
   CHECK(zeros({3}, Dtype::BFloat16).to_vector<float>() == std::vector<float>{0, 0, 0});
+  // Element-wise math computes bfloat16 in float and rounds each result once.
+  Tensor e = exp(b.narrow(1, 0, 2));
+  CHECK(e.dtype() == Dtype::BFloat16);
+  const std::vector<float> wide = exp(b.narrow(1, 0, 2).to(Dtype::Float32)).contiguous().to_vector<float>();
+  const std::vector<BFloat16> narrow = e.to_vector<BFloat16>();
+  REQUIRE(narrow.size() == 4);
+  for (size_t i = 0; i < 4; ++i) CHECK(narrow[i].bits == BFloat16(wide[i]).bits);
+  CHECK(float(narrow[3]) == INFINITY);
   // A kernel without bfloat16 support says so, naming the op and the dtype.
-  testing::check_error([&] { (void)exp(b); }, "bfloat16");
+  testing::check_error([&] { (void)embedding(b, arange(2)); }, "bfloat16");
 }
 
 TEST_CASE("bfloat16 safetensors: written as BF16 (little-endian bits), read back exactly; NaN refused as a weight") {

@@ -115,7 +115,7 @@ TEST_CASE("dropout: errors") {
   check_error([] { dropout(ones({3}), 1.5, true); }, "dropout: p must be in [0, 1], got 1.5");
   check_error([] { dropout(ones({3}), -0.1, true); }, "dropout: p must be in [0, 1], got -0.1");
   check_error([] { dropout(ones({3}), std::nan(""), true); }, "dropout: p must be in [0, 1]");
-  check_error([] { dropout(arange(3), 0.5, true); }, "dropout: expected a floating tensor (float32 or float64), got int64");
+  check_error([] { dropout(arange(3), 0.5, true); }, "dropout: expected a floating tensor (float32, float64 or bfloat16), got int64");
 }
 
 TEST_CASE("dropout: a batch slice (data parallelism) draws its rows' part of the whole batch's range") {

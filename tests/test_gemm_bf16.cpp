@@ -135,6 +135,9 @@ TEST_CASE("gemm_bf16 with alpha, beta and a bias; bfloat16 operands; several K b
       for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, -2.0f}, {-1.5f, 0.0f}}) {
         check_product(37, 41, 2100, Layout::RowMajor, Layout::ColMajor, alpha, beta, false, false, rng);
         check_product(200, 70, 129, Layout::ColMajor, Layout::RowMajor, alpha, beta, false, true, rng);
+        // B one micro-panel wide (N <= 32) and bfloat16 rows: A read in place (odd K, several K blocks too)
+        check_product(60, 32, 37, Layout::RowMajor, Layout::RowMajor, alpha, beta, false, true, rng);
+        check_product(45, 17, 2051, Layout::RowMajor, Layout::ColMajor, alpha, beta, false, true, rng);
       }
       for (float beta : {0.0f, 1.0f}) {
         check_product(100, 90, 130, Layout::RowMajor, Layout::ColMajor, 1.0f, beta, true, false, rng);
@@ -165,6 +168,79 @@ TEST_CASE("gemm_bf16 against float32: within the bound of bfloat16's 8-bit signi
       }
     CHECK(worst > 0);  // the rounding is really there: bf16 is not float32 under another name
   }
+}
+
+TEST_CASE("gemm_bf16 with a bfloat16 C: the float32 C of the same kernel rounded once, bit for bit; bias, K blocks") {
+  // The bfloat16 C is stored tile by tile from the same float32 sums the float C path writes, so each
+  // entry must be exactly BFloat16(that float): for every kernel, layout, thread count, with and without a
+  // bias, float32 and bfloat16 operands, and for K beyond one K block (summed in float32 first), K = 0
+  // (C = the bias), ties, subnormals, NaN and infinity.
+  Guard guard;
+  std::mt19937 rng(23);
+  auto check = [&](int64_t M, int64_t N, int64_t K, Layout la, Layout lb, bool bias, bool bf16_operands) {
+    Matrix a = layout_of(M, K, la), b = layout_of(K, N, lb);
+    std::vector<float> A = random_floats(a.size, rng), B = random_floats(b.size, rng), bias_values = random_floats(N, rng);
+    if (A.size() > 4) {  // values whose rounding is an edge case: a tie, a subnormal, NaN, infinity
+      A[0] = 1.0f + std::ldexp(1.0f, -8);
+      A[1] = 1e-39f;
+    }
+    const int64_t c_rs = N + 2;
+    std::vector<float> wide(size_t(M * c_rs), -7.0f);
+    std::vector<BFloat16> narrow(size_t(M * c_rs), BFloat16(-7.0f));
+    const float* bias_ptr = bias ? bias_values.data() : nullptr;
+    if (bf16_operands) {
+      std::vector<BFloat16> Ab(A.begin(), A.end()), Bb(B.begin(), B.end());
+      for (size_t i = 0; i < A.size(); ++i) Ab[i] = BFloat16(A[i]);
+      for (size_t i = 0; i < B.size(); ++i) Bb[i] = BFloat16(B[i]);
+      cpu::gemm_bf16(M, N, K, 1.0f, Ab.data(), a.rs, a.cs, Bb.data(), b.rs, b.cs, 0.0f, wide.data(), c_rs, bias_ptr);
+      cpu::gemm_bf16(M, N, K, 1.0f, Ab.data(), a.rs, a.cs, Bb.data(), b.rs, b.cs, narrow.data(), c_rs, bias_ptr);
+    } else {
+      cpu::gemm_bf16(M, N, K, 1.0f, A.data(), a.rs, a.cs, B.data(), b.rs, b.cs, 0.0f, wide.data(), c_rs, bias_ptr);
+      cpu::gemm_bf16(M, N, K, 1.0f, A.data(), a.rs, a.cs, B.data(), b.rs, b.cs, narrow.data(), c_rs, bias_ptr);
+    }
+    bool any_rounded = false;
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < c_rs; ++j) {
+        INFO("M " << M << " N " << N << " K " << K << " at (" << i << ", " << j << ")");
+        const BFloat16 got = narrow[size_t(i * c_rs + j)];
+        if (j >= N) {  // the row padding is never written
+          REQUIRE(got.bits == BFloat16(-7.0f).bits);
+          continue;
+        }
+        const float want = wide[size_t(i * c_rs + j)];
+        // NOTE: the vdpbf16ps kernel's store (vcvtneps2bf16) flushes a subnormal to a zero of its sign.
+        const bool flushes = std::string(cpu::gemm_bf16_kernel_name()) == "avx512_bf16";
+        const float expected = flushes && std::fpclassify(want) == FP_SUBNORMAL ? std::copysign(0.0f, want) : want;
+        REQUIRE(got.bits == BFloat16(expected).bits);
+        any_rounded = any_rounded || float(got) != want;
+      }
+    }
+    INFO("M " << M << " N " << N << " K " << K << " bias " << bias);
+    if (M * N * K > 1) CHECK(any_rounded);  // (1 x 1 x 1: A[0] below is 1 after rounding, an exact product)
+  };
+  const Layout layouts[] = {Layout::RowMajor, Layout::ColMajor, Layout::Strided};
+  for (const KernelChoice& choice : kernel_choices()) {
+    use(choice);
+    INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
+    for (int threads : {1, 2}) {
+      ember::set_num_threads(threads);
+      for (auto [M, N, K] : {std::tuple{1, 1, 1}, {15, 33, 3}, {29, 47, 31}, {200, 70, 129}, {37, 41, 2100},
+                             {29, 32, 31}, {45, 17, 1031}})  // (N <= 32: a row-major A read in place)
+        for (Layout la : layouts)
+          for (Layout lb : layouts)
+            for (bool bias : {false, true}) check(M, N, K, la, lb, bias, (M + K) % 2 == 0);
+      check(9, 13, 0, Layout::RowMajor, Layout::RowMajor, true, false);   // K = 0: C = the bias, rounded
+      check(9, 13, 0, Layout::RowMajor, Layout::RowMajor, false, true);   // K = 0, no bias: zeros
+      check(0, 13, 5, Layout::RowMajor, Layout::RowMajor, true, false);   // no rows: nothing written
+    }
+  }
+  // Special values through the C path: NaN stays NaN, infinity stays infinity, a large value stays finite.
+  std::vector<float> A = {NAN, 1.0f, INFINITY, 2.0f, 3.3e38f, 3.3e38f}, B = {1.0f, 0.0f, 0.0f, 1.0f};
+  std::vector<BFloat16> out(6);
+  cpu::gemm_bf16(3, 2, 2, 1.0f, A.data(), 2, 1, B.data(), 2, 1, out.data(), 2);
+  CHECK(std::isnan(float(out[0])));
+  CHECK(float(out[2]) == INFINITY);
+  CHECK(float(out[4]) == float(BFloat16(3.3e38f)));
 }
 
 TEST_CASE("gemm_bf16 edge cases: empty sizes, K = 0, NaN and infinity pass through") {

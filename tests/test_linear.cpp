@@ -69,5 +69,6 @@ TEST_CASE("linear: bad inputs are clear errors") {
   check_error([] { linear(zeros({2, 3}), zeros({4, 5}), Tensor()); }, "does not end in in_features 5");
   check_error([] { linear(zeros({2, 3}), zeros({3}), Tensor()); }, "weight must be [out_features, in_features]");
   check_error([] { linear(zeros({2, 3}), zeros({4, 3}), zeros({5})); }, "bias must be [4]");
-  check_error([] { linear(zeros({2, 3}), zeros({4, 3}, Dtype::Float64), Tensor()); }, "share one floating dtype");
+  check_error([] { linear(zeros({2, 3}), zeros({4, 3}, Dtype::Float64), Tensor()); }, "input and weight dtypes differ (float32 and float64)");
+  check_error([] { linear(zeros({2, 3}), zeros({4, 3}), zeros({4}, Dtype::Float64)); }, "the bias of the weight's dtype");
 }

@@ -149,26 +149,116 @@ TEST_CASE("mixed precision matmul: within gamma(K) |A| |B| of float32, forward a
   }
 }
 
-TEST_CASE("mixed precision linear: y, dx, dW within the product bound of float32; the bias and db exact") {
+TEST_CASE("mixed precision linear (CPU): y bfloat16, rounded once; dx, dW within the product bound; db summed in float32") {
+  // In the scope, linear rounds x and W to bfloat16, sums in float32 and stores y as bfloat16 (as
+  // torch.autocast): |y - y32| <= gamma(K) (|x| |W|) + u |y32|. Its gradient g is bfloat16 (y's dtype):
+  // dx = g W in x's dtype, dW = g^T x in float32 (the master weight's), db = the column sums of g in float32.
   Generator gen(12);
   const int64_t rows = 37, K = 45, N = 29;
-  Tensor x = uniform({rows, K}, -1, 1, gen).requires_grad_(), w = uniform({N, K}, -1, 1, gen).requires_grad_();
-  Tensor b = uniform({N}, -1, 1, gen).requires_grad_();
-  Tensor y32 = linear(x, w, b);
-  Tensor g = uniform(y32.shape(), -1, 1, gen);
-  y32.backward(g);
-  const Tensor dx32 = x.grad(), dw32 = w.grad(), db32 = b.grad();
-  x.zero_grad();
-  w.zero_grad();
-  b.zero_grad();
-  MixedPrecisionGuard bf16;
-  Tensor y = linear(x, w, b);
-  y.backward(g);
-  CHECK(check_product_bound(y - b, y32 - b, x, w.transpose(0, 1), K) > 0);
-  check_product_bound(x.grad(), dx32, g, w, N);
-  check_product_bound(w.grad(), dw32, g.transpose(0, 1), x, rows);
-  CHECK(identical(b.grad(), db32));  // a float32 reduction, as outside the scope
-  CHECK(w.grad().dtype() == Dtype::Float32);
+  for (const Dtype x_dtype : {Dtype::Float32, Dtype::BFloat16}) {
+    INFO("x is " << dtype_name(x_dtype));
+    Tensor x = uniform({rows, K}, -1, 1, gen).to(x_dtype).requires_grad_();
+    Tensor w = uniform({N, K}, -1, 1, gen).requires_grad_(), b = uniform({N}, -1, 1, gen).requires_grad_();
+    const Tensor g16 = uniform({rows, N}, -1, 1, gen).to(Dtype::BFloat16), g = g16.to(Dtype::Float32);
+    const Tensor x32 = x.detach().to(Dtype::Float32);
+    Tensor y;
+    {
+      MixedPrecisionGuard bf16;
+      y = linear(x, w, b);
+    }
+    REQUIRE(y.dtype() == Dtype::BFloat16);
+    // The float32 layer on the same values, and the bound: the products' gamma(K) plus y's one rounding.
+    const Tensor y32 = linear(x32, w.detach(), b.detach());
+    const Tensor magnitude = linear(abs(x32), abs(w.detach()), Tensor());
+    const std::vector<double> got = values(y), want = values(y32), m = values(magnitude);
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double bound = gamma(K) * m[i] + u * std::abs(want[i]);
+      INFO("element " << i);
+      REQUIRE(std::abs(got[i] - want[i]) <= bound);
+      REQUIRE(float(got[i]) == float(BFloat16(float(got[i]))));  // a bfloat16 value
+      worst = std::max(worst, std::abs(got[i] - want[i]) / bound);
+    }
+    CHECK(worst > 0);
+    y.backward(g16);  // outside the scope: the op remembers
+    const Tensor dx = x.grad();
+    REQUIRE(dx.defined());
+    CHECK(dx.dtype() == x_dtype);  // x's own dtype: a bfloat16 dx is rounded once more
+    if (x_dtype == Dtype::Float32) {
+      check_product_bound(dx, matmul(g, w.detach()), g, w.detach(), N);
+    } else {
+      const std::vector<double> d = values(dx), d32 = values(matmul(g, w.detach()));
+      const std::vector<double> dm = values(matmul(abs(g), abs(w.detach())));
+      for (size_t i = 0; i < d.size(); ++i) CHECK(std::abs(d[i] - d32[i]) <= gamma(N) * dm[i] + u * std::abs(d32[i]));
+    }
+    CHECK(w.grad().dtype() == Dtype::Float32);
+    check_product_bound(w.grad(), matmul(g.transpose(0, 1), x32), g.transpose(0, 1), x32, rows);
+    // db: the float32 column sums of g, within float32's summation error of the exact sums.
+    REQUIRE(b.grad().dtype() == Dtype::Float32);
+    const std::vector<double> db = values(b.grad()), exact = values(sum(g.to(Dtype::Float64), {0}));
+    const std::vector<double> size = values(sum(abs(g.to(Dtype::Float64)), {0}));
+    for (size_t n = 0; n < db.size(); ++n) CHECK(std::abs(db[n] - exact[n]) <= double(rows) * eps32 * size[n]);
+  }
+}
+
+TEST_CASE("mixed precision linear (CPU): what backward keeps is bfloat16; GELU and dropout between layers in bfloat16") {
+  Generator gen(17);
+  const int64_t rows = 8192, K = 64, N = 48;  // x (2 MiB as float32) much larger than W
+  Tensor w = uniform({N, K}, -1, 1, gen).requires_grad_();
+  Tensor x = uniform({rows, K}, -1, 1, gen).requires_grad_();
+  auto kept_bytes = [&](bool bf16) {  // bytes the graph holds after the forward, beyond y itself
+    MixedPrecisionGuard scope(bf16 ? Precision::BFloat16 : Precision::Float32);
+    Tensor y = linear(x * 1.0, w, Tensor());  // x * 1.0: a non-leaf x, which linear must keep for dW
+    const int64_t with_graph = memory_stats().allocated;
+    y = Tensor();  // frees y and, with it, the graph and what it kept
+    return with_graph - memory_stats().allocated - int64_t(rows * N * dtype_size(bf16 ? Dtype::BFloat16 : Dtype::Float32));
+  };
+  const int64_t kept32 = kept_bytes(false), kept16 = kept_bytes(true);
+  INFO("float32 keeps " << kept32 << " bytes, bfloat16 " << kept16);
+  CHECK(kept32 >= rows * K * 4);  // x
+  // x and W in bfloat16. NOTE: the allocator may hand out a cached block up to 1.5x the size asked for
+  // (core/block_cache.h), and counts its whole size.
+  CHECK(kept16 < kept32);
+  CHECK(kept16 <= (rows * K * 2 + N * K * 2) * 3 / 2);
+  // The feed-forward block as the model runs it: linear -> GELU -> dropout -> linear, then added to a
+  // float32 residual. Between the layers everything is bfloat16, forward and backward, and equals the
+  // float32 computation of the same bfloat16 values rounded once per op.
+  Tensor w2 = uniform({K, N}, -1, 1, gen).requires_grad_();
+  Generator drop_a(5), drop_b(5);
+  MixedPrecisionGuard scope;
+  Tensor h = linear(x, w, Tensor());
+  Tensor a = gelu(h);
+  Tensor d = dropout(a, 0.25, true, drop_a);
+  Tensor y = linear(d, w2, Tensor());
+  for (const Tensor* t : {&h, &a, &d, &y}) CHECK(t->dtype() == Dtype::BFloat16);
+  const Dtype f32 = Dtype::Float32;
+  CHECK(identical(a, gelu(h.to(f32)).to(Dtype::BFloat16)));
+  CHECK(identical(d, dropout(a.to(f32), 0.25, true, drop_b).to(Dtype::BFloat16)));
+  Tensor out = x + y;  // float32 + bfloat16: promoted to float32
+  CHECK(out.dtype() == f32);
+  sum(out * out).backward();
+  CHECK(x.grad().dtype() == f32);
+  CHECK(w.grad().dtype() == f32);
+  CHECK(w2.grad().dtype() == f32);
+  // A bfloat16 leaf gets a bfloat16 gradient (the linear's dx in bfloat16, no float32 pass between).
+  Tensor leaf = uniform({rows, K}, -1, 1, gen).to(Dtype::BFloat16).requires_grad_();
+  sum(linear(gelu(leaf), w, Tensor())).backward();
+  REQUIRE(leaf.grad().defined());
+  CHECK(leaf.grad().dtype() == Dtype::BFloat16);
+  // Against float32 on the same values: dz = the column sums of W (W rounded: u sum_n |W_nk|), times
+  // GELU' (at most 1.13), then rounded twice (dz and the result: 2u).
+  Tensor leaf32 = leaf.detach().to(f32).requires_grad_();
+  {
+    MixedPrecisionGuard fp32(Precision::Float32);
+    sum(linear(gelu(leaf32), w.detach(), Tensor())).backward();
+  }
+  const std::vector<double> got = values(leaf.grad()), want = values(leaf32.grad());
+  const std::vector<double> spread = values(sum(abs(w.detach()), {0}));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < K; ++k) {
+      const size_t i = size_t(r * K + k);
+      CHECK(std::abs(got[i] - want[i]) <= 1.2 * 2 * u * spread[size_t(k)] + 2 * u * std::abs(want[i]));
+    }
 }
 
 TEST_CASE("mixed precision attention: products in bfloat16, softmax in float32, within the derived bound") {

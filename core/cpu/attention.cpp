@@ -143,6 +143,68 @@ void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs,
   });
 }
 
+// bfloat16 qkv (a mixed-precision model's projection): every product reads bfloat16 blocks and sums in
+// float32; the scores, the softmax and dS are float32 in the per-thread scratch, and P and dS are rounded
+// to bfloat16 for the products that read them (as the float32 path's packing rounds them). out and the
+// gradient are bfloat16, each entry rounded once as its tile is stored.
+void forward_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding, bool causal, BFloat16* out,
+                         BFloat16* probs) {
+  const float scale = 1.0f / std::sqrt(float(d.Dh));
+  parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / d.H, h = task % d.H;
+      const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
+      const int64_t L = key_extent(pad, d.T);
+      pad = padding_holes(pad, L);
+      const BFloat16* q = qkv + b * d.T * d.row() + h * d.Dh;
+      const BFloat16* k = q + d.D;
+      const BFloat16* v = q + 2 * d.D;
+      float* s = scratch<float>(d.T * d.T);
+      BFloat16* p = probs != nullptr ? probs + task * d.T * d.T : scratch<BFloat16>(d.T * d.T);
+      gemm_bf16(d.T, L, d.Dh, scale, q, d.row(), 1, k, 1, d.row(), 0.0f, s, d.T);  // S = scale Q K^T
+      masked_softmax_rows(s, d.T, L, d.T, pad, causal, p);
+      gemm_bf16(d.T, d.Dh, L, 1.0f, p, d.T, 1, v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);  // O = P V
+    }
+  });
+}
+
+void backward_kernel_bf16(const Dims& d, const BFloat16* grad, const BFloat16* qkv, const BFloat16* probs,
+                          const bool* padding, BFloat16* dqkv) {
+  const float scale = 1.0f / std::sqrt(float(d.Dh));
+  parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / d.H, h = task % d.H;
+      const int64_t L = key_extent(padding != nullptr ? padding + b * d.T : nullptr, d.T);
+      const int64_t offset = b * d.T * d.row() + h * d.Dh;
+      const BFloat16* q = qkv + offset;
+      const BFloat16* k = q + d.D;
+      const BFloat16* v = q + 2 * d.D;
+      BFloat16* dq = dqkv + offset;
+      BFloat16* dk = dq + d.D;
+      BFloat16* dv = dq + 2 * d.D;
+      const BFloat16* p16 = probs + task * d.T * d.T;
+      const BFloat16* go = grad + b * d.T * d.D + h * d.Dh;  // dO of this head, row stride D
+      float* p = scratch<float, 1>(d.T * d.T);
+      widen_from_bf16(p16, p, d.T * d.T);
+      float* ds = scratch<float>(d.T * d.T);
+      BFloat16* ds16 = scratch<BFloat16>(d.T * d.T);
+      gemm_bf16(L, d.Dh, d.T, 1.0f, p16, 1, d.T, go, d.D, 1, dv, d.row());              // dV = P^T dO
+      gemm_bf16(d.T, L, d.Dh, 1.0f, go, d.D, 1, v, 1, d.row(), 0.0f, ds, d.T);          // dP = dO V^T
+      for (int64_t i = 0; i < d.T; ++i) {                                            // dS = P (dP - rowsum(dP P))
+        float* row = ds + i * d.T;
+        const float* prow = p + i * d.T;
+        BFloat16* row16 = ds16 + i * d.T;
+        const float dot = row_dot(row, prow, L);
+        for (int64_t j = 0; j < L; ++j) row16[j] = BFloat16(prow[j] * (row[j] - dot));
+      }
+      gemm_bf16(d.T, d.Dh, L, scale, ds16, d.T, 1, k, d.row(), 1, dq, d.row());  // dQ = scale dS K
+      gemm_bf16(L, d.Dh, d.T, scale, ds16, 1, d.T, q, d.row(), 1, dk, d.row());  // dK = scale dS^T Q
+      for (int64_t j = L; j < d.T; ++j)  // keys no query attends to: no gradient
+        for (int64_t c = 0; c < d.Dh; ++c) dk[j * d.row() + c] = dv[j * d.row() + c] = BFloat16();
+    }
+  });
+}
+
 }  // namespace
 
 AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
@@ -150,9 +212,15 @@ AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tenso
   const Dims d = dims_of(qkv, heads);
   AttentionForward result;
   result.out = Tensor::empty({d.B, d.T, d.D}, qkv.dtype());
+  const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
+  if (qkv.dtype() == Dtype::BFloat16) {  // bfloat16 in and out; the probabilities kept as bfloat16
+    if (keep_probs) result.probs = Tensor::empty({d.B, d.H, d.T, d.T}, Dtype::BFloat16);
+    forward_kernel_bf16(d, qkv.data<BFloat16>(), padding, causal, result.out.data<BFloat16>(),
+                        keep_probs ? result.probs.data<BFloat16>() : nullptr);
+    return result;
+  }
   const bool kept_bf16 = keep_probs && bf16 && qkv.dtype() == Dtype::Float32;
   if (keep_probs) result.probs = Tensor::empty({d.B, d.H, d.T, d.T}, kept_bf16 ? Dtype::BFloat16 : qkv.dtype());
-  const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
   dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     forward_kernel<T>(d, qkv.data<T>(), padding, causal, result.out.data<T>(),
@@ -166,12 +234,17 @@ Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tenso
                           const Tensor& key_padding_mask, bool bf16) {
   const Dims d = dims_of(qkv, heads);
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
+  const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
+  if (qkv.dtype() == Dtype::BFloat16) {
+    backward_kernel_bf16(d, grad_out.data<BFloat16>(), qkv.data<BFloat16>(), probs.data<BFloat16>(), padding,
+                         dqkv.data<BFloat16>());
+    return dqkv;
+  }
   dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const bool kept_bf16 = probs.dtype() == Dtype::BFloat16;
     backward_kernel<T>(d, grad_out.data<T>(), qkv.data<T>(), kept_bf16 ? nullptr : probs.data<T>(),
-                       kept_bf16 ? probs.data<BFloat16>() : nullptr,
-                       key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr, dqkv.data<T>(), bf16);
+                       kept_bf16 ? probs.data<BFloat16>() : nullptr, padding, dqkv.data<T>(), bf16);
   });
   return dqkv;
 }

@@ -36,6 +36,8 @@ struct AttentionForward {
 // them so anyway, and the [B, H, T, T] tensor, the step's largest, then costs half the memory and
 // half the traffic. The backward widens each head's block to float32 in cache; dS = P (dP - ...) then
 // sees P rounded to bfloat16 (relative error <= 2^-9 per element).
+// bfloat16 qkv: the same with bfloat16 products throughout (the scores, the softmax and dS in float32),
+// a bfloat16 output and gradient, and the probabilities kept as bfloat16.
 AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
                                    bool keep_probs, bool bf16 = false);
 

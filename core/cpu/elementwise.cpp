@@ -33,20 +33,23 @@ void copy(const Tensor& src, const Tensor& dst) {
 
 void add_into(const Tensor& dst, const Tensor& src, double alpha) {
   const Shape& shape = dst.shape();
-  dispatch_all(dst.dtype(), "add_", [&](auto tag) {
+  dispatch_storable(dst.dtype(), "add_", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    using C = compute_type<T>;  // bfloat16: summed in float, rounded once
     if constexpr (std::is_same_v<T, bool>) {
       fail("add_: not defined for bool tensors");
     } else {
-      T a = static_cast<T>(alpha);
+      C a = static_cast<C>(alpha);
       for_each_row<2>(shape, {operand(dst), broadcast_operand(src, shape)}, [&](auto p, auto s, int64_t n) {
         if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
           T* o = reinterpret_cast<T*>(p[0]);
           const T* in = reinterpret_cast<const T*>(p[1]);
-          for (int64_t i = 0; i < n; ++i) o[i] += a * in[i];
+          for (int64_t i = 0; i < n; ++i) o[i] = T(C(o[i]) + a * C(in[i]));
         } else {
-          for (int64_t i = 0; i < n; ++i)
-            *reinterpret_cast<T*>(p[0] + i * s[0]) += a * *reinterpret_cast<const T*>(p[1] + i * s[1]);
+          for (int64_t i = 0; i < n; ++i) {
+            T& o = *reinterpret_cast<T*>(p[0] + i * s[0]);
+            o = T(C(o) + a * C(*reinterpret_cast<const T*>(p[1] + i * s[1])));
+          }
         }
       });
     }

@@ -18,45 +18,85 @@ inline LoopOperand broadcast_operand(const Tensor& t, const Shape& out_shape) {
           broadcast_byte_strides(t.shape(), t.strides(), dtype_size(t.dtype()), out_shape)};
 }
 
-// out = f(x), a new contiguous tensor (x floating: the op has checked it).
+// bfloat16 rows are computed in chunks: widened into float buffers on the stack, run through the same float
+// loop as a float32 row (so it vectorises as that one does), and rounded back.
+constexpr int64_t kWideChunk = 256;
+inline void widen(const BFloat16* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float(in[i]);
+}
+inline void narrow(const float* in, BFloat16* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16(in[i]);
+}
+
+// out = f(x), a new contiguous tensor (x float32, float64 or bfloat16: the op has checked it). A
+// bfloat16 x is computed in float and each result rounded once (compute_type).
 template <typename F>
 Tensor map_unary(const F& f, const Tensor& x, const char* op) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
+  dispatch_real(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    using C = compute_type<T>;
     for_each_row<2>(x.shape(), {operand(out), operand(x)}, [&](auto p, auto s, int64_t n) {
       T* o = reinterpret_cast<T*>(p[0]);
       const T* in = reinterpret_cast<const T*>(p[1]);
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (s[1] == sizeof(T)) {
+          float buffer[kWideChunk];
+          for (int64_t i0 = 0; i0 < n; i0 += kWideChunk) {
+            const int64_t m = std::min(kWideChunk, n - i0);
+            widen(in + i0, buffer, m);
+            for (int64_t i = 0; i < m; ++i) buffer[i] = f.f(buffer[i]);
+            narrow(buffer, o + i0, m);
+          }
+          return;
+        }
+      }
       if (s[1] == sizeof(T)) {
-        for (int64_t i = 0; i < n; ++i) o[i] = f.f(in[i]);
+        for (int64_t i = 0; i < n; ++i) o[i] = T(f.f(C(in[i])));
       } else {
-        for (int64_t i = 0; i < n; ++i) o[i] = f.f(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+        for (int64_t i = 0; i < n; ++i) o[i] = T(f.f(C(*reinterpret_cast<const T*>(p[1] + i * s[1]))));
       }
     });
   });
   return out;
 }
 
-// grad_x = grad_y * f'(x), from the saved input x and output y; all the same shape.
+// grad_x = grad_y * f'(x), from the saved input x and output y; all the same shape and dtype.
 template <typename F>
 Tensor map_unary_backward(const F& f, const Tensor& grad, const Tensor& x, const Tensor& y, const char* op) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
+  dispatch_real(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    using C = compute_type<T>;
     for_each_row<4>(x.shape(), {operand(out), operand(grad), operand(x), operand(y)},
                     [&](auto p, auto s, int64_t n) {
       T* o = reinterpret_cast<T*>(p[0]);
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (s[1] == sizeof(T) && s[2] == sizeof(T) && s[3] == sizeof(T)) {
+          float g[kWideChunk], xs[kWideChunk], ys[kWideChunk];
+          for (int64_t i0 = 0; i0 < n; i0 += kWideChunk) {
+            const int64_t m = std::min(kWideChunk, n - i0);
+            widen(reinterpret_cast<const T*>(p[1]) + i0, g, m);
+            widen(reinterpret_cast<const T*>(p[2]) + i0, xs, m);
+            if (p[3] != p[2]) widen(reinterpret_cast<const T*>(p[3]) + i0, ys, m);
+            const float* y = p[3] != p[2] ? ys : xs;
+            for (int64_t i = 0; i < m; ++i) g[i] = g[i] * f.df(xs[i], y[i]);
+            narrow(g, o + i0, m);
+          }
+          return;
+        }
+      }
       if (s[1] == sizeof(T) && s[2] == sizeof(T) && s[3] == sizeof(T)) {
         const T* g = reinterpret_cast<const T*>(p[1]);
         const T* xs = reinterpret_cast<const T*>(p[2]);
         const T* ys = reinterpret_cast<const T*>(p[3]);
-        for (int64_t i = 0; i < n; ++i) o[i] = g[i] * f.df(xs[i], ys[i]);
+        for (int64_t i = 0; i < n; ++i) o[i] = T(C(g[i]) * f.df(C(xs[i]), C(ys[i])));
       } else {
         for (int64_t i = 0; i < n; ++i) {
-          T g = *reinterpret_cast<const T*>(p[1] + i * s[1]);
-          T xv = *reinterpret_cast<const T*>(p[2] + i * s[2]);
-          T yv = *reinterpret_cast<const T*>(p[3] + i * s[3]);
-          o[i] = g * f.df(xv, yv);
+          C g = C(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+          C xv = C(*reinterpret_cast<const T*>(p[2] + i * s[2]));
+          C yv = C(*reinterpret_cast<const T*>(p[3] + i * s[3]));
+          o[i] = T(g * f.df(xv, yv));
         }
       }
     });
@@ -65,13 +105,15 @@ Tensor map_unary_backward(const F& f, const Tensor& grad, const Tensor& x, const
 }
 
 // out = f(a, b) with a and b (of one dtype, on the CPU) broadcast together to `shape`: of their
-// dtype, or bool for a comparison (math::is_comparison). The op has checked the inputs.
+// dtype, or bool for a comparison (math::is_comparison). bfloat16 is computed in float, each result
+// rounded once. The op has checked the inputs.
 template <typename F>
 Tensor map_binary(const F& f, const Tensor& a, const Tensor& b, const Shape& shape, const char* op) {
   constexpr bool same_type = !math::is_comparison<F>;
   Tensor out = Tensor::empty(shape, same_type ? a.dtype() : Dtype::Bool, a.device());
-  dispatch_all(a.dtype(), op, [&](auto tag) {
+  dispatch_storable(a.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    using C = compute_type<T>;
     using R = std::conditional_t<same_type, T, bool>;
     if constexpr (std::is_same_v<T, bool> && same_type) {
       fail("{}: arithmetic on bool tensors is not defined", op);
@@ -82,16 +124,16 @@ Tensor map_binary(const F& f, const Tensor& a, const Tensor& b, const Shape& sha
       const T* x = reinterpret_cast<const T*>(p[1]);
       const T* y = reinterpret_cast<const T*>(p[2]);
       if (s[1] == sizeof(T) && s[2] == sizeof(T)) {
-        for (int64_t i = 0; i < n; ++i) o[i] = f.f(x[i], y[i]);
+        for (int64_t i = 0; i < n; ++i) o[i] = R(f.f(C(x[i]), C(y[i])));
       } else if (s[1] == sizeof(T) && s[2] == 0) {
-        T yv = *y;
-        for (int64_t i = 0; i < n; ++i) o[i] = f.f(x[i], yv);
+        C yv = C(*y);
+        for (int64_t i = 0; i < n; ++i) o[i] = R(f.f(C(x[i]), yv));
       } else if (s[1] == 0 && s[2] == sizeof(T)) {
-        T xv = *x;
-        for (int64_t i = 0; i < n; ++i) o[i] = f.f(xv, y[i]);
+        C xv = C(*x);
+        for (int64_t i = 0; i < n; ++i) o[i] = R(f.f(xv, C(y[i])));
       } else {
         for (int64_t i = 0; i < n; ++i)
-          o[i] = f.f(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2]));
+          o[i] = R(f.f(C(*reinterpret_cast<const T*>(p[1] + i * s[1])), C(*reinterpret_cast<const T*>(p[2] + i * s[2]))));
       }
     });
     }

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/cpu/gemm_kernels.h"
 #include "core/error.h"
@@ -88,6 +89,7 @@ class PackBuffer {
 struct Workspace {
   PackBuffer a;
   PackBuffer b;
+  PackBuffer c;  // one float32 tile, when C is bfloat16
 };
 
 Workspace& thread_workspace() {
@@ -111,6 +113,9 @@ struct Problem {
   T* C;
   int64_t c_rs;
   const T* bias = nullptr;  // added to every row of C once, or nullptr
+  // A bfloat16 C instead of C (only with T = float and beta == 0; K within one K block: gemm_one_with):
+  // each tile is summed in float32 and rounded once as it is stored.
+  BFloat16* C16 = nullptr;
 };
 
 // Splits `length` into equal blocks of at most `block` (a multiple of `step`): returns the size.
@@ -119,12 +124,12 @@ int64_t balanced_block(int64_t length, int64_t block, int64_t step) {
   return std::min(block, round_up((length + blocks - 1) / blocks, step));
 }
 
-// C = beta * C (+ bias) over rows x cols of C starting at column `col` (beta == 0 writes without
-// reading C).
+// C = beta * C (+ bias) over rows x cols of C (rows c_rs apart) starting at column `col` (beta == 0
+// writes without reading C).
 template <typename T, typename S>
-void scale_c(const Problem<T, S>& p, T* c, int64_t rows, int64_t cols, int64_t col) {
+void scale_c(const Problem<T, S>& p, T* c, int64_t c_rs, int64_t rows, int64_t cols, int64_t col) {
   for (int64_t i = 0; i < rows; ++i) {
-    T* row = c + i * p.c_rs;
+    T* row = c + i * c_rs;
     const T* bias = p.bias != nullptr ? p.bias + col : nullptr;
     if (p.beta == T(0)) {
       if (bias != nullptr) std::copy(bias, bias + cols, row);
@@ -138,36 +143,53 @@ void scale_c(const Problem<T, S>& p, T* c, int64_t rows, int64_t cols, int64_t c
   }
 }
 
+// Stores rows x cols floats (rows in_rs apart) as bfloat16 (core/bfloat16.h's rounding): the kernel's
+// vector routine when it has one, else this loop.
+template <typename Kernel>
+void round_rows(const Kernel& kernel, const float* in, int64_t in_rs, BFloat16* out, int64_t out_rs, int64_t rows,
+                int64_t cols) {
+  if (kernel.round_rows != nullptr)
+    return kernel.round_rows(in, in_rs, out, out_rs, static_cast<int>(rows), static_cast<int>(cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[i * out_rs + j] = BFloat16(in[i * in_rs + j]);
+}
+
 // Whether the kernel reads A in place for a B block `nc` columns wide: when that block is one micro-panel
-// (each A element then meets B once, and packing it would cost about what using it does) and A has a
-// contiguous dimension.
+// (each A element then meets B once, and packing it would cost about what using it does) and A has the
+// layout the kernel's direct tile reads: a contiguous dimension (float), or contiguous rows (bfloat16,
+// whose pairs of k must be adjacent words).
 template <typename Kernel>
 bool reads_a_in_place(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p,
                       int64_t nc) {
-  if constexpr (std::is_same_v<typename Kernel::Source, typename Kernel::Packed>) {
-    return kernel.tile_direct != nullptr && nc <= kernel.nr && (p.a_rs == 1 || p.a_cs == 1);
-  } else {
-    return false;
-  }
+  using S = typename Kernel::Source;
+  if (kernel.tile_direct == nullptr || nc > kernel.nr) return false;
+  if constexpr (std::is_same_v<S, typename Kernel::Packed>) return p.a_rs == 1 || p.a_cs == 1;
+  if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<typename Kernel::Packed, uint16_t>) return p.a_cs == 1;
+  return false;
 }
 
 // C[m0:m1, jc:jc+nc] += the K block [pc, pc+kc) of the product, A read in place (reads_a_in_place).
+// c_scratch: one float tile, for a bfloat16 C (p.C16), which then holds one K block (beta 0).
 template <typename Kernel>
 void tiles_with_a_in_place(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p,
                            int64_t m0, int64_t m1, int64_t jc, int64_t nc, int64_t pc, int64_t kc,
-                           typename Kernel::Output beta, const typename Kernel::Packed* b_panel) {
+                           typename Kernel::Output beta, const typename Kernel::Packed* b_panel,
+                           typename Kernel::Output* c_scratch) {
   using T = typename Kernel::Output;
-  if constexpr (std::is_same_v<typename Kernel::Source, typename Kernel::Packed>) {
-    for (int64_t ir = m0; ir < m1; ir += kernel.mr) {
-      const int m_rows = static_cast<int>(std::min<int64_t>(kernel.mr, m1 - ir));
-      T* c_tile = p.C + ir * p.c_rs + jc;
-      T tile_beta = beta;
-      if (pc == 0 && p.bias != nullptr) {
-        scale_c(p, c_tile, m_rows, nc, jc);  // C = beta C + bias
-        tile_beta = T(1);
-      }
-      kernel.tile_direct(kc, p.A + ir * p.a_rs + pc * p.a_cs, p.a_rs, p.a_cs, b_panel, c_tile, p.c_rs, m_rows,
-                         static_cast<int>(nc), p.alpha, tile_beta);
+  using P = typename Kernel::Packed;
+  for (int64_t ir = m0; ir < m1; ir += kernel.mr) {
+    const int m_rows = static_cast<int>(std::min<int64_t>(kernel.mr, m1 - ir));
+    T* c_tile = p.C16 != nullptr ? c_scratch : p.C + ir * p.c_rs + jc;
+    const int64_t c_rs = p.C16 != nullptr ? kernel.nr : p.c_rs;
+    T tile_beta = beta;
+    if (pc == 0 && p.bias != nullptr) {
+      scale_c(p, c_tile, c_rs, m_rows, nc, jc);  // C = beta C + bias
+      tile_beta = T(1);
+    }
+    const P* a = reinterpret_cast<const P*>(p.A + ir * p.a_rs + pc * p.a_cs);  // (bfloat16: its bits)
+    kernel.tile_direct(kc, a, p.a_rs, p.a_cs, b_panel, c_tile, c_rs, m_rows, static_cast<int>(nc), p.alpha, tile_beta);
+    if constexpr (std::is_same_v<T, float>) {
+      if (p.C16 != nullptr) round_rows(kernel, c_scratch, kernel.nr, p.C16 + ir * p.c_rs + jc, p.c_rs, m_rows, nc);
     }
   }
 }
@@ -187,6 +209,7 @@ void gemm_block(const Kernel& kernel, const Problem<typename Kernel::Output, typ
   Workspace& workspace = thread_workspace();
   P* a_packed = workspace.a.get<P>(mc_block * kc_block);
   P* b_packed = workspace.b.get<P>(nc_block * kc_block);
+  T* c_scratch = p.C16 != nullptr ? workspace.c.get<T>(int64_t(mr) * nr) : nullptr;
 
   for (int64_t jc = n0; jc < n1; jc += nc_block) {
     const int64_t nc = std::min(nc_block, n1 - jc);
@@ -196,7 +219,7 @@ void gemm_block(const Kernel& kernel, const Problem<typename Kernel::Output, typ
       const T beta = pc == 0 ? p.beta : T(1);  // later K blocks accumulate onto the first
       kernel.pack_b(p.B + pc * p.b_rs + jc * p.b_cs, p.b_rs, p.b_cs, kc, nc, b_packed);
       if (reads_a_in_place(kernel, p, nc)) {  // one B micro-panel: each A element is used once, unpacked
-        tiles_with_a_in_place(kernel, p, m0, m1, jc, nc, pc, kc, beta, b_packed);
+        tiles_with_a_in_place(kernel, p, m0, m1, jc, nc, pc, kc, beta, b_packed, c_scratch);
         continue;
       }
       for (int64_t ic = m0; ic < m1; ic += mc_block) {
@@ -207,18 +230,24 @@ void gemm_block(const Kernel& kernel, const Problem<typename Kernel::Output, typ
           for (int64_t jr = 0; jr < nc; jr += nr) {
             const int n_cols = static_cast<int>(std::min<int64_t>(nr, nc - jr));
             const P* b_panel = b_packed + jr * panel_k;
-            T* c_tile = p.C + (ic + ir) * p.c_rs + jc + jr;
+            // A bfloat16 C: the tile is summed into float scratch (one K block, beta 0), then rounded.
+            T* c_tile = p.C16 != nullptr ? c_scratch : p.C + (ic + ir) * p.c_rs + jc + jr;
+            const int64_t c_rs = p.C16 != nullptr ? nr : p.c_rs;
             if (pc == 0 && p.bias != nullptr) {
               if (kernel.tile_bias != nullptr && p.alpha == T(1) && p.beta == T(0)) {  // sums start at the bias
-                kernel.tile_bias(kc, a_packed + ir * panel_k, b_panel, c_tile, p.c_rs, m_rows, n_cols,
+                kernel.tile_bias(kc, a_packed + ir * panel_k, b_panel, c_tile, c_rs, m_rows, n_cols,
                                  p.bias + jc + jr);
-                continue;
+              } else {
+                scale_c(p, c_tile, c_rs, m_rows, n_cols, jc + jr);  // C = beta C + bias while the tile is in cache
+                kernel.tile(kc, a_packed + ir * panel_k, b_panel, c_tile, c_rs, m_rows, n_cols, p.alpha, T(1));
               }
-              scale_c(p, c_tile, m_rows, n_cols, jc + jr);  // C = beta C + bias while the tile is in cache
-              kernel.tile(kc, a_packed + ir * panel_k, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha, T(1));
-              continue;
+            } else {
+              kernel.tile(kc, a_packed + ir * panel_k, b_panel, c_tile, c_rs, m_rows, n_cols, p.alpha, beta);
             }
-            kernel.tile(kc, a_packed + ir * panel_k, b_panel, c_tile, p.c_rs, m_rows, n_cols, p.alpha, beta);
+            if constexpr (std::is_same_v<T, float>) {
+              if (p.C16 != nullptr)
+                round_rows(kernel, c_scratch, nr, p.C16 + (ic + ir) * p.c_rs + jc + jr, p.c_rs, m_rows, n_cols);
+            }
           }
         }
       }
@@ -312,8 +341,22 @@ void gemm_one_with(const Kernel& kernel, const Problem<typename Kernel::Output, 
                    int threads) {
   using T = typename Kernel::Output;
   if (p.M <= 0 || p.N <= 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.C16 != nullptr && (p.K <= 0 || p.alpha == T(0) || p.K > kernel.kc)) {
+      // A bfloat16 C whose sums would span several K blocks (or that is only the bias): summed into a
+      // float32 C first, then rounded (one more pass; the recipe's products all fit one block).
+      std::vector<float> sums(size_t(p.M * p.N));
+      Problem<T, typename Kernel::Source> in_float = p;
+      in_float.C = sums.data();
+      in_float.c_rs = p.N;
+      in_float.C16 = nullptr;
+      gemm_one_with(kernel, in_float, threads);
+      round_rows(kernel, sums.data(), p.N, p.C16, p.c_rs, p.M, p.N);
+      return;
+    }
+  }
   if (p.K <= 0 || p.alpha == T(0)) {  // nothing to multiply: C = beta * C, A and B unread
-    scale_c(p, p.C, p.M, p.N, 0);
+    scale_c(p, p.C, p.c_rs, p.M, p.N, 0);
     return;
   }
   gemm_threaded(kernel, p, std::min(threads, threads_for(p.M, p.N, p.K, threads)));
@@ -329,7 +372,7 @@ bool is_thin(const Problem<T>& p) {
 
 template <typename T>
 void thin_product(const Problem<T>& p) {
-  scale_c(p, p.C, p.M, p.N, 0);  // C = beta C (+ bias)
+  scale_c(p, p.C, p.c_rs, p.M, p.N, 0);  // C = beta C (+ bias)
   for (int64_t m = 0; m < p.M; ++m) {
     T* c = p.C + m * p.c_rs;
     const T* a = p.A + m * p.a_rs;
@@ -444,6 +487,24 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int
 void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t a_rs, int64_t a_cs,
                const BFloat16* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs, const float* bias) {
   gemm_any(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, bias, Bf16Runner<BFloat16>{});
+}
+template <typename S>
+void gemm_bf16_out(int64_t M, int64_t N, int64_t K, float alpha, const S* A, int64_t a_rs, int64_t a_cs, const S* B,
+                   int64_t b_rs, int64_t b_cs, BFloat16* C, int64_t c_rs, const float* bias) {
+  EMBER_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size M={} N={} K={}", M, N, K);
+  EMBER_CHECK(M <= 1 || c_rs >= N, "gemm_bf16: C rows overlap: row stride {} < N={}", c_rs, N);
+  Problem<float, S> p{M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, 0.0f, nullptr, c_rs, bias};
+  p.C16 = C;
+  Bf16Runner<S>{}(p, threads_here());
+}
+
+void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
+               const float* B, int64_t b_rs, int64_t b_cs, BFloat16* C, int64_t c_rs, const float* bias) {
+  gemm_bf16_out(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, bias);
+}
+void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t a_rs, int64_t a_cs,
+               const BFloat16* B, int64_t b_rs, int64_t b_cs, BFloat16* C, int64_t c_rs, const float* bias) {
+  gemm_bf16_out(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, bias);
 }
 void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_bs,
                        int64_t a_rs, int64_t a_cs, const float* B, int64_t b_bs, int64_t b_rs, int64_t b_cs,

@@ -49,6 +49,14 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int
 void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t a_rs, int64_t a_cs,
                const BFloat16* B, int64_t b_rs, int64_t b_cs, float beta, float* C, int64_t c_rs,
                const float* bias = nullptr);
+// The same with a bfloat16 C (a mixed-precision layer's bfloat16 output): C = alpha A B (+ bias), each
+// entry summed in float32 and rounded once (nearest even) as its tile is stored; C is never read.
+// NOTE: the vdpbf16ps kernel stores a subnormal sum as zero (as its packing flushes subnormal operands).
+void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,
+               const float* B, int64_t b_rs, int64_t b_cs, BFloat16* C, int64_t c_rs, const float* bias = nullptr);
+void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t a_rs, int64_t a_cs,
+               const BFloat16* B, int64_t b_rs, int64_t b_cs, BFloat16* C, int64_t c_rs,
+               const float* bias = nullptr);
 void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_bs,
                        int64_t a_rs, int64_t a_cs, const float* B, int64_t b_bs, int64_t b_rs, int64_t b_cs,
                        float beta, float* C, int64_t c_bs, int64_t c_rs);

@@ -47,10 +47,12 @@ enum class Store { Overwrite, Accumulate, General, Bias };
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
 
-// One kRows x (kVecs * 16) tile of C from kc k's (ceil(kc / 2) pairs).
-template <int kRows, int kVecs, Store kStore>
+// One kRows x (kVecs * 16) tile of C from kc k's (ceil(kc / 2) pairs). kDirect: A is read in place, row r
+// at a + r * a_rs with its k contiguous (a bfloat16 row-major A: the pair (k, k + 1) is already two adjacent
+// words; an odd kc's last k is paired with a zero, as packing pads it), instead of from a packed panel.
+template <int kRows, int kVecs, Store kStore, bool kDirect = false>
 void tile_with(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t c_rs, int n_cols, float alpha,
-               float beta, const float* bias = nullptr) {
+               float beta, const float* bias = nullptr, int64_t a_rs = 0) {
   const __mmask16 all = 0xFFFF;
   const int last_lanes = n_cols - (kVecs - 1) * 16;
   const __mmask16 last = last_lanes == 16 ? all : static_cast<__mmask16>((1u << last_lanes) - 1);
@@ -68,23 +70,28 @@ void tile_with(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64
     _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs), _MM_HINT_ET0);
     _mm_prefetch(reinterpret_cast<const char*>(c + r * c_rs + kVecs * 16 - 1), _MM_HINT_ET0);
   }
-  const int64_t pairs = (kc + 1) / 2;
-#pragma GCC unroll 2
-  for (int64_t p = 0; p < pairs; ++p) {
+  // One pair step: B's two vectors, then each row's pair broadcast (odd_tail: the pair is (A's last k, 0)).
+  auto step = [&](bool odd_tail) __attribute__((always_inline)) {
     __m512bh b_row[kVecs];
 #pragma GCC unroll 8
     for (int v = 0; v < kVecs; ++v) b_row[v] = as_bh(_mm512_loadu_si512(b + v * 32));
 #pragma GCC unroll 32
     for (int r = 0; r < kRows; ++r) {
-      int32_t pair;
-      std::memcpy(&pair, a + 2 * r, sizeof pair);
+      int32_t pair = 0;
+      if (!kDirect) std::memcpy(&pair, a + 2 * r, sizeof pair);
+      else if (!odd_tail) std::memcpy(&pair, a + r * a_rs, sizeof pair);
+      else pair = a[r * a_rs];
       const __m512bh a_pair = as_bh(_mm512_set1_epi32(pair));
 #pragma GCC unroll 8
       for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a_pair, b_row[v]);
     }
-    a += 2 * kMR;
+    a += kDirect ? 2 : 2 * kMR;
     b += kVecs * 32;
-  }
+  };
+  const int64_t pairs = kDirect ? kc / 2 : (kc + 1) / 2;
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < pairs; ++p) step(false);
+  if (kDirect && kc % 2 == 1) step(true);
 #pragma GCC unroll 32
   for (int r = 0; r < kRows; ++r) {
     float* row = c + r * c_rs;
@@ -117,7 +124,21 @@ void tile_bias(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64
   tile_with<kRows, kVecs, Store::Bias>(kc, a, b, c, c_rs, n_cols, 1, 0, bias);
 }
 
+// A read in place (row-major bfloat16, see tile_with): for a product whose B block is one micro-panel wide,
+// where each element of A meets B once and packing it would cost about as much as using it.
+template <int kRows, int kVecs>
+void tile_direct(int64_t kc, const uint16_t* a, int64_t a_rs, const uint16_t* b, float* c, int64_t c_rs, int n_cols,
+                 float alpha, float beta) {
+  if (alpha == 1 && beta == 0)
+    tile_with<kRows, kVecs, Store::Overwrite, true>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs);
+  else if (alpha == 1 && beta == 1)
+    tile_with<kRows, kVecs, Store::Accumulate, true>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs);
+  else
+    tile_with<kRows, kVecs, Store::General, true>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs);
+}
+
 using Tile = void (*)(int64_t, const uint16_t*, const uint16_t*, float*, int64_t, int, float, float);
+using DirectTile = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, float*, int64_t, int, float, float);
 using BiasTile = void (*)(int64_t, const uint16_t*, const uint16_t*, float*, int64_t, int, const float*);
 
 // table[rows - 1][vecs - 1]
@@ -125,6 +146,11 @@ template <int... kRowsMinus1>
 constexpr auto tile_table(std::integer_sequence<int, kRowsMinus1...>) {
   return std::array<std::array<Tile, 2>, sizeof...(kRowsMinus1)>{
       std::array<Tile, 2>{&tile<kRowsMinus1 + 1, 1>, &tile<kRowsMinus1 + 1, 2>}...};
+}
+template <int... kRowsMinus1>
+constexpr auto direct_tile_table(std::integer_sequence<int, kRowsMinus1...>) {
+  return std::array<std::array<DirectTile, 2>, sizeof...(kRowsMinus1)>{
+      std::array<DirectTile, 2>{&tile_direct<kRowsMinus1 + 1, 1>, &tile_direct<kRowsMinus1 + 1, 2>}...};
 }
 template <int... kRowsMinus1>
 constexpr auto bias_tile_table(std::integer_sequence<int, kRowsMinus1...>) {
@@ -137,6 +163,12 @@ void tile_any_size(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, i
   static constexpr auto table = tile_table(std::make_integer_sequence<int, kMR>{});
   table[m_rows - 1][(n_cols + 15) / 16 - 1](kc, a, b, c, c_rs, n_cols, alpha, beta);
 }
+// NOTE: a_cs must be 1 (the driver reads A in place only then: gemm.cpp reads_a_in_place).
+void direct_tile_any_size(int64_t kc, const uint16_t* a, int64_t a_rs, int64_t /*a_cs*/, const uint16_t* b, float* c,
+                          int64_t c_rs, int m_rows, int n_cols, float alpha, float beta) {
+  static constexpr auto table = direct_tile_table(std::make_integer_sequence<int, kMR>{});
+  table[m_rows - 1][(n_cols + 15) / 16 - 1](kc, a, a_rs, b, c, c_rs, n_cols, alpha, beta);
+}
 void bias_tile_any_size(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t c_rs, int m_rows,
                         int n_cols, const float* bias) {
   static constexpr auto table = bias_tile_table(std::make_integer_sequence<int, kMR>{});
@@ -144,7 +176,7 @@ void bias_tile_any_size(int64_t kc, const uint16_t* a, const uint16_t* b, float*
 }
 
 // ---------------------------------------------------------------------------------------------
-// Packing float32 -> bfloat16 pairs
+// Packing float32 (rounded) or bfloat16 (copied) operands into bfloat16 pairs
 
 __mmask16 first_lanes(int64_t count) {
   return count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1);
@@ -167,6 +199,23 @@ inline __m512i interleave_pairs(const float* first, const float* second, int64_t
                                          21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   return _mm512_permutexvar_epi16(order, words);
 }
+
+// The same two loads from bfloat16 operands: copied as they are (no rounding).
+inline __m512i row_pairs(const BFloat16* p, int64_t count) {
+  const __mmask32 lanes = count >= 32 ? ~__mmask32(0) : (__mmask32(1) << count) - 1;
+  return _mm512_maskz_loadu_epi16(lanes, p);  // words 0..31 = k0 .. k0 + 31: pair p = (2p, 2p + 1)
+}
+inline __m512i interleave_pairs(const BFloat16* first, const BFloat16* second, int64_t count) {
+  const __mmask16 lanes = first_lanes(count);
+  const __m512i a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, first));
+  const __m512i b = second != nullptr ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, second))
+                                      : _mm512_setzero_si512();
+  return _mm512_or_si512(a, _mm512_slli_epi32(b, 16));  // lane i = first[i] (low word), second[i] (high)
+}
+
+// One element's bfloat16 bits: a float32 rounded (nearest even), a bfloat16 as it is.
+inline uint16_t bits_of(float x) { return BFloat16::round_to_bits(x); }
+inline uint16_t bits_of(BFloat16 x) { return x.bits; }
 
 // rows[i] lane j -> rows[j] lane i, 32-bit lanes (a pair each). Four shuffle stages.
 inline __attribute__((always_inline)) void transpose_16x16(__m512i rows_i[16]) {
@@ -194,8 +243,9 @@ inline __attribute__((always_inline)) void transpose_16x16(__m512i rows_i[16]) {
   }
 }
 
-// A block m x kc (float32, any strides) -> mr-row panels of pairs, each round_up(kc, 2) long.
-void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, uint16_t* out) {
+// A block m x kc (float32 or bfloat16, any strides) -> mr-row panels of pairs, each round_up(kc, 2) long.
+template <typename S>
+void pack_a(const S* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, uint16_t* out) {
   const int64_t pairs = (kc + 1) / 2;
   const __mmask16 panel_lanes = first_lanes(kMR);
   if (a_cs == 1) {  // row-major: 16 rows x 32 k converted, then transposed as 16 x 16 pairs
@@ -216,8 +266,8 @@ void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t
     }
   } else if (a_rs == 1) {  // column-major: columns k and k + 1 are runs of m rows, interleaved
     for (int64_t p = 0; p < pairs; ++p) {
-      const float* first = A + 2 * p * a_cs;
-      const float* second = 2 * p + 1 < kc ? first + a_cs : nullptr;
+      const S* first = A + 2 * p * a_cs;
+      const S* second = 2 * p + 1 < kc ? first + a_cs : nullptr;
       for (int64_t i0 = 0; i0 < m; i0 += kMR) {
         const int64_t rows = std::min<int64_t>(kMR, m - i0);
         _mm512_mask_storeu_epi32(out + 2 * (i0 * pairs + p * kMR), panel_lanes,
@@ -230,20 +280,21 @@ void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t
       for (int64_t k = 0; k < 2 * pairs; ++k)
         for (int r = 0; r < kMR; ++r)
           out[2 * ((k / 2) * kMR + r) + (k & 1)] =
-              r < rows && k < kc ? BFloat16::round_to_bits(A[(i0 + r) * a_rs + k * a_cs]) : uint16_t(0);
+              r < rows && k < kc ? bits_of(A[(i0 + r) * a_rs + k * a_cs]) : uint16_t(0);
       out += 2 * kMR * pairs;
     }
   }
 }
 
-// B block kc x n (float32, any strides) -> 32-column panels of pairs (the last one 16 or 32 wide).
-void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, uint16_t* out) {
+// B block kc x n (float32 or bfloat16, any strides) -> 32-column panels of pairs (the last one 16 or 32 wide).
+template <typename S>
+void pack_b(const S* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, uint16_t* out) {
   const int64_t pairs = (kc + 1) / 2;
   auto panel_width = [n](int64_t q) { return std::min<int64_t>(kNR, (std::min<int64_t>(kNR, n - q * kNR) + 15) / 16 * 16); };
   if (b_cs == 1) {  // row-major: rows k and k + 1 interleaved, 16 columns at a time
     for (int64_t p = 0; p < pairs; ++p) {
-      const float* first = B + 2 * p * b_rs;
-      const float* second = 2 * p + 1 < kc ? first + b_rs : nullptr;
+      const S* first = B + 2 * p * b_rs;
+      const S* second = 2 * p + 1 < kc ? first + b_rs : nullptr;
       for (int64_t j0 = 0; j0 < n; j0 += 16) {
         const int64_t q = j0 / kNR;
         uint16_t* panel = out + 2 * q * kNR * pairs;
@@ -276,35 +327,19 @@ void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_
       for (int64_t k = 0; k < 2 * pairs; ++k)
         for (int64_t j = 0; j < width; ++j)
           panel[2 * ((k / 2) * width + j) + (k & 1)] =
-              j < cols && k < kc ? BFloat16::round_to_bits(B[k * b_rs + (q * kNR + j) * b_cs]) : uint16_t(0);
+              j < cols && k < kc ? bits_of(B[k * b_rs + (q * kNR + j) * b_cs]) : uint16_t(0);
     }
   }
 }
 
-// bfloat16 operands: the same layouts, copied (no rounding); plain loops.
-void pack_a_bf16(const BFloat16* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, uint16_t* out) {
-  const int64_t pairs = (kc + 1) / 2;
-  for (int64_t i0 = 0; i0 < m; i0 += kMR) {
-    const int64_t rows = std::min<int64_t>(kMR, m - i0);
-    for (int r = 0; r < kMR; ++r) {
-      const BFloat16* row = A + (i0 + r) * a_rs;
-      for (int64_t k = 0; k < 2 * pairs; ++k)
-        out[2 * ((k / 2) * kMR + r) + (k & 1)] = r < rows && k < kc ? row[k * a_cs].bits : uint16_t(0);
-    }
-    out += 2 * kMR * pairs;
-  }
-}
-
-void pack_b_bf16(const BFloat16* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, uint16_t* out) {
-  const int64_t pairs = (kc + 1) / 2;
-  for (int64_t q = 0; q * kNR < n; ++q) {
-    const int64_t cols = std::min<int64_t>(kNR, n - q * kNR);
-    const int64_t width = std::min<int64_t>(kNR, (cols + 15) / 16 * 16);
-    uint16_t* panel = out + 2 * q * kNR * pairs;
-    for (int64_t j = 0; j < width; ++j) {
-      const BFloat16* column = B + (q * kNR + j) * b_cs;
-      for (int64_t k = 0; k < 2 * pairs; ++k)
-        panel[2 * ((k / 2) * width + j) + (k & 1)] = j < cols && k < kc ? column[k * b_rs].bits : uint16_t(0);
+// A bfloat16 C: float32 rows rounded to nearest even, 16 at a time (vcvtneps2bf16; NaN kept. NOTE: as in
+// packing, a subnormal float32 becomes a zero of its sign).
+void round_rows(const float* in, int64_t in_rs, BFloat16* out, int64_t out_rs, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < cols; j += 16) {
+      const __mmask16 lanes = first_lanes(std::min(16, cols - j));
+      const __m256bh narrow = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lanes, in + r * in_rs + j));
+      _mm256_mask_storeu_epi16(out + r * out_rs + j, lanes, reinterpret_cast<const __m256i&>(narrow));
     }
   }
 }
@@ -316,9 +351,11 @@ constexpr int64_t kKC = 1024, kMC = 168, kNC = 512;
 }  // namespace
 
 const GemmKernel<float, uint16_t, float> kAvx512Bf16FromFloat = {
-    "avx512_bf16", kMR, kNR, 16, kKC, kMC, kNC, &tile_any_size, &pack_a_float, &pack_b_float, &bias_tile_any_size, 2};
+    "avx512_bf16", kMR, kNR, 16, kKC, kMC, kNC, &tile_any_size, &pack_a<float>, &pack_b<float>, &bias_tile_any_size, 2,
+    nullptr, &round_rows};
 const GemmKernel<BFloat16, uint16_t, float> kAvx512Bf16FromBf16 = {
-    "avx512_bf16", kMR, kNR, 16, kKC, kMC, kNC, &tile_any_size, &pack_a_bf16, &pack_b_bf16, &bias_tile_any_size, 2};
+    "avx512_bf16", kMR, kNR, 16, kKC, kMC, kNC, &tile_any_size, &pack_a<BFloat16>, &pack_b<BFloat16>, &bias_tile_any_size, 2,
+    &direct_tile_any_size, &round_rows};
 
 }  // namespace ember::cpu::detail
 

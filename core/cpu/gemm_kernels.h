@@ -38,6 +38,9 @@ template <typename S, typename P = S>
 using PackAFunction = void (*)(const S* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, P* out);
 template <typename S, typename P = S>
 using PackBFunction = void (*)(const S* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, P* out);
+// Optional, for a bfloat16 C: out[i * out_rs + j] = BFloat16(in[i * in_rs + j]) for i < rows, j < cols
+// (round to nearest even, NaN kept; a kernel may flush subnormals to zero, as its packing does).
+using RoundRowsFunction = void (*)(const float* in, int64_t in_rs, BFloat16* out, int64_t out_rs, int rows, int cols);
 
 // A micro-kernel, its packing routines and the cache blocking that suits it. S: the operands' type
 // in memory; P: packed; Out: C's (GemmKernel<float> is the plain float GEMM).
@@ -61,6 +64,7 @@ struct GemmKernel {
   // is then round_up(kc, k_granule) long, the missing k packed as zeros.
   int k_granule = 1;
   DirectTileFunction<P, Out> tile_direct = nullptr;  // null: A is always packed (kernels whose S != P)
+  RoundRowsFunction round_rows = nullptr;  // null: a plain loop stores a bfloat16 C (gemm.cpp)
 };
 
 // The x86 kernels are null when this CPU (or compiler) lacks the instructions.

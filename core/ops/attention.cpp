@@ -70,10 +70,10 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
 
 Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_mask, bool causal, Tensor* weights) {
   check_attention_inputs("attention", qkv_in, heads, key_padding_mask);
-  if (qkv_in.dtype() == Dtype::BFloat16) {  // bfloat16 in, bfloat16 out: float32 values, products in bfloat16
+  if (qkv_in.dtype() == Dtype::BFloat16 && qkv_in.device().is_cuda()) {  // products in bfloat16, out rounded
     MixedPrecisionGuard bf16(Precision::BFloat16);
     return attention(qkv_in.to(Dtype::Float32), heads, key_padding_mask, causal, weights).to(Dtype::BFloat16);
-  }
+  }  // (a bfloat16 qkv on the CPU: the kernels' own bfloat16 path, bfloat16 out)
   // Mixed precision (core/precision.h): the products in bfloat16, the softmax in float32.
   const bool bf16 = product_precision() == Precision::BFloat16 && qkv_in.dtype() == Dtype::Float32;
   // On a GPU: the tiled fused kernels of cuda/attention_kernels.cu when switched on
@@ -97,8 +97,8 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   const bool needs_grad = any_requires_grad({qkv_in});
   cpu::AttentionForward forward = cpu::attention_forward(qkv, heads, mask, causal, needs_grad || weights != nullptr, bf16);
-  if (weights != nullptr)  // float32 weights (in a bfloat16 scope: the kept probabilities, rounded to bfloat16)
-    *weights = forward.probs.dtype() == qkv.dtype() ? forward.probs : forward.probs.to(qkv.dtype());
+  if (weights != nullptr)  // qkv's dtype, float32 for bfloat16 (in bfloat16: the kept probabilities, rounded)
+    *weights = forward.probs.to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
   // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.
   record("attention", forward.out, {qkv_in},
          [heads, qkv = save(qkv), probs = save(forward.probs), mask = save(mask), bf16](const Tensor& g) -> Grads {

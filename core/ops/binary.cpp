@@ -25,10 +25,22 @@ Tensor binary_kernel(const F& f, const Tensor& a, const Tensor& b, const char* n
   return out;
 }
 
+// Type promotion: bfloat16 with float32 (or float64) computes in the wider dtype, as PyTorch does
+// (a mixed-precision layer's bfloat16 output added to a float32 residual). The conversion is the
+// differentiable `to`, so the bfloat16 side's gradient comes back rounded to bfloat16. Other mixed
+// dtypes stay an error (binary_kernel).
+std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.dtype() == b.dtype()) return {a, b};
+  if (a.dtype() == Dtype::BFloat16 && is_floating(b.dtype())) return {a.to(b.dtype()), b};
+  if (b.dtype() == Dtype::BFloat16 && is_floating(a.dtype())) return {a, b.to(a.dtype())};
+  return {a, b};
+}
+
 }  // namespace
 
 // d(a+b) = (dy, dy)
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in);
   Tensor y = binary_kernel(math::Add{}, a, b, "add");
   record("add", y, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) -> Grads {
     return {sum_to(g, sa), sum_to(g, sb)};
@@ -37,7 +49,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 // d(a-b) = (dy, -dy)
-Tensor sub(const Tensor& a, const Tensor& b) {
+Tensor sub(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in);
   Tensor y = binary_kernel(math::Sub{}, a, b, "sub");
   record("sub", y, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) -> Grads {
     return {sum_to(g, sa), sum_to(-g, sb)};
@@ -46,7 +59,8 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 // d(a*b) = (dy * b, dy * a)
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in);
   Tensor y = binary_kernel(math::Mul{}, a, b, "mul");
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   record("mul", y, {a, b}, [a = save(a), b = save(b), need_a, need_b](const Tensor& g) -> Grads {
@@ -57,7 +71,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 // d(a/b) = (dy / b, -dy * a / b^2)
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in);
   Tensor y = binary_kernel(math::Div{}, a, b, "div");
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   record("div", y, {a, b}, [a = save(a), b = save(b), need_a, need_b](const Tensor& g) -> Grads {

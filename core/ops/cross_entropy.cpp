@@ -18,6 +18,8 @@ namespace ember {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   EMBER_CHECK(logits.defined() && targets.defined(), "cross_entropy: an input tensor is undefined");
+  if (logits.dtype() == Dtype::BFloat16)  // mixed precision: the loss in float32 (widened_from_bf16)
+    return cross_entropy(widened_from_bf16(logits), targets, ignore_index);
   if (!(logits.device().is_cuda() && targets.device().is_cpu()))  // host targets: checked before upload
     check_same_device("cross_entropy", {&logits, &targets});
   EMBER_CHECK(logits.dim() == 2, "cross_entropy: logits must be 2-D [N, C], got {}", shape_str(logits.shape()));
@@ -62,6 +64,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 
 Tensor cross_entropy(const Tensor& logits, const DeviceIds& targets) {
   EMBER_CHECK(logits.defined() && targets.ids.defined(), "cross_entropy: an input tensor is undefined");
+  if (logits.dtype() == Dtype::BFloat16) return cross_entropy(widened_from_bf16(logits), targets);
   EMBER_CHECK(logits.dim() == 2 && is_floating(logits.dtype()) && logits.device() == targets.ids.device(),
               "cross_entropy: staged targets on {} need floating 2-D logits there, got {} {} on {}",
               targets.ids.device().str(), dtype_name(logits.dtype()), shape_str(logits.shape()), logits.device().str());

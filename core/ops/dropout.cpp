@@ -14,6 +14,7 @@
 // p == 1: every element is dropped; the result (and gradient) is all zeros.
 #include <cmath>
 
+#include "core/cpu/elementwise.h"
 #include "core/ops/op_support.h"
 
 
@@ -26,19 +27,30 @@ uint64_t keep_threshold(double p) { return uint64_t(std::ceil(std::ldexp(p, 53))
 
 // out[i] = in[i] * (kept(i) ? scale : 0) for i in [begin, end). `__restrict` (out is a new
 // tensor) lets the compiler vectorise the hash's 64-bit multiplies (AVX-512DQ: 8 lanes at once).
-template <typename T>
+// A bfloat16 x is scaled in float, each result rounded once.
+template <typename T, typename C = compute_type<T>>
 void mask_range(const T* __restrict in, T* __restrict out, int64_t begin, int64_t end, uint64_t seed, uint64_t first,
-                uint64_t threshold, T scale) {
+                uint64_t threshold, C scale) {
   for (int64_t i = begin; i < end; ++i) {
     bool keep = (random_bits(seed, first + uint64_t(i)) >> 11) >= threshold;
-    out[i] = keep ? in[i] * scale : T(0);
+    out[i] = T(keep ? C(in[i]) * scale : C(0));
   }
 }
 
-template <typename T>
-void apply_mask(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, uint64_t threshold, T scale) {
+template <typename T, typename C = compute_type<T>>
+void apply_mask(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, uint64_t threshold, C scale) {
   parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
-    mask_range(in, out, begin, end, seed, first, threshold, scale);
+    if constexpr (std::is_same_v<T, BFloat16>) {  // in float chunks, as float32 (cpu::widen, cpu::narrow)
+      float wide[cpu::kWideChunk], masked[cpu::kWideChunk];
+      for (int64_t i0 = begin; i0 < end; i0 += cpu::kWideChunk) {
+        const int64_t m = std::min(cpu::kWideChunk, end - i0);
+        cpu::widen(in + i0, wide, m);
+        mask_range<float>(wide, masked, 0, m, seed, first + uint64_t(i0), threshold, scale);  // element i0 + i
+        cpu::narrow(masked, out + i0, m);
+      }
+    } else {
+      mask_range(in, out, begin, end, seed, first, threshold, scale);
+    }
   });
 }
 
@@ -51,9 +63,9 @@ Tensor masked_scale(const Tensor& x, uint64_t seed, uint64_t first, double p, co
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   const uint64_t threshold = keep_threshold(p);
   const double scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
-  dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
+  dispatch_real(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    apply_mask<T>(in.data<T>(), out.data<T>(), x.numel(), seed, first, threshold, T(scale));
+    apply_mask<T>(in.data<T>(), out.data<T>(), x.numel(), seed, first, threshold, compute_type<T>(scale));
   });
   return out;
 }
@@ -76,7 +88,9 @@ uint64_t take_range(const Tensor& x, Generator& gen) {
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   EMBER_CHECK(p >= 0.0 && p <= 1.0, "dropout: p must be in [0, 1], got {}", p);
-  EMBER_CHECK(is_floating(x.dtype()), "dropout: expected a floating tensor (float32 or float64), got {}",
+  EMBER_CHECK(is_real(x.dtype()), "dropout: expected a floating tensor (float32, float64 or bfloat16), got {}",
+              dtype_name(x.dtype()));
+  EMBER_CHECK(x.device().is_cpu() || is_floating(x.dtype()), "dropout: a CUDA tensor must be float32 or float64, got {}",
               dtype_name(x.dtype()));
   if (!training || p == 0.0) return x;
   const uint64_t seed = gen.seed();

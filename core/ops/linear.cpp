@@ -6,14 +6,78 @@
 // W^T and g^T are strided views read in place by the GEMM; db uses the deterministic row sum.
 // Zero-size dims as in PyTorch: no input features (K = 0) give y = b on every row (0 without a bias)
 // and dW of shape [N, 0]; no rows give an empty y and dW = 0, db = 0.
-// Mixed precision (core/precision.h): in a bfloat16 scope the three products take bfloat16 operands
-// (cpu::gemm_bf16) and sum in float32; bfloat16 tensors go through that path and come back bfloat16.
+// Mixed precision (core/precision.h), on the CPU: in a bfloat16 scope, or for a bfloat16 input, the
+// input and the weight are rounded to bfloat16, the products summed in float32 (cpu::gemm_bf16) and y
+// is bfloat16, as torch.autocast's linear (linear_bf16 below). On a GPU the scope rounds the operands
+// and y stays float32 (cuBLAS, gpu::linear_forward).
 #include "core/cpu/gemm.h"
 #include "core/ops/op_support.h"
+#include "core/parallel.h"
 #include "core/precision.h"
 
 namespace ember {
 namespace {
+
+// db for a bfloat16 g [rows, N]: its column sums in float32 (the bias's dtype). Blocks of 256 rows
+// are summed on any thread, then the blocks in order: the same result for any number of threads.
+Tensor column_sums(const Tensor& g, int64_t rows, int64_t N) {
+  constexpr int64_t kBlock = 256;
+  const int64_t blocks = (rows + kBlock - 1) / kBlock;
+  std::vector<float> partial(size_t(blocks * N), 0.0f);
+  const BFloat16* data = g.data<BFloat16>();
+  parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) {
+      float* sums = partial.data() + b * N;
+      for (int64_t r = b * kBlock; r < std::min(rows, (b + 1) * kBlock); ++r)
+        for (int64_t n = 0; n < N; ++n) sums[n] += float(data[r * N + n]);
+    }
+  });
+  Tensor db = zeros({N}, Dtype::Float32);
+  float* out = db.data<float>();
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t n = 0; n < N; ++n) out[n] += partial[size_t(b * N + n)];
+  return db;
+}
+
+// The mixed-precision linear on the CPU: x (float32 or bfloat16) and the float32 W rounded to bfloat16,
+// y = x W^T + b summed in float32 and stored as bfloat16. Backward: dx = g W in x's dtype, dW = g^T x and
+// db in float32 (the master weights' dtype), every product from bfloat16 operands. What is kept for
+// backward is bfloat16: x (for dW) and W (for dx), half the bytes of float32 copies.
+Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows, int64_t K, int64_t N) {
+  const Dtype bf16 = Dtype::BFloat16;
+  Tensor x16 = x.detach().contiguous().to(bf16), w16 = weight.detach().contiguous().to(bf16);
+  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor y = Tensor::empty(out_shape, bf16);
+  if (y.numel() > 0)
+    cpu::gemm_bf16(rows, N, K, 1.0f, x16.data<BFloat16>(), K, 1, w16.data<BFloat16>(), 1, K, y.data<BFloat16>(), N,
+                   b.defined() ? b.data<float>() : nullptr);
+  const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad();
+  const bool need_db = bias.defined() && bias.requires_grad();
+  record("linear", y, {x, weight, bias},
+         [saved_x = need_dw ? save(x16) : SavedTensor(), saved_w = need_dx ? save(w16) : SavedTensor(), rows, K, N,
+          need_dx, need_dw, need_db, x_dtype = x.dtype(), x_shape = x.shape()](const Tensor& g) -> Grads {
+           const Tensor &x16 = saved_x.get(), &w16 = saved_w.get();
+           Tensor g16 = g.contiguous().to(Dtype::BFloat16).view({rows, N});
+           const BFloat16* gd = g16.data<BFloat16>();
+           Tensor dx, dw, db;
+           if (need_dx) {
+             dx = Tensor::empty(x_shape, x_dtype);
+             if (x_dtype == Dtype::BFloat16)
+               cpu::gemm_bf16(rows, K, N, 1.0f, gd, N, 1, w16.data<BFloat16>(), K, 1, dx.data<BFloat16>(), K);
+             else
+               cpu::gemm_bf16(rows, K, N, 1.0f, gd, N, 1, w16.data<BFloat16>(), K, 1, 0.0f, dx.data<float>(), K);
+           }
+           if (need_dw) {  // g^T: element (n, r) of g^T is g[r, n]
+             dw = Tensor::empty({N, K}, Dtype::Float32);
+             cpu::gemm_bf16(N, K, rows, 1.0f, gd, 1, N, x16.data<BFloat16>(), K, 1, 0.0f, dw.data<float>(), K);
+           }
+           if (need_db) db = column_sums(g16, rows, N);
+           return {dx, dw, db};
+         });
+  return y;
+}
 
 template <typename T>
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
@@ -34,17 +98,25 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
               shape_str(x.shape()), K);
   EMBER_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == N),
               "linear: bias must be [{}], got {}", N, bias.defined() ? shape_str(bias.shape()) : "");
-  EMBER_CHECK(is_real(x.dtype()) && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
-              "linear: input, weight and bias must share one floating dtype, got {} and {}", dtype_name(x.dtype()),
-              dtype_name(weight.dtype()));
+  EMBER_CHECK(is_real(x.dtype()) && is_real(weight.dtype()) && (!bias.defined() || bias.dtype() == weight.dtype()),
+              "linear: input, weight and bias must be floating, and the bias of the weight's dtype, got {}, {} and {}",
+              dtype_name(x.dtype()), dtype_name(weight.dtype()), bias.defined() ? dtype_name(bias.dtype()) : "none");
   check_same_device("linear", {&x, &weight});
   if (bias.defined()) check_same_device("linear", {&x, &bias});
-  if (x.dtype() == Dtype::BFloat16) {  // bfloat16 in, bfloat16 out: float32 values, multiplied in bfloat16
+  const bool in_scope = product_precision() == Precision::BFloat16;
+  const bool mixed = x.dtype() == Dtype::BFloat16 && weight.dtype() == Dtype::Float32;
+  EMBER_CHECK(weight.dtype() == x.dtype() || (mixed && x.device().is_cpu()),
+              "linear: input and weight dtypes differ ({} and {}); a bfloat16 input with a float32 weight is the CPU's "
+              "mixed precision", dtype_name(x.dtype()), dtype_name(weight.dtype()));
+  if (x.device().is_cpu() && weight.dtype() == Dtype::Float32 &&
+      (mixed || (in_scope && x.dtype() == Dtype::Float32)))
+    return linear_bf16(x, weight, bias, numel(Shape(x.shape().begin(), x.shape().end() - 1)), K, N);
+  if (x.dtype() == Dtype::BFloat16) {  // all bfloat16: float32 values, multiplied in bfloat16
     MixedPrecisionGuard bf16(Precision::BFloat16);
     const Dtype f32 = Dtype::Float32;
     return linear(x.to(f32), weight.to(f32), bias.defined() ? bias.to(f32) : Tensor()).to(Dtype::BFloat16);
   }
-  const bool bf16 = product_precision() == Precision::BFloat16 && x.dtype() == Dtype::Float32;
+  const bool bf16 = in_scope && x.dtype() == Dtype::Float32;  // here only on a GPU: operands rounded, y float32
 
   // NOTE: not x.numel() / K, which divides by zero for zero input features (x [4, 0]): then y = bias.
   const int64_t rows = numel(Shape(x.shape().begin(), x.shape().end() - 1));
@@ -56,9 +128,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   if (y.numel() > 0 && x.device().is_cuda())
     gpu::linear_forward(x2, w, b, y, rows, K, N, bf16);  // cuBLAS; the bias is copied into y first
-  else if (y.numel() > 0 && bf16)
-    cpu::gemm_bf16(rows, N, K, 1.0f, x2.data<float>(), K, 1, w.data<float>(), 1, K, 0.0f, y.data<float>(), N,
-                   b.defined() ? b.data<float>() : nullptr);
   else if (y.numel() > 0)
     dispatch_floating(x.dtype(), "linear", [&](auto tag) {
       linear_forward<typename decltype(tag)::type>(x2, w, b, y, rows, K, N);
@@ -77,18 +146,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
              if (need_dx) dx = Tensor::empty(x_shape, g2.dtype(), g2.device());
              if (need_dw) dw = Tensor::empty({N, K}, g2.dtype(), g2.device());
              gpu::linear_backward(g2, x2, w, need_dx ? &dx : nullptr, need_dw ? &dw : nullptr, rows, K, N, bf16);
-             if (need_db) db = sum(g2, {0});
-             return {dx, dw, db};
-           }
-           if (bf16) {  // the products in bfloat16, like the forward's
-             if (need_dx) {
-               dx = Tensor::empty(x_shape, g2.dtype());
-               cpu::gemm_bf16(rows, K, N, 1.0f, g2.data<float>(), N, 1, w.data<float>(), K, 1, 0.0f, dx.data<float>(), K);
-             }
-             if (need_dw) {
-               dw = Tensor::empty({N, K}, g2.dtype());
-               cpu::gemm_bf16(N, K, rows, 1.0f, g2.data<float>(), 1, N, x2.data<float>(), K, 1, 0.0f, dw.data<float>(), K);
-             }
              if (need_db) db = sum(g2, {0});
              return {dx, dw, db};
            }

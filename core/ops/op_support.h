@@ -12,3 +12,12 @@
 #include "core/gpu.h"
 #include "core/ops.h"
 #include "core/parallel.h"
+
+namespace ember {
+
+// Mixed precision (core/precision.h): an op that computes in float32 only (softmax, layer norm, the
+// loss: torch.autocast's float32 list) takes a bfloat16 input widened by the differentiable `to`, so
+// that the input's gradient comes back rounded to bfloat16, its own dtype.
+inline Tensor widened_from_bf16(const Tensor& x) { return x.to(Dtype::Float32); }
+
+}  // namespace ember

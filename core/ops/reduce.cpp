@@ -49,6 +49,8 @@ Tensor reduce_kernel(const Tensor& x, const std::vector<int64_t>& dims, cpu::Red
 
 // d sum / dx = 1 for every x: the gradient is dy broadcast back over the reduced dims.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+  if (x.defined() && x.dtype() == Dtype::BFloat16)  // summed in float32, rounded once (the input's dtype)
+    return sum(widened_from_bf16(x), dims_in, keepdim).to(Dtype::BFloat16);
   auto dims = normalize_dims(dims_in, x.dim(), "sum");
   Tensor kept = reduce_kernel(x, dims, cpu::ReduceKind::Sum, "sum");
   Tensor y = keepdim ? kept : kept.view(drop_dims(kept.shape(), dims));
@@ -68,6 +70,8 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 // d max / dx = 1 where x equals the max (shared equally between ties), 0 elsewhere.
 // The max of nothing is undefined: an empty reduced dim is an error (as in PyTorch), on every device.
 Tensor max(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+  if (x.defined() && x.dtype() == Dtype::BFloat16)  // exact: the max of bfloat16 values is one of them
+    return max(widened_from_bf16(x), dims_in, keepdim).to(Dtype::BFloat16);
   auto dims = normalize_dims(dims_in, x.dim(), "max");
   for (int64_t d : dims)
     EMBER_CHECK(x.shape()[size_t(d)] > 0, "max: cannot take the max over an empty dim {} (shape {})", d,
@@ -92,6 +96,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, int6
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   EMBER_CHECK(x.defined(), "argmax: the input tensor is undefined");
+  if (x.dtype() == Dtype::BFloat16) return argmax(x.detach().to(Dtype::Float32), dim, keepdim);  // exact
   dim = normalize_dim(dim, x.dim(), "argmax");
   EMBER_CHECK(is_floating(x.dtype()), "argmax: expected a floating tensor (float32 or float64), got {}",
               dtype_name(x.dtype()));

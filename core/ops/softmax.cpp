@@ -12,6 +12,7 @@ namespace {
 
 Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log) {
   EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", name);
+  if (x.dtype() == Dtype::BFloat16) return softmax_op(name, widened_from_bf16(x), dim, log);
   EMBER_CHECK(is_floating(x.dtype()), "{}: expected a floating tensor (float32 or float64), got {}", name,
               dtype_name(x.dtype()));
   int64_t d = normalize_dim(dim, x.dim(), name);

@@ -13,9 +13,11 @@ namespace {
 template <typename F>
 Tensor forward_kernel(const F& f, const Tensor& x, const char* name) {
   EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", name);
-  EMBER_CHECK(is_floating(x.dtype()), "{}: expected a floating tensor (float32 or float64), got {}", name,
+  EMBER_CHECK(is_real(x.dtype()), "{}: expected a floating tensor (float32, float64 or bfloat16), got {}", name,
               dtype_name(x.dtype()));
   if (x.device().is_cpu()) return cpu::map_unary(f, x, name);
+  EMBER_CHECK(is_floating(x.dtype()), "{}: a CUDA tensor must be float32 or float64, got {}", name,
+              dtype_name(x.dtype()));
   Tensor in = x.detach().contiguous();  // the kernel walks contiguous memory: a strided view is copied first
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   cuda::unary_forward(f, x.device().index, x.dtype() == Dtype::Float64, in.raw_data(), y.raw_data(), x.numel());

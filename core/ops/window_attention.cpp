@@ -62,6 +62,9 @@ Tensor outside_band(int64_t T, int64_t window, int64_t global, Device device) {
 
 Tensor window_attention_reference(const Tensor& qkv, int64_t heads, int64_t window, int64_t global,
                                   const Tensor& key_padding_mask, bool causal, Tensor* weights) {
+  if (qkv.defined() && qkv.dtype() == Dtype::BFloat16)  // bfloat16 in, bfloat16 out, as attention
+    return window_attention_reference(widened_from_bf16(qkv), heads, window, global, key_padding_mask, causal, weights)
+        .to(Dtype::BFloat16);
   check_window_inputs("window_attention_reference", qkv, heads, window, global, key_padding_mask);
   const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3, H = heads, Dh = D / heads;
   Tensor qkv_heads = qkv.view({B, T, 3, H, Dh}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, Dh]
@@ -90,6 +93,9 @@ Tensor window_attention_reference(const Tensor& qkv, int64_t heads, int64_t wind
 
 Tensor window_attention(const Tensor& qkv_in, int64_t heads, int64_t window, int64_t global,
                         const Tensor& key_padding_mask, bool causal, Tensor* weights) {
+  if (qkv_in.defined() && qkv_in.dtype() == Dtype::BFloat16)  // bfloat16 in, bfloat16 out, as attention
+    return window_attention(widened_from_bf16(qkv_in), heads, window, global, key_padding_mask, causal, weights)
+        .to(Dtype::BFloat16);
   check_window_inputs("window_attention", qkv_in, heads, window, global, key_padding_mask);
   // On a GPU: the tiled kernels of cuda/attention_kernels.cu with the band (tiles outside it skipped) when the
   // fused attention is switched on (EMBER_ATTENTION=fused, as attention()), else the composed version.
