@@ -388,6 +388,36 @@ TEST_CASE("bfloat16 tensors into matmul, linear, attention: bfloat16 out, the sc
   CHECK(rounded);
 }
 
+TEST_CASE("bfloat16 with float32 in arithmetic: float32, computed on the widened values; gradients in each one's dtype") {
+  Generator gen(19);
+  const Dtype f32 = Dtype::Float32, bf16 = Dtype::BFloat16;
+  Tensor a = uniform({5, 4}, -1, 1, gen).requires_grad_();
+  Tensor b = uniform({4}, -1, 1, gen).to(bf16).requires_grad_();   // broadcast over a's rows
+  Tensor c = uniform({4, 5}, -1, 1, gen).to(bf16).requires_grad_();  // read transposed (strided)
+  const Tensor b32 = b.detach().to(f32), c32 = c.detach().to(f32).transpose(0, 1);
+  // Every order and op: the float32 result of the widened values, bit for bit.
+  CHECK(identical(a + b, a.detach() + b32));
+  CHECK(identical(b + a, b32 + a.detach()));
+  CHECK(identical(a + c.transpose(0, 1), a.detach() + c32));
+  CHECK(identical(a - b, a.detach() - b32));
+  CHECK(identical(b * a, b32 * a.detach()));
+  CHECK(identical(a / b, a.detach() / b32));
+  for (const Tensor& y : {a + b, b - a, a * c.transpose(0, 1)}) CHECK(y.dtype() == f32);
+  // Gradients: float32 for a, bfloat16 (the float32 gradient rounded once) for b and c.
+  sum((a + b) * (a + c.transpose(0, 1))).backward();
+  REQUIRE(b.grad().defined());
+  CHECK(a.grad().dtype() == f32);
+  CHECK(b.grad().dtype() == bf16);
+  CHECK(c.grad().dtype() == bf16);
+  const Tensor a32 = a.detach();
+  const Tensor want_b = sum(a32 + c32, {0}), want_c = (a32 + b32).transpose(0, 1);
+  CHECK(identical(b.grad(), want_b.to(bf16)));
+  CHECK(identical(c.grad(), want_c.contiguous().to(bf16)));
+  CHECK(identical(a.grad(), (a32 + c32) + (a32 + b32)));
+  // Other mixed dtypes stay an error.
+  check_error([&] { (void)(a.detach() + arange(4)); }, "dtypes differ");
+}
+
 TEST_CASE("mixed precision refuses nothing new: float64 is untouched by the scope") {
   Generator gen(16);
   Tensor a = uniform({9, 11}, -1, 1, gen, Dtype::Float64), b = uniform({11, 4}, -1, 1, gen, Dtype::Float64);

@@ -46,10 +46,11 @@ void product(bool bf16, int64_t M, int64_t N, int64_t K, T alpha, const T* A, in
 // Masked scores -> probabilities, in place, row by row, over the first `cols` columns of rows
 // `ld` apart; columns cols..ld-1 are set to 0. Masked entries become exactly 0, and so does every
 // entry of a row with no unmasked key (a query that sees nothing: output 0, no gradient; not NaN).
-// rounded (or null): also gets the probabilities rounded to bfloat16, in the same pass, rows `ld` apart.
+// rounded (or null): also gets the probabilities rounded to bfloat16, in the same pass, rows `ld` apart;
+// only there when !keep_float (s then holds the unnormalised exponentials).
 template <typename T>
 void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const bool* padding, bool causal,
-                         BFloat16* rounded = nullptr) {
+                         BFloat16* rounded = nullptr, bool keep_float = true) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   for (int64_t i = 0; i < rows; ++i) {
     T* row = s + i * ld;
@@ -65,6 +66,11 @@ void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const boo
       continue;
     }
     T inv = T(1) / row_exp_store_sum(row, m, row, cols);
+    if (row16 != nullptr && !keep_float) {
+      for (int64_t j = 0; j < cols; ++j) row16[j] = BFloat16(float(row[j] * inv));
+      std::fill(row16 + cols, row16 + ld, BFloat16());
+      continue;
+    }
     if (row16 != nullptr) {
       for (int64_t j = 0; j < cols; ++j) {
         row[j] *= inv;
@@ -162,7 +168,7 @@ void forward_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding
       float* s = scratch<float>(d.T * d.T);
       BFloat16* p = probs != nullptr ? probs + task * d.T * d.T : scratch<BFloat16>(d.T * d.T);
       gemm_bf16(d.T, L, d.Dh, scale, q, d.row(), 1, k, 1, d.row(), 0.0f, s, d.T);  // S = scale Q K^T
-      masked_softmax_rows(s, d.T, L, d.T, pad, causal, p);
+      masked_softmax_rows(s, d.T, L, d.T, pad, causal, p, /*keep_float=*/false);
       gemm_bf16(d.T, d.Dh, L, 1.0f, p, d.T, 1, v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);  // O = P V
     }
   });

@@ -141,6 +141,26 @@ Tensor map_binary(const F& f, const Tensor& a, const Tensor& b, const Shape& sha
   return out;
 }
 
+// out = f(a, b) for a float32 a and a bfloat16 b broadcast to `shape` (f commutative or a first): float32,
+// b widened as it is read (no float32 copy of it).
+template <typename F>
+Tensor map_binary_widening(const F& f, const Tensor& a, const Tensor& b, const Shape& shape) {
+  Tensor out = Tensor::empty(shape, Dtype::Float32, a.device());
+  for_each_row<3>(shape, {operand(out), broadcast_operand(a, shape), broadcast_operand(b, shape)},
+                  [&](auto p, auto s, int64_t n) {
+    float* o = reinterpret_cast<float*>(p[0]);
+    if (s[1] == sizeof(float) && s[2] == sizeof(BFloat16)) {
+      const float* x = reinterpret_cast<const float*>(p[1]);
+      const BFloat16* y = reinterpret_cast<const BFloat16*>(p[2]);
+      for (int64_t i = 0; i < n; ++i) o[i] = f.f(x[i], float(y[i]));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        o[i] = f.f(*reinterpret_cast<const float*>(p[1] + i * s[1]), float(*reinterpret_cast<const BFloat16*>(p[2] + i * s[2])));
+    }
+  });
+  return out;
+}
+
 // The ops have checked the operands (device, dtype, broadcasting: core/ops/views.cpp).
 // dst = src (src broadcast to dst's shape), converting the element type; dst may be strided.
 void copy(const Tensor& src, const Tensor& dst);

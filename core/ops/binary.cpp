@@ -36,10 +36,27 @@ std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b) {
   return {a, b};
 }
 
+// A float32 tensor and a bfloat16 one on the CPU: the sum is float32, the bfloat16 operand widened as
+// it is read, with no float32 copy of it (the residual connection of a mixed-precision model).
+bool adds_widening(const Tensor& a, const Tensor& b) {
+  const auto pair = [](const Tensor& x, const Tensor& y) {
+    return x.dtype() == Dtype::Float32 && y.dtype() == Dtype::BFloat16;
+  };
+  return a.defined() && b.defined() && a.device().is_cpu() && b.device().is_cpu() && (pair(a, b) || pair(b, a));
+}
+
 }  // namespace
 
-// d(a+b) = (dy, dy)
+// d(a+b) = (dy, dy); a bfloat16 operand's gradient is dy rounded to bfloat16.
 Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  if (adds_widening(a_in, b_in)) {
+    const Tensor& wide = a_in.dtype() == Dtype::Float32 ? a_in : b_in;
+    const Tensor& narrow = a_in.dtype() == Dtype::Float32 ? b_in : a_in;
+    Tensor y = cpu::map_binary_widening(math::Add{}, wide, narrow, broadcast_shapes(a_in.shape(), b_in.shape(), "add"));
+    record("add", y, {a_in, b_in}, [sa = a_in.shape(), sb = b_in.shape(), da = a_in.dtype(), db = b_in.dtype()](
+                                       const Tensor& g) -> Grads { return {sum_to(g, sa).to(da), sum_to(g, sb).to(db)}; });
+    return y;
+  }
   auto [a, b] = promoted(a_in, b_in);
   Tensor y = binary_kernel(math::Add{}, a, b, "add");
   record("add", y, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) -> Grads {
