@@ -4,7 +4,10 @@
 // float64 result of the same inputs. Two measures per result y against y64:
 //   norm     ||y - y64|| / ||y64||                               (Frobenius norms)
 //   bound    max_ij |y - y64|_ij / (|A| |B|)_ij, over gamma(K)  (<= 1 is inside the derived bound;
-//            products only, gamma(K) = 2 u + u^2 + 2 K eps32, u = 2^-8)
+//            products only, gamma(K) = 2 u + u^2 + 2 K eps32, u = 2^-8; a bfloat16 y, rounded once more
+//            when stored, adds u |y64|_ij to the bound)
+// The bf16 rows with "bfloat16 in" take their input rounded to bfloat16 first, as the model's layers
+// after the first do in the scope (a bf16 linear's output is bfloat16).
 // Usage: precision_bench [--threads N] [--seed S]
 #include <cmath>
 #include <cstdio>
@@ -39,8 +42,10 @@ double norm_error(const Tensor& y, const Tensor& y64) {
 // max |y - y64| / (gamma(K) (|A| |B|)): the fraction of the derived bound used (A, B float64).
 double bound_use(const Tensor& y, const Tensor& y64, const Tensor& A, const Tensor& B, int64_t K) {
   const std::vector<double> a = values(y), b = values(y64), m = values(matmul(abs(A), abs(B)));
+  const double stored = y.dtype() == Dtype::BFloat16 ? u : 0.0;  // y's own rounding
   double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / (gamma_of(K) * m[i] + 1e-300));
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]) / (gamma_of(K) * m[i] + stored * std::abs(b[i]) + 1e-300));
   return worst;
 }
 
@@ -66,7 +71,7 @@ Results run_all(const std::vector<Tensor>& inputs32, F f, Generator& gen) {
     for (const Tensor& x : inputs32) in.push_back(x.detach().to(dtype).requires_grad_());
     MixedPrecisionGuard precision(bf16 ? Precision::BFloat16 : Precision::Float32);
     y = f(in);
-    y.backward(g.to(dtype));
+    y.backward(g.to(y.dtype()));  // (a bfloat16 y takes a bfloat16 gradient)
     for (const Tensor& x : in) grads.push_back(x.grad());
   };
   Tensor probe;
@@ -116,6 +121,15 @@ int main(int argc, char** argv) {
     row(std::string(l.name) + " dx", r.g32[0], r.g16[0], r.g64[0]);
     row(std::string(l.name) + " dW", r.g32[1], r.g16[1], r.g64[1]);
   }
+  {  // a layer after a layer: its x is a bf16 linear's bfloat16 output in the scope
+    Tensor x = uniform({8192, 512}, -1, 1, gen), w = uniform({128, 512}, -1, 1, gen);
+    Results r = run_all({x, w}, [](const std::vector<Tensor>& in) {
+      const bool scoped = product_precision() == Precision::BFloat16;
+      return linear(scoped ? in[0].to(Dtype::BFloat16) : in[0], in[1], Tensor());
+    }, gen);
+    row("linear ffn2, bfloat16 in: y", r.y32, r.y16, r.y64);
+    row("linear ffn2, bfloat16 in: dx", r.g32[0], r.g16[0], r.g64[0]);
+  }
   {
     Tensor a = uniform({4, 256, 32}, -1, 1, gen), b = uniform({4, 32, 256}, -1, 1, gen);
     Results r = run_all({a, b}, [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, gen);
@@ -130,6 +144,15 @@ int main(int argc, char** argv) {
     Results r = run_all({qkv}, [](const std::vector<Tensor>& in) { return attention(in[0], 4, Tensor()); }, gen);
     row("attention [8,256,384], h = 4: out", r.y32, r.y16, r.y64);
     row("attention d qkv", r.g32[0], r.g16[0], r.g64[0]);
+  }
+  {  // as in the model in the scope: qkv is the bf16 linear's bfloat16 output
+    Tensor qkv = uniform({8, 256, 384}, -1, 1, gen);
+    Results r = run_all({qkv}, [](const std::vector<Tensor>& in) {
+      const bool scoped = product_precision() == Precision::BFloat16;
+      return attention(scoped ? in[0].to(Dtype::BFloat16) : in[0], 4, Tensor());
+    }, gen);
+    row("attention, bfloat16 in: out", r.y32, r.y16, r.y64);
+    row("attention, bfloat16 in: d qkv", r.g32[0], r.g16[0], r.g64[0]);
   }
   return 0;
 }
