@@ -115,7 +115,7 @@ void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& defaul
   app.add_option("--seed", c.seed, "initialisation, shuffling and dropout")->check(unsigned_integer())->capture_default_str();
   integer_option(app, "--threads", c.threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
   app.add_option("--device", c.device, "cpu, cuda or cuda:N (see docs/cuda.md)")->capture_default_str();
-  app.add_option("--precision", c.precision, "fp32, or bf16: products in bfloat16, float32 weights (docs/precision.md)")
+  app.add_option("--precision", c.precision, "fp32, or bf16: products (on the CPU also activations) in bfloat16, float32 weights (docs/precision.md)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   app.add_option("--cuda-graph", c.cuda_graph,

@@ -35,7 +35,7 @@ struct TrainConfig {
   uint64_t seed = 0;
   int threads = 0;                  // 0 = all cores
   std::string device = "cpu";
-  std::string precision = "fp32";   // fp32 | bf16: products in bfloat16, float32 master weights (core/precision.h)
+  std::string precision = "fp32";   // fp32 | bf16: products (and, on the CPU, activations) in bfloat16, float32 master weights (core/precision.h)
   std::string cuda_graph;           // on | off: the step as CUDA graphs, batches padded to a multiple of 32 tokens
                                     // (examples/imdb/graph_step.h); empty: on for --device cuda, off otherwise
   std::string data;                 // reviews.json or aclImdb folder; empty = download into data_dir

@@ -421,8 +421,9 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
                        : std::string(),
                num_threads());
   if (!config.quiet && config.precision == "bf16")
-    fmt::print(stderr, "Precision: products in bfloat16{}, float32 weights and optimiser\n",
-               device.is_cpu() ? fmt::format(" (CPU kernel {})", bf16_product_kernel()) : "");
+    fmt::print(stderr, "Precision: {}, float32 weights and optimiser\n",
+               device.is_cpu() ? fmt::format("products and activations in bfloat16 (CPU kernel {})", bf16_product_kernel())
+                               : std::string("products in bfloat16"));
 
   Progress progress(config.quiet ? Progress::Mode::Silent : Progress::detect(), config.log_every);
   const auto run_start = Clock::now();
