@@ -28,6 +28,20 @@ T* scratch(int64_t count) {
   return buffer.data();
 }
 
+// Head h of batch b: its q, k and v blocks in qkv (rows d.row() apart), and the same blocks of dqkv.
+template <typename S>
+struct Head {
+  const S *q, *k, *v;
+  S *dq, *dk, *dv;
+};
+template <typename S>
+Head<S> head_of(const Dims& d, int64_t b, int64_t h, const S* qkv, S* dqkv = nullptr) {
+  const int64_t offset = b * d.T * d.row() + h * d.Dh;
+  S* dq = dqkv != nullptr ? dqkv + offset : nullptr;
+  return {qkv + offset, qkv + offset + d.D, qkv + offset + 2 * d.D, dq, dq != nullptr ? dq + d.D : nullptr,
+          dq != nullptr ? dq + 2 * d.D : nullptr};
+}
+
 // One head's [T, T] block of bfloat16 probabilities widened to float (exact).
 template <typename T>
 void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
@@ -95,16 +109,14 @@ void forward_kernel(const Dims& d, const T* qkv, const bool* padding, bool causa
       const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
       const int64_t L = key_extent(pad, d.T);  // keys that can get any weight
       pad = padding_holes(pad, L);
-      const T* q = qkv + b * d.T * d.row() + h * d.Dh;
-      const T* k = q + d.D;
-      const T* v = q + 2 * d.D;
+      const Head<T> head = head_of(d, b, h, qkv);
       T* p = probs != nullptr ? probs + task * d.T * d.T : scratch<T>(d.T * d.T);
       // S = scale Q K^T: K^T is K read with swapped strides.
-      product(bf16, d.T, L, d.Dh, scale, q, d.row(), 1, k, 1, d.row(), p, d.T);
+      product(bf16, d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), p, d.T);
       BFloat16* p16 = probs_bf16 != nullptr ? probs_bf16 + task * d.T * d.T : nullptr;
       masked_softmax_rows(p, d.T, L, d.T, pad, causal, p16);
       // O = P V, written as head h's columns of the merged [B, T, D] output.
-      product(bf16, d.T, d.Dh, L, T(1), p, d.T, 1, v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);
+      product(bf16, d.T, d.Dh, L, T(1), p, d.T, 1, head.v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);
     }
   });
 }
@@ -118,13 +130,7 @@ void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs,
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / d.H, h = task % d.H;
       const int64_t L = key_extent(padding != nullptr ? padding + b * d.T : nullptr, d.T);
-      const int64_t offset = b * d.T * d.row() + h * d.Dh;
-      const T* q = qkv + offset;
-      const T* k = q + d.D;
-      const T* v = q + 2 * d.D;
-      T* dq = dqkv + offset;
-      T* dk = dq + d.D;
-      T* dv = dq + 2 * d.D;
+      const auto [q, k, v, dq, dk, dv] = head_of(d, b, h, qkv, dqkv);
       const T* p = probs != nullptr ? probs + task * d.T * d.T : nullptr;
       if (p == nullptr) {  // bfloat16 probabilities: this head's block widened, in cache for the four uses below
         T* widened = scratch<T, 1>(d.T * d.T);
@@ -162,14 +168,12 @@ void forward_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding
       const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
       const int64_t L = key_extent(pad, d.T);
       pad = padding_holes(pad, L);
-      const BFloat16* q = qkv + b * d.T * d.row() + h * d.Dh;
-      const BFloat16* k = q + d.D;
-      const BFloat16* v = q + 2 * d.D;
+      const Head<BFloat16> head = head_of(d, b, h, qkv);
       float* s = scratch<float>(d.T * d.T);
       BFloat16* p = probs != nullptr ? probs + task * d.T * d.T : scratch<BFloat16>(d.T * d.T);
-      gemm_bf16(d.T, L, d.Dh, scale, q, d.row(), 1, k, 1, d.row(), 0.0f, s, d.T);  // S = scale Q K^T
+      gemm_bf16(d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), 0.0f, s, d.T);  // S = scale Q K^T
       masked_softmax_rows(s, d.T, L, d.T, pad, causal, p, /*keep_float=*/false);
-      gemm_bf16(d.T, d.Dh, L, 1.0f, p, d.T, 1, v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);  // O = P V
+      gemm_bf16(d.T, d.Dh, L, 1.0f, p, d.T, 1, head.v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);  // O = P V
     }
   });
 }
@@ -181,13 +185,7 @@ void backward_kernel_bf16(const Dims& d, const BFloat16* grad, const BFloat16* q
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / d.H, h = task % d.H;
       const int64_t L = key_extent(padding != nullptr ? padding + b * d.T : nullptr, d.T);
-      const int64_t offset = b * d.T * d.row() + h * d.Dh;
-      const BFloat16* q = qkv + offset;
-      const BFloat16* k = q + d.D;
-      const BFloat16* v = q + 2 * d.D;
-      BFloat16* dq = dqkv + offset;
-      BFloat16* dk = dq + d.D;
-      BFloat16* dv = dq + 2 * d.D;
+      const auto [q, k, v, dq, dk, dv] = head_of(d, b, h, qkv, dqkv);
       const BFloat16* p16 = probs + task * d.T * d.T;
       const BFloat16* go = grad + b * d.T * d.D + h * d.Dh;  // dO of this head, row stride D
       float* p = scratch<float, 1>(d.T * d.T);
