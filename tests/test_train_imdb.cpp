@@ -1,5 +1,9 @@
 // The IMDb trainer on the shipped small data: the loss falls, and a resumed run matches an uninterrupted one.
+#include <cmath>
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "examples/imdb/compare.h"
 #include "examples/imdb/trainer.h"
@@ -94,6 +98,83 @@ TEST_CASE("train: --length-buckets pads less, resumes mid-epoch bit for bit, and
   joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
   CHECK(joined == whole.step_losses);  // bit for bit
   CHECK(part2.epochs.back().test_accuracy == whole.epochs.back().test_accuracy);
+}
+
+TEST_CASE("train: --validation holds out the same training reviews for every seed and names the best epoch by them") {
+  TrainConfig none = tiny_config("validation_none");
+  none.epochs = 2;
+  const Data all = prepare_data(none);
+  TrainConfig config = none;
+  config.out = tiny_config("validation").out;
+  config.validation = 40;
+  // With the same vocabulary, the reviews are comparable: the training reviews are the full set's minus 40,
+  // in their order, and the 40 held out are the rest.
+  const Data split = prepare_data(config, &all.vocabulary);
+  REQUIRE(split.validation_tokens.size() == 40);
+  REQUIRE(split.validation_labels.size() == 40);
+  REQUIRE(split.train_tokens.size() == all.train_tokens.size() - 40);
+  size_t kept = 0, held = 0;
+  for (size_t i = 0; i < all.train_tokens.size(); ++i) {
+    if (kept < split.train_tokens.size() && split.train_tokens[kept] == all.train_tokens[i] &&
+        split.train_labels[kept] == all.train_labels[i]) {
+      ++kept;
+    } else {
+      REQUIRE(held < 40);
+      CHECK(split.validation_tokens[held] == all.train_tokens[i]);
+      CHECK(split.validation_labels[held] == all.train_labels[i]);
+      ++held;
+    }
+  }
+  CHECK(kept == split.train_tokens.size());
+  CHECK(held == 40);
+  int positives = 0;
+  for (int label : split.validation_labels) positives += label;
+  CHECK(positives > 0);  // a shuffle, not the file's first or last 40 (one label each)
+  CHECK(positives < 40);
+  CHECK(split.test_tokens == all.test_tokens);  // test is untouched
+  TrainConfig other_seed = config;
+  other_seed.seed = 7;
+  CHECK(prepare_data(other_seed, &all.vocabulary).validation_tokens == split.validation_tokens);
+  // Each epoch evaluates it; the best epoch by it is named, and recorded in metrics.jsonl.
+  const Data data = prepare_data(config);
+  RunResult result = train(config, data);
+  REQUIRE(result.epochs.size() == 2);
+  for (const EpochResult& e : result.epochs) {
+    CHECK(e.validation_accuracy >= 0.0);
+    CHECK(e.validation_accuracy <= 1.0);
+  }
+  const int64_t want_best = result.epochs[1].validation_accuracy > result.epochs[0].validation_accuracy ? 2 : 1;
+  CHECK(result.best_validation_epoch == want_best);
+  int epoch_lines = 0;
+  std::ifstream metrics(config.out + "/metrics.jsonl");
+  for (std::string text; std::getline(metrics, text);) {
+    const nlohmann::json line = nlohmann::json::parse(text);
+    if (line.value("kind", "") != "epoch") continue;
+    ++epoch_lines;
+    CHECK(line.at("validation_reviews") == 40);
+    CHECK(line.at("validation_accuracy").get<double>() ==
+          result.epochs[size_t(line.at("epoch").get<int>() - 1)].validation_accuracy);
+  }
+  CHECK(epoch_lines == 2);
+  // A setting of the run: in the metadata (a file from before it reads as 0), and --resume must match it.
+  CHECK(config.to_metadata().at("validation") == "40");
+  std::map<std::string, std::string> meta = config.to_metadata();
+  CHECK(TrainConfig::from_metadata(meta).validation == 40);
+  meta.erase("validation");
+  CHECK(TrainConfig::from_metadata(meta).validation == 0);
+  TrainConfig resumed = config;
+  resumed.resume = true;
+  resumed.validation = 30;
+  ember::testing::check_error([&] { train(resumed, prepare_data(resumed)); }, "validation");
+  // Without it: no validation accuracy, no best epoch; and it must leave training reviews to train on.
+  RunResult plain = train(none, all);
+  CHECK(std::isnan(plain.epochs[0].validation_accuracy));
+  CHECK(plain.best_validation_epoch == 0);
+  TrainConfig too_many = none;
+  too_many.validation = int64_t(all.train_tokens.size());
+  ember::testing::check_error([&] { prepare_data(too_many); },
+                              fmt::format("--validation {}: there are only {} training reviews", too_many.validation,
+                                          all.train_tokens.size()));
 }
 
 TEST_CASE("train: bad settings and unwritable folders are clear errors before training") {

@@ -81,6 +81,9 @@ void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& defaul
   app.add_option("--truncate", c.truncate, "which tokens of a longer review: head, tail or head+tail (1/4 + 3/4)")
       ->check(CLI::IsMember({"head", "tail", "head+tail"}))
       ->capture_default_str();
+  integer_option(app, "--validation", c.validation, 0, limits::max_reviews,
+                 "hold out N training reviews (the same N for every run) as a validation set, evaluated each epoch; "
+                 "0: none (the recipe)");
   integer_option(app, "--length-buckets", c.length_buckets, 0, limits::max_reviews,
                  "0: batches as shuffled (the recipe); N: each batch of similar lengths, from pools of N batches");
   app.add_option_function<std::string>(

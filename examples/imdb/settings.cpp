@@ -67,6 +67,7 @@ void TrainConfig::validate() const {
   real_in("clip", clip, 0.0, 1e9);
   in("threads", threads, 0, limits::max_threads);
   in("limit", limit, 0, limits::max_reviews);
+  in("validation", validation, 0, limits::max_reviews);
   in("save_every", save_every, 0, limits::max_reviews);
   in("stop_after", stop_after, 0, limits::max_reviews);
   in("log_every", log_every, 1, limits::max_reviews);
@@ -105,6 +106,7 @@ std::map<std::string, std::string> TrainConfig::to_metadata() const {
           {"checkpoint", model.checkpoint ? "1" : "0"},
           {"precision", precision},
           {"length_buckets", std::to_string(length_buckets)},
+          {"validation", std::to_string(validation)},
           {"cuda_graph", uses_cuda_graph() ? "on" : "off"}};
 }
 
@@ -180,6 +182,7 @@ TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>&
   }
   if (m.count("precision")) c.precision = get("precision");  // files from before --precision: fp32
   if (m.count("length_buckets")) c.length_buckets = integer("length_buckets", 0, limits::max_reviews);  // or: 0
+  if (m.count("validation")) c.validation = integer("validation", 0, limits::max_reviews);  // files from before: 0
   c.cuda_graph = m.count("cuda_graph") ? get("cuda_graph") : "off";  // files from before --cuda-graph: off
   try {
     c.validate();

@@ -42,6 +42,9 @@ struct TrainConfig {
   std::string data_dir;             // download cache; empty = $EMBER_DATA or ./data
   std::string out = "runs/imdb";
   int64_t limit = 0;                // use only the first N train and N test reviews (balanced); 0 = all
+  int64_t validation = 0;           // hold out N of the training reviews (after --limit) as a validation set,
+                                    // evaluated each epoch, for choosing settings or an epoch without looking at
+                                    // test; the same N reviews for every run and seed; 0 = none (the recipe)
   int64_t save_every = 0;           // also checkpoint every N steps (0 = only at epoch ends)
   int64_t log_every = 50;           // plain log line every N steps when not on a terminal
   int64_t stop_after = 0;           // stop (after checkpointing) once this many steps are done; 0 = never

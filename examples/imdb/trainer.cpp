@@ -88,6 +88,9 @@ std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double 
 
 namespace {
 
+// --validation's shuffle: a seed of its own, so that every run (whatever its --seed) holds out the same reviews.
+constexpr uint64_t kValidationSeed = 0x7A11DA7E;
+
 void check_output_folder(const std::string& out) {
   std::error_code error;
   fs::create_directories(out, error);
@@ -112,11 +115,26 @@ Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary) {
     split.train = balanced_prefix(split.train, config.limit);
     split.test = balanced_prefix(split.test, config.limit);
   }
-  Data data{vocabulary ? *vocabulary : Vocabulary::build(split.train, config.vocab_words), {}, {}, {}, {}};
+  std::vector<Review> validation;
+  if (config.validation > 0) {
+    const int64_t count = int64_t(split.train.size());
+    EMBER_CHECK(config.validation < count, "--validation {}: there are only {} training reviews to hold it out from",
+                config.validation, count);
+    // The last N of a shuffle with a seed of its own (not --seed): every run and seed holds out the same reviews.
+    const std::vector<int64_t> order = shuffled_order(count, kValidationSeed, 0);
+    std::vector<bool> held_out(size_t(count), false);
+    for (int64_t i = count - config.validation; i < count; ++i) held_out[size_t(order[size_t(i)])] = true;
+    std::vector<Review> kept;
+    for (int64_t i = 0; i < count; ++i) (held_out[size_t(i)] ? validation : kept).push_back(std::move(split.train[size_t(i)]));
+    split.train = std::move(kept);
+  }
+  Data data{vocabulary ? *vocabulary : Vocabulary::build(split.train, config.vocab_words), {}, {}, {}, {}, {}, {}};
   data.train_tokens = encode(data.vocabulary, split.train, config.model.max_len, config.truncate);
   data.test_tokens = encode(data.vocabulary, split.test, config.model.max_len, config.truncate);
+  data.validation_tokens = encode(data.vocabulary, validation, config.model.max_len, config.truncate);
   data.train_labels = labels_of(split.train);
   data.test_labels = labels_of(split.test);
+  data.validation_labels = labels_of(validation);
   return data;
 }
 
@@ -135,6 +153,7 @@ std::string data_fingerprint(const Data& data) {
   };
   add(data.train_tokens, data.train_labels);
   add(data.test_tokens, data.test_labels);
+  if (!data.validation_tokens.empty()) add(data.validation_tokens, data.validation_labels);  // (runs without: as before)
   return digest.hex_digest();
 }
 
@@ -225,8 +244,9 @@ nlohmann::ordered_json step_record(int64_t step, int64_t epoch, double loss, dou
   return {{"kind", "step"}, {"step", step}, {"epoch", epoch}, {"loss", loss}, {"lr", lr}};
 }
 
-nlohmann::ordered_json epoch_record(const EpochResult& er, int64_t step, size_t test_reviews) {
-  return {{"kind", "epoch"},
+nlohmann::ordered_json epoch_record(const EpochResult& er, int64_t step, size_t test_reviews,
+                                    size_t validation_reviews) {
+  nlohmann::ordered_json record = {{"kind", "epoch"},
           {"epoch", er.epoch},
           {"step", step},
           {"train_loss", er.train_loss},
@@ -238,6 +258,11 @@ nlohmann::ordered_json epoch_record(const EpochResult& er, int64_t step, size_t 
           {"padded_tokens_per_s", er.padded_tokens_per_s},
           {"peak_tensor_bytes", er.peak_bytes},
           {"peak_rss_bytes", er.peak_rss_bytes}};
+  if (validation_reviews > 0) {
+    record["validation_accuracy"] = er.validation_accuracy;
+    record["validation_reviews"] = validation_reviews;
+  }
+  return record;
 }
 
 constexpr const char* kModelFormat = "ember-imdb-model-v2";
@@ -528,6 +553,8 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
     er.epoch = epoch + 1;
     er.train_loss = state.epoch_loss_sum / double(steps_per_epoch);  // every step of the epoch, resumed or not
     er.test_accuracy = evaluate(model, data.test_tokens, data.test_labels, 64, &world);
+    if (!data.validation_tokens.empty())
+      er.validation_accuracy = evaluate(model, data.validation_tokens, data.validation_labels, 64, &world);
     er.seconds = train_seconds;
     er.eval_seconds = seconds_since(eval_start);
     er.real_tokens_per_s = double(real_tokens) / train_seconds;
@@ -542,7 +569,7 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
     }
     result.epochs.push_back(er);
     if (lead) {
-      nlohmann::ordered_json record = epoch_record(er, step, data.test_tokens.size());
+      nlohmann::ordered_json record = epoch_record(er, step, data.test_tokens.size(), data.validation_tokens.size());
       if (several) {  // this rank's share of the communication (nn/data_parallel.h)
         const nn::DataParallelStats& comm = dp.stats();
         record["ranks"] = world.size();
@@ -558,10 +585,13 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
     }
     if (!config.quiet)
       fmt::print(stderr,
-                 "epoch {}/{}: train loss {:.4f} | test accuracy {:.2f}% ({} reviews) | {:.1f}s train + {:.1f}s eval | "
+                 "epoch {}/{}: train loss {:.4f} | test accuracy {:.2f}% ({} reviews){} | {:.1f}s train + {:.1f}s eval | "
                  "{:.0f} real tok/s ({:.0f} padded) | peak {:.0f} MiB tensors, {:.0f} MiB RSS\n",
-                 er.epoch, config.epochs, er.train_loss, 100 * er.test_accuracy, data.test_tokens.size(), er.seconds,
-                 er.eval_seconds, er.real_tokens_per_s, er.padded_tokens_per_s, er.peak_bytes / 1048576.0,
+                 er.epoch, config.epochs, er.train_loss, 100 * er.test_accuracy, data.test_tokens.size(),
+                 data.validation_tokens.empty() ? std::string()
+                     : fmt::format(" | validation {:.2f}% ({} reviews)", 100 * er.validation_accuracy,
+                                   data.validation_tokens.size()),
+                 er.seconds, er.eval_seconds, er.real_tokens_per_s, er.padded_tokens_per_s, er.peak_bytes / 1048576.0,
                  er.peak_rss_bytes / 1048576.0);
     if (!config.quiet && several && dp.stats().steps > 0)
       fmt::print(stderr, "epoch {}/{}: all-reduce {:.1f} ms per step, {:.0f}% of it hidden behind backward, {:.1f} MB "
@@ -584,6 +614,16 @@ RunResult train(const TrainConfig& config_in, const Data& data, distributed::Pro
   }
   result.steps = step;
   if (graph_step) result.graph_replays = graph_step->counts().replays;
+  const EpochResult* best = nullptr;  // --validation: the epoch it would choose (the first of equals)
+  for (const EpochResult& er : result.epochs)
+    if (!std::isnan(er.validation_accuracy) && (best == nullptr || er.validation_accuracy > best->validation_accuracy))
+      best = &er;
+  if (best != nullptr) {
+    result.best_validation_epoch = best->epoch;
+    if (!config.quiet)
+      fmt::print(stderr, "best epoch by validation accuracy: {} (validation {:.2f}%, test {:.2f}%)\n", best->epoch,
+                 100 * best->validation_accuracy, 100 * best->test_accuracy);
+  }
   result.wall_seconds = seconds_since(run_start);
   result.finished = step == total_steps;
   if (result.stopped_by_signal != 0) return result;  // checkpointed; the report can wait for the resume

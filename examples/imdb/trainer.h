@@ -2,6 +2,7 @@
 // (trainer.cpp), checkpoints that resume exactly (checkpoints.cpp), evaluation and prediction
 // from a saved run.
 #pragma once
+#include <cmath>
 #include <functional>
 #include <map>
 #include <string>
@@ -20,6 +21,7 @@ struct EpochResult {
   int64_t epoch = 0;
   double train_loss = 0;
   double test_accuracy = 0;    // on every test review
+  double validation_accuracy = NAN;  // on the held-out training reviews (--validation); NaN without
   double seconds = 0;          // training wall time of the epoch
   double eval_seconds = 0;
   double real_tokens_per_s = 0;
@@ -42,15 +44,19 @@ struct RunResult {
   double wall_seconds = 0;
   std::vector<double> step_losses;  // every step's loss, in order (this process's steps)
   int64_t graph_replays = 0;        // --cuda-graph on: steps replayed as CUDA graphs (graph_step.h)
+  // --validation: of this process's epochs, the one with the best validation accuracy (the first on
+  // ties); 0 without a validation set. Its test accuracy is the one to report when choosing by it.
+  int64_t best_validation_epoch = 0;
 };
 
 struct Data {
   Vocabulary vocabulary;
-  std::vector<std::vector<int32_t>> train_tokens, test_tokens;
-  std::vector<int> train_labels, test_labels;
+  std::vector<std::vector<int32_t>> train_tokens, test_tokens, validation_tokens;
+  std::vector<int> train_labels, test_labels, validation_labels;
 };
-// Loads (downloading if needed), applies --limit, builds the vocabulary (or uses the one
-// given, e.g. a saved run's) and encodes.
+// Loads (downloading if needed), applies --limit, holds out --validation training reviews (the last N
+// of a shuffle with a fixed seed, so the same ones for every run; the rest keep their order), builds the
+// vocabulary from the remaining training reviews (or uses the one given, e.g. a saved run's) and encodes.
 Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary = nullptr);
 // SHA-256 of the vocabulary and the encoded reviews and labels: a resume checks that it trains
 // on the same data (another data set with a vocabulary of the same size is refused).
