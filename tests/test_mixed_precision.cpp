@@ -201,6 +201,28 @@ TEST_CASE("mixed precision linear (CPU): y bfloat16, rounded once; dx, dW within
   }
 }
 
+TEST_CASE("mixed precision linear (CPU): zero-size dims as outside the scope: no rows, no input features") {
+  MixedPrecisionGuard bf16;
+  Tensor w = from_vector(std::vector<float>{1.5f, -2.0f, 0.25f, 3.0f, 0.5f, -1.0f}, {3, 2}).requires_grad_();
+  Tensor b = from_vector(std::vector<float>{0.1f, -0.2f, 0.3f}, {3}).requires_grad_();
+  Tensor none = zeros({0, 2}).requires_grad_();  // no rows: an empty y, dW = 0, db = 0
+  Tensor y = linear(none, w, b);
+  CHECK(y.dtype() == Dtype::BFloat16);
+  CHECK(y.shape() == Shape{0, 3});
+  sum(y).backward();
+  CHECK(values(w.grad()) == std::vector<double>(6, 0.0));
+  CHECK(values(b.grad()) == std::vector<double>(3, 0.0));
+  Tensor w0 = zeros({3, 0}).requires_grad_();  // no input features: y = b on every row, rounded
+  Tensor x0 = zeros({4, 0}).requires_grad_();
+  Tensor y0 = linear(x0, w0, b.detach());
+  REQUIRE(y0.shape() == Shape{4, 3});
+  const std::vector<double> got = values(y0);
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == double(float(BFloat16(std::vector<float>{0.1f, -0.2f, 0.3f}[i % 3]))));
+  sum(y0).backward();
+  CHECK(w0.grad().shape() == Shape{3, 0});
+  CHECK(x0.grad().shape() == Shape{4, 0});
+}
+
 TEST_CASE("mixed precision linear (CPU): what backward keeps is bfloat16; GELU and dropout between layers in bfloat16") {
   Generator gen(17);
   const int64_t rows = 8192, K = 64, N = 48;  // x (2 MiB as float32) much larger than W
