@@ -129,8 +129,8 @@ void rms_norm_backward_cpu(const T* g, const T* x, const double* rstd, const T* 
 }  // namespace
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  if (x.defined() && x.dtype() == Dtype::BFloat16) return rms_norm(widened_from_bf16(x), weight, eps);
   EMBER_CHECK(x.defined(), "rms_norm: the input tensor is undefined");
+  if (x.dtype() == Dtype::BFloat16) return rms_norm(widened_from_bf16(x), weight, eps);
   EMBER_CHECK(is_floating(x.dtype()), "rms_norm: expected a floating input (float32 or float64), got {}",
               dtype_name(x.dtype()));
   EMBER_CHECK(x.dim() >= 1, "rms_norm: the input must have at least 1 dim, got a 0-d tensor");
