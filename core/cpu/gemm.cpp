@@ -143,8 +143,8 @@ void scale_c(const Problem<T, S>& p, T* c, int64_t c_rs, int64_t rows, int64_t c
   }
 }
 
-// Stores rows x cols floats (rows in_rs apart) as bfloat16 (core/bfloat16.h's rounding): the kernel's
-// vector routine when it has one, else this loop.
+// Stores rows x cols floats (rows in_rs apart) as bfloat16, rounded to nearest even: the kernel's vector
+// routine when it has one (which may flush subnormals, as its packing does), else core/bfloat16.h's loop.
 template <typename Kernel>
 void round_rows(const Kernel& kernel, const float* in, int64_t in_rs, BFloat16* out, int64_t out_rs, int64_t rows,
                 int64_t cols) {
