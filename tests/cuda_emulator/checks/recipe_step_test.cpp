@@ -17,6 +17,7 @@
 #include "examples/imdb/prefetch.h"
 #include "examples/imdb/settings.h"
 #include "examples/imdb/trainer.h"
+#include "tests/cuda_emulator/checks/small_recipe.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -27,24 +28,9 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-// A batch of B reviews, the first `longest` tokens long and the others shorter, as the Batcher
-// makes them (then padded as --cuda-graph on pads them).
+// A batch of the shared checks' reviews (small_recipe.h), padded as --cuda-graph on pads them.
 imdb::Batch recipe_batch(int64_t B, int64_t longest, int64_t vocab, int seed, int64_t max_len) {
-  imdb::Batch b;
-  b.batch = B;
-  b.seq_len = longest;
-  b.tokens.assign(size_t(B * longest), 0);
-  b.key_mask.assign(size_t(B * longest), 0);
-  for (int64_t r = 0; r < B; ++r) {
-    const int64_t length = r == 0 ? longest : 1 + (r * 37 + seed * 11) % longest;
-    for (int64_t t = 0; t < length; ++t) {
-      b.tokens[size_t(r * longest + t)] = 1 + (r * 7919 + t * 104729 + seed * 31) % (vocab - 1);
-      b.key_mask[size_t(r * longest + t)] = 1;
-    }
-    b.labels.push_back((r + seed) % 2);
-    b.real_tokens += length;
-  }
-  return imdb::pad_for_graphs(b, max_len);
+  return imdb::pad_for_graphs(emulator_checks::make_batch(B, longest, vocab, seed, seed), max_len);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"  // clip_grad_norm_
 
 namespace ember::emulator_checks {
 
