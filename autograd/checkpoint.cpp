@@ -1,9 +1,11 @@
 // Activation checkpointing (autograd/checkpoint.h): a no-grad forward, a recompute in backward.
 #include "autograd/checkpoint.h"
 
+#include <memory>
 #include <utility>
 
 #include "autograd/node.h"
+#include "autograd/recompute_cache.h"
 #include "core/error.h"
 #include "core/precision.h"
 
@@ -68,9 +70,12 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
   // The recompute runs in the forward's mixed-precision scope (core/precision.h), wherever backward runs:
   // the same ops, the same dtypes, the same numbers.
   const Precision precision = product_precision();
+  // What the ops that take part keep for the recompute (attention's output and softmax statistics).
+  auto kept = std::make_shared<RecomputeCache>();
   Tensor out;
   {
     GradModeScope no_grad(false);
+    KeepResultsScope keep(kept.get());
     std::vector<Tensor> detached;
     for (const Tensor& t : inputs) detached.push_back(t.defined() ? t.detach() : Tensor());
     out = checked_output(fn(detached), "forward");
@@ -83,7 +88,7 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
   const Shape shape = out.shape();
   const Dtype dtype = out.dtype();
   record("checkpoint", out, inputs,
-         [fn, generators, at_forward, precision, saved = std::move(saved), wants_grad, shape, dtype](const Tensor& g)
+         [fn, generators, at_forward, precision, kept, saved = std::move(saved), wants_grad, shape, dtype](const Tensor& g)
              -> Grads {
            std::vector<Tensor> leaves;
            for (size_t i = 0; i < saved.size(); ++i) {
@@ -99,6 +104,7 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
              ReplayGenerators replay(generators, at_forward);
              GradModeScope grad_on(true);
              MixedPrecisionGuard same_precision(precision);
+             ReplayResultsScope replay_kept(kept->replayed() ? nullptr : kept.get());  // the first recompute only
              again = checked_output(fn(leaves), "recompute in backward");
            }
            EMBER_CHECK(again.shape() == shape && again.dtype() == dtype,

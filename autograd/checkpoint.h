@@ -12,6 +12,9 @@
 // is sent through that fresh graph: parameters inside fn collect their gradients there, the inputs'
 // gradients are what the node returns. The generators then go back to where they were, so a run with
 // checkpoints draws the same numbers afterwards as one without: the gradients are bit-identical on the CPU.
+// Selective recomputation (autograd/recompute_cache.h): ops that take part keep a few small results at the
+// forward (attention: its output and its rows' softmax statistics), and the first recompute takes them
+// instead of computing them again; the same bits either way.
 // Nesting works (a checkpoint inside fn runs plainly in the no-grad forward and records itself in the
 // recompute); under no-grad, or when no input requires grad, fn just runs (nothing to save).
 // NOTE: fn must compute the same thing twice: the same ops on the same shapes, randomness only from the

@@ -4,6 +4,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/node.h"
+#include "autograd/recompute_cache.h"
 #include "core/allocator.h"
 #include "core/precision.h"
 #include "nn/transformer.h"
@@ -26,6 +27,7 @@ struct Step {
   float loss;
   std::map<std::string, Tensor> grads;
   uint64_t generator_offset;
+  int64_t kept_taken;  // attention results a recompute took from its forward (autograd/recompute_cache.h)
 };
 
 // precision: the forward's mixed-precision scope; backward runs outside it (the ops, and the checkpoint's
@@ -42,12 +44,13 @@ Step train_step(bool checkpointed, int64_t T, int64_t window = -1, Precision pre
   Tensor mask = zeros({3, T}, Dtype::Bool);
   for (int64_t t = T - 2; t < T; ++t) mask.data<bool>()[T + t] = true;  // review 1 padded at the end
   Tensor loss;
+  const int64_t taken_before = kept_results_taken();
   {
     MixedPrecisionGuard scope(precision);
     loss = cross_entropy(model.forward(tokens, mask), from_vector(std::vector<int64_t>{0, 1, 1}, {3}));
   }
   loss.backward();
-  Step step{loss.item<float>(), {}, gen.offset()};
+  Step step{loss.item<float>(), {}, gen.offset(), kept_results_taken() - taken_before};
   for (auto& [name, p] : model.named_parameters()) step.grads[name] = p.grad();
   return step;
 }
@@ -63,6 +66,9 @@ TEST_CASE("activation checkpoint: a classifier's gradients are bit-identical to 
     CHECK(plain.loss == checkpointed.loss);
     // The recompute replays the dropout draws and puts the generator back: the next draws are the same.
     CHECK(plain.generator_offset == checkpointed.generator_offset);
+    // Each block's recompute took its attention's output from the forward instead of computing it again.
+    CHECK(plain.kept_taken == 0);
+    CHECK(checkpointed.kept_taken == 2);
     REQUIRE(plain.grads.size() == checkpointed.grads.size());
     for (auto& [name, g] : plain.grads) {
       CAPTURE(name);
@@ -195,4 +201,67 @@ TEST_CASE("activation checkpoint: a classifier step keeps less memory at its pea
   CAPTURE(plain);
   CAPTURE(checkpointed);
   CHECK(double(checkpointed) < 0.6 * double(plain));
+}
+
+TEST_CASE("activation checkpoint: the recompute takes attention's kept results; nested, twice, mismatched") {
+  // fn: a projection, then attention (fused, or the window kernel), in float64. Its gradients through a
+  // checkpoint, nested checkpoints and a second backward equal the plain run's, bit for bit, while the
+  // recompute takes the output the forward kept (autograd/recompute_cache.h).
+  Generator gen(21);
+  Tensor w = uniform({6, 18}, -1, 1, gen, Dtype::Float64).requires_grad_();
+  Tensor mask = zeros({2, 7}, Dtype::Bool);
+  mask.data<bool>()[7 + 6] = true;
+  for (int64_t window : {int64_t{-1}, int64_t{2}}) {
+    CAPTURE(window);
+    auto fn = [&](const std::vector<Tensor>& in) {
+      Tensor qkv = matmul(in[0], w);
+      return window < 0 ? attention(qkv, 2, mask, false) : window_attention(qkv, 2, window, 1, mask, false);
+    };
+    auto nested = [&](const std::vector<Tensor>& in) { return tanh(checkpoint(fn, {in[0] * 2.0})); };
+    auto plain_nested = [&](const std::vector<Tensor>& in) { return tanh(fn({in[0] * 2.0})); };
+    Tensor x = uniform({2, 7, 6}, -1, 1, gen, Dtype::Float64).requires_grad_();
+    auto grads_of = [&](Tensor out, int backwards) {
+      x.zero_grad();
+      w.zero_grad();
+      for (int i = 0; i < backwards; ++i) sum(out * out).backward(Tensor(), /*retain_graph=*/i + 1 < backwards);
+      return std::pair{x.grad(), w.grad()};
+    };
+    auto plain = grads_of(fn({x}), 1);
+    int64_t before = kept_results_taken();
+    auto once = grads_of(checkpoint(fn, {x}), 1);
+    CHECK(kept_results_taken() - before == 1);
+    check_close(once.first, plain.first, 0);
+    check_close(once.second, plain.second, 0);
+    // Backward twice (retain_graph): the second recompute finds nothing kept, computes, and agrees.
+    before = kept_results_taken();
+    auto twice = grads_of(checkpoint(fn, {x}), 2);
+    CHECK(kept_results_taken() - before == 1);
+    check_close(twice.first, plain.first * 2.0, 0);
+    check_close(twice.second, plain.second * 2.0, 0);
+    // Nested: the outer recompute takes the outer forward's result (in the inner checkpoint's no-grad
+    // forward, which keeps it again), and the inner recompute takes that.
+    auto plain2 = grads_of(plain_nested({x}), 1);
+    before = kept_results_taken();
+    auto inside = grads_of(checkpoint(nested, {x}), 1);
+    CHECK(kept_results_taken() - before == 2);
+    check_close(inside.first, plain2.first, 0);
+    check_close(inside.second, plain2.second, 0);
+  }
+  // A recompute that calls another attention than the forward did is an error that names both.
+  int calls = 0;
+  Tensor x = uniform({2, 7, 6}, -1, 1, gen, Dtype::Float64).requires_grad_();
+  Tensor odd = checkpoint([&](const std::vector<Tensor>& in) {
+    Tensor qkv = matmul(in[0], w);
+    return ++calls == 1 ? attention(qkv, 2, Tensor(), false) : window_attention(qkv, 2, 1, 0, Tensor(), false);
+  }, {x});
+  check_error([&] { sum(odd).backward(); },
+              "checkpoint: the recompute called window_attention where the forward called attention");
+  // One of another shape (here another batch of the same width) is an error too.
+  calls = 0;
+  Tensor other = checkpoint([&](const std::vector<Tensor>& in) {
+    Tensor qkv = matmul(++calls == 1 ? in[0] : in[0].narrow(0, 0, 1), w);
+    return sum(attention(qkv, 2, Tensor(), false));
+  }, {x});
+  check_error([&] { other.backward(); },
+              "checkpoint: the recompute's attention makes float64 [1, 7, 6], but its forward kept float64 [2, 7, 6]");
 }

@@ -1,9 +1,11 @@
 // The attention op: known numbers, the fused kernel against the composed reference (values, weights
 // and gradients, with padding and causal masks), float64 gradchecks, and bad inputs.
+#include <cstring>
 #include <set>
 
 #include "autograd/node.h"
 #include "core/allocator.h"
+#include "core/cpu/attention.h"
 #include "core/parallel.h"
 #include "tests/helpers.h"
 
@@ -225,4 +227,52 @@ TEST_CASE("attention: with the causal mask and leading padding, queries before t
   Tensor x = random_qkv(B, T, D, 43).to(Dtype::Float64);
   check_gradient([&](auto& in) { return attention(in[0], 2, mask, true); }, {x.clone()});
   check_gradient([&](auto& in) { return attention_reference(in[0], 2, mask, true); }, {x.clone()});
+}
+
+TEST_CASE("attention: the probabilities rebuilt from the rows' stats are the forward's, bit for bit") {
+  // What a checkpoint's recompute uses (autograd/recompute_cache.h): cpu::attention_probs from the stats
+  // attention_forward returned must give the very probabilities it keeps, in every dtype and precision,
+  // with padding holes, trailing padding, a review of padding only, and the causal mask.
+  const int64_t B = 3, T = 37, D = 12, H = 3;
+  Tensor holes = tail_padding(B, T);
+  holes.data<bool>()[5] = holes.data<bool>()[T + 20] = true;  // padded keys before the last real one
+  for (int64_t t = 0; t < T; ++t) holes.data<bool>()[2 * T + t] = true;  // review 2: padding only
+  struct Case {
+    Dtype dtype;
+    bool bf16;
+  };
+  for (Case c : {Case{Dtype::Float32, false}, Case{Dtype::Float64, false}, Case{Dtype::Float32, true},
+                 Case{Dtype::BFloat16, false}}) {
+    for (bool causal : {false, true}) {
+      for (bool masked : {false, true}) {
+        CAPTURE(dtype_name(c.dtype));
+        CAPTURE(c.bf16);
+        CAPTURE(causal);
+        CAPTURE(masked);
+        Tensor qkv = random_qkv(B, T, D, 31, c.dtype == Dtype::BFloat16 ? Dtype::Float32 : c.dtype).to(c.dtype);
+        Tensor mask = masked ? holes : Tensor();
+        cpu::AttentionForward forward = cpu::attention_forward(qkv, H, mask, causal, true, c.bf16, true);
+        REQUIRE(forward.stats.defined());
+        CHECK(forward.stats.shape() == Shape({B, H, T, 2}));
+        Tensor probs = cpu::attention_probs(qkv, H, mask, causal, forward.stats, c.bf16);
+        REQUIRE(probs.dtype() == forward.probs.dtype());
+        REQUIRE(probs.shape() == forward.probs.shape());
+        CHECK(std::memcmp(probs.raw_data(), forward.probs.raw_data(), size_t(probs.numel() * dtype_size(probs.dtype()))) == 0);
+        // Without the stats asked for, the same output (keeping them changes nothing else).
+        cpu::AttentionForward plain = cpu::attention_forward(qkv, H, mask, causal, false, c.bf16);
+        CHECK_FALSE(plain.stats.defined());
+        CHECK(std::memcmp(plain.out.raw_data(), forward.out.raw_data(), size_t(plain.out.numel() * dtype_size(plain.out.dtype()))) == 0);
+        if (masked) {  // review 2 sees nothing: every row's max is -inf, its probabilities 0
+          Tensor stats = forward.stats.to(Dtype::Float64);
+          CHECK(std::isinf(stats.data<double>()[2 * H * T * 2]));
+        }
+      }
+    }
+  }
+  Tensor qkv = random_qkv(2, 5, 6, 3);
+  cpu::AttentionForward forward = cpu::attention_forward(qkv, 2, Tensor(), false, false, false, true);
+  check_error([&] { cpu::attention_probs(qkv, 2, Tensor(), false, forward.stats.to(Dtype::Float64)); },
+              "attention_probs: the kept row statistics must be contiguous float32 [2, 2, 5, 2], got float64 [2, 2, 5, 2]");
+  check_error([&] { cpu::attention_probs(qkv, 1, Tensor(), false, forward.stats); },
+              "must be contiguous float32 [2, 1, 5, 2]");
 }

@@ -57,29 +57,39 @@ void product(bool bf16, int64_t M, int64_t N, int64_t K, T alpha, const T* A, in
   gemm(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, T(0), C, c_rs);
 }
 
+// Row i's masked keys (padding; with `causal`, the keys after i) set to -inf.
+template <typename T>
+void hide_masked(T* row, int64_t i, int64_t cols, const bool* padding, bool causal) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  if (padding != nullptr)
+    for (int64_t j = 0; j < cols; ++j) row[j] = padding[j] ? neg_inf : row[j];
+  if (causal)
+    for (int64_t j = i + 1; j < cols; ++j) row[j] = neg_inf;
+}
+
 // Masked scores -> probabilities, in place, row by row, over the first `cols` columns of rows
 // `ld` apart; columns cols..ld-1 are set to 0. Masked entries become exactly 0, and so does every
 // entry of a row with no unmasked key (a query that sees nothing: output 0, no gradient; not NaN).
 // rounded (or null): also gets the probabilities rounded to bfloat16, in the same pass, rows `ld` apart;
 // only there when !keep_float (s then holds the unnormalised exponentials).
+// stats (or null): gets each row's max m and 1 / sum e^(s - m), two per row (-inf and 0 for a row that
+// sees nothing), from which softmax_rows_from_stats rebuilds the same probabilities.
 template <typename T>
 void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const bool* padding, bool causal,
-                         BFloat16* rounded = nullptr, bool keep_float = true) {
-  const T neg_inf = -std::numeric_limits<T>::infinity();
+                         BFloat16* rounded = nullptr, bool keep_float = true, T* stats = nullptr) {
   for (int64_t i = 0; i < rows; ++i) {
     T* row = s + i * ld;
     BFloat16* row16 = rounded != nullptr ? rounded + i * ld : nullptr;
-    if (padding != nullptr)
-      for (int64_t j = 0; j < cols; ++j) row[j] = padding[j] ? neg_inf : row[j];
-    if (causal)
-      for (int64_t j = i + 1; j < cols; ++j) row[j] = neg_inf;
+    hide_masked(row, i, cols, padding, causal);
     T m = row_max(row, cols);
-    if (m == neg_inf) {
+    if (m == -std::numeric_limits<T>::infinity()) {
       for (int64_t j = 0; j < ld; ++j) row[j] = T(0);
       if (row16 != nullptr) std::fill(row16, row16 + ld, BFloat16());
+      if (stats != nullptr) stats[2 * i] = m, stats[2 * i + 1] = T(0);
       continue;
     }
     T inv = T(1) / row_exp_store_sum(row, m, row, cols);
+    if (stats != nullptr) stats[2 * i] = m, stats[2 * i + 1] = inv;
     if (row16 != nullptr && !keep_float) {
       for (int64_t j = 0; j < cols; ++j) row16[j] = BFloat16(float(row[j] * inv));
       std::fill(row16 + cols, row16 + ld, BFloat16());
@@ -98,10 +108,36 @@ void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const boo
   }
 }
 
-// probs: where the probabilities are kept as T, or null; probs_bf16: kept as bfloat16 instead, or null.
+// The probabilities again, from the masked scores and the rows' kept max and 1 / sum (masked_softmax_rows'
+// `stats`): each is e^(s - m) * (1 / sum), the same exponential times the same factor, so the same bits,
+// in one pass instead of three (no max, no sum). rounded (or null): as above; s keeps the float32 ones.
+template <typename T>
+void softmax_rows_from_stats(T* s, int64_t rows, int64_t cols, int64_t ld, const bool* padding, bool causal,
+                             const T* stats, BFloat16* rounded = nullptr) {
+  for (int64_t i = 0; i < rows; ++i) {
+    T* row = s + i * ld;
+    BFloat16* row16 = rounded != nullptr ? rounded + i * ld : nullptr;
+    const T m = stats[2 * i], inv = stats[2 * i + 1];
+    if (m == -std::numeric_limits<T>::infinity()) {  // a row that sees nothing
+      std::fill(row, row + ld, T(0));
+      if (row16 != nullptr) std::fill(row16, row16 + ld, BFloat16());
+      continue;
+    }
+    hide_masked(row, i, cols, padding, causal);
+    row_exp_scaled(row, m, inv, row, cols);
+    std::fill(row + cols, row + ld, T(0));
+    if (row16 != nullptr) {
+      for (int64_t j = 0; j < cols; ++j) row16[j] = BFloat16(float(row[j]));
+      std::fill(row16 + cols, row16 + ld, BFloat16());
+    }
+  }
+}
+
+// probs: where the probabilities are kept as T, or null; probs_bf16: kept as bfloat16 instead, or null;
+// stats: where each row's softmax max and 1 / sum are kept ([B, H, T, 2]), or null.
 template <typename T>
 void forward_kernel(const Dims& d, const T* qkv, const bool* padding, bool causal, T* out, T* probs,
-                    BFloat16* probs_bf16, bool bf16) {
+                    BFloat16* probs_bf16, T* stats, bool bf16) {
   const T scale = T(1) / std::sqrt(T(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
@@ -114,9 +150,48 @@ void forward_kernel(const Dims& d, const T* qkv, const bool* padding, bool causa
       // S = scale Q K^T: K^T is K read with swapped strides.
       product(bf16, d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), p, d.T);
       BFloat16* p16 = probs_bf16 != nullptr ? probs_bf16 + task * d.T * d.T : nullptr;
-      masked_softmax_rows(p, d.T, L, d.T, pad, causal, p16);
+      masked_softmax_rows(p, d.T, L, d.T, pad, causal, p16, true, stats != nullptr ? stats + task * d.T * 2 : nullptr);
       // O = P V, written as head h's columns of the merged [B, T, D] output.
       product(bf16, d.T, d.Dh, L, T(1), p, d.T, 1, head.v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);
+    }
+  });
+}
+
+// The forward's probabilities again from its rows' stats (a checkpoint's recompute, which has the output
+// already): S = scale Q K^T as the forward computed it, then softmax_rows_from_stats. Kept as T (probs)
+// or bfloat16 (probs_bf16), as forward_kernel keeps them.
+template <typename T>
+void probs_kernel(const Dims& d, const T* qkv, const bool* padding, bool causal, const T* stats, T* probs,
+                  BFloat16* probs_bf16, bool bf16) {
+  const T scale = T(1) / std::sqrt(T(d.Dh));
+  parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / d.H, h = task % d.H;
+      const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
+      const int64_t L = key_extent(pad, d.T);
+      pad = padding_holes(pad, L);
+      const Head<T> head = head_of(d, b, h, qkv);
+      T* p = probs != nullptr ? probs + task * d.T * d.T : scratch<T>(d.T * d.T);
+      product(bf16, d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), p, d.T);
+      softmax_rows_from_stats(p, d.T, L, d.T, pad, causal, stats + task * d.T * 2,
+                              probs_bf16 != nullptr ? probs_bf16 + task * d.T * d.T : nullptr);
+    }
+  });
+}
+
+void probs_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding, bool causal, const float* stats,
+                       BFloat16* probs) {
+  const float scale = 1.0f / std::sqrt(float(d.Dh));
+  parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / d.H, h = task % d.H;
+      const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
+      const int64_t L = key_extent(pad, d.T);
+      pad = padding_holes(pad, L);
+      const Head<BFloat16> head = head_of(d, b, h, qkv);
+      float* s = scratch<float>(d.T * d.T);
+      gemm_bf16(d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), 0.0f, s, d.T);
+      softmax_rows_from_stats(s, d.T, L, d.T, pad, causal, stats + task * d.T * 2, probs + task * d.T * d.T);
     }
   });
 }
@@ -160,7 +235,7 @@ void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs,
 // to bfloat16 for the products that read them (as the float32 path's packing rounds them). out and the
 // gradient are bfloat16, each entry rounded once as its tile is stored.
 void forward_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding, bool causal, BFloat16* out,
-                         BFloat16* probs) {
+                         BFloat16* probs, float* stats) {
   const float scale = 1.0f / std::sqrt(float(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
@@ -172,7 +247,8 @@ void forward_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding
       float* s = scratch<float>(d.T * d.T);
       BFloat16* p = probs != nullptr ? probs + task * d.T * d.T : scratch<BFloat16>(d.T * d.T);
       gemm_bf16(d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), 0.0f, s, d.T);  // S = scale Q K^T
-      masked_softmax_rows(s, d.T, L, d.T, pad, causal, p, /*keep_float=*/false);
+      masked_softmax_rows(s, d.T, L, d.T, pad, causal, p, /*keep_float=*/false,
+                          stats != nullptr ? stats + task * d.T * 2 : nullptr);
       gemm_bf16(d.T, d.Dh, L, 1.0f, p, d.T, 1, head.v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);  // O = P V
     }
   });
@@ -212,26 +288,54 @@ void backward_kernel_bf16(const Dims& d, const BFloat16* grad, const BFloat16* q
 }  // namespace
 
 AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
-                                   bool keep_probs, bool bf16) {
+                                   bool keep_probs, bool bf16, bool keep_stats) {
   const Dims d = dims_of(qkv, heads);
   AttentionForward result;
   result.out = Tensor::empty({d.B, d.T, d.D}, qkv.dtype());
   const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
   if (qkv.dtype() == Dtype::BFloat16) {  // bfloat16 in and out; the probabilities kept as bfloat16
     if (keep_probs) result.probs = Tensor::empty({d.B, d.H, d.T, d.T}, Dtype::BFloat16);
+    if (keep_stats) result.stats = Tensor::empty({d.B, d.H, d.T, 2}, Dtype::Float32);
     forward_kernel_bf16(d, qkv.data<BFloat16>(), padding, causal, result.out.data<BFloat16>(),
-                        keep_probs ? result.probs.data<BFloat16>() : nullptr);
+                        keep_probs ? result.probs.data<BFloat16>() : nullptr,
+                        keep_stats ? result.stats.data<float>() : nullptr);
     return result;
   }
   const bool kept_bf16 = keep_probs && bf16 && qkv.dtype() == Dtype::Float32;
   if (keep_probs) result.probs = Tensor::empty({d.B, d.H, d.T, d.T}, kept_bf16 ? Dtype::BFloat16 : qkv.dtype());
+  if (keep_stats) result.stats = Tensor::empty({d.B, d.H, d.T, 2}, qkv.dtype());
   dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     forward_kernel<T>(d, qkv.data<T>(), padding, causal, result.out.data<T>(),
                       keep_probs && !kept_bf16 ? result.probs.data<T>() : nullptr,
-                      kept_bf16 ? result.probs.data<BFloat16>() : nullptr, bf16);
+                      kept_bf16 ? result.probs.data<BFloat16>() : nullptr,
+                      keep_stats ? result.stats.data<T>() : nullptr, bf16);
   });
   return result;
+}
+
+Tensor attention_probs(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
+                       const Tensor& stats, bool bf16) {
+  const Dims d = dims_of(qkv, heads);
+  const Dtype stats_dtype = qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype();
+  EMBER_CHECK(stats.defined() && stats.is_contiguous() && stats.dtype() == stats_dtype &&
+                  stats.shape() == Shape({d.B, d.H, d.T, 2}),
+              "attention_probs: the kept row statistics must be contiguous {} [{}, {}, {}, 2], got {}", dtype_name(stats_dtype),
+              d.B, d.H, d.T, stats.defined() ? fmt::format("{} {}", dtype_name(stats.dtype()), shape_str(stats.shape())) : std::string("none"));
+  const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
+  if (qkv.dtype() == Dtype::BFloat16) {
+    Tensor probs = Tensor::empty({d.B, d.H, d.T, d.T}, Dtype::BFloat16);
+    probs_kernel_bf16(d, qkv.data<BFloat16>(), padding, causal, stats.data<float>(), probs.data<BFloat16>());
+    return probs;
+  }
+  const bool kept_bf16 = bf16 && qkv.dtype() == Dtype::Float32;
+  Tensor probs = Tensor::empty({d.B, d.H, d.T, d.T}, kept_bf16 ? Dtype::BFloat16 : qkv.dtype());
+  dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    probs_kernel<T>(d, qkv.data<T>(), padding, causal, stats.data<T>(), kept_bf16 ? nullptr : probs.data<T>(),
+                    kept_bf16 ? probs.data<BFloat16>() : nullptr, bf16);
+  });
+  return probs;
 }
 
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,

@@ -25,6 +25,7 @@ namespace ember::cpu {
 struct AttentionForward {
   Tensor out;          // [B, T, D]
   Tensor probs;        // [B, H, T, T]; defined only when asked for (backward or weights); bfloat16 when bf16
+  Tensor stats;        // [B, H, T, 2]: each row's softmax max and 1 / sum (float32 for bfloat16), when asked
 };
 
 // qkv: contiguous [B, T, 3 D] floating; key_padding_mask: contiguous bool [B, T] (true = padding)
@@ -38,8 +39,16 @@ struct AttentionForward {
 // sees P rounded to bfloat16 (relative error <= 2^-9 per element).
 // bfloat16 qkv: the same with bfloat16 products throughout (the scores, the softmax and dS in float32),
 // a bfloat16 output and gradient, and the probabilities kept as bfloat16.
+// keep_stats: also return each row's softmax statistics, from which attention_probs rebuilds the
+// probabilities without the forward's other passes (what a checkpoint keeps: autograd/recompute_cache.h).
 AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
-                                   bool keep_probs, bool bf16 = false);
+                                   bool keep_probs, bool bf16 = false, bool keep_stats = false);
+
+// The probabilities attention_forward keeps (the same bits, the same dtype), from the same qkv, masks and
+// bf16 and the rows' stats it returned: one product (Q K^T) and one pass over each row, not the max and
+// sum passes and P V. A checkpoint's recompute, which takes the output kept from its forward, uses it.
+Tensor attention_probs(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
+                       const Tensor& stats, bool bf16 = false);
 
 // The gradient of qkv [B, T, 3 D] from the output gradient [B, T, D] (contiguous), the saved
 // probabilities and the forward's key_padding_mask.

@@ -96,7 +96,19 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
   Tensor qkv = qkv_in.contiguous();
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   const bool needs_grad = any_requires_grad({qkv_in});
-  cpu::AttentionForward forward = cpu::attention_forward(qkv, heads, mask, causal, needs_grad || weights != nullptr, bf16);
+  // In a checkpoint's recompute: the output and the rows' softmax statistics its forward kept
+  // (autograd/recompute_cache.h); the probabilities come back from those in one pass over the scores.
+  std::optional<KeptResults> kept = take_kept_results("attention");
+  cpu::AttentionForward forward;
+  if (kept && weights == nullptr) {
+    check_kept_results("attention", *kept, {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype());
+    forward.out = (*kept)[0].detach();  // a fresh handle: the kept tensor may be kept again (nested)
+    if (needs_grad) forward.probs = cpu::attention_probs(qkv, heads, mask, causal, (*kept)[1], bf16);
+  } else {
+    forward = cpu::attention_forward(qkv, heads, mask, causal, needs_grad || weights != nullptr, bf16, keeping_results());
+    kept = KeptResults{forward.out, forward.stats};
+  }
+  if (keeping_results()) keep_results("attention", *kept);
   if (weights != nullptr)  // qkv's dtype, float32 for bfloat16 (in bfloat16: the kept probabilities, rounded)
     *weights = forward.probs.to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
   // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.

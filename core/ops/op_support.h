@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "autograd/node.h"
+#include "autograd/recompute_cache.h"
 #include "core/gpu.h"
 #include "core/ops.h"
 #include "core/parallel.h"
