@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "autograd/recompute_cache.h"
 #include "core/allocator.h"
+#include "core/cuda_ops.h"
 #include "core/precision.h"
 #include "nn/transformer.h"
 #include "tests/helpers.h"
@@ -203,14 +204,20 @@ TEST_CASE("activation checkpoint: a classifier step keeps less memory at its pea
   CHECK(double(checkpointed) < 0.6 * double(plain));
 }
 
-TEST_CASE("activation checkpoint: the recompute takes attention's kept results; nested, twice, mismatched") {
-  // fn: a projection, then attention (fused, or the window kernel), in float64. Its gradients through a
-  // checkpoint, nested checkpoints and a second backward equal the plain run's, bit for bit, while the
-  // recompute takes the output the forward kept (autograd/recompute_cache.h).
+DEVICE_TEST_CASE("activation checkpoint: the recompute takes attention's kept results; nested, twice, mismatched") {
+  // fn: a projection, then attention (fused, or the window kernel; on a GPU the fused kernels), in
+  // float64. Its gradients through a checkpoint, nested checkpoints and a second backward equal the plain
+  // run's, bit for bit, while the recompute takes the output the forward kept (autograd/recompute_cache.h).
+  struct FusedOnGpu {
+    explicit FusedOnGpu(Device d) : on(d.is_cuda()) { if (on) cuda::set_attention_fused(true); }
+    ~FusedOnGpu() { if (on) cuda::set_attention_fused(false); }
+    bool on;
+  } fused(device);
   Generator gen(21);
-  Tensor w = uniform({6, 18}, -1, 1, gen, Dtype::Float64).requires_grad_();
-  Tensor mask = zeros({2, 7}, Dtype::Bool);
-  mask.data<bool>()[7 + 6] = true;
+  Tensor w = uniform({6, 18}, -1, 1, gen, Dtype::Float64).to(device).requires_grad_();
+  Tensor mask_host = zeros({2, 7}, Dtype::Bool);
+  mask_host.data<bool>()[7 + 6] = true;
+  Tensor mask = mask_host.to(device);
   for (int64_t window : {int64_t{-1}, int64_t{2}}) {
     CAPTURE(window);
     auto fn = [&](const std::vector<Tensor>& in) {
@@ -219,7 +226,7 @@ TEST_CASE("activation checkpoint: the recompute takes attention's kept results; 
     };
     auto nested = [&](const std::vector<Tensor>& in) { return tanh(checkpoint(fn, {in[0] * 2.0})); };
     auto plain_nested = [&](const std::vector<Tensor>& in) { return tanh(fn({in[0] * 2.0})); };
-    Tensor x = uniform({2, 7, 6}, -1, 1, gen, Dtype::Float64).requires_grad_();
+    Tensor x = uniform({2, 7, 6}, -1, 1, gen, Dtype::Float64).to(device).requires_grad_();
     auto grads_of = [&](Tensor out, int backwards) {
       x.zero_grad();
       w.zero_grad();
@@ -249,7 +256,7 @@ TEST_CASE("activation checkpoint: the recompute takes attention's kept results; 
   }
   // A recompute that calls another attention than the forward did is an error that names both.
   int calls = 0;
-  Tensor x = uniform({2, 7, 6}, -1, 1, gen, Dtype::Float64).requires_grad_();
+  Tensor x = uniform({2, 7, 6}, -1, 1, gen, Dtype::Float64).to(device).requires_grad_();
   Tensor odd = checkpoint([&](const std::vector<Tensor>& in) {
     Tensor qkv = matmul(in[0], w);
     return ++calls == 1 ? attention(qkv, 2, Tensor(), false) : window_attention(qkv, 2, 1, 0, Tensor(), false);

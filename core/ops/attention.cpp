@@ -85,8 +85,18 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
       return attention_reference(qkv_in, heads, key_padding_mask, causal, weights);
     Tensor qkv = qkv_in.detach().contiguous();
     Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
-    Tensor lse;
-    Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights, bf16);
+    Tensor lse, out;
+    // In a checkpoint's recompute: the output and log-sum-exps its forward kept, all the backward needs.
+    std::optional<KeptResults> kept = take_kept_results("attention");
+    if (kept && weights == nullptr) {
+      check_kept_results("attention", *kept, {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype());
+      out = (*kept)[0].detach();
+      lse = (*kept)[1];
+    } else {
+      out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights, bf16);
+      kept = KeptResults{out, lse};
+    }
+    if (keeping_results()) keep_results("attention", *kept);
     record("attention", out, {qkv_in},
            [heads, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out), bf16](const Tensor& g) -> Grads {
              return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal, bf16)};

@@ -104,8 +104,17 @@ Tensor window_attention(const Tensor& qkv_in, int64_t heads, int64_t window, int
       return window_attention_reference(qkv_in, heads, window, global, key_padding_mask, causal, weights);
     Tensor qkv = qkv_in.detach().contiguous();
     Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
-    Tensor lse;
-    Tensor out = gpu::window_attention_forward(qkv, heads, window, global, mask, causal, lse, weights);
+    Tensor lse, out;
+    std::optional<KeptResults> kept = take_kept_results("window_attention");  // as on the CPU, below
+    if (kept && weights == nullptr) {
+      check_kept_results("window_attention", *kept, {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype());
+      out = (*kept)[0].detach();
+      lse = (*kept)[1];
+    } else {
+      out = gpu::window_attention_forward(qkv, heads, window, global, mask, causal, lse, weights);
+      kept = KeptResults{out, lse};
+    }
+    if (keeping_results()) keep_results("window_attention", *kept);
     record("window_attention", out, {qkv_in},
            [heads, window, global, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out)](const Tensor& g)
                -> Grads {
