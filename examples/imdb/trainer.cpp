@@ -1,4 +1,4 @@
-// The IMDb trainer: data preparation, the training loop, evaluation, checkpoints and prediction.
+// The IMDb trainer: data preparation, evaluation, the training loop (TrainingRun), checkpoints and prediction.
 #include "examples/imdb/trainer.h"
 
 #include <sys/resource.h>
@@ -301,369 +301,452 @@ std::string vocabulary_fingerprint(const Vocabulary& vocabulary) {
   return digest.hex_digest();
 }
 
-RunResult train(const TrainConfig& config_in, const Data& data, distributed::ProcessGroup& world) {
-  TrainConfig config = config_in;
-  config.model.vocab_size = data.vocabulary.size();
-  config.validate();
-  const bool lead = world.rank() == 0;  // prints, and writes every file
-  const bool several = world.size() > 1;
-  if (!lead) config.quiet = true;
-  distributed::check_same_settings(world, config.shared_settings());
-  Device device = checked_device(config.device);
-  EMBER_CHECK(!config.uses_cuda_graph() || device.is_cuda(), "--cuda-graph on: CUDA graphs need a GPU (--device cuda), "
-              "not --device {}", config.device);
-  // Under mpirun, "cuda" is each rank's own GPU: cuda:(local rank % GPUs).
-  if (device.is_cuda() && several && config.device == "cuda")
-    device = distributed::device_for_local_rank(distributed::launch_info().local_rank);
-  EMBER_CHECK(!data.train_tokens.empty(), "train: there are no training reviews");
-  std::optional<RunLock> lock;  // one trainer (job) per folder, from here until the end
-  distributed::on_root(world, [&] {
-    check_output_folder(config.out);
-    lock.emplace(config.out);
+namespace {
+
+// One run of train(): the pieces it holds for the whole run (model, optimiser, batches, schedule, the
+// state a checkpoint keeps, the metrics file, the ranks' gradient exchange, the GPU's graphs and
+// prefetching), set up by the constructor, and its phases as methods: run() trains epoch after epoch
+// (train_epoch: the steps; end_epoch: evaluation, records, the model and the checkpoint), then finish().
+class TrainingRun {
+ public:
+  TrainingRun(const TrainConfig& config_in, const Data& data, distributed::ProcessGroup& world);
+  RunResult run();
+
+ private:
+  struct PendingLoss {  // a step's loss not read yet (on a GPU, reading it makes the host wait)
+    int64_t step, epoch;
+    double lr;
+    Tensor loss;                  // this process's loss, read when needed
+    std::optional<double> value;  // several ranks: the whole batch's, already read
+  };
+
+  Device choose_device() const;
+  void resume_from_checkpoint();
+  void print_setup() const;
+  bool train_epoch(int64_t epoch);  // false: the run stops in it (a signal, --stop-after), checkpointed
+  Batch batch_at(const std::vector<int64_t>& order, int64_t b) const;
+  Tensor train_step(const Batch& batch, int64_t batch_rows, const distributed::Range& rows,
+                    const std::vector<int64_t>& order, int64_t b, std::optional<Batch>& next_batch);
+  void end_epoch(int64_t epoch, double train_seconds, int64_t real_tokens, int64_t padded_tokens);
+  void report_best_validation_epoch();
+  void finish();
+  void read_losses();
+  void save();  // collective: every rank gathers the state (ZeRO-1's moments live in shards); rank 0 writes it
+
+  TrainConfig config_;
+  const Data& data_;
+  distributed::ProcessGroup& world_;
+  const bool lead_;     // rank 0: prints, and writes every file
+  const bool several_;  // more than one rank
+  Device device_;
+  std::optional<RunLock> lock_;  // one trainer (job) per folder, for the whole run
+  std::optional<StopSignals> signals_;  // SIGINT / SIGTERM: checkpoint at the next step boundary, then stop
+  std::optional<MixedPrecisionGuard> precision_;  // --precision bf16: products in bfloat16, the rest float32
+  Generator gen_;                                 // initialisation, then dropout masks
+  std::optional<nn::TransformerClassifier> model_;
+  std::unique_ptr<distributed::ProcessGroup> nccl_;  // gradients over NCCL between GPUs (its id sent over MPI)
+  distributed::ProcessGroup* group_ = nullptr;       // the group gradients travel in: world_ or nccl_
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::optional<Batcher> batcher_;
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0;
+  optim::Schedule schedule_;
+  CheckpointInfo state_;  // the run's state between steps: what a checkpoint holds besides the tensors
+  std::string checkpoint_path_, model_path_;
+  std::optional<MetricsLog> metrics_;
+  std::optional<nn::DataParallel> dp_;
+  bool pad_for_graph_ = false;
+  std::optional<GraphStep> graph_step_;
+  std::optional<BatchPrefetcher> prefetcher_;
+  std::vector<PendingLoss> pending_;
+  Progress progress_;
+  int agreed_signal_ = 0;  // several ranks: a signal any rank received, agreed on after each step
+  RunResult result_;
+};
+
+TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distributed::ProcessGroup& world)
+    : config_(config_in), data_(data), world_(world), lead_(world.rank() == 0), several_(world.size() > 1),
+      gen_(config_in.seed), progress_(Progress::Mode::Silent, 1) {
+  config_.model.vocab_size = data.vocabulary.size();
+  config_.validate();
+  if (!lead_) config_.quiet = true;
+  distributed::check_same_settings(world_, config_.shared_settings());
+  device_ = choose_device();
+  EMBER_CHECK(!data_.train_tokens.empty(), "train: there are no training reviews");
+  distributed::on_root(world_, [&] {
+    check_output_folder(config_.out);
+    lock_.emplace(config_.out);
   });
-  StopSignals signals;  // SIGINT / SIGTERM: checkpoint at the next step boundary, then stop
-  if (config.threads > 0) {
-    set_num_threads(config.threads);
-  } else if (several) {  // the ranks on this machine share its cores
+  signals_.emplace();
+  if (config_.threads > 0) {
+    set_num_threads(config_.threads);
+  } else if (several_) {  // the ranks on this machine share its cores
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
     set_num_threads(std::max(1, cores / std::max(1, distributed::launch_info().local_size)));
   }
-  // --precision bf16: every product of training and evaluation in bfloat16, the rest float32.
-  MixedPrecisionGuard precision(parse_precision(config.precision));
+  precision_.emplace(parse_precision(config_.precision));
 
-  Generator gen(config.seed);  // initialisation, then dropout masks
-  nn::TransformerClassifier model(config.model, gen);
-  model.to(device);  // initialised on the CPU, so the same seed gives the same weights on every device
-  // Gradients travel over MPI between CPUs, over NCCL between GPUs (its id sent over MPI).
-  std::unique_ptr<distributed::ProcessGroup> nccl;
-  distributed::ProcessGroup* group = &world;
-  if (device.is_cuda() && several) {
-    nccl = distributed::make_nccl_group(world, device, config.dist_timeout);
-    group = nccl.get();
+  model_.emplace(config_.model, gen_);
+  model_->to(device_);  // initialised on the CPU, so the same seed gives the same weights on every device
+  group_ = &world_;
+  if (device_.is_cuda() && several_) {
+    nccl_ = distributed::make_nccl_group(world_, device_, config_.dist_timeout);
+    group_ = nccl_.get();
   }
-  std::unique_ptr<optim::Optimizer> optimizer;
-  if (config.zero)  // ZeRO-1: clips by the global norm itself, over every rank's shard
-    optimizer = std::make_unique<optim::ShardedAdamW>(parameter_groups(model, config.weight_decay), *group, config.lr,
-                                                      config.clip);
+  if (config_.zero)  // ZeRO-1: clips by the global norm itself, over every rank's shard
+    optimizer_ = std::make_unique<optim::ShardedAdamW>(parameter_groups(*model_, config_.weight_decay), *group_,
+                                                       config_.lr, config_.clip);
   else
-    optimizer = std::make_unique<optim::AdamW>(parameter_groups(model, config.weight_decay), config.lr);
-  Batcher batcher(data.train_tokens, data.train_labels, config.batch_size);
-  const int64_t steps_per_epoch = batcher.num_batches();
-  int64_t total_steps = 0;
-  EMBER_CHECK(!__builtin_mul_overflow(steps_per_epoch, config.epochs, &total_steps) &&
-                  total_steps <= optim::Optimizer::max_steps,
-              "train: {} epochs of {} steps are more steps than a run can count", config.epochs, steps_per_epoch);
-  optim::Schedule schedule{optim::parse_schedule(config.schedule), config.lr,
-                           int64_t(std::llround(config.warmup * double(total_steps))), total_steps};
+    optimizer_ = std::make_unique<optim::AdamW>(parameter_groups(*model_, config_.weight_decay), config_.lr);
+  batcher_.emplace(data_.train_tokens, data_.train_labels, config_.batch_size);
+  steps_per_epoch_ = batcher_->num_batches();
+  EMBER_CHECK(!__builtin_mul_overflow(steps_per_epoch_, config_.epochs, &total_steps_) &&
+                  total_steps_ <= optim::Optimizer::max_steps,
+              "train: {} epochs of {} steps are more steps than a run can count", config_.epochs, steps_per_epoch_);
+  schedule_ = optim::Schedule{optim::parse_schedule(config_.schedule), config_.lr,
+                              int64_t(std::llround(config_.warmup * double(total_steps_))), total_steps_};
 
-  // The run's state between steps: what a checkpoint holds besides the tensors.
-  CheckpointInfo state;
-  state.total_steps = total_steps;
-  state.data_fingerprint = data_fingerprint(data);
-  const std::string checkpoint_path = config.out + "/checkpoint.safetensors";
-  const std::string model_path = config.out + "/model.safetensors";
-  if (config.resume) {
-    // Everything is checked before any file of the folder is written: a refused resume changes
-    // nothing. Rank 0 reads the file and sends it to every rank; it holds whole tensors (the
-    // optimiser's too, under ZeRO-1), so any number of ranks can resume it.
-    CheckpointInfo saved = restore_checkpoint(checkpoint_path, config, model, *optimizer, world);  // onto the model's device
-    on_every_rank_alike(world, [&] {
-      EMBER_CHECK(saved.data_fingerprint == state.data_fingerprint,
-                  "resume: {} was trained on other data (its vocabulary or reviews differ from these); give the same "
-                  "--data and --limit, or a new --out", checkpoint_path);
-      EMBER_CHECK(saved.total_steps == total_steps, "resume: {} is of a run of {} steps, these settings and data make {}",
-                  checkpoint_path, saved.total_steps, total_steps);
-    });
-    state = saved;
-    gen.set_state(config.seed, state.generator_offset);
-  }
-  std::optional<MetricsLog> metrics;
-  distributed::on_root(world, [&] {
-    data.vocabulary.save(config.out + "/vocab.txt");
-    metrics.emplace(config.out + "/metrics.jsonl", config.resume, state.step);
+  state_.total_steps = total_steps_;
+  state_.data_fingerprint = data_fingerprint(data_);
+  checkpoint_path_ = config_.out + "/checkpoint.safetensors";
+  model_path_ = config_.out + "/model.safetensors";
+  if (config_.resume) resume_from_checkpoint();
+  distributed::on_root(world_, [&] {
+    data_.vocabulary.save(config_.out + "/vocab.txt");
+    metrics_.emplace(config_.out + "/metrics.jsonl", config_.resume, state_.step);
   });
   // Rank 0's parameters to every rank (equal already: same seed, same checkpoint); gradients
   // averaged over the ranks during backward. Nothing to send on one process.
-  nn::DataParallel dp(model, *group, {.bucket_bytes = config.bucket_kb * 1024, .overlap = config.overlap,
-                                      .reduce_gradients = !config.zero});
-  int64_t& step = state.step;
+  dp_.emplace(*model_, *group_, nn::DataParallelOptions{.bucket_bytes = config_.bucket_kb * 1024,
+                                                        .overlap = config_.overlap, .reduce_gradients = !config_.zero});
   // --cuda-graph on: batches padded to a multiple of 32 tokens, and on one process the step runs as
   // CUDA graphs, one per padded shape (graph_step.h). On several ranks (or under ZeRO-1) the step
   // stays op by op (the all-reduce is not captured), with the same padding: the same numbers.
-  const bool pad_for_graph = config.uses_cuda_graph();
-  std::optional<GraphStep> graph_step;
-  auto* adam = dynamic_cast<optim::Adam*>(optimizer.get());
-  if (pad_for_graph && !several && adam != nullptr)
-    graph_step.emplace(model, *adam, gen, device, config.clip, config.quiet);
+  pad_for_graph_ = config_.uses_cuda_graph();
+  auto* adam = dynamic_cast<optim::Adam*>(optimizer_.get());
+  if (pad_for_graph_ && !several_ && adam != nullptr)
+    graph_step_.emplace(*model_, *adam, gen_, device_, config_.clip, config_.quiet);
   // On one GPU each batch goes up on the copy stream while the step before it runs (prefetch.h);
   // the step reads it there (gpu_step, or the graph's inputs copied from it on the GPU).
-  std::optional<BatchPrefetcher> prefetcher;
-  if (device.is_cuda() && !several && !config.zero) prefetcher.emplace(device, config.model, config.batch_size);
-  // The steps' losses not read yet. On a GPU reading one makes the host wait for the step, so they
-  // are read on logging steps and before a save (on a CPU, and on several ranks, every step).
-  struct PendingLoss {
-    int64_t step, epoch;
-    double lr;
-    Tensor loss;                   // this process's loss, read when needed
-    std::optional<double> value;   // several ranks: the whole batch's, already read
-  };
-  std::vector<PendingLoss> pending;
-  RunResult result;
-  auto read_losses = [&]() {
-    for (const PendingLoss& p : pending) {
-      const double loss_value = p.value ? *p.value : double(p.loss.item<float>());
-      // Several ranks read the same whole-batch loss: they fail together, rank 0 reports it.
-      on_every_rank_alike(world, [&] {
-        EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "
-                    "not saved and the last checkpoint is kept (lower --lr, or clip with --clip)", p.step, p.epoch,
-                    loss_value);
-      });
-      result.step_losses.push_back(loss_value);
-      state.epoch_loss_sum += loss_value;
-      if (lead) metrics->write(step_record(p.step, p.epoch, loss_value, p.lr));
-    }
-    pending.clear();
-  };
-  // Collective: every rank gathers the state (ZeRO-1's moments live in shards); rank 0 writes it.
-  auto save = [&]() {
-    read_losses();
-    if (several) dp.check_replicas_agree();
-    state.generator_offset = gen.offset();
-    const nn::TensorMap optimizer_state = optimizer->state_dict();
-    distributed::on_root(world, [&] {
-      metrics->flush();  // every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those)
-      save_checkpoint(checkpoint_path, config, state, model, optimizer_state);
-    });
-  };
+  if (device_.is_cuda() && !several_ && !config_.zero) prefetcher_.emplace(device_, config_.model, config_.batch_size);
+  result_.parameters = model_->num_parameters();
+  result_.total_steps = total_steps_;
+  print_setup();
+  progress_ = Progress(config_.quiet ? Progress::Mode::Silent : Progress::detect(), config_.log_every);
+}
 
-  result.parameters = model.num_parameters();
-  result.total_steps = total_steps;
-  if (!config.quiet)
-    fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {}{} threads\n",
-               config.model.heads, config.model.layers, config.model.dim, result.parameters, data.train_tokens.size(),
-               data.test_tokens.size(), total_steps,
-               several ? fmt::format("{} ranks ({}{}) x ", world.size(), group->backend(), config.zero ? ", ZeRO-1" : "")
-                       : std::string(),
-               num_threads());
-  if (!config.quiet && config.precision == "bf16")
+Device TrainingRun::choose_device() const {
+  Device device = checked_device(config_.device);
+  EMBER_CHECK(!config_.uses_cuda_graph() || device.is_cuda(), "--cuda-graph on: CUDA graphs need a GPU (--device cuda), "
+              "not --device {}", config_.device);
+  // Under mpirun, "cuda" is each rank's own GPU: cuda:(local rank % GPUs).
+  if (device.is_cuda() && several_ && config_.device == "cuda")
+    device = distributed::device_for_local_rank(distributed::launch_info().local_rank);
+  return device;
+}
+
+// Everything is checked before any file of the folder is written: a refused resume changes nothing.
+// Rank 0 reads the file and sends it to every rank; it holds whole tensors (the optimiser's too,
+// under ZeRO-1), so any number of ranks can resume it.
+void TrainingRun::resume_from_checkpoint() {
+  CheckpointInfo saved = restore_checkpoint(checkpoint_path_, config_, *model_, *optimizer_, world_);  // onto the model's device
+  on_every_rank_alike(world_, [&] {
+    EMBER_CHECK(saved.data_fingerprint == state_.data_fingerprint,
+                "resume: {} was trained on other data (its vocabulary or reviews differ from these); give the same "
+                "--data and --limit, or a new --out", checkpoint_path_);
+    EMBER_CHECK(saved.total_steps == total_steps_, "resume: {} is of a run of {} steps, these settings and data make {}",
+                checkpoint_path_, saved.total_steps, total_steps_);
+  });
+  state_ = saved;
+  gen_.set_state(config_.seed, state_.generator_offset);
+}
+
+void TrainingRun::print_setup() const {
+  if (config_.quiet) return;
+  fmt::print(stderr, "Model: {} heads, {} layers, dim {}, {} parameters; {} train / {} test reviews; {} steps; {}{} threads\n",
+             config_.model.heads, config_.model.layers, config_.model.dim, result_.parameters,
+             data_.train_tokens.size(), data_.test_tokens.size(), total_steps_,
+             several_ ? fmt::format("{} ranks ({}{}) x ", world_.size(), group_->backend(), config_.zero ? ", ZeRO-1" : "")
+                      : std::string(),
+             num_threads());
+  if (config_.precision == "bf16")
     fmt::print(stderr, "Precision: {}, float32 weights and optimiser\n",
-               device.is_cpu() ? fmt::format("products and activations in bfloat16 (CPU kernel {})", bf16_product_kernel())
-                               : std::string("products in bfloat16"));
+               device_.is_cpu() ? fmt::format("products and activations in bfloat16 (CPU kernel {})", bf16_product_kernel())
+                                : std::string("products in bfloat16"));
+}
 
-  Progress progress(config.quiet ? Progress::Mode::Silent : Progress::detect(), config.log_every);
+RunResult TrainingRun::run() {
   const auto run_start = Clock::now();
-  int agreed_signal = 0;  // several ranks: a signal any rank received, agreed on after each step
-  while (step < total_steps) {
-    const int64_t epoch = step / steps_per_epoch;
-    std::vector<int64_t> order = config.length_buckets > 0
-                                     ? batcher.length_bucketed_order(config.seed, epoch, config.length_buckets)
-                                     : batcher.shuffled_order(config.seed, epoch);
-    model.train();
-    reset_peak_memory();
-    if (device.is_cuda()) reset_peak_memory(device);
-    int64_t real_tokens = 0, padded_tokens = 0;  // the whole batches' (every rank's) tokens, for throughput
-    bool stop = false;
-    const auto epoch_start = Clock::now();
-    progress.start_epoch(epoch + 1, config.epochs, steps_per_epoch);
-    // This rank's rows of the global batch b, padded as the whole batch is.
-    auto batch_at = [&](int64_t b) {
-      const distributed::Range rows = distributed::shard_range(batcher.rows_in(b), world.rank(), world.size());
-      Batch batch = batcher.batch_rows(order, b, rows.begin, rows.size());
-      return pad_for_graph ? pad_for_graphs(batch, config.model.max_len) : batch;
-    };
-    std::optional<Batch> next_batch;  // batch b + 1, already on its way to the GPU (prefetcher)
-    for (int64_t b = step % steps_per_epoch; b < steps_per_epoch; ++b) {
-      // NOTE: on several ranks each stops at the same step (a signal reaches the ranks at different
-      // moments; one that stopped alone would leave the others waiting in an all-reduce).
-      if (const int signal = several ? agreed_signal : StopSignals::received()) {
-        result.stopped_by_signal = signal;
-        stop = true;
-        break;
-      }
-      // This rank's rows of the global batch b, padded as the whole batch is; dropout draws by
-      // global example (core/random.h, BatchSlice), so the ranks together compute one process's step.
-      const int64_t batch_rows = batcher.rows_in(b);
-      const distributed::Range rows = distributed::shard_range(batch_rows, world.rank(), world.size());
-      Batch batch = next_batch ? std::move(*next_batch) : batch_at(b);
-      next_batch.reset();
-      if (several) gen.set_batch_slice({batch_rows, rows.begin, rows.size()});
-      optimizer->set_lr(schedule.lr_at(step));
-      Tensor loss;
-      if (prefetcher) {
-        if (!prefetcher->has_prefetched()) prefetcher->prefetch(batch);  // an epoch's first: uploaded now
-        const DeviceBatch& inputs = prefetcher->take();  // the step waits (on the GPU) for its upload
-        loss = graph_step ? graph_step->run(inputs) : gpu_step(model, *optimizer, inputs, config.clip);
-        prefetcher->release();
-        if (b + 1 < steps_per_epoch) {  // the next batch, uploaded while this step runs
-          next_batch = batch_at(b + 1);
-          prefetcher->prefetch(*next_batch);
-        }
-      } else if (graph_step) {
-        loss = graph_step->run(batch);  // the inputs uploaded, then one graph launch (after each shape's first step)
-      } else {
-        BatchTensors t = to_tensors(batch, device);
-        loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
-        optimizer->zero_grad();
-        // Each rank's mean weighs rows / batch_rows of the whole batch's; DataParallel averages (/ size).
-        if (several) (loss * (double(rows.size()) * world.size() / double(batch_rows))).backward();
-        else loss.backward();
-        dp.synchronize_gradients();
-        if (config.clip > 0 && !config.zero) optim::clip_grad_norm_(model.parameters(), config.clip);  // the norm stays on the GPU
-        optimizer->step();
-      }
-      int64_t batch_real_tokens = batch.real_tokens;
-      std::optional<double> whole_batch_loss;
-      if (several) {  // the whole batch's loss and tokens, for the log; and any rank's signal
-        Tensor sums = from_vector(std::vector<double>{double(loss.item<float>()) * double(rows.size()),
-                                                      double(batch.real_tokens), double(StopSignals::received())});
-        world.all_reduce(sums, distributed::ReduceOp::Sum);
-        std::vector<double> totals = sums.to_vector<double>();
-        whole_batch_loss = totals[0] / double(batch_rows);
-        batch_real_tokens = int64_t(totals[1]);
-        if (totals[2] > 0) agreed_signal = StopSignals::received() != 0 ? StopSignals::received() : SIGTERM;
-      }
-      ++step;
-      pending.push_back({step, epoch + 1, optimizer->lr(), loss, whole_batch_loss});
+  while (state_.step < total_steps_)
+    if (!train_epoch(state_.step / steps_per_epoch_)) break;
+  result_.steps = state_.step;
+  if (graph_step_) result_.graph_replays = graph_step_->counts().replays;
+  report_best_validation_epoch();
+  result_.wall_seconds = seconds_since(run_start);
+  result_.finished = state_.step == total_steps_;
+  if (result_.stopped_by_signal != 0) return result_;  // checkpointed; the report can wait for the resume
+  finish();
+  return result_;
+}
 
-      real_tokens += batch_real_tokens;
-      padded_tokens += batch_rows * batch.seq_len;
-      // An epoch's last step is checkpointed after its evaluation (below), not here.
-      const bool save_now = config.save_every > 0 && step % config.save_every == 0 && step % steps_per_epoch != 0;
-      const bool stop_now = config.stop_after > 0 && step >= config.stop_after;
-      if (!device.is_cuda() || several || (b + 1) % config.log_every == 0 || b + 1 == steps_per_epoch || save_now ||
-          stop_now) {
-        read_losses();
-        double elapsed = seconds_since(epoch_start);
-        progress.update(b + 1, state.epoch_loss_sum / double(b + 1), double(real_tokens) / elapsed, elapsed);
-      }
-      if (save_now) save();
-      if (stop_now) {
-        stop = true;
-        break;
-      }
-    }
-    const double train_seconds = seconds_since(epoch_start);
-    progress.finish_epoch();
-    if (step != (epoch + 1) * steps_per_epoch) {  // stopped part-way through the epoch
-      save();
+bool TrainingRun::train_epoch(int64_t epoch) {
+  int64_t& step = state_.step;
+  std::vector<int64_t> order = config_.length_buckets > 0
+                                   ? batcher_->length_bucketed_order(config_.seed, epoch, config_.length_buckets)
+                                   : batcher_->shuffled_order(config_.seed, epoch);
+  model_->train();
+  reset_peak_memory();
+  if (device_.is_cuda()) reset_peak_memory(device_);
+  int64_t real_tokens = 0, padded_tokens = 0;  // the whole batches' (every rank's) tokens, for throughput
+  bool stop = false;
+  const auto epoch_start = Clock::now();
+  progress_.start_epoch(epoch + 1, config_.epochs, steps_per_epoch_);
+  std::optional<Batch> next_batch;  // batch b + 1, already on its way to the GPU (prefetcher)
+  for (int64_t b = step % steps_per_epoch_; b < steps_per_epoch_; ++b) {
+    // NOTE: on several ranks each stops at the same step (a signal reaches the ranks at different
+    // moments; one that stopped alone would leave the others waiting in an all-reduce).
+    if (const int signal = several_ ? agreed_signal_ : StopSignals::received()) {
+      result_.stopped_by_signal = signal;
+      stop = true;
       break;
     }
-    const auto eval_start = Clock::now();
-    EpochResult er;
-    er.epoch = epoch + 1;
-    er.train_loss = state.epoch_loss_sum / double(steps_per_epoch);  // every step of the epoch, resumed or not
-    er.test_accuracy = evaluate(model, data.test_tokens, data.test_labels, 64, &world);
-    if (!data.validation_tokens.empty())
-      er.validation_accuracy = evaluate(model, data.validation_tokens, data.validation_labels, 64, &world);
-    er.seconds = train_seconds;
-    er.eval_seconds = seconds_since(eval_start);
-    er.real_tokens_per_s = double(real_tokens) / train_seconds;
-    er.padded_tokens_per_s = double(padded_tokens) / train_seconds;
-    er.peak_bytes = memory_stats().peak_allocated;
-    er.peak_rss_bytes = peak_rss_bytes();
-    if (device.is_cuda()) {
-      MemoryStats gpu = memory_stats(device);
-      er.gpu_allocated_bytes = gpu.allocated;
-      er.gpu_peak_bytes = gpu.peak_allocated;
-      er.gpu_reserved_bytes = gpu.reserved;
+    // This rank's rows of the global batch b, padded as the whole batch is; dropout draws by
+    // global example (core/random.h, BatchSlice), so the ranks together compute one process's step.
+    const int64_t batch_rows = batcher_->rows_in(b);
+    const distributed::Range rows = distributed::shard_range(batch_rows, world_.rank(), world_.size());
+    Batch batch = next_batch ? std::move(*next_batch) : batch_at(order, b);
+    next_batch.reset();
+    if (several_) gen_.set_batch_slice({batch_rows, rows.begin, rows.size()});
+    optimizer_->set_lr(schedule_.lr_at(step));
+    Tensor loss = train_step(batch, batch_rows, rows, order, b, next_batch);
+    int64_t batch_real_tokens = batch.real_tokens;
+    std::optional<double> whole_batch_loss;
+    if (several_) {  // the whole batch's loss and tokens, for the log; and any rank's signal
+      Tensor sums = from_vector(std::vector<double>{double(loss.item<float>()) * double(rows.size()),
+                                                    double(batch.real_tokens), double(StopSignals::received())});
+      world_.all_reduce(sums, distributed::ReduceOp::Sum);
+      std::vector<double> totals = sums.to_vector<double>();
+      whole_batch_loss = totals[0] / double(batch_rows);
+      batch_real_tokens = int64_t(totals[1]);
+      if (totals[2] > 0) agreed_signal_ = StopSignals::received() != 0 ? StopSignals::received() : SIGTERM;
     }
-    result.epochs.push_back(er);
-    if (lead) {
-      nlohmann::ordered_json record = epoch_record(er, step, data.test_tokens.size(), data.validation_tokens.size());
-      if (several) {  // this rank's share of the communication (nn/data_parallel.h)
-        const nn::DataParallelStats& comm = dp.stats();
-        record["ranks"] = world.size();
-        record["allreduce_seconds"] = comm.comm_seconds;
-        record["allreduce_exposed_seconds"] = comm.exposed_seconds;
-        record["allreduce_bytes"] = comm.bytes;
-      }
-      metrics->write(record);
-      if (device.is_cuda())
-        metrics->write({{"kind", "gpu_memory"}, {"epoch", er.epoch}, {"device", device.str()},
-                        {"allocated_bytes", er.gpu_allocated_bytes}, {"peak_bytes", er.gpu_peak_bytes},
-                        {"reserved_bytes", er.gpu_reserved_bytes}});
+    ++step;
+    pending_.push_back({step, epoch + 1, optimizer_->lr(), loss, whole_batch_loss});
+
+    real_tokens += batch_real_tokens;
+    padded_tokens += batch_rows * batch.seq_len;
+    // An epoch's last step is checkpointed after its evaluation (end_epoch), not here.
+    const bool save_now = config_.save_every > 0 && step % config_.save_every == 0 && step % steps_per_epoch_ != 0;
+    const bool stop_now = config_.stop_after > 0 && step >= config_.stop_after;
+    // On a GPU the losses are read on logging steps and before a save (on a CPU, and on several ranks,
+    // every step).
+    if (!device_.is_cuda() || several_ || (b + 1) % config_.log_every == 0 || b + 1 == steps_per_epoch_ || save_now ||
+        stop_now) {
+      read_losses();
+      double elapsed = seconds_since(epoch_start);
+      progress_.update(b + 1, state_.epoch_loss_sum / double(b + 1), double(real_tokens) / elapsed, elapsed);
     }
-    if (!config.quiet)
-      fmt::print(stderr,
-                 "epoch {}/{}: train loss {:.4f} | test accuracy {:.2f}% ({} reviews){} | {:.1f}s train + {:.1f}s eval | "
-                 "{:.0f} real tok/s ({:.0f} padded) | peak {:.0f} MiB tensors, {:.0f} MiB RSS\n",
-                 er.epoch, config.epochs, er.train_loss, 100 * er.test_accuracy, data.test_tokens.size(),
-                 data.validation_tokens.empty() ? std::string()
-                     : fmt::format(" | validation {:.2f}% ({} reviews)", 100 * er.validation_accuracy,
-                                   data.validation_tokens.size()),
-                 er.seconds, er.eval_seconds, er.real_tokens_per_s, er.padded_tokens_per_s, er.peak_bytes / 1048576.0,
-                 er.peak_rss_bytes / 1048576.0);
-    if (!config.quiet && several && dp.stats().steps > 0)
-      fmt::print(stderr, "epoch {}/{}: all-reduce {:.1f} ms per step, {:.0f}% of it hidden behind backward, {:.1f} MB "
-                 "per step (rank 0)\n", er.epoch, config.epochs, 1e3 * dp.stats().comm_seconds / double(dp.stats().steps),
-                 100 * dp.stats().hidden_share(), double(dp.stats().bytes) / double(dp.stats().steps) / 1e6);
-    if (!config.quiet && device.is_cuda())
-      fmt::print(stderr, "epoch {}/{}: {} memory: {:.1f} MiB allocated, {:.1f} MiB peak, {:.1f} MiB reserved\n", er.epoch,
-                 config.epochs, device.str(), er.gpu_allocated_bytes / 1048576.0, er.gpu_peak_bytes / 1048576.0,
-                 er.gpu_reserved_bytes / 1048576.0);
-    // The model, then the checkpoint: a checkpoint at an epoch's end always has its evaluation line
-    // in metrics.jsonl and its model.safetensors beside it (a kill between the two redoes the epoch's
-    // end from the checkpoint before).
-    distributed::on_root(world, [&] {
-      metrics->flush();
-      save_model(model_path, config, model, data.vocabulary);
-    });
-    state.epoch_loss_sum = 0;
-    save();
-    if (stop) break;
+    if (save_now) save();
+    if (stop_now) {
+      stop = true;
+      break;
+    }
   }
-  result.steps = step;
-  if (graph_step) result.graph_replays = graph_step->counts().replays;
-  const EpochResult* best = nullptr;  // --validation: the epoch it would choose (the first of equals)
-  for (const EpochResult& er : result.epochs)
+  const double train_seconds = seconds_since(epoch_start);
+  progress_.finish_epoch();
+  if (step != (epoch + 1) * steps_per_epoch_) {  // stopped part-way through the epoch
+    save();
+    return false;
+  }
+  end_epoch(epoch, train_seconds, real_tokens, padded_tokens);
+  return !stop;
+}
+
+// This rank's rows of the global batch b, padded as the whole batch is.
+Batch TrainingRun::batch_at(const std::vector<int64_t>& order, int64_t b) const {
+  const distributed::Range rows = distributed::shard_range(batcher_->rows_in(b), world_.rank(), world_.size());
+  Batch batch = batcher_->batch_rows(order, b, rows.begin, rows.size());
+  return pad_for_graph_ ? pad_for_graphs(batch, config_.model.max_len) : batch;
+}
+
+// One optimiser step on `batch` (batch b of the epoch's order); with the prefetcher, also sends
+// batch b + 1 (into next_batch) up while this step runs. Returns this process's loss.
+Tensor TrainingRun::train_step(const Batch& batch, int64_t batch_rows, const distributed::Range& rows,
+                               const std::vector<int64_t>& order, int64_t b, std::optional<Batch>& next_batch) {
+  Tensor loss;
+  if (prefetcher_) {
+    if (!prefetcher_->has_prefetched()) prefetcher_->prefetch(batch);  // an epoch's first: uploaded now
+    const DeviceBatch& inputs = prefetcher_->take();  // the step waits (on the GPU) for its upload
+    loss = graph_step_ ? graph_step_->run(inputs) : gpu_step(*model_, *optimizer_, inputs, config_.clip);
+    prefetcher_->release();
+    if (b + 1 < steps_per_epoch_) {  // the next batch, uploaded while this step runs
+      next_batch = batch_at(order, b + 1);
+      prefetcher_->prefetch(*next_batch);
+    }
+    return loss;
+  }
+  if (graph_step_) return graph_step_->run(batch);  // the inputs uploaded, then one graph launch (after each shape's first step)
+  BatchTensors t = to_tensors(batch, device_);
+  loss = cross_entropy(model_->forward(t.tokens, t.padding_mask), t.labels);
+  optimizer_->zero_grad();
+  // Each rank's mean weighs rows / batch_rows of the whole batch's; DataParallel averages (/ size).
+  if (several_) (loss * (double(rows.size()) * world_.size() / double(batch_rows))).backward();
+  else loss.backward();
+  dp_->synchronize_gradients();
+  if (config_.clip > 0 && !config_.zero) optim::clip_grad_norm_(model_->parameters(), config_.clip);  // the norm stays on the GPU
+  optimizer_->step();
+  return loss;
+}
+
+// The epoch's evaluation, its records (metrics.jsonl, the console), then the model and the checkpoint.
+void TrainingRun::end_epoch(int64_t epoch, double train_seconds, int64_t real_tokens, int64_t padded_tokens) {
+  const auto eval_start = Clock::now();
+  EpochResult er;
+  er.epoch = epoch + 1;
+  er.train_loss = state_.epoch_loss_sum / double(steps_per_epoch_);  // every step of the epoch, resumed or not
+  er.test_accuracy = evaluate(*model_, data_.test_tokens, data_.test_labels, 64, &world_);
+  if (!data_.validation_tokens.empty())
+    er.validation_accuracy = evaluate(*model_, data_.validation_tokens, data_.validation_labels, 64, &world_);
+  er.seconds = train_seconds;
+  er.eval_seconds = seconds_since(eval_start);
+  er.real_tokens_per_s = double(real_tokens) / train_seconds;
+  er.padded_tokens_per_s = double(padded_tokens) / train_seconds;
+  er.peak_bytes = memory_stats().peak_allocated;
+  er.peak_rss_bytes = peak_rss_bytes();
+  if (device_.is_cuda()) {
+    MemoryStats gpu = memory_stats(device_);
+    er.gpu_allocated_bytes = gpu.allocated;
+    er.gpu_peak_bytes = gpu.peak_allocated;
+    er.gpu_reserved_bytes = gpu.reserved;
+  }
+  result_.epochs.push_back(er);
+  const nn::DataParallelStats& comm = dp_->stats();
+  if (lead_) {
+    nlohmann::ordered_json record = epoch_record(er, state_.step, data_.test_tokens.size(), data_.validation_tokens.size());
+    if (several_) {  // this rank's share of the communication (nn/data_parallel.h)
+      record["ranks"] = world_.size();
+      record["allreduce_seconds"] = comm.comm_seconds;
+      record["allreduce_exposed_seconds"] = comm.exposed_seconds;
+      record["allreduce_bytes"] = comm.bytes;
+    }
+    metrics_->write(record);
+    if (device_.is_cuda())
+      metrics_->write({{"kind", "gpu_memory"}, {"epoch", er.epoch}, {"device", device_.str()},
+                       {"allocated_bytes", er.gpu_allocated_bytes}, {"peak_bytes", er.gpu_peak_bytes},
+                       {"reserved_bytes", er.gpu_reserved_bytes}});
+  }
+  if (!config_.quiet)
+    fmt::print(stderr,
+               "epoch {}/{}: train loss {:.4f} | test accuracy {:.2f}% ({} reviews){} | {:.1f}s train + {:.1f}s eval | "
+               "{:.0f} real tok/s ({:.0f} padded) | peak {:.0f} MiB tensors, {:.0f} MiB RSS\n",
+               er.epoch, config_.epochs, er.train_loss, 100 * er.test_accuracy, data_.test_tokens.size(),
+               data_.validation_tokens.empty() ? std::string()
+                   : fmt::format(" | validation {:.2f}% ({} reviews)", 100 * er.validation_accuracy,
+                                 data_.validation_tokens.size()),
+               er.seconds, er.eval_seconds, er.real_tokens_per_s, er.padded_tokens_per_s, er.peak_bytes / 1048576.0,
+               er.peak_rss_bytes / 1048576.0);
+  if (!config_.quiet && several_ && comm.steps > 0)
+    fmt::print(stderr, "epoch {}/{}: all-reduce {:.1f} ms per step, {:.0f}% of it hidden behind backward, {:.1f} MB "
+               "per step (rank 0)\n", er.epoch, config_.epochs, 1e3 * comm.comm_seconds / double(comm.steps),
+               100 * comm.hidden_share(), double(comm.bytes) / double(comm.steps) / 1e6);
+  if (!config_.quiet && device_.is_cuda())
+    fmt::print(stderr, "epoch {}/{}: {} memory: {:.1f} MiB allocated, {:.1f} MiB peak, {:.1f} MiB reserved\n", er.epoch,
+               config_.epochs, device_.str(), er.gpu_allocated_bytes / 1048576.0, er.gpu_peak_bytes / 1048576.0,
+               er.gpu_reserved_bytes / 1048576.0);
+  // The model, then the checkpoint: a checkpoint at an epoch's end always has its evaluation line
+  // in metrics.jsonl and its model.safetensors beside it (a kill between the two redoes the epoch's
+  // end from the checkpoint before).
+  distributed::on_root(world_, [&] {
+    metrics_->flush();
+    save_model(model_path_, config_, *model_, data_.vocabulary);
+  });
+  state_.epoch_loss_sum = 0;
+  save();
+}
+
+// --validation: the epoch it would choose (the first of equals).
+void TrainingRun::report_best_validation_epoch() {
+  const EpochResult* best = nullptr;
+  for (const EpochResult& er : result_.epochs)
     if (!std::isnan(er.validation_accuracy) && (best == nullptr || er.validation_accuracy > best->validation_accuracy))
       best = &er;
-  if (best != nullptr) {
-    result.best_validation_epoch = best->epoch;
-    if (!config.quiet)
-      fmt::print(stderr, "best epoch by validation accuracy: {} (validation {:.2f}%, test {:.2f}%)\n", best->epoch,
-                 100 * best->validation_accuracy, 100 * best->test_accuracy);
-  }
-  result.wall_seconds = seconds_since(run_start);
-  result.finished = step == total_steps;
-  if (result.stopped_by_signal != 0) return result;  // checkpointed; the report can wait for the resume
-  if (result.finished) {
+  if (best == nullptr) return;
+  result_.best_validation_epoch = best->epoch;
+  if (!config_.quiet)
+    fmt::print(stderr, "best epoch by validation accuracy: {} (validation {:.2f}%, test {:.2f}%)\n", best->epoch,
+               100 * best->validation_accuracy, 100 * best->test_accuracy);
+}
+
+// The end of a run that was not stopped by a signal: its final accuracy, and (rank 0) the report.
+void TrainingRun::finish() {
+  if (result_.finished) {
     // A resume of a finished run: the last evaluation from metrics.jsonl, else evaluated again
     // (collective: rank 0 says whether it is needed).
     double recorded_accuracy = NAN;
-    if (!result.epochs.empty()) {
-      recorded_accuracy = result.epochs.back().test_accuracy;
+    if (!result_.epochs.empty()) {
+      recorded_accuracy = result_.epochs.back().test_accuracy;
     } else {
-      distributed::on_root(world, [&] {
-        metrics->flush();
+      distributed::on_root(world_, [&] {
+        metrics_->flush();
         std::error_code error;
-        if (!fs::exists(model_path, error))  // its model file was lost
-          save_model(model_path, config, model, data.vocabulary);
-        nlohmann::json last = last_epoch_record(metrics->path());
-        if (last.is_object() && last.value("epoch", int64_t(0)) == config.epochs && last["test_accuracy"].is_number())
+        if (!fs::exists(model_path_, error))  // its model file was lost
+          save_model(model_path_, config_, *model_, data_.vocabulary);
+        nlohmann::json last = last_epoch_record(metrics_->path());
+        if (last.is_object() && last.value("epoch", int64_t(0)) == config_.epochs && last["test_accuracy"].is_number())
           recorded_accuracy = last["test_accuracy"].get<double>();
       });
-      if (several) {
-        Tensor value = from_vector(std::vector<double>{lead ? recorded_accuracy : 0.0});
-        world.broadcast(value, 0);
+      if (several_) {
+        Tensor value = from_vector(std::vector<double>{lead_ ? recorded_accuracy : 0.0});
+        world_.broadcast(value, 0);
         recorded_accuracy = value.item<double>();
       }
     }
-    result.final_test_accuracy = std::isnan(recorded_accuracy)
-                                     ? evaluate(model, data.test_tokens, data.test_labels, 64, &world)
-                                     : recorded_accuracy;
+    result_.final_test_accuracy = std::isnan(recorded_accuracy)
+                                      ? evaluate(*model_, data_.test_tokens, data_.test_labels, 64, &world_)
+                                      : recorded_accuracy;
   }
-  if (!lead) return result;
-  metrics->flush();
+  if (!lead_) return;
+  metrics_->flush();
   // The report is a by-product: when it cannot be written, the run has still succeeded.
   try {
-    model.to(Device::cpu());  // the report's attention maps are computed on the CPU
-    write_run_report(config.out, config, model, data);
-    if (!config.quiet) fmt::print(stderr, "Report: {}/report.html\n", config.out);
+    model_->to(Device::cpu());  // the report's attention maps are computed on the CPU
+    write_run_report(config_.out, config_, *model_, data_);
+    if (!config_.quiet) fmt::print(stderr, "Report: {}/report.html\n", config_.out);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "warning: could not write {}/report.html: {}\n", config.out, e.what());
+    fmt::print(stderr, "warning: could not write {}/report.html: {}\n", config_.out, e.what());
   }
-  return result;
+}
+
+void TrainingRun::read_losses() {
+  for (const PendingLoss& p : pending_) {
+    const double loss_value = p.value ? *p.value : double(p.loss.item<float>());
+    // Several ranks read the same whole-batch loss: they fail together, rank 0 reports it.
+    on_every_rank_alike(world_, [&] {
+      EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "
+                  "not saved and the last checkpoint is kept (lower --lr, or clip with --clip)", p.step, p.epoch,
+                  loss_value);
+    });
+    result_.step_losses.push_back(loss_value);
+    state_.epoch_loss_sum += loss_value;
+    if (lead_) metrics_->write(step_record(p.step, p.epoch, loss_value, p.lr));
+  }
+  pending_.clear();
+}
+
+void TrainingRun::save() {
+  read_losses();
+  if (several_) dp_->check_replicas_agree();
+  state_.generator_offset = gen_.offset();
+  const nn::TensorMap optimizer_state = optimizer_->state_dict();
+  distributed::on_root(world_, [&] {
+    metrics_->flush();  // every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those)
+    save_checkpoint(checkpoint_path_, config_, state_, *model_, optimizer_state);
+  });
+}
+
+}  // namespace
+
+RunResult train(const TrainConfig& config, const Data& data, distributed::ProcessGroup& world) {
+  return TrainingRun(config, data, world).run();
 }
 
 // ---- Using a saved run
