@@ -2,6 +2,7 @@
 // attention weights of a real model, and the page holding one heat map per (review, layer, head).
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -66,6 +67,11 @@ TEST_CASE("report metrics: steps and epochs are read, a resumed step keeps its l
   REQUIRE(m.epochs.size() == 1);
   CHECK(m.epochs[0].test_accuracy == doctest::Approx(0.8));
   CHECK(m.epochs[0].real_tokens_per_s == doctest::Approx(1000));
+  CHECK(std::isnan(m.epochs[0].validation_accuracy));  // a run without --validation
+  std::string validated = temp_file("validated.jsonl",
+                                    "{\"kind\": \"epoch\", \"epoch\": 1, \"step\": 2, \"train_loss\": 0.5, "
+                                    "\"test_accuracy\": 0.8, \"validation_accuracy\": 0.83, \"validation_reviews\": 10}\n");
+  CHECK(read_metrics(validated).epochs.at(0).validation_accuracy == doctest::Approx(0.83));
   std::string bad = temp_file("bad.jsonl", "{\"kind\": \"step\", \"step\": 1}\nnot json\n");
   check_error([&] { read_metrics(bad); }, "bad.jsonl:2");
   check_error([] { read_metrics("/nonexistent/metrics.jsonl"); }, "/nonexistent/metrics.jsonl");
@@ -123,4 +129,32 @@ TEST_CASE("report attention: every head's weights, rows summing to 1, and a page
   CHECK(page.find("Maps show the first 4 of its 6 tokens") != std::string::npos);
   CHECK(page.find("75.00%") != std::string::npos);
   CHECK(page.find("http") == page.find("http://www.w3.org/2000/svg"));  // nothing fetched: only the SVG namespace
+  CHECK(page.find("validation") == std::string::npos);  // a run without --validation shows none
+  // With --validation: its column, its curve beside the test one, and the epoch it chooses, by validation
+  // accuracy (epoch 1 here), not by test accuracy (epoch 2).
+  report.metrics.epochs = {{1, 2, 0.65, 0.75, 1.0, 100, 0.81}, {2, 4, 0.5, 0.78, 1.0, 100, 0.80}};
+  std::string chosen = render_run_report(report);
+  CHECK(chosen.find("<th>validation accuracy</th>") != std::string::npos);
+  CHECK(chosen.find("<td>81.00%</td>") != std::string::npos);
+  CHECK(chosen.find("Chosen by validation accuracy (held-out training reviews, not the test set): epoch 1, "
+                    "validation 81.00%, test 75.00%") != std::string::npos);
+  CHECK(chosen.find("Test and validation accuracy per epoch") != std::string::npos);
+}
+
+TEST_CASE("report compare: one row per model; with --validation, the epoch it chooses and its test accuracy") {
+  CompareColumn single, multi;
+  single.heads = 1;
+  single.folder = "runs/h1";
+  single.metrics.epochs = {{1, 2, 0.6, 0.70, 1.0, 100}, {2, 4, 0.5, 0.72, 1.0, 100}};
+  multi.heads = 4;
+  multi.folder = "runs/h4";
+  multi.metrics.epochs = {{1, 2, 0.6, 0.74, 1.0, 100, 0.79}, {2, 4, 0.5, 0.76, 1.0, 100, 0.78}};
+  std::string plain = render_compare_report("plain", {single});
+  CHECK(plain.find("<th>best epoch (by test accuracy)</th>") != std::string::npos);
+  CHECK(plain.find("chosen by validation") == std::string::npos);
+  CHECK(plain.find("<td>72.00%</td><td>72.00%</td>") != std::string::npos);  // last epoch, best epoch
+  std::string page = render_compare_report("both", {single, multi});
+  CHECK(page.find("<th>epoch chosen by validation: its test accuracy</th>") != std::string::npos);
+  CHECK(page.find("<td>76.00%</td><td>76.00%</td><td>74.00% (epoch 1)</td>") != std::string::npos);
+  CHECK(page.find("<td>72.00%</td><td>72.00%</td><td>–</td>") != std::string::npos);  // h = 1 had no validation set
 }

@@ -66,14 +66,24 @@ std::vector<double> moving_average(const std::vector<double>& xs, size_t window)
 std::string percent(double x) { return std::isfinite(x) ? fmt::format("{:.2f}%", 100 * x) : "–"; }
 
 struct Curves {
-  std::vector<double> step, loss, epoch, accuracy, tokens_per_s;
+  std::vector<double> step, loss, epoch, accuracy, validation, tokens_per_s;
 };
+// --validation: the epoch it chooses (the best validation accuracy, the first of equals); null without.
+const EpochRecord* chosen_by_validation(const Metrics& m) {
+  const EpochRecord* chosen = nullptr;
+  for (const auto& e : m.epochs)
+    if (std::isfinite(e.validation_accuracy) && (chosen == nullptr || e.validation_accuracy > chosen->validation_accuracy))
+      chosen = &e;
+  return chosen;
+}
+
 Curves curves_of(const Metrics& m) {
   Curves c;
   for (const auto& s : m.steps) c.step.push_back(double(s.step)), c.loss.push_back(s.loss);
   for (const auto& e : m.epochs) {
     c.epoch.push_back(double(e.epoch));
     c.accuracy.push_back(100 * e.test_accuracy);
+    c.validation.push_back(100 * e.validation_accuracy);
     c.tokens_per_s.push_back(e.real_tokens_per_s);
   }
   return c;
@@ -130,19 +140,34 @@ std::string render_run_report(const RunReport& r) {
       r.metrics.epochs.size(), escape(setting("epochs")),
       r.metrics.epochs.empty() ? "–" : percent(r.metrics.epochs.back().test_accuracy),
       r.metrics.epochs.empty() ? "–" : percent(best), seconds);
+  const EpochRecord* chosen = chosen_by_validation(r.metrics);
+  if (chosen != nullptr)
+    body += fmt::format("<p>Chosen by validation accuracy (held-out training reviews, not the test set): epoch {}, "
+                        "validation {}, test {}.</p>\n", chosen->epoch, percent(chosen->validation_accuracy),
+                        percent(chosen->test_accuracy));
 
   body += "<h2>Training</h2>\n<div class=\"charts\">\n";
   body += svg::line_chart({"Training loss per step", "step", "cross-entropy", "loss-chart", 760, 300, false, "{:.2f}"},
                           {{"per step", c.step, c.loss, "#9ecae1", false, 1.0, 0.8},
                            {"mean of last 50", c.step, moving_average(c.loss, 50), "#08519c", false, 2.0, 1.0}});
-  body += svg::line_chart({"Test accuracy per epoch", "epoch", "accuracy (%)", "accuracy-chart", 420, 300, false, "{:.1f}", true},
-                          {{"", c.epoch, c.accuracy, "#d62728", true, 2.0, 1.0}});
+  if (chosen == nullptr)
+    body += svg::line_chart({"Test accuracy per epoch", "epoch", "accuracy (%)", "accuracy-chart", 420, 300, false, "{:.1f}", true},
+                            {{"", c.epoch, c.accuracy, "#d62728", true, 2.0, 1.0}});
+  else
+    body += svg::line_chart({"Test and validation accuracy per epoch", "epoch", "accuracy (%)", "accuracy-chart", 420, 300,
+                             false, "{:.1f}", true},
+                            {{"test", c.epoch, c.accuracy, "#d62728", true, 2.0, 1.0},
+                             {"validation", c.epoch, c.validation, "#ff7f0e", true, 2.0, 1.0}});
   body += svg::line_chart({"Throughput per epoch", "epoch", "real tokens / s", "throughput-chart", 420, 300, true, "{:.0f}", true},
                           {{"", c.epoch, c.tokens_per_s, "#2ca02c", true, 2.0, 1.0}});
-  body += "</div>\n<table>\n<tr><th>epoch</th><th>step</th><th>train loss</th><th>test accuracy</th><th>train time</th><th>real tokens/s</th></tr>\n";
+  body += fmt::format("</div>\n<table>\n<tr><th>epoch</th><th>step</th><th>train loss</th><th>test accuracy</th>{}"
+                      "<th>train time</th><th>real tokens/s</th></tr>\n",
+                      chosen != nullptr ? "<th>validation accuracy</th>" : "");
   for (const auto& e : r.metrics.epochs)
-    body += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.4f}</td><td>{}</td><td>{:.1f} s</td><td>{:.0f}</td></tr>\n",
-                        e.epoch, e.step, e.train_loss, percent(e.test_accuracy), e.train_seconds, e.real_tokens_per_s);
+    body += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.4f}</td><td>{}</td>{}<td>{:.1f} s</td><td>{:.0f}</td></tr>\n",
+                        e.epoch, e.step, e.train_loss, percent(e.test_accuracy),
+                        chosen != nullptr ? fmt::format("<td>{}</td>", percent(e.validation_accuracy)) : std::string(),
+                        e.train_seconds, e.real_tokens_per_s);
   body += "</table>\n<h2>Settings</h2>\n<table>\n";
   for (const auto& [key, value] : r.settings)
     body += fmt::format("<tr><td class=\"name\">{}</td><td>{}</td></tr>\n", escape(key), escape(value));
@@ -160,7 +185,11 @@ std::string render_run_report(const RunReport& r) {
 
 std::string render_compare_report(const std::string& title, const std::vector<CompareColumn>& models) {
   std::string body = fmt::format("<h1>Ember IMDb: single-head versus multi-head attention ({})</h1>\n", escape(title));
-  body += "<table>\n<tr><th>heads</th><th>run</th><th>test accuracy, last epoch</th><th>best epoch</th><th>train time per epoch</th><th>real tokens/s</th></tr>\n";
+  bool validated = false;  // any model run with --validation: a column for the epoch it chooses
+  for (const CompareColumn& col : models) validated = validated || chosen_by_validation(col.metrics) != nullptr;
+  body += fmt::format("<table>\n<tr><th>heads</th><th>run</th><th>test accuracy, last epoch</th><th>best epoch (by test "
+                      "accuracy)</th>{}<th>train time per epoch</th><th>real tokens/s</th></tr>\n",
+                      validated ? "<th>epoch chosen by validation: its test accuracy</th>" : "");
   std::vector<svg::Series> loss, accuracy;
   for (size_t m = 0; m < models.size(); ++m) {
     const CompareColumn& col = models[m];
@@ -169,10 +198,15 @@ std::string render_compare_report(const std::string& title, const std::vector<Co
     for (const auto& e : col.metrics.epochs)
       best = std::max(best, e.test_accuracy), seconds += e.train_seconds, tokens += e.real_tokens_per_s;
     double n = double(std::max<size_t>(1, col.metrics.epochs.size()));
-    body += fmt::format("<tr><td>{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{:.0f} s</td><td>{:.0f}</td></tr>\n",
+    const EpochRecord* chosen = chosen_by_validation(col.metrics);
+    std::string chosen_cell = !validated ? std::string()
+                              : chosen == nullptr ? std::string("<td>–</td>")
+                                                  : fmt::format("<td>{} (epoch {})</td>", percent(chosen->test_accuracy),
+                                                                chosen->epoch);
+    body += fmt::format("<tr><td>{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td>{}<td>{:.0f} s</td><td>{:.0f}</td></tr>\n",
                         col.heads, escape(col.folder),
                         col.metrics.epochs.empty() ? "–" : percent(col.metrics.epochs.back().test_accuracy),
-                        percent(best), seconds / n, tokens / n);
+                        percent(best), chosen_cell, seconds / n, tokens / n);
     std::string color = kColors[m % 6], label = fmt::format("h = {}", col.heads);
     loss.push_back({label, c.step, moving_average(c.loss, 50), color, false, 1.5, 0.9});
     accuracy.push_back({label, c.epoch, c.accuracy, color, true, 2.0, 1.0});

@@ -2,6 +2,7 @@
 // step, test accuracy and throughput per epoch, the run's settings, and attention heat maps of
 // every head of every layer on a few short test reviews; and one page comparing head counts.
 #pragma once
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ struct StepRecord {
 struct EpochRecord {
   int64_t epoch = 0, step = 0;
   double train_loss = 0, test_accuracy = 0, train_seconds = 0, real_tokens_per_s = 0;
+  double validation_accuracy = NAN;  // --validation runs only
 };
 struct Metrics {
   std::vector<StepRecord> steps;  // in step order; a step logged twice (resumed run) keeps its last line

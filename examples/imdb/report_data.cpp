@@ -31,7 +31,8 @@ Metrics read_metrics(const std::string& path) {
         steps[s.step] = s;
       } else if (j["kind"] == "epoch") {
         EpochRecord e{j.at("epoch").get<int64_t>(), j.at("step").get<int64_t>(), real("train_loss"),
-                      real("test_accuracy"), real("train_seconds"), real("real_tokens_per_s")};
+                      real("test_accuracy"), real("train_seconds"), real("real_tokens_per_s"),
+                      real("validation_accuracy")};
         epochs[e.epoch] = e;
       }
     } catch (const nlohmann::json::exception& e) {
