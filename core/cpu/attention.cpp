@@ -42,6 +42,19 @@ Head<S> head_of(const Dims& d, int64_t b, int64_t h, const S* qkv, S* dqkv = nul
           dq != nullptr ? dq + 2 * d.D : nullptr};
 }
 
+// Task `task` of a forward kernel's loop over (batch, head): b and h, the keys that can get any weight
+// (L: trailing padding skipped), and the padding mask when it hides keys before L (else null).
+struct HeadTask {
+  int64_t b, h, L;
+  const bool* pad;
+};
+HeadTask head_task(const Dims& d, int64_t task, const bool* padding) {
+  const int64_t b = task / d.H;
+  const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
+  const int64_t L = key_extent(pad, d.T);
+  return {b, task % d.H, L, padding_holes(pad, L)};
+}
+
 // One head's [T, T] block of bfloat16 probabilities widened to float (exact).
 template <typename T>
 void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
@@ -141,10 +154,7 @@ void forward_kernel(const Dims& d, const T* qkv, const bool* padding, bool causa
   const T scale = T(1) / std::sqrt(T(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / d.H, h = task % d.H;
-      const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
-      const int64_t L = key_extent(pad, d.T);  // keys that can get any weight
-      pad = padding_holes(pad, L);
+      const auto [b, h, L, pad] = head_task(d, task, padding);
       const Head<T> head = head_of(d, b, h, qkv);
       T* p = probs != nullptr ? probs + task * d.T * d.T : scratch<T>(d.T * d.T);
       // S = scale Q K^T: K^T is K read with swapped strides.
@@ -166,10 +176,7 @@ void probs_kernel(const Dims& d, const T* qkv, const bool* padding, bool causal,
   const T scale = T(1) / std::sqrt(T(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / d.H, h = task % d.H;
-      const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
-      const int64_t L = key_extent(pad, d.T);
-      pad = padding_holes(pad, L);
+      const auto [b, h, L, pad] = head_task(d, task, padding);
       const Head<T> head = head_of(d, b, h, qkv);
       T* p = probs != nullptr ? probs + task * d.T * d.T : scratch<T>(d.T * d.T);
       product(bf16, d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), p, d.T);
@@ -184,10 +191,7 @@ void probs_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding, 
   const float scale = 1.0f / std::sqrt(float(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / d.H, h = task % d.H;
-      const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
-      const int64_t L = key_extent(pad, d.T);
-      pad = padding_holes(pad, L);
+      const auto [b, h, L, pad] = head_task(d, task, padding);
       const Head<BFloat16> head = head_of(d, b, h, qkv);
       float* s = scratch<float>(d.T * d.T);
       gemm_bf16(d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), 0.0f, s, d.T);
@@ -239,10 +243,7 @@ void forward_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding
   const float scale = 1.0f / std::sqrt(float(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / d.H, h = task % d.H;
-      const bool* pad = padding != nullptr ? padding + b * d.T : nullptr;
-      const int64_t L = key_extent(pad, d.T);
-      pad = padding_holes(pad, L);
+      const auto [b, h, L, pad] = head_task(d, task, padding);
       const Head<BFloat16> head = head_of(d, b, h, qkv);
       float* s = scratch<float>(d.T * d.T);
       BFloat16* p = probs != nullptr ? probs + task * d.T * d.T : scratch<BFloat16>(d.T * d.T);
