@@ -36,25 +36,30 @@ ReplayResultsScope::~ReplayResultsScope() {
 
 bool keeping_results() { return !keeping.empty(); }
 
-void keep_results(const char* op, const KeptResults& results) {
-  for (RecomputeCache* cache : keeping) cache->keep(op, results);
-}
-
-std::optional<KeptResults> take_kept_results(const char* op) {
-  if (replaying == nullptr) return std::nullopt;
-  std::optional<KeptResults> kept = replaying->take(op);
-  if (kept) ++taken;
-  return kept;
-}
-
 int64_t kept_results_taken() { return taken; }
 
-void check_kept_results(const char* op, const KeptResults& kept, const Shape& out_shape, Dtype out_dtype) {
-  const bool fits = kept.size() == 2 && kept[0].defined() && kept[0].shape() == out_shape && kept[0].dtype() == out_dtype;
-  EMBER_CHECK(fits, "checkpoint: the recompute's {} makes {} {}, but its forward kept {}; the function must compute the "
-              "same thing twice", op, dtype_name(out_dtype), shape_str(out_shape),
-              kept.empty() || !kept[0].defined() ? std::string("nothing")
-                                                 : fmt::format("{} {}", dtype_name(kept[0].dtype()), shape_str(kept[0].shape())));
+KeptResults kept_or_computed(const char* op, const Shape& out_shape, Dtype out_dtype, bool reuse,
+                             const std::function<KeptResults()>& compute, bool* taken_here) {
+  std::optional<KeptResults> kept = replaying != nullptr ? replaying->take(op) : std::nullopt;  // this call's turn
+  const bool from_forward = kept.has_value() && reuse;
+  if (from_forward) {
+    const bool fits = kept->size() == 2 && (*kept)[0].defined() && (*kept)[0].shape() == out_shape &&
+                      (*kept)[0].dtype() == out_dtype;
+    EMBER_CHECK(fits, "checkpoint: the recompute's {} makes {} {}, but its forward kept {}; the function must compute "
+                "the same thing twice", op, dtype_name(out_dtype), shape_str(out_shape),
+                kept->empty() || !(*kept)[0].defined()
+                    ? std::string("nothing")
+                    : fmt::format("{} {}", dtype_name((*kept)[0].dtype()), shape_str((*kept)[0].shape())));
+    ++taken;
+  } else {
+    kept = compute();
+  }
+  for (RecomputeCache* cache : keeping) cache->keep(op, *kept);
+  if (taken_here != nullptr) *taken_here = from_forward;
+  // NOTE: a fresh handle for a kept output: the op records its node on it, and a checkpoint nested in
+  // this recompute may have kept the same tensor for its own.
+  if (from_forward) (*kept)[0] = (*kept)[0].detach();
+  return std::move(*kept);
 }
 
 }  // namespace ember

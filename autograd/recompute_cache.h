@@ -6,19 +6,24 @@
 // computing them again costs its max and sum passes and P V over [B, H, T, T] scores (the window kernel,
 // whose backward needs nothing else, skips its forward altogether).
 //
-// An op that takes part:
+// An op that takes part wraps its forward:
 //
-//   if (std::optional<KeptResults> kept = take_kept_results("attention")) { ...use *kept... }
-//   else { ...compute... }
-//   if (keeping_results()) keep_results("attention", {out, stats});
+//   KeptResults r = kept_or_computed("window_attention", out_shape, out_dtype, /*reuse=*/true, [&] {
+//     ...compute out and lse...
+//     return KeptResults{out, lse};
+//   });
+//
+// which in a recompute returns what the forward's same call kept, and otherwise computes (keeping the
+// results when a checkpoint's forward runs).
 //
 // Each checkpoint (autograd/checkpoint.cpp) owns one RecomputeCache. Its forward makes it the cache ops
 // keep into (a checkpoint nested in it keeps into both); its first recompute replays it: the n-th call of
-// take_kept_results gets what the forward's n-th keep_results kept. So the recompute must call those ops
+// kept_or_computed gets what the forward's n-th call kept. So the recompute must call those ops
 // in the forward's order (checkpoint's own rule: fn computes the same thing twice); an op in another's
 // place is an error. A second recompute (backward with retain_graph) finds nothing kept and computes.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,7 +53,7 @@ class RecomputeCache {
   bool replayed_ = false;
 };
 
-// For a scope on this thread, the ops' keep_results also go into `cache` (a checkpoint's forward).
+// For a scope on this thread, what the ops keep also goes into `cache` (a checkpoint's forward).
 class KeepResultsScope {
  public:
   explicit KeepResultsScope(RecomputeCache* cache);
@@ -57,7 +62,7 @@ class KeepResultsScope {
   KeepResultsScope& operator=(const KeepResultsScope&) = delete;
 };
 
-// For a scope on this thread, take_kept_results takes from `cache` (a checkpoint's recompute; null: from
+// For a scope on this thread, kept_or_computed takes from `cache` (a checkpoint's recompute; null: from
 // nothing), and no result is kept for an outer checkpoint.
 class ReplayResultsScope {
  public:
@@ -72,12 +77,13 @@ class ReplayResultsScope {
 };
 
 // For the ops:
-bool keeping_results();                                        // a checkpoint's forward is running
-void keep_results(const char* op, const KeptResults& results);  // into every checkpoint whose forward runs
-std::optional<KeptResults> take_kept_results(const char* op);  // in a recompute: the forward's, or nothing
+// In a checkpoint's recompute, the results its forward kept at this call (the first, the output, checked to
+// be of `out_shape` and `out_dtype`, and a fresh handle); else compute(). Either way they are kept for any
+// checkpoint whose forward runs. reuse = false: compute even in a recompute (the caller needs more than was
+// kept; the call still takes its turn). taken (when not null): whether the results are the kept ones.
+KeptResults kept_or_computed(const char* op, const Shape& out_shape, Dtype out_dtype, bool reuse,
+                             const std::function<KeptResults()>& compute, bool* taken = nullptr);
+bool keeping_results();        // a checkpoint's forward is running (compute() may keep extra statistics)
 int64_t kept_results_taken();  // how many times an op took kept results on this thread (for tests)
-// That the results taken are this call's: two tensors, the first (the output) of `out_shape` and
-// `out_dtype`; else the error of a recompute that computes something else.
-void check_kept_results(const char* op, const KeptResults& kept, const Shape& out_shape, Dtype out_dtype);
 
 }  // namespace ember

@@ -85,18 +85,15 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
       return attention_reference(qkv_in, heads, key_padding_mask, causal, weights);
     Tensor qkv = qkv_in.detach().contiguous();
     Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
-    Tensor lse, out;
-    // In a checkpoint's recompute: the output and log-sum-exps its forward kept, all the backward needs.
-    std::optional<KeptResults> kept = take_kept_results("attention");
-    if (kept && weights == nullptr) {
-      check_kept_results("attention", *kept, {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype());
-      out = (*kept)[0].detach();
-      lse = (*kept)[1];
-    } else {
-      out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights, bf16);
-      kept = KeptResults{out, lse};
-    }
-    if (keeping_results()) keep_results("attention", *kept);
+    // In a checkpoint's recompute: the output and log-sum-exps its forward kept, all the backward needs
+    // (autograd/recompute_cache.h).
+    KeptResults r = kept_or_computed("attention", {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(),
+                                     weights == nullptr, [&] {
+                                       Tensor lse;
+                                       Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights, bf16);
+                                       return KeptResults{out, lse};
+                                     });
+    Tensor out = r[0], lse = r[1];
     record("attention", out, {qkv_in},
            [heads, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out), bf16](const Tensor& g) -> Grads {
              return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal, bf16)};
@@ -108,17 +105,19 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
   const bool needs_grad = any_requires_grad({qkv_in});
   // In a checkpoint's recompute: the output and the rows' softmax statistics its forward kept
   // (autograd/recompute_cache.h); the probabilities come back from those in one pass over the scores.
-  std::optional<KeptResults> kept = take_kept_results("attention");
   cpu::AttentionForward forward;
-  if (kept && weights == nullptr) {
-    check_kept_results("attention", *kept, {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype());
-    forward.out = (*kept)[0].detach();  // a fresh handle: the kept tensor may be kept again (nested)
-    if (needs_grad) forward.probs = cpu::attention_probs(qkv, heads, mask, causal, (*kept)[1], bf16);
-  } else {
-    forward = cpu::attention_forward(qkv, heads, mask, causal, needs_grad || weights != nullptr, bf16, keeping_results());
-    kept = KeptResults{forward.out, forward.stats};
+  bool taken = false;
+  KeptResults r = kept_or_computed("attention", {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(),
+                                   weights == nullptr, [&] {
+                                     forward = cpu::attention_forward(qkv, heads, mask, causal,
+                                                                      needs_grad || weights != nullptr, bf16,
+                                                                      keeping_results());
+                                     return KeptResults{forward.out, forward.stats};
+                                   }, &taken);
+  if (taken) {
+    forward.out = r[0];
+    if (needs_grad) forward.probs = cpu::attention_probs(qkv, heads, mask, causal, r[1], bf16);
   }
-  if (keeping_results()) keep_results("attention", *kept);
   if (weights != nullptr)  // qkv's dtype, float32 for bfloat16 (in bfloat16: the kept probabilities, rounded)
     *weights = forward.probs.to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
   // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.

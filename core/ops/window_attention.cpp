@@ -104,17 +104,14 @@ Tensor window_attention(const Tensor& qkv_in, int64_t heads, int64_t window, int
       return window_attention_reference(qkv_in, heads, window, global, key_padding_mask, causal, weights);
     Tensor qkv = qkv_in.detach().contiguous();
     Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
-    Tensor lse, out;
-    std::optional<KeptResults> kept = take_kept_results("window_attention");  // as on the CPU, below
-    if (kept && weights == nullptr) {
-      check_kept_results("window_attention", *kept, {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype());
-      out = (*kept)[0].detach();
-      lse = (*kept)[1];
-    } else {
-      out = gpu::window_attention_forward(qkv, heads, window, global, mask, causal, lse, weights);
-      kept = KeptResults{out, lse};
-    }
-    if (keeping_results()) keep_results("window_attention", *kept);
+    KeptResults r = kept_or_computed("window_attention", {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(),
+                                     weights == nullptr, [&] {  // as on the CPU, below
+                                       Tensor lse;
+                                       Tensor out = gpu::window_attention_forward(qkv, heads, window, global, mask,
+                                                                                  causal, lse, weights);
+                                       return KeptResults{out, lse};
+                                     });
+    Tensor out = r[0], lse = r[1];
     record("window_attention", out, {qkv_in},
            [heads, window, global, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out)](const Tensor& g)
                -> Grads {
@@ -126,19 +123,16 @@ Tensor window_attention(const Tensor& qkv_in, int64_t heads, int64_t window, int
   Tensor qkv = qkv_in.contiguous();
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   const cpu::AttentionWindow band{window, global};
-  Tensor lse, out;
   // In a checkpoint's recompute: the output and log-sum-exps its forward kept (autograd/recompute_cache.h),
   // all the backward needs, so the kernel does not run again.
-  std::optional<KeptResults> kept = take_kept_results("window_attention");
-  if (kept && weights == nullptr) {
-    check_kept_results("window_attention", *kept, {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype());
-    out = (*kept)[0].detach();  // a fresh handle: the kept tensor may be kept again (nested)
-    lse = (*kept)[1];
-  } else {
-    out = cpu::window_attention_forward(qkv, heads, band, mask, causal, lse, weights);
-    kept = KeptResults{out, lse};
-  }
-  if (keeping_results()) keep_results("window_attention", *kept);
+  KeptResults r = kept_or_computed("window_attention", {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(),
+                                   weights == nullptr, [&] {
+                                     Tensor lse;
+                                     Tensor out = cpu::window_attention_forward(qkv, heads, band, mask, causal, lse,
+                                                                                weights);
+                                     return KeptResults{out, lse};
+                                   });
+  Tensor out = r[0], lse = r[1];
   record("window_attention", out, {qkv_in},
          [heads, band, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out)](const Tensor& g) -> Grads {
            return {cpu::window_attention_backward(g.contiguous(), qkv.get(), out.get(), lse, heads, band, mask.get(),
