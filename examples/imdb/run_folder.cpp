@@ -10,12 +10,26 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/file_io.h"
 
 namespace ember::imdb {
+
+void check_output_folder(const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::create_directories(out, error);
+  EMBER_CHECK(!error, "cannot create output folder '{}': {}", out, error.message());
+  std::string probe = out + "/.ember-write-test";
+  {
+    std::ofstream f(probe);
+    EMBER_CHECK(f.good(), "output folder '{}' is not writable", out);
+  }
+  fs::remove(probe, error);
+}
 
 RunLock::RunLock(const std::string& folder) {
   const std::string path = folder + "/.lock";

@@ -10,6 +10,9 @@
 
 namespace ember::imdb {
 
+// Creates the folder if needed and checks that it is writable (an ember::Error naming it otherwise).
+void check_output_folder(const std::string& out);
+
 // An exclusive lock on folder/.lock (flock), held while the object lives. A second trainer on
 // the same folder gets an ember::Error at once, naming the folder; the lock goes with the process,
 // so a killed trainer never leaves a stale one.

@@ -127,6 +127,10 @@ struct SavedRun {
   std::shared_ptr<nn::TransformerClassifier> model;
 };
 SavedRun load_run(const std::string& folder);
+// model.safetensors: the weights, the settings, the vocabulary's fingerprint and the checksum (what
+// load_run checks); written atomically.
+void save_model(const std::string& path, const TrainConfig& config, const nn::TransformerClassifier& model,
+                const Vocabulary& vocabulary);
 // SHA-256 of the vocabulary's tokens: model.safetensors records it, load_run checks vocab.txt against it.
 std::string vocabulary_fingerprint(const Vocabulary& vocabulary);
 // Probability that the review is positive.
