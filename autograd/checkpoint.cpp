@@ -88,8 +88,8 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
   const Shape shape = out.shape();
   const Dtype dtype = out.dtype();
   record("checkpoint", out, inputs,
-         [fn, generators, at_forward, precision, kept, saved = std::move(saved), wants_grad, shape, dtype](const Tensor& g)
-             -> Grads {
+         [fn, generators, at_forward, precision, kept, saved = std::move(saved), wants_grad, shape,
+          dtype](const Tensor& g) -> Grads {
            std::vector<Tensor> leaves;
            for (size_t i = 0; i < saved.size(); ++i) {
              Tensor value = saved[i].get();  // an in-place change since the forward is an error here

@@ -160,7 +160,8 @@ void forward_kernel(const Dims& d, const T* qkv, const bool* padding, bool causa
       // S = scale Q K^T: K^T is K read with swapped strides.
       product(bf16, d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), p, d.T);
       BFloat16* p16 = probs_bf16 != nullptr ? probs_bf16 + task * d.T * d.T : nullptr;
-      masked_softmax_rows(p, d.T, L, d.T, pad, causal, p16, true, stats != nullptr ? stats + task * d.T * 2 : nullptr);
+      T* row_stats = stats != nullptr ? stats + task * d.T * 2 : nullptr;
+      masked_softmax_rows(p, d.T, L, d.T, pad, causal, p16, /*keep_float=*/true, row_stats);
       // O = P V, written as head h's columns of the merged [B, T, D] output.
       product(bf16, d.T, d.Dh, L, T(1), p, d.T, 1, head.v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);
     }
@@ -319,10 +320,12 @@ Tensor attention_probs(const Tensor& qkv, int64_t heads, const Tensor& key_paddi
                        const Tensor& stats, bool bf16) {
   const Dims d = dims_of(qkv, heads);
   const Dtype stats_dtype = qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype();
+  const std::string got =
+      stats.defined() ? fmt::format("{} {}", dtype_name(stats.dtype()), shape_str(stats.shape())) : std::string("none");
   EMBER_CHECK(stats.defined() && stats.is_contiguous() && stats.dtype() == stats_dtype &&
                   stats.shape() == Shape({d.B, d.H, d.T, 2}),
-              "attention_probs: the kept row statistics must be contiguous {} [{}, {}, {}, 2], got {}", dtype_name(stats_dtype),
-              d.B, d.H, d.T, stats.defined() ? fmt::format("{} {}", dtype_name(stats.dtype()), shape_str(stats.shape())) : std::string("none"));
+              "attention_probs: the kept row statistics must be contiguous {} [{}, {}, {}, 2], got {}",
+              dtype_name(stats_dtype), d.B, d.H, d.T, got);
   const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
   if (qkv.dtype() == Dtype::BFloat16) {
     Tensor probs = Tensor::empty({d.B, d.H, d.T, d.T}, Dtype::BFloat16);

@@ -87,12 +87,13 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
     Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
     // In a checkpoint's recompute: the output and log-sum-exps its forward kept, all the backward needs
     // (autograd/recompute_cache.h).
+    auto forward = [&] {
+      Tensor lse;
+      Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights, bf16);
+      return KeptResults{out, lse};
+    };
     KeptResults r = kept_or_computed("attention", {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(),
-                                     weights == nullptr, [&] {
-                                       Tensor lse;
-                                       Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights, bf16);
-                                       return KeptResults{out, lse};
-                                     });
+                                     weights == nullptr, forward);
     Tensor out = r[0], lse = r[1];
     record("attention", out, {qkv_in},
            [heads, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out), bf16](const Tensor& g) -> Grads {
