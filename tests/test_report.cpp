@@ -138,7 +138,7 @@ TEST_CASE("report attention: every head's weights, rows summing to 1, and a page
   CHECK(chosen.find("<td>81.00%</td>") != std::string::npos);
   CHECK(chosen.find("Chosen by validation accuracy (held-out training reviews, not the test set): epoch 1, "
                     "validation 81.00%, test 75.00%") != std::string::npos);
-  CHECK(chosen.find("Test and validation accuracy per epoch") != std::string::npos);
+  CHECK(chosen.find("class=\"tick\">validation</text>") != std::string::npos);  // the curve's legend
 }
 
 TEST_CASE("report compare: one row per model; with --validation, the epoch it chooses and its test accuracy") {

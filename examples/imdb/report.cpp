@@ -154,7 +154,7 @@ std::string render_run_report(const RunReport& r) {
     body += svg::line_chart({"Test accuracy per epoch", "epoch", "accuracy (%)", "accuracy-chart", 420, 300, false, "{:.1f}", true},
                             {{"", c.epoch, c.accuracy, "#d62728", true, 2.0, 1.0}});
   else
-    body += svg::line_chart({"Test and validation accuracy per epoch", "epoch", "accuracy (%)", "accuracy-chart", 420, 300,
+    body += svg::line_chart({"Accuracy per epoch", "epoch", "accuracy (%)", "accuracy-chart", 420, 300,
                              false, "{:.1f}", true},
                             {{"test", c.epoch, c.accuracy, "#d62728", true, 2.0, 1.0},
                              {"validation", c.epoch, c.validation, "#ff7f0e", true, 2.0, 1.0}});
