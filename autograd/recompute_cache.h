@@ -41,7 +41,6 @@ class RecomputeCache {
   std::optional<KeptResults> take(const char* op);
   bool replayed() const { return replayed_; }
   void mark_replayed() { replayed_ = true; }
-  int64_t size() const { return int64_t(entries_.size()); }
 
  private:
   struct Entry {
