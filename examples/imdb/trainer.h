@@ -1,6 +1,6 @@
-// The IMDb trainer: a run's settings (settings.cpp), training with per-epoch evaluation
-// (trainer.cpp), checkpoints that resume exactly (checkpoints.cpp), evaluation and prediction
-// from a saved run.
+// The IMDb trainer: a run's settings (settings.cpp), the data (trainer.cpp), training with per-epoch
+// evaluation (training_run.cpp), checkpoints that resume exactly (checkpoints.cpp), evaluation and
+// prediction from a saved run (trainer.cpp).
 #pragma once
 #include <cmath>
 #include <functional>

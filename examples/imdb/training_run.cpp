@@ -148,7 +148,8 @@ class TrainingRun {
 
 TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distributed::ProcessGroup& world)
     : config_(config_in), data_(data), world_(world), lead_(world.rank() == 0), several_(world.size() > 1),
-      gen_(config_in.seed), progress_(Progress::Mode::Silent, 1) {
+      gen_(config_in.seed),
+      progress_(config_in.quiet || !lead_ ? Progress::Mode::Silent : Progress::detect(), config_in.log_every) {
   config_.model.vocab_size = data.vocabulary.size();
   config_.validate();
   if (!lead_) config_.quiet = true;
@@ -214,7 +215,6 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   result_.parameters = model_->num_parameters();
   result_.total_steps = total_steps_;
   print_setup();
-  progress_ = Progress(config_.quiet ? Progress::Mode::Silent : Progress::detect(), config_.log_every);
 }
 
 Device TrainingRun::choose_device() const {
