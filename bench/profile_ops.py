@@ -19,6 +19,7 @@ import os
 import re
 import sys
 
+HEADER = re.compile(r"^\s*\d+\s+(\d+\.\d+):\s*$")  # "  5822   834.036850:" (tid, time)
 FRAME = re.compile(r"^\s+([0-9a-f]+)\s+(.*?)(?:\s+\((\S+)\))?$")
 
 
@@ -137,14 +138,14 @@ def load(path, timed_from=0.0):
 
     with open(path, errors="replace") as f:
         for line in f:
-            m = FRAME.match(line)
+            header = HEADER.match(line)  # checked first: a short tid is padded with spaces, like a frame
+            m = None if header else FRAME.match(line)
             if m:
                 frames.append((m.group(2), m.group(3) or ""))
             elif line.strip():
                 flush()
                 frames = []
-                stamp = re.search(r"(\d+\.\d+):", line)
-                when = float(stamp.group(1)) if stamp else 0.0
+                when = float(header.group(1)) if header else 0.0
     flush()
     return counts
 
