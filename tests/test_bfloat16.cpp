@@ -11,8 +11,10 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "core/bfloat16.h"
+#include "core/cpu/lanes.h"
 #include "core/ops.h"
 #include "cuda_skip.h"
 #include "helpers.h"
@@ -110,6 +112,35 @@ TEST_CASE("bfloat16: float32 rounding is to nearest even, against a reference, o
     if (std::isnan(x)) continue;
     INFO(std::hex << bits32(x));
     REQUIRE(BFloat16::round_to_bits(x) == reference_round(x));
+  }
+}
+
+TEST_CASE("bfloat16: the 16-lane widen and round (core/cpu/lanes.h) are BFloat16's, lane for lane") {
+  // Every bfloat16 bit pattern widened 16 at a time: the bits of float(BFloat16).
+  for (uint32_t first = 0; first < 65536; first += 16) {
+    BFloat16 in[16];
+    for (int k = 0; k < 16; ++k) in[k] = BFloat16::from_bits(uint16_t(first + uint32_t(k)));
+    const math::Floats16 wide = cpu::lanes::load_widened(in);
+    for (int k = 0; k < 16; ++k) REQUIRE(bits32(wide[k]) == bits32(float(in[k])));
+  }
+  // Rounding: the edge cases above (ties, subnormals, overflow, NaNs) and a million random patterns, NaNs included.
+  std::vector<uint32_t> patterns = {0x3F800000, 0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0xBF808000,
+                                    0xBF818000, 0x3FFFFFFF, 0x00000001, 0x00008000, 0x00018000, 0x00008001,
+                                    0x00010000, 0x807FFFFF, 0x7F7FFFFF, 0x7F7F7FFF, 0x7F7F8000, 0xFF7FFFFF,
+                                    0x7F800000, 0xFF800000, 0x80000000, 0x7F800001, 0x7FFFFFFF, 0xFF800001,
+                                    0x7FC00000};
+  std::mt19937 rng(2);
+  while (patterns.size() < 1'000'000) patterns.push_back(uint32_t(rng()));
+  while (patterns.size() % 16 != 0) patterns.push_back(0);
+  for (size_t i0 = 0; i0 < patterns.size(); i0 += 16) {
+    math::Floats16 v;
+    for (int k = 0; k < 16; ++k) v[k] = from_bits32(patterns[i0 + size_t(k)]);
+    BFloat16 out[16];
+    cpu::lanes::store_rounded(out, v);
+    for (int k = 0; k < 16; ++k) {
+      INFO(std::hex << patterns[i0 + size_t(k)]);
+      REQUIRE(out[k].bits == BFloat16::round_to_bits(v[k]));
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // non-contiguous inputs, the vectorised float exp, fused backward against a composed reference,
 // float64 gradchecks and errors.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/cpu/softmax.h"
@@ -127,6 +128,54 @@ TEST_CASE("softmax: the vectorised float exp matches std::exp") {
   CHECK(cpu::exp_vec(-std::numeric_limits<float>::infinity()) == 0.0f);
   CHECK(std::isinf(cpu::exp_vec(std::numeric_limits<float>::infinity())));
   CHECK(std::isnan(cpu::exp_vec(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST_CASE("softmax: the 16-lane exp gives the scalar exp's bits; the row blocks give their plain loops' results") {
+  // exp_vec on math::Floats16 (the row loops' vector form) against exp_vec on each float.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 88.7f, 89.0f, 95.0f, -87.0f, -103.9f, -104.0f, -120.0f,
+                           inf, -inf, nan, 1e-30f, -1e-30f};
+  for (int i = -1100000; i <= 900000; i += 7) xs.push_back(float(i) * 1e-4f);
+  while (xs.size() % 16 != 0) xs.push_back(0.5f);
+  int64_t mismatches = 0;
+  for (size_t i0 = 0; i0 < xs.size(); i0 += 16) {
+    math::Floats16 v;
+    for (int k = 0; k < 16; ++k) v[k] = xs[i0 + k];
+    const math::Floats16 e = math::exp_vec(v);
+    for (int k = 0; k < 16; ++k) {
+      const float scalar = math::exp_vec(xs[i0 + k]);
+      mismatches += std::isnan(scalar) ? !std::isnan(e[k]) : std::memcmp(&scalar, &e[k], sizeof scalar) != 0;
+    }
+  }
+  CHECK(mismatches == 0);
+  // The row blocks (16 lanes at a time, then a scalar tail) against plain loops, on lengths around 16's.
+  Generator gen(5);
+  for (int64_t n : {0, 1, 15, 16, 17, 31, 33, 256, 257}) {
+    CAPTURE(n);
+    const Tensor xt = uniform({n}, -8, 8, gen, Dtype::Float32), yt = uniform({n}, -1, 1, gen, Dtype::Float32);
+    std::vector<float> x(xt.data<float>(), xt.data<float>() + n), y(yt.data<float>(), yt.data<float>() + n);
+    std::vector<float> out(static_cast<size_t>(n));
+    float m = -inf;
+    double sum = 0, dot = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      m = std::max(m, x[size_t(i)]);
+      sum += std::exp(double(x[size_t(i)]) - 1.0);
+      dot += double(x[size_t(i)]) * y[size_t(i)];
+    }
+    CHECK(cpu::row_max(x.data(), n) == m);
+    CHECK(cpu::row_sum_exp(x.data(), 1.0f, n) == doctest::Approx(sum).epsilon(1e-6));
+    CHECK(cpu::row_exp_store_sum(x.data(), 1.0f, out.data(), n) == doctest::Approx(sum).epsilon(1e-6));
+    // Within 2 float ulps: the library and this file may contract the polynomial's steps into FMAs differently.
+    for (int64_t i = 0; i < n; ++i)
+      CHECK(out[size_t(i)] == doctest::Approx(std::exp(double(x[size_t(i)]) - 1.0)).epsilon(2.5e-7));
+    CHECK(cpu::row_dot(x.data(), y.data(), n) == doctest::Approx(dot).epsilon(1e-5));
+    if (n > 20) {  // a NaN never wins the max, in the vector part or the tail
+      x[3] = nan, x[size_t(n - 1)] = nan;
+      float m2 = -inf;
+      for (int64_t i = 0; i < n; ++i) m2 = std::isnan(x[size_t(i)]) ? m2 : std::max(m2, x[size_t(i)]);
+      CHECK(cpu::row_max(x.data(), n) == m2);
+    }
+  }
 }
 
 DEVICE_TEST_CASE("softmax: fused backward matches the gradient of the composed reference") {

@@ -10,6 +10,7 @@
 #include "core/bfloat16.h"
 #include "core/cpu/attention_layout.h"
 #include "core/cpu/gemm.h"
+#include "core/cpu/lanes.h"
 #include "core/cpu/softmax.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -61,6 +62,33 @@ void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
   for (int64_t i = 0; i < n; ++i) to[i] = T(float(from[i]));
 }
 
+// sum_j p[j] dp[j] with p bfloat16, in row_dot's lane order: row_dot's value on p widened, without widening it.
+float dot_widened(const BFloat16* p, const float* dp, int64_t n) {
+  lanes::Lanes<float> sums{};
+  int64_t j = 0;
+  for (; j + lanes::kLanes <= n; j += lanes::kLanes) sums += lanes::load(dp + j) * lanes::load_widened(p + j);
+  float dot = lanes::lane_total<float>(sums);
+  for (; j < n; ++j) dot += dp[j] * float(p[j]);
+  return dot;
+}
+
+// out[j] = bfloat16(p[j] (dp[j] - dot)): one row of dS = P (dP - rowsum(dP P)), rounded for the products.
+void ds_row_bf16(const BFloat16* p, const float* dp, float dot, BFloat16* out, int64_t n) {
+  int64_t j = 0;
+  for (; j + lanes::kLanes <= n; j += lanes::kLanes)
+    lanes::store_rounded(out + j, lanes::load_widened(p + j) * (lanes::load(dp + j) - dot));
+  for (; j < n; ++j) out[j] = BFloat16(float(p[j]) * (dp[j] - dot));
+}
+
+// out[j] = bfloat16(x[j] * scale): a row of probabilities rounded as they are kept.
+template <typename T>
+void round_scaled(const T* x, T scale, BFloat16* out, int64_t n) {
+  int64_t j = 0;
+  if constexpr (std::is_same_v<T, float>)
+    for (; j + lanes::kLanes <= n; j += lanes::kLanes) lanes::store_rounded(out + j, lanes::load(x + j) * scale);
+  for (; j < n; ++j) out[j] = BFloat16(float(x[j] * scale));
+}
+
 // One product of the kernels below: cpu::gemm, or cpu::gemm_bf16 (bfloat16 operands) when `bf16`.
 template <typename T>
 void product(bool bf16, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
@@ -104,7 +132,7 @@ void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const boo
     T inv = T(1) / row_exp_store_sum(row, m, row, cols);
     if (stats != nullptr) stats[2 * i] = m, stats[2 * i + 1] = inv;
     if (row16 != nullptr && !keep_float) {
-      for (int64_t j = 0; j < cols; ++j) row16[j] = BFloat16(float(row[j] * inv));
+      round_scaled(row, inv, row16, cols);
       std::fill(row16 + cols, row16 + ld, BFloat16());
       continue;
     }
@@ -266,19 +294,16 @@ void backward_kernel_bf16(const Dims& d, const BFloat16* grad, const BFloat16* q
       const auto [q, k, v, dq, dk, dv] = head_of(d, b, h, qkv, dqkv);
       const BFloat16* p16 = probs + task * d.T * d.T;
       const BFloat16* go = grad + b * d.T * d.D + h * d.Dh;  // dO of this head, row stride D
-      float* p = scratch<float, 1>(d.T * d.T);
-      widen_from_bf16(p16, p, d.T * d.T);
       float* ds = scratch<float>(d.T * d.T);
       BFloat16* ds16 = scratch<BFloat16>(d.T * d.T);
-      gemm_bf16(L, d.Dh, d.T, 1.0f, p16, 1, d.T, go, d.D, 1, dv, d.row());              // dV = P^T dO
       gemm_bf16(d.T, L, d.Dh, 1.0f, go, d.D, 1, v, 1, d.row(), 0.0f, ds, d.T);          // dP = dO V^T
       for (int64_t i = 0; i < d.T; ++i) {                                            // dS = P (dP - rowsum(dP P))
-        float* row = ds + i * d.T;
-        const float* prow = p + i * d.T;
-        BFloat16* row16 = ds16 + i * d.T;
-        const float dot = row_dot(row, prow, L);
-        for (int64_t j = 0; j < L; ++j) row16[j] = BFloat16(prow[j] * (row[j] - dot));
+        const float* row = ds + i * d.T;
+        const BFloat16* prow = p16 + i * d.T;
+        ds_row_bf16(prow, row, dot_widened(prow, row, L), ds16 + i * d.T, L);
       }
+      // After dS: its row-by-row pass has brought P into cache for the column-wise packing of P^T.
+      gemm_bf16(L, d.Dh, d.T, 1.0f, p16, 1, d.T, go, d.D, 1, dv, d.row());              // dV = P^T dO
       gemm_bf16(d.T, d.Dh, L, scale, ds16, d.T, 1, k, d.row(), 1, dq, d.row());  // dQ = scale dS K
       gemm_bf16(L, d.Dh, d.T, scale, ds16, 1, d.T, q, d.row(), 1, dk, d.row());  // dK = scale dS^T Q
       for (int64_t j = L; j < d.T; ++j)  // keys no query attends to: no gradient

@@ -1,6 +1,7 @@
 // CPU element-wise kernels: one loop each for unary, unary-backward and binary ops, generic in
 // the functor (core/unary_math.h), vectorised on contiguous rows and threaded when large.
 #pragma once
+#include "core/cpu/lanes.h"
 #include "core/cpu/loops.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -22,10 +23,14 @@ inline LoopOperand broadcast_operand(const Tensor& t, const Shape& out_shape) {
 // loop as a float32 row (so it vectorises as that one does), and rounded back.
 constexpr int64_t kWideChunk = 256;
 inline void widen(const BFloat16* in, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = float(in[i]);
+  int64_t i = 0;
+  for (; i + lanes::kLanes <= n; i += lanes::kLanes) lanes::store(out + i, lanes::load_widened(in + i));
+  for (; i < n; ++i) out[i] = float(in[i]);
 }
 inline void narrow(const float* in, BFloat16* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16(in[i]);
+  int64_t i = 0;
+  for (; i + lanes::kLanes <= n; i += lanes::kLanes) lanes::store_rounded(out + i, lanes::load(in + i));
+  for (; i < n; ++i) out[i] = BFloat16(in[i]);
 }
 
 // out = f(x), a new contiguous tensor (x float32, float64 or bfloat16: the op has checked it). A

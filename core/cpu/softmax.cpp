@@ -5,47 +5,40 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/cpu/lanes.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
 namespace ember::cpu {
 namespace {
 
-// Independent accumulators per row reduction, so that the compiler vectorises without reassociating.
-constexpr int kLanes = 16;
+// Row reductions keep 16 independent partial results, lane k summing elements k, k + 16, ... (core/cpu/lanes.h:
+// one vector register for float), added in lane order at the end: the result of the same scalar loop.
+using namespace lanes;
 // Columns processed together when the softmax dim is not the last one.
 constexpr int64_t kColumnBlock = 256;
 // About this many elements per parallel task.
 constexpr int64_t kGrainElements = 32768;
-
-template <typename T>
-T lanes_total(const T (&lanes)[kLanes]) {
-  T total = 0;
-  for (int k = 0; k < kLanes; ++k) total += lanes[k];
-  return total;
-}
 
 }  // namespace
 
 // sum(a * b)
 template <typename T>
 T row_dot(const T* a, const T* b, int64_t n) {
-  T lanes[kLanes] = {};
+  Lanes<T> lanes{};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) lanes[k] += a[i + k] * b[i + k];
-  T total = lanes_total(lanes);
+  for (; i + kLanes <= n; i += kLanes) lanes += load(a + i) * load(b + i);
+  T total = lane_total<T>(lanes);
   for (; i < n; ++i) total += a[i] * b[i];
   return total;
 }
 
 template <typename T>
 T row_sum(const T* a, int64_t n) {
-  T lanes[kLanes] = {};
+  Lanes<T> lanes{};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) lanes[k] += a[i + k];
-  T total = lanes_total(lanes);
+  for (; i + kLanes <= n; i += kLanes) lanes += load(a + i);
+  T total = lane_total<T>(lanes);
   for (; i < n; ++i) total += a[i];
   return total;
 }
@@ -53,15 +46,14 @@ T row_sum(const T* a, int64_t n) {
 // out = e^(x - shift), returning the sum of the values written.
 template <typename T>
 T row_exp_store_sum(const T* x, T shift, T* out, int64_t n) {
-  T lanes[kLanes] = {};
+  Lanes<T> lanes{};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) {
-      T e = exp_vec(x[i + k] - shift);
-      out[i + k] = e;
-      lanes[k] += e;
-    }
-  T total = lanes_total(lanes);
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes<T> e = exp_lanes(load(x + i) - shift);
+    store(out + i, e);
+    lanes += e;
+  }
+  T total = lane_total<T>(lanes);
   for (; i < n; ++i) {
     T e = exp_vec(x[i] - shift);
     out[i] = e;
@@ -219,11 +211,12 @@ Layout layout_of(const Shape& shape, int64_t dim) {
 
 template <typename T>
 T row_max(const T* x, int64_t n) {
-  T lanes[kLanes];
-  for (int k = 0; k < kLanes; ++k) lanes[k] = -std::numeric_limits<T>::infinity();
+  Lanes<T> lanes = splat(-std::numeric_limits<T>::infinity());
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) lanes[k] = x[i + k] > lanes[k] ? x[i + k] : lanes[k];
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes<T> v = load(x + i);
+    lanes = v > lanes ? v : lanes;  // a NaN never wins
+  }
   T best = lanes[0];
   for (int k = 1; k < kLanes; ++k) best = lanes[k] > best ? lanes[k] : best;
   for (; i < n; ++i) best = x[i] > best ? x[i] : best;
@@ -232,18 +225,19 @@ T row_max(const T* x, int64_t n) {
 
 template <typename T>
 T row_sum_exp(const T* x, T shift, int64_t n) {
-  T lanes[kLanes] = {};
+  Lanes<T> lanes{};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) lanes[k] += exp_vec(x[i + k] - shift);
-  T total = lanes_total(lanes);
+  for (; i + kLanes <= n; i += kLanes) lanes += exp_lanes(load(x + i) - shift);
+  T total = lane_total<T>(lanes);
   for (; i < n; ++i) total += exp_vec(x[i] - shift);
   return total;
 }
 
 template <typename T>
 void row_exp_scaled(const T* x, T shift, T scale, T* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = exp_vec(x[i] - shift) * scale;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) store(out + i, exp_lanes(load(x + i) - shift) * scale);
+  for (; i < n; ++i) out[i] = exp_vec(x[i] - shift) * scale;
 }
 
 #define EMBER_INSTANTIATE(T)                                      \
