@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/bfloat16.h"
+#include "core/cpu/elementwise.h"
 #include "core/cpu/lanes.h"
 #include "core/ops.h"
 #include "cuda_skip.h"
@@ -142,6 +143,55 @@ TEST_CASE("bfloat16: the 16-lane widen and round (core/cpu/lanes.h) are BFloat16
       REQUIRE(out[k].bits == BFloat16::round_to_bits(v[k]));
     }
   }
+}
+
+namespace {
+bool same_bf16(BFloat16 a, BFloat16 b) { return a.bits == b.bits || (std::isnan(float(a)) && std::isnan(float(b))); }
+
+// One parameterless unary op on all 65,536 bfloat16 inputs (contiguous, and strided): the tabled bfloat16
+// kernels against the float32 kernels' results rounded, forward f(x) and backward g f'(x, y).
+template <typename F>
+void check_tabulated(const char* name) {
+  static_assert(cpu::kTabulated<F>);
+  const F f{};
+  Tensor x16 = Tensor::empty({65536}, Dtype::BFloat16);
+  for (int64_t i = 0; i < 65536; ++i) x16.data<BFloat16>()[i] = BFloat16::from_bits(uint16_t(i));
+  Tensor x32 = x16.to(Dtype::Float32);
+  const Tensor y16 = cpu::map_unary(f, x16, name), y32 = cpu::map_unary(f, x32, name);
+  const Tensor strided16 = cpu::map_unary(f, x16.view({256, 256}).transpose(0, 1), name).contiguous();
+  const Tensor strided32 = cpu::map_unary(f, x32.view({256, 256}).transpose(0, 1), name).contiguous();
+  // Backward reads the one tensor f' needs, handed in as both x and y (core/ops/unary.cpp).
+  const Tensor& saved16 = F::reads == math::Reads::Output ? y16 : x16;
+  const Tensor saved32 = saved16.to(Dtype::Float32);
+  Tensor g16 = Tensor::empty({65536}, Dtype::BFloat16);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-4.0f, 4.0f);
+  for (int64_t i = 0; i < 65536; ++i) g16.data<BFloat16>()[i] = BFloat16(uniform(rng));
+  const Tensor dx16 = cpu::map_unary_backward(f, g16, saved16, saved16, name);
+  const Tensor dx32 = cpu::map_unary_backward(f, g16.to(Dtype::Float32), saved32, saved32, name);
+  int64_t mismatched = 0;
+  for (int64_t i = 0; i < 65536; ++i) {
+    const int64_t t = (i % 256) * 256 + i / 256;  // the transposed view's element i
+    const bool same = same_bf16(y16.data<BFloat16>()[i], BFloat16(y32.data<float>()[i])) &&
+                      same_bf16(strided16.data<BFloat16>()[i], BFloat16(strided32.data<float>()[i])) &&
+                      same_bf16(strided16.data<BFloat16>()[i], y16.data<BFloat16>()[t]) &&
+                      same_bf16(dx16.data<BFloat16>()[i], BFloat16(dx32.data<float>()[i]));
+    if (!same && mismatched++ < 3) {
+      INFO(name << " at bits 0x" << std::hex << i);
+      CHECK(same);
+    }
+  }
+  INFO(name);
+  CHECK(mismatched == 0);
+}
+}  // namespace
+
+TEST_CASE("bfloat16: the unary ops' tables (core/cpu/elementwise.h) give the float32 kernels' results rounded, all 65,536 inputs") {
+#define EMBER_CHECK_TABULATED(name, Functor, ...) check_tabulated<math::Functor>(#name);
+  EMBER_UNARY_OPS(EMBER_CHECK_TABULATED)
+#undef EMBER_CHECK_TABULATED
+  // A functor with a parameter is not tabulated: its values depend on more than x.
+  static_assert(!cpu::kTabulated<math::Pow> && !cpu::kTabulated<math::MulScalar>);
 }
 
 TEST_CASE("bfloat16: float64 is rounded once, correctly (no double rounding through float32)") {

@@ -1,6 +1,10 @@
 // CPU element-wise kernels: one loop each for unary, unary-backward and binary ops, generic in
 // the functor (core/unary_math.h), vectorised on contiguous rows and threaded when large.
 #pragma once
+#include <algorithm>
+#include <type_traits>
+#include <vector>
+
 #include "core/cpu/lanes.h"
 #include "core/cpu/loops.h"
 #include "core/error.h"
@@ -33,8 +37,54 @@ inline void narrow(const float* in, BFloat16* out, int64_t n) {
   for (; i < n; ++i) out[i] = BFloat16(in[i]);
 }
 
+// The float loops a bfloat16 chunk runs through, widened: out = f(x), and g * f'(x, y) into g.
+template <typename F>
+void apply_widened(const F& f, const BFloat16* in, BFloat16* out, int64_t n) {
+  float buffer[kWideChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kWideChunk) {
+    const int64_t m = std::min(kWideChunk, n - i0);
+    widen(in + i0, buffer, m);
+    for (int64_t i = 0; i < m; ++i) buffer[i] = f.f(buffer[i]);
+    narrow(buffer, out + i0, m);
+  }
+}
+template <typename F>
+void times_derivative(const F& f, float* g, const float* xs, const float* ys, int64_t m) {
+  for (int64_t i = 0; i < m; ++i) g[i] = g[i] * f.df(xs[i], ys[i]);
+}
+
+// A bfloat16 has 65,536 values, so a function of one alone (a functor without parameters: std::is_empty)
+// can be worked out for every input once and then looked up: one load per element instead of, for GELU,
+// some thirty vector operations. The tables are made by the same loops as above (the untabled results bit
+// for bit, tests/test_bfloat16.cpp) on first use: f's values rounded (128 KiB), and f'(v, v) as float
+// (256 KiB; backward reads one saved tensor, x or y, and hands it in as both, core/ops/unary.cpp).
+template <typename F>
+inline constexpr bool kTabulated = std::is_empty_v<F>;
+
+template <typename F>
+const BFloat16* bf16_values(const F& f) {
+  static const std::vector<BFloat16> table = [&f] {
+    std::vector<BFloat16> every(65536), values(65537);  // one more: lanes::lookup_store reads 32 bits
+    for (size_t i = 0; i < every.size(); ++i) every[i] = BFloat16::from_bits(uint16_t(i));
+    apply_widened(f, every.data(), values.data(), 65536);
+    return values;
+  }();
+  return table.data();
+}
+template <typename F>
+const float* bf16_derivatives(const F& f) {
+  static const std::vector<float> table = [&f] {
+    std::vector<float> every(65536), derivatives(65536, 1.0f);
+    for (size_t i = 0; i < every.size(); ++i) every[i] = BFloat16::to_float(uint16_t(i));
+    for (int64_t i0 = 0; i0 < 65536; i0 += kWideChunk)
+      times_derivative(f, derivatives.data() + i0, every.data() + i0, every.data() + i0, kWideChunk);
+    return derivatives;
+  }();
+  return table.data();
+}
+
 // out = f(x), a new contiguous tensor (x float32, float64 or bfloat16: the op has checked it). A
-// bfloat16 x is computed in float and each result rounded once (compute_type).
+// bfloat16 x is computed in float and each result rounded once (compute_type), or looked up (above).
 template <typename F>
 Tensor map_unary(const F& f, const Tensor& x, const char* op) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -44,15 +94,16 @@ Tensor map_unary(const F& f, const Tensor& x, const char* op) {
     for_each_row<2>(x.shape(), {operand(out), operand(x)}, [&](auto p, auto s, int64_t n) {
       T* o = reinterpret_cast<T*>(p[0]);
       const T* in = reinterpret_cast<const T*>(p[1]);
-      if constexpr (std::is_same_v<T, BFloat16>) {
+      if constexpr (std::is_same_v<T, BFloat16> && kTabulated<F>) {
+        const BFloat16* values = bf16_values(f);
+        int64_t i = 0;
+        if (s[1] == sizeof(T))
+          for (; i + lanes::kLanes <= n; i += lanes::kLanes) lanes::lookup_store(values, in + i, o + i);
+        for (; i < n; ++i) o[i] = values[reinterpret_cast<const T*>(p[1] + i * s[1])->bits];
+        return;
+      } else if constexpr (std::is_same_v<T, BFloat16>) {
         if (s[1] == sizeof(T)) {
-          float buffer[kWideChunk];
-          for (int64_t i0 = 0; i0 < n; i0 += kWideChunk) {
-            const int64_t m = std::min(kWideChunk, n - i0);
-            widen(in + i0, buffer, m);
-            for (int64_t i = 0; i < m; ++i) buffer[i] = f.f(buffer[i]);
-            narrow(buffer, o + i0, m);
-          }
+          apply_widened(f, in, o, n);
           return;
         }
       }
@@ -79,13 +130,22 @@ Tensor map_unary_backward(const F& f, const Tensor& grad, const Tensor& x, const
       if constexpr (std::is_same_v<T, BFloat16>) {
         if (s[1] == sizeof(T) && s[2] == sizeof(T) && s[3] == sizeof(T)) {
           float g[kWideChunk], xs[kWideChunk], ys[kWideChunk];
+          const T* saved = reinterpret_cast<const T*>(p[2]);
+          const float* derivatives = nullptr;
+          if constexpr (kTabulated<F>) derivatives = p[3] == p[2] ? bf16_derivatives(f) : nullptr;
           for (int64_t i0 = 0; i0 < n; i0 += kWideChunk) {
             const int64_t m = std::min(kWideChunk, n - i0);
             widen(reinterpret_cast<const T*>(p[1]) + i0, g, m);
-            widen(reinterpret_cast<const T*>(p[2]) + i0, xs, m);
-            if (p[3] != p[2]) widen(reinterpret_cast<const T*>(p[3]) + i0, ys, m);
-            const float* y = p[3] != p[2] ? ys : xs;
-            for (int64_t i = 0; i < m; ++i) g[i] = g[i] * f.df(xs[i], y[i]);
+            if (derivatives != nullptr) {
+              int64_t i = 0;
+              for (; i + lanes::kLanes <= m; i += lanes::kLanes)
+                lanes::store(g + i, lanes::load(g + i) * lanes::lookup(derivatives, saved + i0 + i));
+              for (; i < m; ++i) g[i] = g[i] * derivatives[saved[i0 + i].bits];
+            } else {
+              widen(saved + i0, xs, m);
+              if (p[3] != p[2]) widen(reinterpret_cast<const T*>(p[3]) + i0, ys, m);
+              times_derivative(f, g, xs, p[3] != p[2] ? ys : xs, m);
+            }
             narrow(g, o + i0, m);
           }
           return;

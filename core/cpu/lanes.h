@@ -11,6 +11,10 @@
 #include "core/bfloat16.h"
 #include "core/fast_math.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace ember::cpu::lanes {
 
 constexpr int kLanes = 16;
@@ -64,7 +68,31 @@ inline void store_rounded(BFloat16* p, math::Floats16 v) {
   const Unsigned16 rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
   const Unsigned16 quiet_nan = (x >> 16) | 0x0040u;
   const Words16 words = __builtin_convertvector((x & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded, Words16);
-  std::memcpy(p, &words, sizeof words);
+  std::memcpy(static_cast<void*>(p), &words, sizeof words);  // BFloat16 is a class: memcpy its bytes
+}
+
+// Tables indexed by a bfloat16's bits (core/cpu/elementwise.h): 16 keys looked up at once, one gather
+// instruction where AVX-512 has it. The bfloat16 table must have 65,537 entries: a gather reads 32 bits, so
+// key 0xFFFF reads one entry past the last.
+inline math::Floats16 lookup(const float* table, const BFloat16* keys) {
+#if defined(__AVX512F__)
+  // (The masked forms with every lane set: GCC 12 warns about the plain ones' undefined pass-through.)
+  const __m512i index = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys)));
+  return (math::Floats16)_mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, index, table, 4);
+#else
+  math::Floats16 v;
+  for (int k = 0; k < kLanes; ++k) v[k] = table[keys[k].bits];
+  return v;
+#endif
+}
+inline void lookup_store(const BFloat16* table, const BFloat16* keys, BFloat16* out) {
+#if defined(__AVX512F__)
+  const __m512i index = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys)));
+  const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xFFFF, index, table, 2);  // entry in the low half
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_maskz_cvtepi32_epi16(0xFFFF, words));
+#else
+  for (int k = 0; k < kLanes; ++k) out[k] = table[keys[k].bits];
+#endif
 }
 
 }  // namespace ember::cpu::lanes
