@@ -271,6 +271,14 @@ __mmask16 first_lanes(int64_t count) {
   return count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1);
 }
 
+// The column-major A and row-major B packers write several panels, each (kc x a panel's width) long: for a
+// whole K block a multiple of 4 KiB (kc = 512: A's 14-row panels 28 KiB apart, B's 32-column ones 64 KiB).
+// Walking all panels for each k (to read each row once, front to back) puts every store stream in one L1 set
+// (its index is bits 6 to 11 of the address), where they evict one another; walking one panel for all k's
+// jumps a row (often KiBs) per k and fetches each line again for the next panel. They take the k's in groups:
+// a group's rows are read once, front to back, and stay in L1 while each panel gets the group's length.
+constexpr int64_t kKGroup = 16;
+
 template <int kMR>
 void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, float* out) {
   static_assert(kMR <= 16, "an A micro-panel column must fit one vector");
@@ -295,15 +303,16 @@ void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t
       out += kMR * kc;
     }
   } else if (a_rs == 1) {
-    // Column-major A (A^T of a row-major matrix): each k is a contiguous run of all m rows.
-    // k outermost reads that run once, front to back, for every panel; panel by panel would
-    // jump a_cs (often many KiB) per k and fetch each cache line twice.
-    for (int64_t k = 0; k < kc; ++k) {
-      const float* column = A + k * a_cs;
+    // Column-major A (A^T of a row-major matrix): each k is a contiguous run of all m rows. A group of
+    // kKGroup runs is read front to back once, panel by panel (kKGroup: why not all k's per panel, or all
+    // panels per k).
+    for (int64_t k0 = 0; k0 < kc; k0 += kKGroup) {
+      const int64_t k1 = std::min(kc, k0 + kKGroup);
       for (int64_t i0 = 0; i0 < m; i0 += kMR) {
         const __mmask16 row_lanes = first_lanes(std::min<int64_t>(kMR, m - i0));
-        _mm512_mask_storeu_ps(out + i0 * kc + k * kMR, panel_lanes,
-                              _mm512_maskz_loadu_ps(row_lanes, column + i0));
+        for (int64_t k = k0; k < k1; ++k)
+          _mm512_mask_storeu_ps(out + i0 * kc + k * kMR, panel_lanes,
+                                _mm512_maskz_loadu_ps(row_lanes, A + k * a_cs + i0));
       }
     }
   } else {
@@ -320,20 +329,23 @@ void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_
   const int64_t tail_width = (tail_cols + 15) / 16 * 16;
   float* tail_out = out + full_panels * kNR * kc;
   if (b_cs == 1) {
-    // Row-major B: walk each k row contiguously across all panels (rows are far apart, so
-    // one panel at a time would touch a new page per k).
-    for (int64_t k = 0; k < kc; ++k) {
-      const float* row = B + k * b_rs;
+    // Row-major B: a group of kKGroup rows (each k a contiguous run of columns) read front to back once,
+    // panel by panel (kKGroup: why not one panel for all k's, or all panels per k).
+    for (int64_t k0 = 0; k0 < kc; k0 += kKGroup) {
+      const int64_t k1 = std::min(kc, k0 + kKGroup);
       for (int64_t q = 0; q < full_panels; ++q) {
+        for (int64_t k = k0; k < k1; ++k) {
 #pragma GCC unroll 4
-        for (int v = 0; v < kVectors; ++v) {
-          _mm512_storeu_ps(out + q * kNR * kc + k * kNR + 16 * v, _mm512_loadu_ps(row + q * kNR + 16 * v));
+          for (int v = 0; v < kVectors; ++v)
+            _mm512_storeu_ps(out + q * kNR * kc + k * kNR + 16 * v, _mm512_loadu_ps(B + k * b_rs + q * kNR + 16 * v));
         }
       }
-      for (int64_t v = 0; v * 16 < tail_cols; ++v) {
-        const __mmask16 lanes = first_lanes(tail_cols - 16 * v);
-        _mm512_storeu_ps(tail_out + k * tail_width + 16 * v,
-                         _mm512_maskz_loadu_ps(lanes, row + full_panels * kNR + 16 * v));
+      for (int64_t k = k0; k < k1; ++k) {
+        for (int64_t v = 0; v * 16 < tail_cols; ++v) {
+          const __mmask16 lanes = first_lanes(tail_cols - 16 * v);
+          _mm512_storeu_ps(tail_out + k * tail_width + 16 * v,
+                           _mm512_maskz_loadu_ps(lanes, B + k * b_rs + full_panels * kNR + 16 * v));
+        }
       }
     }
   } else if (b_rs == 1) {

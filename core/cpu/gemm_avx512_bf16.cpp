@@ -243,6 +243,13 @@ inline __attribute__((always_inline)) void transpose_16x16(__m512i rows_i[16]) {
   }
 }
 
+// The interleaving packers write several panels, each (pairs x a panel's width) long: for a whole K block that
+// is a multiple of 4 KiB (kc = 1024: A's 14-row panels 28 KiB apart, B's 32-column ones 64 KiB), so stores
+// to all panels in turn, pair by pair, would all fall in one L1 set (its index is bits 6 to 11 of the address)
+// and evict one another. They take the pairs in groups instead, writing one panel a group's length at a time
+// while the group's rows stay in L1.
+constexpr int64_t kPairGroup = 8;
+
 // A block m x kc (float32 or bfloat16, any strides) -> mr-row panels of pairs, each round_up(kc, 2) long.
 template <typename S>
 void pack_a(const S* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, uint16_t* out) {
@@ -265,13 +272,16 @@ void pack_a(const S* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, uint1
       out += 2 * kMR * pairs;
     }
   } else if (a_rs == 1) {  // column-major: columns k and k + 1 are runs of m rows, interleaved
-    for (int64_t p = 0; p < pairs; ++p) {
-      const S* first = A + 2 * p * a_cs;
-      const S* second = 2 * p + 1 < kc ? first + a_cs : nullptr;
+    for (int64_t p0 = 0; p0 < pairs; p0 += kPairGroup) {  // in groups of pairs: see kPairGroup
+      const int64_t p1 = std::min(pairs, p0 + kPairGroup);
       for (int64_t i0 = 0; i0 < m; i0 += kMR) {
         const int64_t rows = std::min<int64_t>(kMR, m - i0);
-        _mm512_mask_storeu_epi32(out + 2 * (i0 * pairs + p * kMR), panel_lanes,
-                                 interleave_pairs(first + i0, second != nullptr ? second + i0 : nullptr, rows));
+        for (int64_t p = p0; p < p1; ++p) {
+          const S* first = A + 2 * p * a_cs;
+          const S* second = 2 * p + 1 < kc ? first + a_cs : nullptr;
+          _mm512_mask_storeu_epi32(out + 2 * (i0 * pairs + p * kMR), panel_lanes,
+                                   interleave_pairs(first + i0, second != nullptr ? second + i0 : nullptr, rows));
+        }
       }
     }
   } else {
@@ -292,15 +302,18 @@ void pack_b(const S* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, uint1
   const int64_t pairs = (kc + 1) / 2;
   auto panel_width = [n](int64_t q) { return std::min<int64_t>(kNR, (std::min<int64_t>(kNR, n - q * kNR) + 15) / 16 * 16); };
   if (b_cs == 1) {  // row-major: rows k and k + 1 interleaved, 16 columns at a time
-    for (int64_t p = 0; p < pairs; ++p) {
-      const S* first = B + 2 * p * b_rs;
-      const S* second = 2 * p + 1 < kc ? first + b_rs : nullptr;
-      for (int64_t j0 = 0; j0 < n; j0 += 16) {
-        const int64_t q = j0 / kNR;
+    for (int64_t p0 = 0; p0 < pairs; p0 += kPairGroup) {  // in groups of pairs: see kPairGroup
+      const int64_t p1 = std::min(pairs, p0 + kPairGroup);
+      for (int64_t q = 0; q * kNR < n; ++q) {
         uint16_t* panel = out + 2 * q * kNR * pairs;
-        _mm512_storeu_si512(panel + 2 * (p * panel_width(q) + (j0 - q * kNR)),
-                            interleave_pairs(first + j0, second != nullptr ? second + j0 : nullptr,
-                                             std::min<int64_t>(16, n - j0)));
+        for (int64_t p = p0; p < p1; ++p) {
+          const S* first = B + 2 * p * b_rs;
+          const S* second = 2 * p + 1 < kc ? first + b_rs : nullptr;
+          for (int64_t j0 = q * kNR; j0 < std::min(n, (q + 1) * kNR); j0 += 16)
+            _mm512_storeu_si512(panel + 2 * (p * panel_width(q) + (j0 - q * kNR)),
+                                interleave_pairs(first + j0, second != nullptr ? second + j0 : nullptr,
+                                                 std::min<int64_t>(16, n - j0)));
+        }
       }
     }
   } else if (b_rs == 1) {  // B^T: column j is contiguous in k; 16 columns x 32 k, transposed
