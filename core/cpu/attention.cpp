@@ -72,6 +72,16 @@ float dot_widened(const BFloat16* p, const float* dp, int64_t n) {
   return dot;
 }
 
+// The bfloat16 backward's dS pass reads the kept probabilities from memory (the forward wrote them long
+// before) a row at a time, with too little work per row for the hardware prefetchers to keep ahead (its first
+// load of each row took most of the pass), so each row asks for the one kRowsAhead rows on: the step 2% faster
+// (alternated runs, 1 thread). The float32 backward reads P first in dV's product; the same order and prefetch
+// there measured no gain (0.98x median, 1.00x first quartile), so it is left as it was.
+constexpr int64_t kRowsAhead = 16;
+inline void prefetch_row(const BFloat16* row, int64_t n) {
+  for (int64_t j = 0; j < n; j += 32) __builtin_prefetch(row + j);  // a 64-byte line holds 32
+}
+
 // out[j] = bfloat16(p[j] (dp[j] - dot)): one row of dS = P (dP - rowsum(dP P)), rounded for the products.
 void ds_row_bf16(const BFloat16* p, const float* dp, float dot, BFloat16* out, int64_t n) {
   int64_t j = 0;
@@ -300,6 +310,7 @@ void backward_kernel_bf16(const Dims& d, const BFloat16* grad, const BFloat16* q
       for (int64_t i = 0; i < d.T; ++i) {                                            // dS = P (dP - rowsum(dP P))
         const float* row = ds + i * d.T;
         const BFloat16* prow = p16 + i * d.T;
+        if (i + kRowsAhead < d.T) prefetch_row(prow + kRowsAhead * d.T, L);
         ds_row_bf16(prow, row, dot_widened(prow, row, L), ds16 + i * d.T, L);
       }
       // After dS: its row-by-row pass has brought P into cache for the column-wise packing of P^T.
