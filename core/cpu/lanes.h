@@ -1,8 +1,9 @@
 // Sixteen values as one: math::Floats16 (core/fast_math.h) for float, sixteen doubles for float64. The row
 // loops of softmax and attention are written on these (load, +, *, ?:, store), so that they vectorise whatever
 // the compiler makes of a scalar loop: one AVX-512 register per Floats16 here, two AVX2 or four SSE ones
-// elsewhere. Also e^x per lane, the lanes' total in lane order, and bfloat16 runs of 16 widened to floats or
-// rounded from them (round to nearest even, NaN kept: BFloat16's rule on every lane). CPU only.
+// elsewhere. Also e^x per lane, the lanes' total in lane order, bfloat16 runs of 16 widened to floats or
+// rounded from them (round to nearest even, NaN kept: BFloat16's rule on every lane), and 16 lookups in a table
+// indexed by a bfloat16's bits. CPU only.
 #pragma once
 #include <cmath>
 #include <cstdint>
