@@ -36,6 +36,10 @@ struct Shape {
   // per-thread buffer that stays in cache. Otherwise each product of a batch has its own A, B and C in
   // memory: for the attention shapes, 32 MiB of [T, T] written or read, bound by memory traffic.
   bool tt_in_scratch = false;
+  // The bf16 product reads bfloat16 operands (rounded once beforehand, not timed), as the bf16 step's
+  // linear layers feed theirs (g and the kept x: core/ops/linear.cpp); otherwise float32 ones, rounded
+  // while packed. The float32 product reads float32 operands either way.
+  bool bf16_operands = false;
 };
 
 std::vector<Shape> shapes(bool transposed) {
@@ -56,6 +60,9 @@ std::vector<Shape> shapes(bool transposed) {
     list.push_back({"dW 128x384x8192 AtB", 1, 128, 384, 8192, true, false});
     list.push_back({"dW 128x512x8192 AtB", 1, 128, 512, 8192, true, false});
     list.push_back({"dW 512x128x8192 AtB", 1, 512, 128, 8192, true, false});
+    list.push_back({"dW 128x384x8192 AtB bf16 in", 1, 128, 384, 8192, true, false, false, true});
+    list.push_back({"dW 128x512x8192 AtB bf16 in", 1, 128, 512, 8192, true, false, false, true});
+    list.push_back({"dW 512x128x8192 AtB bf16 in", 1, 512, 128, 8192, true, false, false, true});
   }
   list.push_back({"attn 128x(256x256x32)", 128, 256, 256, 32, false, false});
   list.push_back({"attn 128x(256x32x256)", 128, 256, 32, 256, false, false});
@@ -90,8 +97,15 @@ std::vector<double> time_shape_as(const Shape& s, int reps, const std::vector<bo
   // A^T B: A is stored K x M; A B^T: B is stored N x K (the layouts backward passes see).
   const int64_t a_rs = s.transpose_a ? 1 : s.K, a_cs = s.transpose_a ? s.M : 1;
   const int64_t b_rs = s.transpose_b ? 1 : s.N, b_cs = s.transpose_b ? s.K : 1;
+  std::vector<ember::BFloat16> a16, b16;
+  if (s.bf16_operands) {
+    for (float x : a) a16.push_back(ember::BFloat16(x));
+    for (float x : b) b16.push_back(ember::BFloat16(x));
+  }
   auto run = [&](bool bf16) {
-    if (s.tt_in_scratch) {  // one product per task, on one thread each (gemm runs inline inside parallel_for)
+    if (bf16 && s.bf16_operands && s.batch == 1) {
+      ember::cpu::gemm_bf16(s.M, s.N, s.K, 1.0f, a16.data(), a_rs, a_cs, b16.data(), b_rs, b_cs, 0.0f, c.data(), s.N);
+    } else if (s.tt_in_scratch) {  // one product per task, on one thread each (gemm runs inline inside parallel_for)
       const bool a_is_tt = s.M * s.K >= s.M * s.N;  // P V: A is P; Q K^T: C is S
       ember::parallel_for(0, s.batch, 1, [&](int64_t first, int64_t last) {
         thread_local std::vector<float> tt, small;  // the [T, T] block, and the other side's C
