@@ -448,3 +448,45 @@ TEST_CASE("gemm with a bias adds it to every row once: beta 0 and 1, several K b
     }
   }
 }
+
+// A weight gradient's product: K (the batch's tokens) far longer than C is wide, which the driver cuts in K
+// (gemm.cpp, splits_k): the halves are summed apart and added, the same way for any thread count.
+TEST_CASE("gemm far longer in K than C is wide (cut in K): the reference's values with beta and bias, the same bits for 1 to 4 threads, every kernel") {
+  PoolGuard guard;
+  std::mt19937 rng(91);
+  struct Shape3 {
+    int64_t M, N, K;
+  };
+  for (const std::string& kernel : available_kernels()) {
+    CAPTURE(kernel);
+    REQUIRE(ember::cpu::set_gemm_kernel(kernel.c_str()));
+    for (Shape3 s : {Shape3{37, 45, 4500}, Shape3{130, 20, 8200}}) {
+      // dW = g^T x: A column-major (g [K, M] read transposed), B row-major (x [K, N]), as linear's backward.
+      std::vector<float> A = random_values<float>(s.K * s.M, rng), B = random_values<float>(s.K * s.N, rng);
+      std::vector<float> bias = random_values<float>(s.N, rng), C0 = random_values<float>(s.M * s.N, rng);
+      for (float beta : {0.0f, 1.0f}) {
+        CAPTURE(s.M);
+        CAPTURE(s.K);
+        CAPTURE(beta);
+        std::vector<float> expected = C0;
+        ember::cpu::gemm_reference(s.M, s.N, s.K, 0.5f, A.data(), 1, s.M, B.data(), s.N, 1, beta, expected.data(), s.N);
+        for (int64_t i = 0; i < s.M; ++i)
+          for (int64_t j = 0; j < s.N; ++j) expected[i * s.N + j] += bias[j];
+        std::vector<std::vector<float>> results;
+        for (int threads : {1, 2, 3, 4}) {
+          ember::set_num_threads(threads);
+          std::vector<float> C = C0;
+          ember::cpu::gemm(s.M, s.N, s.K, 0.5f, A.data(), 1, s.M, B.data(), s.N, 1, beta, C.data(), s.N, bias.data());
+          results.push_back(std::move(C));
+        }
+        int64_t bad = 0;
+        for (size_t i = 0; i < results[0].size(); ++i)
+          bad += !(std::abs(results[0][i] - expected[i]) <= tolerance<float>(s.K, 0.5, 2));
+        CHECK(bad == 0);
+        CHECK(results[0] == results[1]);
+        CHECK(results[0] == results[2]);
+        CHECK(results[0] == results[3]);
+      }
+    }
+  }
+}

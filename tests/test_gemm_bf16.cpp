@@ -147,6 +147,34 @@ TEST_CASE("gemm_bf16 with alpha, beta and a bias; bfloat16 operands; several K b
   }
 }
 
+TEST_CASE("gemm_bf16 far longer in K than C is wide (cut in K, as a weight gradient): values, and the same bits for 1 to 4 threads") {
+  Guard guard;
+  std::mt19937 rng(13);
+  for (const KernelChoice& choice : kernel_choices()) {
+    use(choice);
+    INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
+    for (int threads : {1, 2}) {
+      ember::set_num_threads(threads);
+      check_product(30, 41, 4500, Layout::ColMajor, Layout::RowMajor, 1.0f, 0.0f, true, false, rng);
+      check_product(30, 41, 4500, Layout::ColMajor, Layout::RowMajor, 0.5f, 1.0f, false, true, rng);
+    }
+    const int64_t M = 45, N = 37, K = 8300;  // bfloat16 operands, dW's layout: g^T (A column-major) times x
+    std::vector<BFloat16> A, B;
+    for (float x : random_floats(K * M, rng)) A.push_back(BFloat16(x));
+    for (float x : random_floats(K * N, rng)) B.push_back(BFloat16(x));
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 3, 4}) {
+      ember::set_num_threads(threads);
+      std::vector<float> C(size_t(M * N), 1.0f);
+      cpu::gemm_bf16(M, N, K, 1.0f, A.data(), 1, M, B.data(), N, 1, 1.0f, C.data(), N);
+      results.push_back(std::move(C));
+    }
+    CHECK(results[0] == results[1]);
+    CHECK(results[0] == results[2]);
+    CHECK(results[0] == results[3]);
+  }
+}
+
 TEST_CASE("gemm_bf16 against float32: within the bound of bfloat16's 8-bit significand and the length K") {
   // |C_bf16 - C_f32| <= (2 u + u^2 + 2 K eps32) sum_k |a_k| |b_k|, u = 2^-8 (one rounding per operand).
   Guard guard;

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -301,6 +302,43 @@ ThreadGrid choose_grid(const Kernel& kernel, int64_t M, int64_t N, int64_t K, in
   return best;
 }
 
+// One rectangle of a thread grid: C's tiles cut into row_groups x col_groups near-equal parts.
+struct GridCell {
+  int64_t m0, m1, n0, n1;
+};
+template <typename Kernel>
+GridCell grid_cell(const Kernel& kernel, int64_t M, int64_t N, ThreadGrid grid, int64_t cell) {
+  const int64_t m_tiles = (M + kernel.mr - 1) / kernel.mr, n_tiles = (N + kernel.nr - 1) / kernel.nr;
+  const int64_t row_group = cell / grid.col_groups, col_group = cell % grid.col_groups;
+  return {std::min(M, m_tiles * row_group / grid.row_groups * kernel.mr),
+          std::min(M, m_tiles * (row_group + 1) / grid.row_groups * kernel.mr),
+          std::min(N, n_tiles * col_group / grid.col_groups * kernel.nr),
+          std::min(N, n_tiles * (col_group + 1) / grid.col_groups * kernel.nr)};
+}
+
+// The products run side by side, each cut into its thread grid: `grid` cells per product, one parallel_for.
+template <typename Kernel>
+void run_grids(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>* products,
+               int64_t count, ThreadGrid grid) {
+  // Everything the chunks need, so the lambda captures a single reference.
+  // NOTE: a lambda of at most 16 trivially copyable bytes fits inside std::function, which then
+  // does not allocate; a [&] lambda naming several variables would be bigger.
+  struct Split {
+    const Kernel& kernel;
+    const Problem<typename Kernel::Output, typename Kernel::Source>* products;
+    ThreadGrid grid;
+  } split{kernel, products, grid};
+  const int64_t cells = int64_t{grid.row_groups} * grid.col_groups;
+  parallel_for(0, count * cells, 1, [&split](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) {
+      const auto& p = split.products[t / (int64_t{split.grid.row_groups} * split.grid.col_groups)];
+      const GridCell c = grid_cell(split.kernel, p.M, p.N, split.grid,
+                                   t % (int64_t{split.grid.row_groups} * split.grid.col_groups));
+      if (c.m0 < c.m1 && c.n0 < c.n1) gemm_block(split.kernel, p, c.m0, c.m1, c.n0, c.n1);
+    }
+  });
+}
+
 template <typename Kernel>
 void gemm_threaded(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p,
                    int threads) {
@@ -308,29 +346,52 @@ void gemm_threaded(const Kernel& kernel, const Problem<typename Kernel::Output, 
     gemm_block(kernel, p, 0, p.M, 0, p.N);
     return;
   }
-  // Everything the chunks need, so the lambda captures a single reference.
-  // NOTE: a lambda of at most 16 trivially copyable bytes fits inside std::function, which then
-  // does not allocate; a [&] lambda naming several variables would be bigger.
-  struct Split {
-    const Kernel& kernel;
-    const Problem<typename Kernel::Output, typename Kernel::Source>& p;
-    ThreadGrid grid;
-    int64_t m_tiles, n_tiles;
-  } split{kernel, p, choose_grid(kernel, p.M, p.N, p.K, threads),
-          (p.M + kernel.mr - 1) / kernel.mr, (p.N + kernel.nr - 1) / kernel.nr};
-  const int64_t groups = int64_t{split.grid.row_groups} * split.grid.col_groups;
-  parallel_for(0, groups, 1, [&split](int64_t first, int64_t last) {
-    const ThreadGrid& grid = split.grid;
-    const int mr = split.kernel.mr, nr = split.kernel.nr;
-    const int64_t M = split.p.M, N = split.p.N;
-    for (int64_t t = first; t < last; ++t) {
-      const int64_t row_group = t / grid.col_groups;
-      const int64_t col_group = t % grid.col_groups;
-      const int64_t m0 = std::min(M, split.m_tiles * row_group / grid.row_groups * mr);
-      const int64_t m1 = std::min(M, split.m_tiles * (row_group + 1) / grid.row_groups * mr);
-      const int64_t n0 = std::min(N, split.n_tiles * col_group / grid.col_groups * nr);
-      const int64_t n1 = std::min(N, split.n_tiles * (col_group + 1) / grid.col_groups * nr);
-      if (m0 < m1 && n0 < n1) gemm_block(split.kernel, split.p, m0, m1, n0, n1);
+  run_grids(kernel, &p, 1, choose_grid(kernel, p.M, p.N, p.K, threads));
+}
+
+// A product far longer in K than C is wide: a weight's gradient, dW = g^T x, whose K is every token of
+// the batch (8,192 in the recipe) and whose C is the weight (at most 512 x 512). Cutting C's rows or
+// columns between two threads has each pack all of one operand (K x the other side); cutting K in two
+// has each pack only its half of both. So K is cut in two (at a K block): the first half summed into C
+// (with beta and the bias), the second into a scratch C, added to C at the end. It is cut so whatever the
+// thread count (one thread runs the halves one after the other), so the result does not depend on it.
+// Measured at the recipe's dW shapes, 2 threads: bfloat16 up to 1.1x faster, float32 unchanged
+// (docs/performance.md).
+template <typename Kernel>
+bool splits_k(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p) {
+  return p.C16 == nullptr && p.K >= 4 * kernel.kc && p.K >= 8 * std::max(p.M, p.N);
+}
+
+template <typename Kernel>
+void gemm_split_k(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p,
+                  int threads) {
+  using T = typename Kernel::Output;
+  const int64_t first_k = round_up((p.K + 1) / 2, kernel.kc);
+  const auto second_sums = std::make_unique_for_overwrite<T[]>(size_t(p.M * p.N));  // beta 0: written, not read
+  Problem<T, typename Kernel::Source> halves[2] = {p, p};
+  halves[0].K = first_k;
+  Problem<T, typename Kernel::Source>& second = halves[1];
+  second.K = p.K - first_k;
+  second.A = p.A + first_k * p.a_cs;
+  second.B = p.B + first_k * p.b_rs;
+  second.beta = T(0);
+  second.C = second_sums.get();
+  second.c_rs = p.N;
+  second.bias = nullptr;
+  if (threads <= 1) {
+    for (const auto& half : halves) gemm_block(kernel, half, 0, half.M, 0, half.N);
+  } else {
+    run_grids(kernel, halves, 2, choose_grid(kernel, p.M, p.N, first_k, std::max(1, threads / 2)));
+  }
+  struct Sum {  // one capture (see run_grids)
+    const Problem<T, typename Kernel::Source>& p;
+    const T* second;
+  } sum{p, second_sums.get()};
+  parallel_for(0, p.M, std::max<int64_t>(1, (int64_t{1} << 14) / p.N), [&sum](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      T* row = sum.p.C + i * sum.p.c_rs;
+      const T* add = sum.second + i * sum.p.N;
+      for (int64_t j = 0; j < sum.p.N; ++j) row[j] += add[j];
     }
   });
 }
@@ -359,7 +420,9 @@ void gemm_one_with(const Kernel& kernel, const Problem<typename Kernel::Output, 
     scale_c(p, p.C, p.c_rs, p.M, p.N, 0);
     return;
   }
-  gemm_threaded(kernel, p, std::min(threads, threads_for(p.M, p.N, p.K, threads)));
+  threads = std::min(threads, threads_for(p.M, p.N, p.K, threads));
+  if (splits_k(kernel, p)) return gemm_split_k(kernel, p, threads);
+  gemm_threaded(kernel, p, threads);
 }
 
 // A small product with at most two rows or two columns (window attention's global key, a matrix times a

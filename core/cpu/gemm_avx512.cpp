@@ -290,6 +290,8 @@ void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t
         const int64_t k_count = std::min<int64_t>(16, kc - k0);
         const __mmask16 k_lanes = first_lanes(k_count);
         __m512 block[16];
+        for (int r = 0; r < kMR; ++r)  // the rows of the panel after next (kPrefetchPanels), same k's
+          prefetch_at(A, ((i0 + kPrefetchPanels * kMR + r) * a_rs + k0) * int64_t(sizeof(float)));
 #pragma GCC unroll 16
         for (int r = 0; r < 16; ++r) {
           block[r] = r < rows ? _mm512_maskz_loadu_ps(k_lanes, A + (i0 + r) * a_rs + k0)
@@ -310,9 +312,11 @@ void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t
       const int64_t k1 = std::min(kc, k0 + kKGroup);
       for (int64_t i0 = 0; i0 < m; i0 += kMR) {
         const __mmask16 row_lanes = first_lanes(std::min<int64_t>(kMR, m - i0));
-        for (int64_t k = k0; k < k1; ++k)
+        for (int64_t k = k0; k < k1; ++k) {
+          prefetch_at(A, ((k + kPrefetchRows) * a_cs + i0) * int64_t(sizeof(float)));
           _mm512_mask_storeu_ps(out + i0 * kc + k * kMR, panel_lanes,
                                 _mm512_maskz_loadu_ps(row_lanes, A + k * a_cs + i0));
+        }
       }
     }
   } else {
@@ -336,8 +340,10 @@ void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_
       for (int64_t q = 0; q < full_panels; ++q) {
         for (int64_t k = k0; k < k1; ++k) {
 #pragma GCC unroll 4
-          for (int v = 0; v < kVectors; ++v)
+          for (int v = 0; v < kVectors; ++v) {
+            prefetch_at(B, ((k + kPrefetchRows) * b_rs + q * kNR + 16 * v) * int64_t(sizeof(float)));
             _mm512_storeu_ps(out + q * kNR * kc + k * kNR + 16 * v, _mm512_loadu_ps(B + k * b_rs + q * kNR + 16 * v));
+          }
         }
       }
       for (int64_t k = k0; k < k1; ++k) {
