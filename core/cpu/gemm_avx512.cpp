@@ -283,6 +283,7 @@ template <int kMR>
 void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, float* out) {
   static_assert(kMR <= 16, "an A micro-panel column must fit one vector");
   const __mmask16 panel_lanes = first_lanes(kMR);
+  const bool ahead = prefetches_rows((a_cs == 1 ? a_rs : a_cs) * int64_t(sizeof(float)));  // (gemm_kernels.h)
   if (a_cs == 1) {  // row-major A: transpose 16 (rows) x 16 (k) blocks
     for (int64_t i0 = 0; i0 < m; i0 += kMR) {
       const int64_t rows = std::min<int64_t>(kMR, m - i0);
@@ -290,8 +291,8 @@ void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t
         const int64_t k_count = std::min<int64_t>(16, kc - k0);
         const __mmask16 k_lanes = first_lanes(k_count);
         __m512 block[16];
-        for (int r = 0; r < kMR; ++r)  // the rows of the panel after next (kPrefetchPanels), same k's
-          prefetch_at(A, ((i0 + kPrefetchPanels * kMR + r) * a_rs + k0) * int64_t(sizeof(float)));
+        if (ahead)  // the rows of the panel after next (kPrefetchPanels), same k's
+          for (int r = 0; r < kMR; ++r) prefetch_at(A, ((i0 + kPrefetchPanels * kMR + r) * a_rs + k0) * int64_t(sizeof(float)));
 #pragma GCC unroll 16
         for (int r = 0; r < 16; ++r) {
           block[r] = r < rows ? _mm512_maskz_loadu_ps(k_lanes, A + (i0 + r) * a_rs + k0)
@@ -313,7 +314,7 @@ void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t
       for (int64_t i0 = 0; i0 < m; i0 += kMR) {
         const __mmask16 row_lanes = first_lanes(std::min<int64_t>(kMR, m - i0));
         for (int64_t k = k0; k < k1; ++k) {
-          prefetch_at(A, ((k + kPrefetchRows) * a_cs + i0) * int64_t(sizeof(float)));
+          if (ahead) prefetch_at(A, ((k + kPrefetchRows) * a_cs + i0) * int64_t(sizeof(float)));
           _mm512_mask_storeu_ps(out + i0 * kc + k * kMR, panel_lanes,
                                 _mm512_maskz_loadu_ps(row_lanes, A + k * a_cs + i0));
         }
@@ -332,6 +333,7 @@ void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_
   const int64_t tail_cols = n - full_panels * kNR;  // the last, narrower panel (0: none)
   const int64_t tail_width = (tail_cols + 15) / 16 * 16;
   float* tail_out = out + full_panels * kNR * kc;
+  const bool ahead = prefetches_rows(b_rs * int64_t(sizeof(float)));  // row-major B's rows (gemm_kernels.h)
   if (b_cs == 1) {
     // Row-major B: a group of kKGroup rows (each k a contiguous run of columns) read front to back once,
     // panel by panel (kKGroup: why not one panel for all k's, or all panels per k).
@@ -341,7 +343,7 @@ void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_
         for (int64_t k = k0; k < k1; ++k) {
 #pragma GCC unroll 4
           for (int v = 0; v < kVectors; ++v) {
-            prefetch_at(B, ((k + kPrefetchRows) * b_rs + q * kNR + 16 * v) * int64_t(sizeof(float)));
+            if (ahead) prefetch_at(B, ((k + kPrefetchRows) * b_rs + q * kNR + 16 * v) * int64_t(sizeof(float)));
             _mm512_storeu_ps(out + q * kNR * kc + k * kNR + 16 * v, _mm512_loadu_ps(B + k * b_rs + q * kNR + 16 * v));
           }
         }

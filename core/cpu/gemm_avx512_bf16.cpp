@@ -248,12 +248,13 @@ inline __attribute__((always_inline)) void transpose_16x16(__m512i rows_i[16]) {
 // to all panels in turn, pair by pair, would all fall in one L1 set (its index is bits 6 to 11 of the address)
 // and evict one another. They take the pairs in groups instead, writing one panel a group's length at a time
 // while the group's rows stay in L1.
-constexpr int64_t kPairGroup = 16;
+constexpr int64_t kPairGroup = 8;
 
 // A block m x kc (float32 or bfloat16, any strides) -> mr-row panels of pairs, each round_up(kc, 2) long.
 template <typename S>
 void pack_a(const S* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, uint16_t* out) {
   const int64_t pairs = (kc + 1) / 2;
+  const bool ahead = prefetches_rows((a_cs == 1 ? a_rs : a_cs) * int64_t(sizeof(S)));  // (gemm_kernels.h)
   const __mmask16 panel_lanes = first_lanes(kMR);
   if (a_cs == 1) {  // row-major: 16 rows x 32 k converted, then transposed as 16 x 16 pairs
     for (int64_t i0 = 0; i0 < m; i0 += kMR) {
@@ -261,8 +262,10 @@ void pack_a(const S* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, uint1
       for (int64_t k0 = 0; k0 < kc; k0 += 32) {
         const int64_t count = std::min<int64_t>(32, kc - k0);
         __m512i block[16];
-        for (int r = 0; r < kMR; ++r)  // the rows of the panel after next (kPrefetchPanels), same k's
-          prefetch_at(A, ((i0 + kPrefetchPanels * kMR + r) * a_rs + k0) * int64_t(sizeof(S)));
+        if (ahead)  // the rows of the panel after next (kPrefetchPanels), the same 32 k's (64 or 128 bytes)
+          for (int r = 0; r < kMR; ++r)
+            for (int64_t k = k0; k < k0 + 32; k += 64 / int64_t(sizeof(S)))
+              prefetch_at(A, ((i0 + kPrefetchPanels * kMR + r) * a_rs + k) * int64_t(sizeof(S)));
 #pragma GCC unroll 16
         for (int r = 0; r < 16; ++r)
           block[r] = r < rows ? row_pairs(A + (i0 + r) * a_rs + k0, count) : _mm512_setzero_si512();
@@ -281,7 +284,8 @@ void pack_a(const S* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, uint1
         for (int64_t p = p0; p < p1; ++p) {
           const S* first = A + 2 * p * a_cs;
           const S* second = 2 * p + 1 < kc ? first + a_cs : nullptr;
-          for (int64_t k = 2 * p; k < 2 * p + 2; ++k) prefetch_at(A, ((k + kPrefetchRows) * a_cs + i0) * int64_t(sizeof(S)));
+          if (ahead)
+            for (int64_t k = 2 * p; k < 2 * p + 2; ++k) prefetch_at(A, ((k + kPrefetchRows) * a_cs + i0) * int64_t(sizeof(S)));
           _mm512_mask_storeu_epi32(out + 2 * (i0 * pairs + p * kMR), panel_lanes,
                                    interleave_pairs(first + i0, second != nullptr ? second + i0 : nullptr, rows));
         }
@@ -303,6 +307,7 @@ void pack_a(const S* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, uint1
 template <typename S>
 void pack_b(const S* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, uint16_t* out) {
   const int64_t pairs = (kc + 1) / 2;
+  const bool ahead = prefetches_rows(b_rs * int64_t(sizeof(S)));  // row-major B's rows (gemm_kernels.h)
   auto panel_width = [n](int64_t q) { return std::min<int64_t>(kNR, (std::min<int64_t>(kNR, n - q * kNR) + 15) / 16 * 16); };
   if (b_cs == 1) {  // row-major: rows k and k + 1 interleaved, 16 columns at a time
     for (int64_t p0 = 0; p0 < pairs; p0 += kPairGroup) {  // in groups of pairs: see kPairGroup
@@ -313,7 +318,8 @@ void pack_b(const S* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, uint1
           const S* first = B + 2 * p * b_rs;
           const S* second = 2 * p + 1 < kc ? first + b_rs : nullptr;
           for (int64_t j0 = q * kNR; j0 < std::min(n, (q + 1) * kNR); j0 += 16) {
-            for (int64_t k = 2 * p; k < 2 * p + 2; ++k) prefetch_at(B, ((k + kPrefetchRows) * b_rs + j0) * int64_t(sizeof(S)));
+            if (ahead)
+              for (int64_t k = 2 * p; k < 2 * p + 2; ++k) prefetch_at(B, ((k + kPrefetchRows) * b_rs + j0) * int64_t(sizeof(S)));
             _mm512_storeu_si512(panel + 2 * (p * panel_width(q) + (j0 - q * kNR)),
                                 interleave_pairs(first + j0, second != nullptr ? second + j0 : nullptr,
                                                  std::min<int64_t>(16, n - j0)));
