@@ -7,7 +7,7 @@ builds (or one build under two environments) one after the other for R rounds, p
 step of every round per side, and prints the first quartile and the median of each and their ratio.
 
 Usage:
-  bench/ab_steps.py [--rounds R] [--threads N] [--steps S] [--precision fp32|bf16 ...] OLD NEW
+  bench/ab_steps.py [--rounds R] [--threads N] [--steps S] [--precision fp32|bf16|both] OLD NEW
 OLD and NEW are train_step_bench programs, each optionally prefixed by environment assignments:
   bench/ab_steps.py /tmp/before/train_step_bench build/train_step_bench
   bench/ab_steps.py --precision bf16 "EMBER_X=0@build/train_step_bench" "EMBER_X=1@build/train_step_bench"
@@ -41,8 +41,10 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    # One value (not a list: a list would take OLD and NEW as more precisions).
+    parser.add_argument("--precision", default="both", choices=["fp32", "bf16", "both"])
     args = parser.parse_args()
+    args.precision = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
     sides = {"old": parse_side(args.old), "new": parse_side(args.new)}
     for name, (path, _) in sides.items():
         if not os.access(path, os.X_OK):
