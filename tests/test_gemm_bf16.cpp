@@ -198,13 +198,14 @@ TEST_CASE("gemm_bf16 against float32: within the bound of bfloat16's 8-bit signi
   }
 }
 
-TEST_CASE("gemm_bf16 with a bfloat16 C: the float32 C of the same kernel rounded once, bit for bit; bias, K blocks") {
+TEST_CASE("gemm_bf16 with a bfloat16 C: the float32 C of the same kernel rounded once, bit for bit; alpha, bias, K blocks") {
   // The bfloat16 C is stored tile by tile from the same float32 sums the float C path writes, so each
-  // entry must be exactly BFloat16(that float): for every kernel, layout, thread count, with and without a
-  // bias, float32 and bfloat16 operands, and for K beyond one K block (summed in float32 first), K = 0
-  // (C = the bias), ties, subnormals, NaN and infinity.
+  // entry must be exactly BFloat16(that float): for every kernel, layout, thread count, alpha 1 and not,
+  // with and without a bias, float32 and bfloat16 operands, and for K beyond one K block (summed in float32
+  // first), K = 0 (C = the bias), ties, subnormals, NaN and infinity.
   Guard guard;
   std::mt19937 rng(23);
+  float alpha = 1.0f;
   auto check = [&](int64_t M, int64_t N, int64_t K, Layout la, Layout lb, bool bias, bool bf16_operands) {
     Matrix a = layout_of(M, K, la), b = layout_of(K, N, lb);
     std::vector<float> A = random_floats(a.size, rng), B = random_floats(b.size, rng), bias_values = random_floats(N, rng);
@@ -220,11 +221,11 @@ TEST_CASE("gemm_bf16 with a bfloat16 C: the float32 C of the same kernel rounded
       std::vector<BFloat16> Ab(A.begin(), A.end()), Bb(B.begin(), B.end());
       for (size_t i = 0; i < A.size(); ++i) Ab[i] = BFloat16(A[i]);
       for (size_t i = 0; i < B.size(); ++i) Bb[i] = BFloat16(B[i]);
-      cpu::gemm_bf16(M, N, K, 1.0f, Ab.data(), a.rs, a.cs, Bb.data(), b.rs, b.cs, 0.0f, wide.data(), c_rs, bias_ptr);
-      cpu::gemm_bf16(M, N, K, 1.0f, Ab.data(), a.rs, a.cs, Bb.data(), b.rs, b.cs, narrow.data(), c_rs, bias_ptr);
+      cpu::gemm_bf16(M, N, K, alpha, Ab.data(), a.rs, a.cs, Bb.data(), b.rs, b.cs, 0.0f, wide.data(), c_rs, bias_ptr);
+      cpu::gemm_bf16(M, N, K, alpha, Ab.data(), a.rs, a.cs, Bb.data(), b.rs, b.cs, narrow.data(), c_rs, bias_ptr);
     } else {
-      cpu::gemm_bf16(M, N, K, 1.0f, A.data(), a.rs, a.cs, B.data(), b.rs, b.cs, 0.0f, wide.data(), c_rs, bias_ptr);
-      cpu::gemm_bf16(M, N, K, 1.0f, A.data(), a.rs, a.cs, B.data(), b.rs, b.cs, narrow.data(), c_rs, bias_ptr);
+      cpu::gemm_bf16(M, N, K, alpha, A.data(), a.rs, a.cs, B.data(), b.rs, b.cs, 0.0f, wide.data(), c_rs, bias_ptr);
+      cpu::gemm_bf16(M, N, K, alpha, A.data(), a.rs, a.cs, B.data(), b.rs, b.cs, narrow.data(), c_rs, bias_ptr);
     }
     bool any_rounded = false;
     for (int64_t i = 0; i < M; ++i) {
@@ -252,11 +253,16 @@ TEST_CASE("gemm_bf16 with a bfloat16 C: the float32 C of the same kernel rounded
     INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
     for (int threads : {1, 2}) {
       ember::set_num_threads(threads);
-      for (auto [M, N, K] : {std::tuple{1, 1, 1}, {15, 33, 3}, {29, 47, 31}, {200, 70, 129}, {37, 41, 2100},
-                             {29, 32, 31}, {45, 17, 1031}})  // (N <= 32: a row-major A read in place)
-        for (Layout la : layouts)
-          for (Layout lb : layouts)
-            for (bool bias : {false, true}) check(M, N, K, la, lb, bias, (M + K) % 2 == 0);
+      for (float scale : {1.0f, 0.75f}) {
+        alpha = scale;
+        INFO("alpha " << alpha);
+        for (auto [M, N, K] : {std::tuple{1, 1, 1}, {15, 33, 3}, {29, 47, 31}, {200, 70, 129}, {37, 41, 2100},
+                               {29, 32, 31}, {45, 17, 1031}})  // (N <= 32: a row-major A read in place)
+          for (Layout la : layouts)
+            for (Layout lb : layouts)
+              for (bool bias : {false, true}) check(M, N, K, la, lb, bias, (M + K) % 2 == 0);
+      }
+      alpha = 1.0f;
       check(9, 13, 0, Layout::RowMajor, Layout::RowMajor, true, false);   // K = 0: C = the bias, rounded
       check(9, 13, 0, Layout::RowMajor, Layout::RowMajor, false, true);   // K = 0, no bias: zeros
       check(0, 13, 5, Layout::RowMajor, Layout::RowMajor, true, false);   // no rows: nothing written

@@ -180,6 +180,14 @@ void tiles_with_a_in_place(const Kernel& kernel, const Problem<typename Kernel::
   using P = typename Kernel::Packed;
   for (int64_t ir = m0; ir < m1; ir += kernel.mr) {
     const int m_rows = static_cast<int>(std::min<int64_t>(kernel.mr, m1 - ir));
+    const P* a = reinterpret_cast<const P*>(p.A + ir * p.a_rs + pc * p.a_cs);  // (bfloat16: its bits)
+    if constexpr (std::is_same_v<T, float>) {
+      if (p.C16 != nullptr && kernel.tile_to_bf16 != nullptr) {  // rounded as stored (one K block: pc is 0)
+        kernel.tile_to_bf16(kc, a, std::max<int64_t>(p.a_rs, 1), b_panel, p.C16 + ir * p.c_rs + jc, p.c_rs, m_rows,
+                            static_cast<int>(nc), p.alpha, p.bias != nullptr ? p.bias + jc : nullptr);
+        continue;
+      }
+    }
     T* c_tile = p.C16 != nullptr ? c_scratch : p.C + ir * p.c_rs + jc;
     const int64_t c_rs = p.C16 != nullptr ? kernel.nr : p.c_rs;
     T tile_beta = beta;
@@ -187,7 +195,6 @@ void tiles_with_a_in_place(const Kernel& kernel, const Problem<typename Kernel::
       scale_c(p, c_tile, c_rs, m_rows, nc, jc);  // C = beta C + bias
       tile_beta = T(1);
     }
-    const P* a = reinterpret_cast<const P*>(p.A + ir * p.a_rs + pc * p.a_cs);  // (bfloat16: its bits)
     kernel.tile_direct(kc, a, p.a_rs, p.a_cs, b_panel, c_tile, c_rs, m_rows, static_cast<int>(nc), p.alpha, tile_beta);
     if constexpr (std::is_same_v<T, float>) {
       if (p.C16 != nullptr) round_rows(kernel, c_scratch, kernel.nr, p.C16 + ir * p.c_rs + jc, p.c_rs, m_rows, nc);
@@ -231,6 +238,13 @@ void gemm_block(const Kernel& kernel, const Problem<typename Kernel::Output, typ
           for (int64_t jr = 0; jr < nc; jr += nr) {
             const int n_cols = static_cast<int>(std::min<int64_t>(nr, nc - jr));
             const P* b_panel = b_packed + jr * panel_k;
+            if constexpr (std::is_same_v<T, float>) {
+              if (p.C16 != nullptr && kernel.tile_to_bf16 != nullptr) {  // rounded as stored (one K block: pc is 0)
+                kernel.tile_to_bf16(kc, a_packed + ir * panel_k, 0, b_panel, p.C16 + (ic + ir) * p.c_rs + jc + jr,
+                                    p.c_rs, m_rows, n_cols, p.alpha, p.bias != nullptr ? p.bias + jc + jr : nullptr);
+                continue;
+              }
+            }
             // A bfloat16 C: the tile is summed into float scratch (one K block, beta 0), then rounded.
             T* c_tile = p.C16 != nullptr ? c_scratch : p.C + (ic + ir) * p.c_rs + jc + jr;
             const int64_t c_rs = p.C16 != nullptr ? nr : p.c_rs;

@@ -43,15 +43,17 @@ constexpr int kMR = 14;
 constexpr int kNV = 2;
 constexpr int kNR = 16 * kNV;
 
-enum class Store { Overwrite, Accumulate, General, Bias };
+enum class Store { Overwrite, Accumulate, General, Bias, Bf16 };
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
 
 // One kRows x (kVecs * 16) tile of C from kc k's (ceil(kc / 2) pairs). kDirect: A is read in place, row r
 // at a + r * a_rs with its k contiguous (a bfloat16 row-major A: the pair (k, k + 1) is already two adjacent
 // words; an odd kc's last k is paired with a zero, as packing pads it), instead of from a packed panel.
-template <int kRows, int kVecs, Store kStore, bool kDirect = false>
-void tile_with(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t c_rs, int n_cols, float alpha,
+// Store::Bf16: C is bfloat16 (COut uint16_t), beta 0: alpha times the sums, plus the bias (if any), each entry
+// rounded as it is stored (gemm_kernels.h's tile_to_bf16: the bias first for a packed A and alpha 1).
+template <int kRows, int kVecs, Store kStore, bool kDirect = false, typename COut = float>
+void tile_with(int64_t kc, const uint16_t* a, const uint16_t* b, COut* c, int64_t c_rs, int n_cols, float alpha,
                float beta, const float* bias = nullptr, int64_t a_rs = 0) {
   const __mmask16 all = 0xFFFF;
   const int last_lanes = n_cols - (kVecs - 1) * 16;
@@ -63,6 +65,8 @@ void tile_with(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64
     for (int v = 0; v < kVecs; ++v) {
       if constexpr (kStore == Store::Bias) acc[r][v] = _mm512_maskz_loadu_ps(v == kVecs - 1 ? last : all, bias + v * 16);
       else acc[r][v] = _mm512_setzero_ps();
+      if constexpr (kStore == Store::Bf16 && !kDirect)
+        if (bias != nullptr && alpha == 1) acc[r][v] = _mm512_maskz_loadu_ps(v == kVecs - 1 ? last : all, bias + v * 16);
     }
   }
 #pragma GCC unroll 32
@@ -94,11 +98,18 @@ void tile_with(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64
   if (kDirect && kc % 2 == 1) step(true);
 #pragma GCC unroll 32
   for (int r = 0; r < kRows; ++r) {
-    float* row = c + r * c_rs;
+    COut* row = c + r * c_rs;
 #pragma GCC unroll 8
     for (int v = 0; v < kVecs; ++v) {
       const __mmask16 mask = v == kVecs - 1 ? last : all;
       __m512 out = acc[r][v];
+      if constexpr (kStore == Store::Bf16) {
+        if (alpha != 1) out = _mm512_mul_ps(out, _mm512_set1_ps(alpha));
+        if (bias != nullptr && (kDirect || alpha != 1)) out = _mm512_add_ps(out, _mm512_maskz_loadu_ps(mask, bias + v * 16));
+        const __m256bh narrow = _mm512_cvtneps_pbh(out);  // as round_rows: nearest even, NaN kept
+        _mm256_mask_storeu_epi16(row + v * 16, mask, reinterpret_cast<const __m256i&>(narrow));
+        continue;
+      }
       if constexpr (kStore == Store::Accumulate) {
         out = _mm512_add_ps(out, _mm512_maskz_loadu_ps(mask, row + v * 16));
       } else if constexpr (kStore == Store::General) {
@@ -137,9 +148,20 @@ void tile_direct(int64_t kc, const uint16_t* a, int64_t a_rs, const uint16_t* b,
     tile_with<kRows, kVecs, Store::General, true>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs);
 }
 
+// The tile into a bfloat16 C (gemm_kernels.h's Bf16TileFunction): a_rs 0, a packed A; else A in place.
+template <int kRows, int kVecs>
+void tile_bf16(int64_t kc, const uint16_t* a, int64_t a_rs, const uint16_t* b, BFloat16* c, int64_t c_rs, int n_cols,
+               float alpha, const float* bias) {
+  uint16_t* words = reinterpret_cast<uint16_t*>(c);
+  if (a_rs == 0) tile_with<kRows, kVecs, Store::Bf16, false, uint16_t>(kc, a, b, words, c_rs, n_cols, alpha, 0, bias);
+  else tile_with<kRows, kVecs, Store::Bf16, true, uint16_t>(kc, a, b, words, c_rs, n_cols, alpha, 0, bias, a_rs);
+}
+
 using Tile = void (*)(int64_t, const uint16_t*, const uint16_t*, float*, int64_t, int, float, float);
 using DirectTile = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, float*, int64_t, int, float, float);
 using BiasTile = void (*)(int64_t, const uint16_t*, const uint16_t*, float*, int64_t, int, const float*);
+using Bf16Tile = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, BFloat16*, int64_t, int, float,
+                          const float*);
 
 // table[rows - 1][vecs - 1]
 template <int... kRowsMinus1>
@@ -158,6 +180,12 @@ constexpr auto bias_tile_table(std::integer_sequence<int, kRowsMinus1...>) {
       std::array<BiasTile, 2>{&tile_bias<kRowsMinus1 + 1, 1>, &tile_bias<kRowsMinus1 + 1, 2>}...};
 }
 
+template <int... kRowsMinus1>
+constexpr auto bf16_tile_table(std::integer_sequence<int, kRowsMinus1...>) {
+  return std::array<std::array<Bf16Tile, 2>, sizeof...(kRowsMinus1)>{
+      std::array<Bf16Tile, 2>{&tile_bf16<kRowsMinus1 + 1, 1>, &tile_bf16<kRowsMinus1 + 1, 2>}...};
+}
+
 void tile_any_size(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t c_rs, int m_rows, int n_cols,
                    float alpha, float beta) {
   static constexpr auto table = tile_table(std::make_integer_sequence<int, kMR>{});
@@ -168,6 +196,11 @@ void direct_tile_any_size(int64_t kc, const uint16_t* a, int64_t a_rs, int64_t /
                           int64_t c_rs, int m_rows, int n_cols, float alpha, float beta) {
   static constexpr auto table = direct_tile_table(std::make_integer_sequence<int, kMR>{});
   table[m_rows - 1][(n_cols + 15) / 16 - 1](kc, a, a_rs, b, c, c_rs, n_cols, alpha, beta);
+}
+void bf16_tile_any_size(int64_t kc, const uint16_t* a, int64_t a_rs, const uint16_t* b, BFloat16* c, int64_t c_rs,
+                        int m_rows, int n_cols, float alpha, const float* bias) {
+  static constexpr auto table = bf16_tile_table(std::make_integer_sequence<int, kMR>{});
+  table[m_rows - 1][(n_cols + 15) / 16 - 1](kc, a, a_rs, b, c, c_rs, n_cols, alpha, bias);
 }
 void bias_tile_any_size(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t c_rs, int m_rows,
                         int n_cols, const float* bias) {
@@ -376,10 +409,10 @@ constexpr int64_t kKC = 1024, kMC = 168, kNC = 512;
 
 const GemmKernel<float, uint16_t, float> kAvx512Bf16FromFloat = {
     "avx512_bf16", kMR, kNR, 16, kKC, kMC, kNC, &tile_any_size, &pack_a<float>, &pack_b<float>, &bias_tile_any_size, 2,
-    nullptr, &round_rows};
+    nullptr, &round_rows, &bf16_tile_any_size};
 const GemmKernel<BFloat16, uint16_t, float> kAvx512Bf16FromBf16 = {
     "avx512_bf16", kMR, kNR, 16, kKC, kMC, kNC, &tile_any_size, &pack_a<BFloat16>, &pack_b<BFloat16>, &bias_tile_any_size, 2,
-    &direct_tile_any_size, &round_rows};
+    &direct_tile_any_size, &round_rows, &bf16_tile_any_size};
 
 }  // namespace ember::cpu::detail
 

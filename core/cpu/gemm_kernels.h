@@ -41,6 +41,13 @@ using PackBFunction = void (*)(const S* B, int64_t b_rs, int64_t b_cs, int64_t k
 // Optional, for a bfloat16 C: out[i * out_rs + j] = BFloat16(in[i * in_rs + j]) for i < rows, j < cols
 // (round to nearest even, NaN kept; a kernel may flush subnormals to zero, as its packing does).
 using RoundRowsFunction = void (*)(const float* in, int64_t in_rs, BFloat16* out, int64_t out_rs, int rows, int cols);
+// Optional, for a bfloat16 C (one K block, beta 0): the tile summed in float, each entry rounded (as
+// round_rows) as it is stored, with no float tile in between. a_rs 0: a packed A micro-panel; else A read
+// in place, rows a_rs apart (tile_direct's layout). C = alpha A B (+ bias), the bias added where the float
+// C path adds it: the sums start from it for a packed A and alpha 1 (tile_bias), else it is added last.
+template <typename P>
+using Bf16TileFunction = void (*)(int64_t kc, const P* a, int64_t a_rs, const P* b_panel, BFloat16* c, int64_t c_rs,
+                                  int m_rows, int n_cols, float alpha, const float* bias);
 
 // A micro-kernel, its packing routines and the cache blocking that suits it. S: the operands' type
 // in memory; P: packed; Out: C's (GemmKernel<float> is the plain float GEMM).
@@ -65,6 +72,7 @@ struct GemmKernel {
   int k_granule = 1;
   DirectTileFunction<P, Out> tile_direct = nullptr;  // null: A is always packed (kernels whose S != P)
   RoundRowsFunction round_rows = nullptr;  // null: a plain loop stores a bfloat16 C (gemm.cpp)
+  Bf16TileFunction<P> tile_to_bf16 = nullptr;  // null: a bfloat16 C goes through a float tile and round_rows
 };
 
 // Software prefetch for the packers. Packing streams its operand from memory (a weight gradient's, 8,192
