@@ -56,9 +56,10 @@ HeadTask head_task(const Dims& d, int64_t task, const bool* padding) {
   return {b, task % d.H, L, padding_holes(pad, L)};
 }
 
-// One head's [T, T] block of bfloat16 probabilities widened to float (exact).
+// One head's [T, T] block of bfloat16 probabilities widened to float (exact; 16 at a time) or double.
 template <typename T>
 void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) return widen(from, to, n);
   for (int64_t i = 0; i < n; ++i) to[i] = T(float(from[i]));
 }
 
@@ -147,10 +148,9 @@ void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const boo
       continue;
     }
     if (row16 != nullptr) {
-      for (int64_t j = 0; j < cols; ++j) {
-        row[j] *= inv;
-        row16[j] = BFloat16(float(row[j]));
-      }
+      for (int64_t j = 0; j < cols; ++j) row[j] *= inv;
+      if constexpr (std::is_same_v<T, float>) narrow(row, row16, cols);
+      else for (int64_t j = 0; j < cols; ++j) row16[j] = BFloat16(float(row[j]));
       std::fill(row16 + cols, row16 + ld, BFloat16());
     } else {
       for (int64_t j = 0; j < cols; ++j) row[j] *= inv;
@@ -178,7 +178,8 @@ void softmax_rows_from_stats(T* s, int64_t rows, int64_t cols, int64_t ld, const
     row_exp_scaled(row, m, inv, row, cols);
     std::fill(row + cols, row + ld, T(0));
     if (row16 != nullptr) {
-      for (int64_t j = 0; j < cols; ++j) row16[j] = BFloat16(float(row[j]));
+      if constexpr (std::is_same_v<T, float>) narrow(row, row16, cols);
+      else for (int64_t j = 0; j < cols; ++j) row16[j] = BFloat16(float(row[j]));
       std::fill(row16 + cols, row16 + ld, BFloat16());
     }
   }

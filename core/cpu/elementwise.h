@@ -25,17 +25,8 @@ inline LoopOperand broadcast_operand(const Tensor& t, const Shape& out_shape) {
 
 // bfloat16 rows are computed in chunks: widened into float buffers on the stack, run through the same float
 // loop as a float32 row (so it vectorises as that one does), and rounded back.
+// (widen and narrow: core/cpu/lanes.h.)
 constexpr int64_t kWideChunk = 256;
-inline void widen(const BFloat16* in, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + lanes::kLanes <= n; i += lanes::kLanes) lanes::store(out + i, lanes::load_widened(in + i));
-  for (; i < n; ++i) out[i] = float(in[i]);
-}
-inline void narrow(const float* in, BFloat16* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + lanes::kLanes <= n; i += lanes::kLanes) lanes::store_rounded(out + i, lanes::load(in + i));
-  for (; i < n; ++i) out[i] = BFloat16(in[i]);
-}
 
 // The float loops a bfloat16 chunk runs through, widened: out = f(x), and g * f'(x, y) into g.
 template <typename F>

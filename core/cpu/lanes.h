@@ -97,3 +97,20 @@ inline void lookup_store(const BFloat16* table, const BFloat16* keys, BFloat16* 
 }
 
 }  // namespace ember::cpu::lanes
+
+namespace ember::cpu {
+
+// n bfloat16 widened to float (exact), and n floats rounded to bfloat16 (nearest even, NaN kept): whole
+// rows, 16 at a time.
+inline void widen(const BFloat16* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + lanes::kLanes <= n; i += lanes::kLanes) lanes::store(out + i, lanes::load_widened(in + i));
+  for (; i < n; ++i) out[i] = float(in[i]);
+}
+inline void narrow(const float* in, BFloat16* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + lanes::kLanes <= n; i += lanes::kLanes) lanes::store_rounded(out + i, lanes::load(in + i));
+  for (; i < n; ++i) out[i] = BFloat16(in[i]);
+}
+
+}  // namespace ember::cpu
