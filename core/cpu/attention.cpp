@@ -59,8 +59,8 @@ HeadTask head_task(const Dims& d, int64_t task, const bool* padding) {
 // One head's [T, T] block of bfloat16 probabilities widened to float (exact; 16 at a time) or double.
 template <typename T>
 void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) return widen(from, to, n);
-  for (int64_t i = 0; i < n; ++i) to[i] = T(float(from[i]));
+  if constexpr (std::is_same_v<T, float>) widen(from, to, n);
+  else for (int64_t i = 0; i < n; ++i) to[i] = T(float(from[i]));
 }
 
 // sum_j p[j] dp[j] with p bfloat16, in row_dot's lane order: row_dot's value on p widened, without widening it.

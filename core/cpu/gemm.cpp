@@ -341,13 +341,12 @@ void run_grids(const Kernel& kernel, const Problem<typename Kernel::Output, type
     const Kernel& kernel;
     const Problem<typename Kernel::Output, typename Kernel::Source>* products;
     ThreadGrid grid;
-  } split{kernel, products, grid};
-  const int64_t cells = int64_t{grid.row_groups} * grid.col_groups;
-  parallel_for(0, count * cells, 1, [&split](int64_t first, int64_t last) {
-    for (int64_t t = first; t < last; ++t) {
-      const auto& p = split.products[t / (int64_t{split.grid.row_groups} * split.grid.col_groups)];
-      const GridCell c = grid_cell(split.kernel, p.M, p.N, split.grid,
-                                   t % (int64_t{split.grid.row_groups} * split.grid.col_groups));
+    int64_t cells;  // per product
+  } split{kernel, products, grid, int64_t{grid.row_groups} * grid.col_groups};
+  parallel_for(0, count * split.cells, 1, [&split](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) {  // task t: product t / cells, its cell t % cells
+      const auto& p = split.products[t / split.cells];
+      const GridCell c = grid_cell(split.kernel, p.M, p.N, split.grid, t % split.cells);
       if (c.m0 < c.m1 && c.n0 < c.n1) gemm_block(split.kernel, p, c.m0, c.m1, c.n0, c.n1);
     }
   });
@@ -369,8 +368,8 @@ void gemm_threaded(const Kernel& kernel, const Problem<typename Kernel::Output, 
 // has each pack only its half of both. So K is cut in two (at a K block): the first half summed into C
 // (with beta and the bias), the second into a scratch C, added to C at the end. It is cut so whatever the
 // thread count (one thread runs the halves one after the other), so the result does not depend on it.
-// Measured at the recipe's dW shapes, 2 threads: bfloat16 up to 1.1x faster, float32 unchanged
-// (docs/performance.md).
+// Measured at the recipe's dW shapes, 2 threads, in one busy sitting: bfloat16 1.0x to 1.1x faster, float32
+// unchanged (docs/performance.md).
 template <typename Kernel>
 bool splits_k(const Kernel& kernel, const Problem<typename Kernel::Output, typename Kernel::Source>& p) {
   return p.C16 == nullptr && p.K >= 4 * kernel.kc && p.K >= 8 * std::max(p.M, p.N);

@@ -75,16 +75,15 @@ struct GemmKernel {
   Bf16TileFunction<P> tile_to_bf16 = nullptr;  // null: a bfloat16 C goes through a float tile and round_rows
 };
 
-// Software prefetch for the packers. Packing streams its operand from memory (a weight gradient's, 8,192
-// tokens of float32, is tens of MiB), reading many rows side by side (a group of k's, or a panel's rows), and
-// the hardware prefetchers do not run far enough ahead on that many streams: the packers then wait on each
-// line (the float32-operand dW products at K = 8,192 ran 1.2x faster with the prefetch, in one process,
-// alternated). So as a packer reads a row it prefetches the row it will read kPrefetchRows rows (k's)
-// further on, or, reading a panel's rows, the panel after next. Only for rows less than 4 KiB apart:
-// rows a multiple of 4 KiB apart share their L1 sets, and the rows fetched ahead evict the ones being read
-// (A^T with 8,192 columns ran 15% slower with it). The prefetched address may lie past the operand (the last
-// rows look ahead of its end): a prefetch never faults, and the address is made as an integer, so no
-// pointer outside the operand is formed.
+// Software prefetch for the packers. Packing streams its operand from memory (a weight gradient's operands,
+// 8,192 tokens long, are up to 20 MiB in float32), reading many rows side by side (a group of k's, or a
+// panel's rows), and the hardware prefetchers do not run far enough ahead on that many streams: the packers
+// then wait on each line. So as a packer reads a row it prefetches the row it will read kPrefetchRows rows
+// (k's) further on, or, reading a panel's rows, the panel after next. Only for rows less than 4 KiB apart:
+// rows a multiple of 4 KiB apart share their L1 sets, and the rows fetched ahead evict the ones being read.
+// (What each bought and cost: docs/performance.md, "the packers prefetch".) The prefetched address may lie
+// past the operand (the last rows look ahead of its end): a prefetch never faults, and the address is made
+// as an integer, so no pointer outside the operand is formed.
 constexpr int64_t kPrefetchRows = 32;
 constexpr int64_t kPrefetchPanels = 2;
 inline bool prefetches_rows(int64_t row_stride_bytes) { return row_stride_bytes < 4096; }
