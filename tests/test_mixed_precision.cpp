@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/allocator.h"
+#include "core/cpu/attention.h"
 #include "core/cuda_ops.h"
 #include "core/precision.h"
 #include "helpers.h"
@@ -311,6 +312,38 @@ TEST_CASE("mixed precision attention: products in bfloat16, softmax in float32, 
   INFO("relative error of dqkv: " << relative);
   CHECK(relative > 0);
   CHECK(relative <= 8 * u);
+}
+
+TEST_CASE("bfloat16 qkv attention (CPU): gradient within the bound of float32's on the same values; masks; needs O") {
+  // The bfloat16 path's backward takes rowsum(dP P) as rowsum(dO O) (core/cpu/attention.cpp), from the kept
+  // bfloat16 output. Against float32 attention on the same (bfloat16) values: the norm-wise error of dqkv,
+  // with padding holes, a review of padding only (no gradient at all) and the causal mask.
+  const int64_t B = 3, T = 19, D = 24, H = 3;
+  Generator gen(17);
+  Tensor mask = zeros({B, T}, Dtype::Bool);
+  mask.data<bool>()[4] = mask.data<bool>()[T + 11] = true;
+  for (int64_t t = 15; t < T; ++t) mask.data<bool>()[T + t] = true;
+  for (int64_t t = 0; t < T; ++t) mask.data<bool>()[2 * T + t] = true;  // review 2: padding only
+  const Tensor values16 = uniform({B, T, 3 * D}, -1, 1, gen).to(Dtype::BFloat16);
+  const Tensor g = uniform({B, T, D}, -1, 1, gen);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    Tensor qkv16 = values16.detach().requires_grad_(), qkv32 = values16.to(Dtype::Float32).requires_grad_();
+    Tensor o16 = attention(qkv16, H, mask, causal), o32 = attention(qkv32, H, mask, causal);
+    REQUIRE(o16.dtype() == Dtype::BFloat16);
+    o16.backward(g.to(Dtype::BFloat16));
+    o32.backward(g);
+    REQUIRE(qkv16.grad().dtype() == Dtype::BFloat16);
+    const double relative = relative_norm_error(qkv16.grad(), qkv32.grad());
+    INFO("relative error of dqkv: " << relative);
+    CHECK(relative > 0);
+    CHECK(relative <= 8 * u);
+    const std::vector<double> d = values(qkv16.grad());
+    CHECK(std::all_of(d.begin() + 2 * T * 3 * D, d.end(), [](double x) { return x == 0; }));
+  }
+  // The CPU backward reads O for a bfloat16 qkv: without it, an error naming what it needs.
+  check_error([&] { cpu::attention_backward(g.to(Dtype::BFloat16), values16, Tensor(), Tensor(), H, mask); },
+              "attention_backward: a bfloat16 qkv needs the forward's contiguous bfloat16 output [3, 19, 24]");
 }
 
 TEST_CASE("mixed precision attention keeps its probabilities for backward in bfloat16; weights come back float32") {
