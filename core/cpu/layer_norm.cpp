@@ -62,37 +62,38 @@ void forward_kernel(const T* x, const T* w, const T* b, T* y, double* mean_out, 
 
 // One chunk of rows: dx for each row (when dx != nullptr), and the chunk's sums of grad * xhat and
 // grad into part_w / part_b (when not null), each of D doubles, overwritten.
+// In the input's precision, as the forward: each row shifted by its first element again (x - x0 is exact
+// for a row far from zero, where x - mean in float32 would keep only the mean's digits), its mean
+// deviation mu - x0 taken from the float64 mean; 16-lane sums; the chunk's sums over its rows (at most
+// layer_norm_rows_per_chunk) in T, then added in float64 (combine_chunks).
 template <typename T, bool kHasWeight>
 void backward_chunk(const T* g, const T* x, const double* mean, const double* rstd, const T* w, T* dx,
                     double* part_w, double* part_b, int64_t first, int64_t last, int64_t D) {
-  if (part_w) std::fill(part_w, part_w + D, 0.0);
-  if (part_b) std::fill(part_b, part_b + D, 0.0);
-  const double inv_d = 1.0 / double(D);
+  std::vector<T> sum_w(part_w ? size_t(D) : 0, T(0)), sum_b(part_b ? size_t(D) : 0, T(0));
+  const T inv_d = T(1) / T(D);
   for (int64_t r = first; r < last; ++r) {
     const T* gr = g + r * D;
     const T* xr = x + r * D;
-    const double mu = mean[r], rs = rstd[r];
+    const T shift = xr[0], deviation = T(mean[r] - double(shift)), rs = T(rstd[r]);
+    auto xhat_at = [&](int64_t i) { return ((xr[i] - shift) - deviation) * rs; };
     if (dx) {
       // a = sum(gw), c = sum(gw * xhat), gw = g * w
       auto gw_at = [&](int64_t i) {
-        if constexpr (kHasWeight) return double(gr[i]) * double(w[i]);
-        else return double(gr[i]);
+        if constexpr (kHasWeight) return gr[i] * w[i];
+        else return gr[i];
       };
-      double a = lane_sum<double>(D, gw_at);
-      double c = lane_sum<double>(D, [&](int64_t i) { return gw_at(i) * (double(xr[i]) - mu) * rs; });
-      a *= inv_d;
-      c *= inv_d;
+      const T a = lane_sum<T>(D, gw_at) * inv_d;
+      const T c = lane_sum<T>(D, [&](int64_t i) { return gw_at(i) * xhat_at(i); }) * inv_d;
       T* dxr = dx + r * D;
-      for (int64_t j = 0; j < D; ++j) {
-        double xhat = (double(xr[j]) - mu) * rs;
-        dxr[j] = T(rs * (gw_at(j) - a - xhat * c));
-      }
+      for (int64_t j = 0; j < D; ++j) dxr[j] = rs * (gw_at(j) - a - xhat_at(j) * c);
     }
     if (part_w)
-      for (int64_t j = 0; j < D; ++j) part_w[j] += double(gr[j]) * ((double(xr[j]) - mu) * rs);
+      for (int64_t j = 0; j < D; ++j) sum_w[size_t(j)] += gr[j] * xhat_at(j);
     if (part_b)
-      for (int64_t j = 0; j < D; ++j) part_b[j] += double(gr[j]);
+      for (int64_t j = 0; j < D; ++j) sum_b[size_t(j)] += gr[j];
   }
+  if (part_w) std::copy(sum_w.begin(), sum_w.end(), part_w);
+  if (part_b) std::copy(sum_b.begin(), sum_b.end(), part_b);
 }
 
 // Sums the chunk rows of `parts` ([chunks, D]) into out [D], for every column in chunk order

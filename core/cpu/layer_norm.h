@@ -4,7 +4,8 @@
 // Precision: the forward computes in the input's dtype, on the row shifted by its first element
 // (so rows far from zero keep their digits), in two passes (the mean, then the mean of squared
 // deviations from it, so no cancellation), each a 16-lane sum; the saved mean / rstd are float64 tensors whatever the
-// input dtype. The backward computes in double and rounds once at the end.
+// input dtype. The backward computes in the input's dtype too, on each row shifted by its first element
+// again; each chunk's dweight / dbias sums are added in double.
 // Determinism: rows are processed by one thread each; dweight and dbias are summed per chunk of
 // layer_norm_rows_per_chunk(D) rows (a fixed split that depends only on D), and the chunk sums
 // are then added in chunk order. Results are bitwise identical for any thread count.

@@ -209,20 +209,14 @@ Layout layout_of(const Shape& shape, int64_t dim) {
 
 // ---- Row building blocks
 
-// Four running maxima, so that each compare waits on the one four vectors back, not the one before (a
-// row of 256 floats: 16 vectors, a chain of 16 compares with one); the maximum is the same in any order.
 template <typename T>
 T row_max(const T* x, int64_t n) {
-  const Lanes<T> none = splat(-std::numeric_limits<T>::infinity());
-  Lanes<T> lanes = none, more[3] = {none, none, none};
-  auto keep_max = [](Lanes<T>& best, Lanes<T> v) { best = v > best ? v : best; };  // a NaN never wins
+  Lanes<T> lanes = splat(-std::numeric_limits<T>::infinity());
   int64_t i = 0;
-  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
-    keep_max(lanes, load(x + i));
-    for (int a = 0; a < 3; ++a) keep_max(more[a], load(x + i + (a + 1) * kLanes));
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes<T> v = load(x + i);
+    lanes = v > lanes ? v : lanes;  // a NaN never wins
   }
-  for (; i + kLanes <= n; i += kLanes) keep_max(lanes, load(x + i));
-  for (int a = 0; a < 3; ++a) keep_max(lanes, more[a]);
   T best = lanes[0];
   for (int k = 1; k < kLanes; ++k) best = lanes[k] > best ? lanes[k] : best;
   for (; i < n; ++i) best = x[i] > best ? x[i] : best;
