@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "core/allocator.h"
-#include "core/cpu/attention.h"
 #include "core/cuda_ops.h"
 #include "core/precision.h"
 #include "helpers.h"
@@ -314,10 +313,10 @@ TEST_CASE("mixed precision attention: products in bfloat16, softmax in float32, 
   CHECK(relative <= 8 * u);
 }
 
-TEST_CASE("bfloat16 qkv attention (CPU): gradient within the bound of float32's on the same values; masks; needs O") {
-  // The bfloat16 path's backward takes rowsum(dP P) as rowsum(dO O) (core/cpu/attention.cpp), from the kept
-  // bfloat16 output. Against float32 attention on the same (bfloat16) values: the norm-wise error of dqkv,
-  // with padding holes, a review of padding only (no gradient at all) and the causal mask.
+TEST_CASE("bfloat16 qkv attention (CPU): gradient within the bound of float32's on the same values; masks") {
+  // The bfloat16 path's backward (core/cpu/attention.cpp: bfloat16 products, dS from the kept bfloat16 P)
+  // against float32 attention on the same (bfloat16) values: the norm-wise error of dqkv, with padding holes,
+  // a review of padding only (no gradient at all) and the causal mask.
   const int64_t B = 3, T = 19, D = 24, H = 3;
   Generator gen(17);
   Tensor mask = zeros({B, T}, Dtype::Bool);
@@ -337,13 +336,10 @@ TEST_CASE("bfloat16 qkv attention (CPU): gradient within the bound of float32's 
     const double relative = relative_norm_error(qkv16.grad(), qkv32.grad());
     INFO("relative error of dqkv: " << relative);
     CHECK(relative > 0);
-    CHECK(relative <= 8 * u);
+    CHECK(relative <= 2 * u);  // measured 0.67 u (rowsum(dP P) missing its last key: 1.6 u, and 7.4 u causal)
     const std::vector<double> d = values(qkv16.grad());
     CHECK(std::all_of(d.begin() + 2 * T * 3 * D, d.end(), [](double x) { return x == 0; }));
   }
-  // The CPU backward reads O for a bfloat16 qkv: without it, an error naming what it needs.
-  check_error([&] { cpu::attention_backward(g.to(Dtype::BFloat16), values16, Tensor(), Tensor(), H, mask); },
-              "attention_backward: a bfloat16 qkv needs the forward's contiguous bfloat16 output [3, 19, 24]");
 }
 
 TEST_CASE("mixed precision attention keeps its probabilities for backward in bfloat16; weights come back float32") {

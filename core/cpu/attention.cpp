@@ -21,7 +21,7 @@ namespace {
 using namespace attention_layout;
 
 // [T, T] scratch blocks per thread (slot 0: the probabilities when they are not kept as T, and dS;
-// slot 1: the backward's float32 copy of a head's bfloat16 probabilities, or the bfloat16 backward's row dots).
+// slot 1: the backward's float32 copy of a head's bfloat16 probabilities).
 template <typename T, int kSlot = 0>
 T* scratch(int64_t count) {
   thread_local std::vector<T> buffer;
@@ -63,13 +63,13 @@ void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
   else for (int64_t i = 0; i < n; ++i) to[i] = T(float(from[i]));
 }
 
-// sum_c a[c] b[c], both bfloat16 (widened exactly), summed in float32.
-float dot_bf16(const BFloat16* a, const BFloat16* b, int64_t n) {
+// sum_j p[j] dp[j] with p bfloat16, in row_dot's lane order: row_dot's value on p widened, without widening it.
+float dot_widened(const BFloat16* p, const float* dp, int64_t n) {
   lanes::Lanes<float> sums{};
-  int64_t c = 0;
-  for (; c + lanes::kLanes <= n; c += lanes::kLanes) sums += lanes::load_widened(a + c) * lanes::load_widened(b + c);
+  int64_t j = 0;
+  for (; j + lanes::kLanes <= n; j += lanes::kLanes) sums += lanes::load(dp + j) * lanes::load_widened(p + j);
   float dot = lanes::lane_total<float>(sums);
-  for (; c < n; ++c) dot += float(a[c]) * float(b[c]);
+  for (; j < n; ++j) dot += dp[j] * float(p[j]);
   return dot;
 }
 
@@ -295,11 +295,8 @@ void forward_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding
   });
 }
 
-// dS = P (dP - rowsum(dP P)) takes rowsum(dP P) as rowsum(dO O) (equal, since O = P V and dP = dO V^T): Dh
-// products per row from the kept output instead of a second pass over the row's T keys (as FlashAttention's
-// backward and window_attention.cpp do).
-void backward_kernel_bf16(const Dims& d, const BFloat16* grad, const BFloat16* qkv, const BFloat16* out,
-                          const BFloat16* probs, const bool* padding, BFloat16* dqkv) {
+void backward_kernel_bf16(const Dims& d, const BFloat16* grad, const BFloat16* qkv, const BFloat16* probs,
+                          const bool* padding, BFloat16* dqkv) {
   const float scale = 1.0f / std::sqrt(float(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
@@ -308,16 +305,14 @@ void backward_kernel_bf16(const Dims& d, const BFloat16* grad, const BFloat16* q
       const auto [q, k, v, dq, dk, dv] = head_of(d, b, h, qkv, dqkv);
       const BFloat16* p16 = probs + task * d.T * d.T;
       const BFloat16* go = grad + b * d.T * d.D + h * d.Dh;  // dO of this head, row stride D
-      const BFloat16* o = out + b * d.T * d.D + h * d.Dh;    // O of this head, row stride D
       float* ds = scratch<float>(d.T * d.T);
       BFloat16* ds16 = scratch<BFloat16>(d.T * d.T);
-      float* dots = scratch<float, 1>(d.T);  // rowsum(dO O), first: O's rows (one line each) miss together
-      for (int64_t i = 0; i < d.T; ++i) dots[i] = dot_bf16(go + i * d.D, o + i * d.D, d.Dh);
       gemm_bf16(d.T, L, d.Dh, 1.0f, go, d.D, 1, v, 1, d.row(), 0.0f, ds, d.T);          // dP = dO V^T
-      for (int64_t i = 0; i < d.T; ++i) {                                            // dS = P (dP - rowsum(dO O))
+      for (int64_t i = 0; i < d.T; ++i) {                                            // dS = P (dP - rowsum(dP P))
+        const float* row = ds + i * d.T;
         const BFloat16* prow = p16 + i * d.T;
         if (i + kRowsAhead < d.T) prefetch_row(prow + kRowsAhead * d.T, L);
-        ds_row_bf16(prow, ds + i * d.T, dots[i], ds16 + i * d.T, L);
+        ds_row_bf16(prow, row, dot_widened(prow, row, L), ds16 + i * d.T, L);
       }
       // After dS: its row-by-row pass has brought P into cache for the column-wise packing of P^T.
       gemm_bf16(L, d.Dh, d.T, 1.0f, p16, 1, d.T, go, d.D, 1, dv, d.row());              // dV = P^T dO
@@ -384,18 +379,14 @@ Tensor attention_probs(const Tensor& qkv, int64_t heads, const Tensor& key_paddi
   return probs;
 }
 
-Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& probs,
-                          int64_t heads, const Tensor& key_padding_mask, bool bf16) {
+Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
+                          const Tensor& key_padding_mask, bool bf16) {
   const Dims d = dims_of(qkv, heads);
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
   const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
   if (qkv.dtype() == Dtype::BFloat16) {
-    EMBER_CHECK(out.defined() && out.is_contiguous() && out.dtype() == Dtype::BFloat16 &&
-                    out.shape() == Shape({d.B, d.T, d.D}),
-                "attention_backward: a bfloat16 qkv needs the forward's contiguous bfloat16 output [{}, {}, {}]",
-                d.B, d.T, d.D);
-    backward_kernel_bf16(d, grad_out.data<BFloat16>(), qkv.data<BFloat16>(), out.data<BFloat16>(),
-                         probs.data<BFloat16>(), padding, dqkv.data<BFloat16>());
+    backward_kernel_bf16(d, grad_out.data<BFloat16>(), qkv.data<BFloat16>(), probs.data<BFloat16>(), padding,
+                         dqkv.data<BFloat16>());
     return dqkv;
   }
   dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {

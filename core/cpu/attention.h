@@ -12,8 +12,6 @@
 // Forward per (b, h):   P = softmax(scale Q K^T + mask)   O = P V
 // Backward per (b, h):  dV = P^T dO   dP = dO V^T   dS = P * (dP - rowsum(dP * P))
 //                       dQ = scale dS K   dK = scale dS^T Q
-// (A bfloat16 qkv's backward takes rowsum(dP * P) as rowsum(dO * O), equal since O = P V: Dh terms per
-// query from the kept output instead of a second pass over the query's T keys.)
 // Each (b, h) is one task on one thread, every sum in a fixed order: results do not depend on the
 // thread count. Keys after a review's last real token (trailing padding) get probability 0 from
 // every query, so the products stop there: a batch padded to T costs each review its own length.
@@ -53,9 +51,8 @@ Tensor attention_probs(const Tensor& qkv, int64_t heads, const Tensor& key_paddi
                        const Tensor& stats, bool bf16 = false);
 
 // The gradient of qkv [B, T, 3 D] from the output gradient [B, T, D] (contiguous), the saved
-// probabilities and the forward's key_padding_mask. out: the forward's output, read (and needed) only for a
-// bfloat16 qkv, whose backward takes rowsum(dP P) as rowsum(dO O); else it may be undefined.
-Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& probs,
-                          int64_t heads, const Tensor& key_padding_mask, bool bf16 = false);
+// probabilities and the forward's key_padding_mask.
+Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
+                          const Tensor& key_padding_mask, bool bf16 = false);
 
 }  // namespace ember::cpu

@@ -122,12 +122,9 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
   if (weights != nullptr)  // qkv's dtype, float32 for bfloat16 (in bfloat16: the kept probabilities, rounded)
     *weights = forward.probs.to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
   // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.
-  // (The output is kept for a bfloat16 qkv only: its backward reads it, cpu/attention.h.)
-  const bool keeps_out = qkv.dtype() == Dtype::BFloat16;
   record("attention", forward.out, {qkv_in},
-         [heads, qkv = save(qkv), out = keeps_out ? save(forward.out) : SavedTensor(), probs = save(forward.probs),
-          mask = save(mask), bf16](const Tensor& g) -> Grads {
-           return {cpu::attention_backward(g.contiguous(), qkv.get(), out.get(), probs.get(), heads, mask.get(), bf16)};
+         [heads, qkv = save(qkv), probs = save(forward.probs), mask = save(mask), bf16](const Tensor& g) -> Grads {
+           return {cpu::attention_backward(g.contiguous(), qkv.get(), probs.get(), heads, mask.get(), bf16)};
          });
   return forward.out;
 }
