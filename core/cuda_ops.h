@@ -140,7 +140,7 @@ EMBER_CUDA_ENTRY(void, cudnn_softmax_forward, (int device, bool float64, const v
                                                int64_t n, bool log))
 EMBER_CUDA_ENTRY(void, cudnn_softmax_backward, (int device, bool float64, const void* grad, const void* y, void* dx,
                                                 int64_t rows, int64_t n, bool log))
-// Statistics in double like the CPU kernel (core/cpu/layer_norm.h); mean and rstd are float64 [rows].
+// Statistics in double (the CPU kernel's, core/cpu/layer_norm.h, in the input's dtype); mean and rstd are float64 [rows].
 EMBER_CUDA_ENTRY(void, layer_norm_forward, (int device, bool float64, const void* x, const void* weight,
                                             const void* bias, void* y, double* mean, double* rstd, int64_t rows,
                                             int64_t D, double eps))
