@@ -76,6 +76,19 @@ print(f"torch bf16 / torch fp32 step: {step['torch', 'bf16'] / step['torch', 'fp
 print(f"ember bf16 / torch bf16 step: {step['ember', 'bf16'] / step['torch', 'bf16']:.2f}x (< 1: Ember faster)")
 print(f"ember bf16 / torch fp32 step: {step['ember', 'bf16'] / step['torch', 'fp32']:.2f}x")
 print(f"ember fp32 / torch fp32 step: {step['ember', 'fp32'] / step['torch', 'fp32']:.2f}x")
+# The same ratios less exposed to this machine's minute-to-minute speed: each round's (its bf16 and fp32 steps
+# ran back to back), and every timed step of every round pooled, first quartile and median.
+def steps(framework, precision):
+    return sorted(t for r in range(1, rounds + 1)
+                  for t in json.load(open(f"{work}/{framework}_{precision}_{r}.json"))["step_ms_all"])
+print()
+for framework in ("ember", "torch"):
+    per_round = [json.load(open(f"{work}/{framework}_bf16_{r}.json"))["step_ms"] /
+                 json.load(open(f"{work}/{framework}_fp32_{r}.json"))["step_ms"] for r in range(1, rounds + 1)]
+    b, f = steps(framework, "bf16"), steps(framework, "fp32")
+    print(f"{framework} bf16 / fp32 by round: {', '.join(f'{x:.2f}' for x in per_round)} (median "
+          f"{statistics.median(per_round):.2f}x); pooled steps: first quartile {b[len(b) // 4] / f[len(f) // 4]:.2f}x, "
+          f"median {statistics.median(b) / statistics.median(f):.2f}x")
 PY
 echo
 echo "load after: $(uptime)"
