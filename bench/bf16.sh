@@ -76,8 +76,8 @@ print(f"torch bf16 / torch fp32 step: {step['torch', 'bf16'] / step['torch', 'fp
 print(f"ember bf16 / torch bf16 step: {step['ember', 'bf16'] / step['torch', 'bf16']:.2f}x (< 1: Ember faster)")
 print(f"ember bf16 / torch fp32 step: {step['ember', 'bf16'] / step['torch', 'fp32']:.2f}x")
 print(f"ember fp32 / torch fp32 step: {step['ember', 'fp32'] / step['torch', 'fp32']:.2f}x")
-# The same ratios less exposed to this machine's minute-to-minute speed: each round's (its bf16 and fp32 steps
-# ran back to back), and every timed step of every round pooled, first quartile and median.
+# The same ratios less exposed to this machine's minute-to-minute speed: each round's (its fp32 and bf16 runs
+# seconds apart), and every timed step of every round pooled, first quartile and median.
 def steps(framework, precision):
     return sorted(t for r in range(1, rounds + 1)
                   for t in json.load(open(f"{work}/{framework}_{precision}_{r}.json"))["step_ms_all"])
