@@ -104,13 +104,14 @@ DEVICE_TEST_CASE("layer_norm: float32 stays accurate far from zero (two-pass sta
   check_close(layer_norm(shifted, Tensor(), Tensor()), layer_norm(x, Tensor(), Tensor()), 1e-2);
   // The backward too (it shifts each row by its first element again): dx, dweight and dbias of the float32
   // rows against float64 on the same values.
-  Tensor w = uniform({64}, 0.5, 1.5, gen, Dtype::Float64).to(device), b = uniform({64}, -1, 1, gen, Dtype::Float64).to(device);
-  Tensor g = uniform({8, 64}, -1, 1, gen, Dtype::Float64).to(device);
+  const Dtype f64 = Dtype::Float64;
+  Tensor w = uniform({64}, 0.5, 1.5, gen, f64).to(device), b = uniform({64}, -1, 1, gen, f64).to(device);
+  Tensor g = uniform({8, 64}, -1, 1, gen, f64).to(device);
   auto grads = [&](Dtype dtype) {
     Tensor xi = shifted.to(dtype).detach().requires_grad_(), wi = w.to(dtype).detach().requires_grad_();
     Tensor bi = b.to(dtype).detach().requires_grad_();
     layer_norm(xi, wi, bi).backward(g.to(dtype));
-    return std::vector<Tensor>{xi.grad().to(Dtype::Float64), wi.grad().to(Dtype::Float64), bi.grad().to(Dtype::Float64)};
+    return std::vector<Tensor>{xi.grad().to(f64), wi.grad().to(f64), bi.grad().to(f64)};
   };
   const std::vector<Tensor> got = grads(Dtype::Float32), want = grads(Dtype::Float64);
   for (size_t i = 0; i < got.size(); ++i) check_close(got[i], want[i], 1e-4);
