@@ -232,8 +232,9 @@ double measure_bf16_peak() { return 0.0; }
 
 // --bf16: float32 and bfloat16 GEMMs side by side, each shape's ratio, and the two peaks.
 int run_bf16(const std::string& only, bool transposed, int reps, bool peak, double fp32_peak) {
-  std::printf("ember gemm: float kernel %s, bf16 kernel %s, %d threads\n", ember::cpu::gemm_float_kernel_name(),
-              ember::cpu::gemm_bf16_kernel_name(), ember::num_threads());
+  std::printf("ember gemm: float kernel %s, bf16 kernel %s (vdpbf16ps / FMA multiply-adds per second on one core: "
+              "%.2f), %d threads\n", ember::cpu::gemm_float_kernel_name(), ember::cpu::gemm_bf16_kernel_name(),
+              ember::cpu::gemm_bf16_rate_ratio(), ember::num_threads());
   if (peak) {
     const double bf16_peak = measure_bf16_peak();
     std::printf("peak: FP32 FMA %.1f GFLOP/s, BF16 vdpbf16ps %.1f GFLOP/s (%.2fx)\n", fp32_peak, bf16_peak,

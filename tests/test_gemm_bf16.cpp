@@ -4,12 +4,15 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/bfloat16.h"
 #include "core/cpu/gemm.h"
+#include "core/error.h"
 #include "core/parallel.h"
 
 namespace {
@@ -324,4 +327,107 @@ TEST_CASE("gemm_bf16 kernel choice: AMX by name only, the emulated one everywher
   CHECK(std::string(cpu::gemm_bf16_kernel_name()) == "amx_emulated");  // a refused name changes nothing
   if (cpu::set_gemm_bf16_kernel("amx")) CHECK(std::string(cpu::gemm_bf16_kernel_name()) == "amx");
   else CHECK(std::string(cpu::gemm_bf16_kernel_name()) == "amx_emulated");
+}
+
+TEST_CASE("gemm_bf16 packing rounds each operand as BFloat16 does: ties, subnormals, the largest floats, NaN; every layout") {
+  // C = A I (and I B): each entry of C is one operand entry times 1, so C holds the operand exactly as the
+  // kernel packed it (the other products are 0 * finite). The rounded kernels keep subnormals; vdpbf16ps's
+  // packing flushes them (its NOTE). Then what must not meet a zero: the largest floats (rounded up to
+  // infinity), infinity and NaN, each in a product of one term.
+  Guard guard;
+  const float max = std::numeric_limits<float>::max();
+  const std::vector<float> specials = {1.0f + std::ldexp(1.0f, -8),       // a tie: down to 1 (even)
+                                       1.0f + 3 * std::ldexp(1.0f, -8),   // a tie: up to 1 + 2^-6
+                                       -(1.0f + std::ldexp(1.0f, -9)),    // below half: down
+                                       1e-39f, -3e-40f,                    // subnormal
+                                       3.3e38f,                            // stays finite
+                                       0.1f, -0.0f, 7.0f};
+  const Layout layouts[] = {Layout::RowMajor, Layout::ColMajor, Layout::Strided};
+  for (const KernelChoice& choice : kernel_choices()) {
+    use(choice);
+    const std::string kernel = cpu::gemm_bf16_kernel_name();
+    INFO("kernel " << kernel << " over float kernel " << cpu::gemm_float_kernel_name());
+    const bool flushes = kernel == "avx512_bf16";
+    for (int64_t rows : {1, 13, 37}) {  // past one 14-row panel, 16-lane groups and masked tails
+      const int64_t cols = int64_t(specials.size()) + 4;
+      for (Layout layout : layouts) {
+        for (bool bf16_source : {false, true}) {
+          for (bool as_b : {false, true}) {  // the specials as A (times I) or as B (I times them)
+            const int64_t M = as_b ? cols : rows, N = as_b ? rows : cols, K = cols;
+            Matrix m = as_b ? layout_of(K, N, layout) : layout_of(M, K, layout);
+            std::vector<float> values(size_t(m.size), 0.0f);
+            for (int64_t i = 0; i < (as_b ? K : M); ++i)
+              for (int64_t k = 0; k < (as_b ? N : K); ++k)
+                values[size_t(i * m.rs + k * m.cs)] = specials[size_t((i + k) % specials.size())] * (k % 2 ? 1 : -1);
+            const Matrix id = layout_of(cols, cols, Layout::RowMajor);
+            std::vector<float> identity(size_t(id.size), 0.0f), C(size_t(M * N), -7.0f);
+            for (int64_t i = 0; i < cols; ++i) identity[size_t(i * id.rs + i)] = 1.0f;
+            std::vector<BFloat16> values16(values.size()), identity16(identity.size());
+            for (size_t i = 0; i < values.size(); ++i) values16[i] = BFloat16(values[i]);
+            for (size_t i = 0; i < identity.size(); ++i) identity16[i] = BFloat16(identity[i]);
+            if (bf16_source && as_b)
+              cpu::gemm_bf16(M, N, K, 1.0f, identity16.data(), id.rs, 1, values16.data(), m.rs, m.cs, 0.0f, C.data(), N);
+            else if (bf16_source)
+              cpu::gemm_bf16(M, N, K, 1.0f, values16.data(), m.rs, m.cs, identity16.data(), id.rs, 1, 0.0f, C.data(), N);
+            else if (as_b)
+              cpu::gemm_bf16(M, N, K, 1.0f, identity.data(), id.rs, 1, values.data(), m.rs, m.cs, 0.0f, C.data(), N);
+            else
+              cpu::gemm_bf16(M, N, K, 1.0f, values.data(), m.rs, m.cs, identity.data(), id.rs, 1, 0.0f, C.data(), N);
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t j = 0; j < N; ++j) {
+                const float source = as_b ? values[size_t(i * m.rs + j * m.cs)] : values[size_t(i * m.rs + j * m.cs)];
+                float want = round_bf16(source);
+                if (flushes && std::fpclassify(want) == FP_SUBNORMAL) want = std::copysign(0.0f, want);
+                const float got = C[size_t(i * N + j)];
+                INFO("rows " << rows << " layout " << int(layout) << " bf16 source " << bf16_source << " as B " << as_b
+                             << " at (" << i << ", " << j << "): source " << source);
+                REQUIRE(got == want);
+              }
+          }
+        }
+      }
+    }
+    for (float x : {max, -max, float(INFINITY), -float(INFINITY), float(NAN)}) {
+      const float one = 1.0f;
+      const BFloat16 x16(x), one16(1.0f);
+      float c[4] = {};
+      cpu::gemm_bf16(1, 1, 1, 1.0f, &x, 1, 1, &one, 1, 1, 0.0f, &c[0], 1);
+      cpu::gemm_bf16(1, 1, 1, 1.0f, &one, 1, 1, &x, 1, 1, 0.0f, &c[1], 1);
+      cpu::gemm_bf16(1, 1, 1, 1.0f, &x16, 1, 1, &one16, 1, 1, 0.0f, &c[2], 1);
+      cpu::gemm_bf16(1, 1, 1, 1.0f, &one16, 1, 1, &x16, 1, 1, 0.0f, &c[3], 1);
+      for (float got : c) {
+        INFO("x " << x << " got " << got);
+        if (std::isnan(x)) CHECK(std::isnan(got));
+        else CHECK(got == std::copysign(float(INFINITY), x));  // the largest float rounds up to infinity
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm_bf16 auto: the measured choice, or the kernel EMBER_BF16_KERNEL names; a bad name is a clear error") {
+  // ctest runs this case three times: as it is, and with EMBER_BF16_KERNEL=rounded and =no_such (CMakeLists.txt).
+  Guard guard;
+  REQUIRE(cpu::set_gemm_bf16_kernel("auto"));
+  const char* env = std::getenv("EMBER_BF16_KERNEL");
+  const std::string named = env != nullptr ? env : "";
+  float a = 1.5f, b = 2.0f, c = 0.0f;
+  if (named == "no_such") {
+    CHECK_THROWS_WITH_AS(cpu::gemm_bf16(1, 1, 1, 1.0f, &a, 1, 1, &b, 1, 1, 0.0f, &c, 1),
+                         doctest::Contains("EMBER_BF16_KERNEL=no_such: unknown kernel"), ember::Error);
+    return;
+  }
+  cpu::gemm_bf16(1, 1, 1, 1.0f, &a, 1, 1, &b, 1, 1, 0.0f, &c, 1);
+  CHECK(c == 3.0f);
+  const std::string kernel = cpu::gemm_bf16_kernel_name();
+  const double ratio = cpu::gemm_bf16_rate_ratio();
+  INFO("auto picked " << kernel << "; vdpbf16ps / FMA multiply-adds per second " << ratio);
+  if (!named.empty() && named != "auto") {
+    CHECK(kernel == named);
+  } else if (ratio == 0.0) {  // no AVX-512 BF16
+    CHECK(kernel == "rounded");
+  } else {
+    CHECK(ratio > 0.1);  // a real measurement: 0.48 and 2 to 2.7 on the two CPUs of docs/performance.md
+    CHECK(ratio < 10.0);
+    CHECK(kernel == (ratio >= 1.0 ? "avx512_bf16" : "rounded"));
+  }
 }

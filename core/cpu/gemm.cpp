@@ -526,14 +526,46 @@ void gemm_batched_any(int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, c
 // The bfloat16 GEMM: vdpbf16ps when the CPU has it, else the float kernel on rounded operands.
 
 // Which bfloat16 kernel runs. NOTE: AMX is chosen only by name until it has run on a CPU that has it
-// (this machine's has not): "auto" is vdpbf16ps where the CPU has it, else the rounded fallback.
+// (this machine's has not). "auto" is resolved once, on first use (auto_bf16_choice).
 enum class Bf16Choice { Auto, Amx, AmxEmulated, Avx512Bf16, Rounded };
 std::atomic<Bf16Choice> bf16_choice{Bf16Choice::Auto};
+constexpr std::pair<std::string_view, Bf16Choice> kBf16Names[] = {{"auto", Bf16Choice::Auto},
+                                                                  {"rounded", Bf16Choice::Rounded},
+                                                                  {"avx512_bf16", Bf16Choice::Avx512Bf16},
+                                                                  {"amx", Bf16Choice::Amx},
+                                                                  {"amx_emulated", Bf16Choice::AmxEmulated}};
+
+template <typename S>
+const detail::GemmKernel<S, uint16_t, float>* native_bf16_kernel(Bf16Choice choice);
+
+// "auto": the kernel EMBER_BF16_KERNEL names, if set; else vdpbf16ps where the CPU has it and it does at least
+// as many multiply-adds per second as the float FMA (two short loops, about a millisecond, the first time),
+// else the rounded kernel. Not every CPU with the instruction runs it fast: measured by bench/matmul.sh --bf16's
+// peaks, an AMD Zen-class core ran vdpbf16ps at 2x to 2.7x its FMA's multiply-adds, an Intel Xeon (model 207,
+// no AMX) at 0.48x, where the rounded kernel is the faster (docs/performance.md).
+Bf16Choice auto_bf16_choice() {
+  static const Bf16Choice choice = [] {
+    if (const char* env = std::getenv("EMBER_BF16_KERNEL"); env != nullptr && *env != '\0') {
+      for (const auto& [name, named] : kBf16Names) {
+        if (name != env || named == Bf16Choice::Auto) continue;
+        EMBER_CHECK(named == Bf16Choice::Rounded || native_bf16_kernel<float>(named) != nullptr,
+                    "EMBER_BF16_KERNEL={}: this CPU cannot run that kernel", env);
+        return named;
+      }
+      if (std::string_view(env) != "auto")
+        throw Error(fmt::format("EMBER_BF16_KERNEL={}: unknown kernel; expected auto, avx512_bf16, amx, "
+                                "amx_emulated or rounded", env));
+    }
+    if (detail::avx512_bf16_kernel<float>() == nullptr) return Bf16Choice::Rounded;
+    return gemm_bf16_rate_ratio() >= 1.0 ? Bf16Choice::Avx512Bf16 : Bf16Choice::Rounded;
+  }();
+  return choice;
+}
 
 template <typename S>
 const detail::GemmKernel<S, uint16_t, float>* native_bf16_kernel(Bf16Choice choice) {
   switch (choice) {
-    case Bf16Choice::Auto:
+    case Bf16Choice::Auto: return native_bf16_kernel<S>(auto_bf16_choice());
     case Bf16Choice::Avx512Bf16: return detail::avx512_bf16_kernel<S>();
     case Bf16Choice::Amx: return detail::amx_bf16_kernel<S>();
     case Bf16Choice::AmxEmulated: return detail::amx_bf16_emulated_kernel<S>();
@@ -602,12 +634,7 @@ const char* gemm_bf16_kernel_name() {
 
 bool set_gemm_bf16_kernel(const char* name) {
   const std::string_view wanted = name == nullptr ? "auto" : name;
-  const std::pair<std::string_view, Bf16Choice> names[] = {{"auto", Bf16Choice::Auto},
-                                                           {"rounded", Bf16Choice::Rounded},
-                                                           {"avx512_bf16", Bf16Choice::Avx512Bf16},
-                                                           {"amx", Bf16Choice::Amx},
-                                                           {"amx_emulated", Bf16Choice::AmxEmulated}};
-  for (const auto& [known, choice] : names) {
+  for (const auto& [known, choice] : kBf16Names) {
     if (wanted != known) continue;
     const bool needs_kernel = choice != Bf16Choice::Auto && choice != Bf16Choice::Rounded;
     if (needs_kernel && native_bf16_kernel<float>(choice) == nullptr) return false;  // this CPU lacks it
@@ -615,6 +642,11 @@ bool set_gemm_bf16_kernel(const char* name) {
     return true;
   }
   return false;
+}
+
+double gemm_bf16_rate_ratio() {
+  static const double ratio = detail::avx512_bf16_rate_ratio();
+  return ratio;
 }
 
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,

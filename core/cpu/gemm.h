@@ -64,14 +64,19 @@ void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alp
                        int64_t a_bs, int64_t a_rs, int64_t a_cs, const BFloat16* B, int64_t b_bs, int64_t b_rs,
                        int64_t b_cs, float beta, float* C, int64_t c_bs, int64_t c_rs);
 
-// Which bfloat16 kernel gemm_bf16 runs: "avx512_bf16" (vdpbf16ps), or the fallback on a CPU
-// without AVX-512 BF16, "rounded" (operands rounded to bfloat16 while packed, the float kernel);
-// by name only: "amx" (Intel AMX tiles) and "amx_emulated" (the AMX kernel over tiles emulated in C++).
+// Which bfloat16 kernel gemm_bf16 runs: "avx512_bf16" (vdpbf16ps), or "rounded" (operands rounded to
+// bfloat16 while packed, the float kernel: on a CPU without AVX-512 BF16, or whose vdpbf16ps does fewer
+// multiply-adds per second than its float FMA); by name only: "amx" (Intel AMX tiles) and "amx_emulated"
+// (the AMX kernel over tiles emulated in C++).
 const char* gemm_bf16_kernel_name();
-// Forces one ("avx512_bf16", "amx", "amx_emulated", "rounded"; "auto" = vdpbf16ps where the CPU has
-// it, else "rounded"), for tests and benchmarks. Returns false (and changes nothing) when this CPU
-// lacks it. NOTE: not while a gemm runs. "amx" is not in "auto": it has not yet run on such a CPU.
+// Forces one ("avx512_bf16", "amx", "amx_emulated", "rounded"; "auto" = the one EMBER_BF16_KERNEL names if
+// set, else vdpbf16ps where gemm_bf16_rate_ratio() >= 1, else "rounded"), for tests and benchmarks. Returns
+// false (and changes nothing) when this CPU lacks it. NOTE: not while a gemm runs. "amx" is not in "auto":
+// it has not yet run on such a CPU. A bad EMBER_BF16_KERNEL is an ember::Error at the first bfloat16 product.
 bool set_gemm_bf16_kernel(const char* name);
+// vdpbf16ps's multiply-adds per second over the float FMA's on this core (measured once: two short loops of
+// independent chains; 0 without AVX-512 BF16). What "auto" decides by.
+double gemm_bf16_rate_ratio();
 
 // Which float micro-kernel gemm runs: "avx512", "avx2" or "generic".
 const char* gemm_float_kernel_name();

@@ -14,6 +14,7 @@
 //
 // NOTE: this file is compiled for AVX-512 through a target pragma, so the library itself needs
 // no -march flag; only the selection functions at the bottom (outside the pragma) run on any CPU.
+#include "core/bfloat16.h"
 #include "core/cpu/gemm_kernels.h"
 #include "core/cpu/gemm_pack.h"
 
@@ -25,7 +26,7 @@
 #include <utility>
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,fma,prfchw")
+#pragma GCC target("avx512f,avx512vl,avx512bw,fma,prfchw")
 // NOTE: GCC 12 warns "__Y is used uninitialized" inside its own AVX-512 intrinsic headers
 // (their deliberate self-initialized undefined vectors); the warning is about the header.
 #pragma GCC diagnostic push
@@ -271,6 +272,38 @@ __mmask16 first_lanes(int64_t count) {
   return count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1);
 }
 
+// What the float packers read, 16 lanes at a time (masked lanes read as 0): float32 as it is (the float GEMM);
+// or, for the bfloat16 GEMM's "rounded" kernel (gemm_bf16_rounded.cpp), float32 as the float of its bfloat16
+// rounding (BFloat16::round_to_bits on each lane: nearest even, NaN kept quiet), or bfloat16 widened (exact).
+// Convert: the same for the scalar packers of other strides (gemm_pack.h).
+struct LoadFloat {
+  using Source = float;
+  using Convert = Same;
+  static __m512 load(const float* p, __mmask16 lanes) { return _mm512_maskz_loadu_ps(lanes, p); }
+};
+struct LoadRounded {
+  using Source = float;
+  using Convert = RoundedToBf16;
+  static __m512 load(const float* p, __mmask16 lanes) {
+    const __m512 v = _mm512_maskz_loadu_ps(lanes, p);
+    const __m512i x = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    const __m512i high = _mm512_set1_epi32(int(0xFFFF0000u));
+    const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd)), high);
+    const __m512i quiet_nan = _mm512_or_si512(_mm512_and_si512(x, high), _mm512_set1_epi32(0x00400000));
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet_nan));
+  }
+};
+struct LoadWidened {
+  using Source = BFloat16;
+  using Convert = RoundedToBf16;
+  static __m512 load(const BFloat16* p, __mmask16 lanes) {
+    const __m256i words = _mm256_maskz_loadu_epi16(lanes, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(words), 16));
+  }
+};
+
 // The column-major A and row-major B packers write several panels, each (kc x a panel's width) long: for a
 // whole K block a multiple of 4 KiB (kc = 512: A's 14-row panels 28 KiB apart, B's 32-column ones 64 KiB).
 // Walking all panels for each k (to read each row once, front to back) puts every store stream in one L1 set
@@ -279,11 +312,12 @@ __mmask16 first_lanes(int64_t count) {
 // a group's rows are read once, front to back, and stay in L1 while each panel gets the group's length.
 constexpr int64_t kKGroup = 16;
 
-template <int kMR>
-void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, float* out) {
+template <int kMR, typename Load = LoadFloat>
+void pack_a_float(const typename Load::Source* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t kc, float* out) {
+  using S = typename Load::Source;
   static_assert(kMR <= 16, "an A micro-panel column must fit one vector");
   const __mmask16 panel_lanes = first_lanes(kMR);
-  const bool ahead = prefetches_rows((a_cs == 1 ? a_rs : a_cs) * int64_t(sizeof(float)));  // (gemm_kernels.h)
+  const bool ahead = prefetches_rows((a_cs == 1 ? a_rs : a_cs) * int64_t(sizeof(S)));  // (gemm_kernels.h)
   if (a_cs == 1) {  // row-major A: transpose 16 (rows) x 16 (k) blocks
     for (int64_t i0 = 0; i0 < m; i0 += kMR) {
       const int64_t rows = std::min<int64_t>(kMR, m - i0);
@@ -292,11 +326,10 @@ void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t
         const __mmask16 k_lanes = first_lanes(k_count);
         __m512 block[16];
         if (ahead)  // the rows of the panel after next (kPrefetchPanels), same k's
-          for (int r = 0; r < kMR; ++r) prefetch_at(A, ((i0 + kPrefetchPanels * kMR + r) * a_rs + k0) * int64_t(sizeof(float)));
+          for (int r = 0; r < kMR; ++r) prefetch_at(A, ((i0 + kPrefetchPanels * kMR + r) * a_rs + k0) * int64_t(sizeof(S)));
 #pragma GCC unroll 16
         for (int r = 0; r < 16; ++r) {
-          block[r] = r < rows ? _mm512_maskz_loadu_ps(k_lanes, A + (i0 + r) * a_rs + k0)
-                              : _mm512_setzero_ps();
+          block[r] = r < rows ? Load::load(A + (i0 + r) * a_rs + k0, k_lanes) : _mm512_setzero_ps();
         }
         transpose_16x16(block);
         for (int64_t k = 0; k < k_count; ++k) {
@@ -314,26 +347,26 @@ void pack_a_float(const float* A, int64_t a_rs, int64_t a_cs, int64_t m, int64_t
       for (int64_t i0 = 0; i0 < m; i0 += kMR) {
         const __mmask16 row_lanes = first_lanes(std::min<int64_t>(kMR, m - i0));
         for (int64_t k = k0; k < k1; ++k) {
-          if (ahead) prefetch_at(A, ((k + kPrefetchRows) * a_cs + i0) * int64_t(sizeof(float)));
-          _mm512_mask_storeu_ps(out + i0 * kc + k * kMR, panel_lanes,
-                                _mm512_maskz_loadu_ps(row_lanes, A + k * a_cs + i0));
+          if (ahead) prefetch_at(A, ((k + kPrefetchRows) * a_cs + i0) * int64_t(sizeof(S)));
+          _mm512_mask_storeu_ps(out + i0 * kc + k * kMR, panel_lanes, Load::load(A + k * a_cs + i0, row_lanes));
         }
       }
     }
   } else {
-    pack_a_generic<float, kMR>(A, a_rs, a_cs, m, kc, out);
+    pack_a_generic<S, kMR, float, typename Load::Convert>(A, a_rs, a_cs, m, kc, out);
   }
 }
 
-template <int kNR>
-void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, float* out) {
+template <int kNR, typename Load = LoadFloat>
+void pack_b_float(const typename Load::Source* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_t n, float* out) {
+  using S = typename Load::Source;
   static_assert(kNR % 16 == 0, "B micro-panels are whole vectors wide");
   constexpr int kVectors = kNR / 16;
   const int64_t full_panels = n / kNR;
   const int64_t tail_cols = n - full_panels * kNR;  // the last, narrower panel (0: none)
   const int64_t tail_width = (tail_cols + 15) / 16 * 16;
   float* tail_out = out + full_panels * kNR * kc;
-  const bool ahead = prefetches_rows(b_rs * int64_t(sizeof(float)));  // row-major B's rows (gemm_kernels.h)
+  const bool ahead = prefetches_rows(b_rs * int64_t(sizeof(S)));  // row-major B's rows (gemm_kernels.h)
   if (b_cs == 1) {
     // Row-major B: a group of kKGroup rows (each k a contiguous run of columns) read front to back once,
     // panel by panel (kKGroup: why not one panel for all k's, or all panels per k).
@@ -343,16 +376,15 @@ void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_
         for (int64_t k = k0; k < k1; ++k) {
 #pragma GCC unroll 4
           for (int v = 0; v < kVectors; ++v) {
-            if (ahead) prefetch_at(B, ((k + kPrefetchRows) * b_rs + q * kNR + 16 * v) * int64_t(sizeof(float)));
-            _mm512_storeu_ps(out + q * kNR * kc + k * kNR + 16 * v, _mm512_loadu_ps(B + k * b_rs + q * kNR + 16 * v));
+            if (ahead) prefetch_at(B, ((k + kPrefetchRows) * b_rs + q * kNR + 16 * v) * int64_t(sizeof(S)));
+            _mm512_storeu_ps(out + q * kNR * kc + k * kNR + 16 * v, Load::load(B + k * b_rs + q * kNR + 16 * v, 0xFFFF));
           }
         }
       }
       for (int64_t k = k0; k < k1; ++k) {
         for (int64_t v = 0; v * 16 < tail_cols; ++v) {
           const __mmask16 lanes = first_lanes(tail_cols - 16 * v);
-          _mm512_storeu_ps(tail_out + k * tail_width + 16 * v,
-                           _mm512_maskz_loadu_ps(lanes, B + k * b_rs + full_panels * kNR + 16 * v));
+          _mm512_storeu_ps(tail_out + k * tail_width + 16 * v, Load::load(B + k * b_rs + full_panels * kNR + 16 * v, lanes));
         }
       }
     }
@@ -369,15 +401,14 @@ void pack_b_float(const float* B, int64_t b_rs, int64_t b_cs, int64_t kc, int64_
         __m512 block[16];
 #pragma GCC unroll 16
         for (int j = 0; j < 16; ++j) {
-          block[j] = j < group_cols ? _mm512_maskz_loadu_ps(k_lanes, B + (j0 + j) * b_cs + k0)
-                                    : _mm512_setzero_ps();
+          block[j] = j < group_cols ? Load::load(B + (j0 + j) * b_cs + k0, k_lanes) : _mm512_setzero_ps();
         }
         transpose_16x16(block);
         for (int64_t k = 0; k < k_count; ++k) _mm512_storeu_ps(panel + (k0 + k) * width, block[k]);
       }
     }
   } else {
-    pack_b_generic<float, kNR, 16>(B, b_rs, b_cs, kc, n, out);
+    pack_b_generic<S, kNR, 16, float, typename Load::Convert>(B, b_rs, b_cs, kc, n, out);
   }
 }
 
@@ -409,6 +440,25 @@ constexpr int kFloatNV = EMBER_AVX512_NV;
 constexpr int kDoubleMR = 14;
 constexpr int kDoubleNV = 2;
 
+// A float tile stored as bfloat16 (the "rounded" kernels' bfloat16 C): LoadRounded's rounding, 16 lanes at a
+// time, the high halves narrowed by a masked vpmovdw store.
+void round_rows(const float* in, int64_t in_rs, BFloat16* out, int64_t out_rs, int rows, int cols) {
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < cols; j += 16) {
+      const __mmask16 lanes = first_lanes(cols - j);
+      const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(LoadRounded::load(in + r * in_rs + j, lanes)), 16);
+      _mm512_mask_cvtepi32_storeu_epi16(out + r * out_rs + j, lanes, bits);
+    }
+}
+
+template <typename Load>
+constexpr GemmKernel<typename Load::Source, float, float> rounded_kernel() {
+  return {"avx512", kFloatMR, kFloatNV * 16, 16, EMBER_AVX512_KC, EMBER_AVX512_MC, EMBER_AVX512_NC,
+          &tile_any_size<Float32Ops, kFloatMR, kFloatNV>, &pack_a_float<kFloatMR, Load>,
+          &pack_b_float<kFloatNV * 16, Load>, &bias_tile_any_size<Float32Ops, kFloatMR, kFloatNV>, 1,
+          nullptr, &round_rows};
+}
+
 }  // namespace
 
 // Kernel descriptions: constant data, safe to build on any CPU.
@@ -422,6 +472,9 @@ const GemmKernel<double> kAvx512Double = {"avx512", kDoubleMR, kDoubleNV * 8, 8,
                                           &tile_any_size<Float64Ops, kDoubleMR, kDoubleNV>,
                                           &pack_a_generic<double, kDoubleMR>,
                                           &pack_b_generic<double, kDoubleNV * 8, 8>};
+// The bfloat16 GEMM on the float kernel (gemm_bf16_rounded.cpp): float32 operands rounded, bfloat16 widened.
+const GemmKernel<float, float, float> kAvx512RoundedFromFloat = rounded_kernel<LoadRounded>();
+const GemmKernel<BFloat16, float, float> kAvx512RoundedFromBf16 = rounded_kernel<LoadWidened>();
 
 }  // namespace ember::cpu::detail
 
@@ -433,11 +486,19 @@ namespace ember::cpu::detail {
 static bool cpu_has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("fma");
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("fma");  // (the file's target: every AVX-512 CPU but Xeon Phi)
 }
 
 const GemmKernel<float>* avx512_float_kernel() { return cpu_has_avx512() ? &kAvx512Float : nullptr; }
 const GemmKernel<double>* avx512_double_kernel() { return cpu_has_avx512() ? &kAvx512Double : nullptr; }
+template <>
+const GemmKernel<float, float, float>* avx512_rounded_kernel<float>() {
+  return cpu_has_avx512() ? &kAvx512RoundedFromFloat : nullptr;
+}
+template <>
+const GemmKernel<BFloat16, float, float>* avx512_rounded_kernel<BFloat16>() {
+  return cpu_has_avx512() ? &kAvx512RoundedFromBf16 : nullptr;
+}
 
 }  // namespace ember::cpu::detail
 
@@ -446,6 +507,10 @@ const GemmKernel<double>* avx512_double_kernel() { return cpu_has_avx512() ? &kA
 namespace ember::cpu::detail {
 const GemmKernel<float>* avx512_float_kernel() { return nullptr; }
 const GemmKernel<double>* avx512_double_kernel() { return nullptr; }
+template <>
+const GemmKernel<float, float, float>* avx512_rounded_kernel<float>() { return nullptr; }
+template <>
+const GemmKernel<BFloat16, float, float>* avx512_rounded_kernel<BFloat16>() { return nullptr; }
 }  // namespace ember::cpu::detail
 
 #endif

@@ -116,6 +116,13 @@ template <typename S> const GemmKernel<S, uint16_t, float>* amx_bf16_emulated_ke
 template <> const GemmKernel<float, uint16_t, float>* amx_bf16_emulated_kernel<float>();
 template <> const GemmKernel<BFloat16, uint16_t, float>* amx_bf16_emulated_kernel<BFloat16>();
 template <typename S> const GemmKernel<S, float, float>* rounded_bf16_kernel(const GemmKernel<float>& base);
+// The same over the AVX-512 float kernel with vectorised packers (gemm_avx512.cpp; null without AVX-512).
+template <typename S> const GemmKernel<S, float, float>* avx512_rounded_kernel();
+template <> const GemmKernel<float, float, float>* avx512_rounded_kernel<float>();
+template <> const GemmKernel<BFloat16, float, float>* avx512_rounded_kernel<BFloat16>();
+// Multiply-adds per second of vdpbf16ps over those of the float FMA on this core, measured by two short
+// loops (about a millisecond; gemm_avx512_bf16.cpp); 0 without AVX-512 BF16.
+double avx512_bf16_rate_ratio();
 template <> const GemmKernel<float, float, float>* rounded_bf16_kernel<float>(const GemmKernel<float>& base);
 template <> const GemmKernel<BFloat16, float, float>* rounded_bf16_kernel<BFloat16>(const GemmKernel<float>& base);
 
