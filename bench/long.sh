@@ -2,12 +2,16 @@
 # Long inputs (issue 15), Ember and PyTorch 1.13 side by side in one run, ratios printed:
 #   1. activation checkpointing at T = 2048, batch 8: a training step's peak memory and time, with and
 #      without checkpointing each block (Ember: autograd/checkpoint.h; PyTorch: torch.utils.checkpoint);
-#   2. sliding-window attention (window 256, 1 global token) against full attention at T = 512 .. 4096:
-#      step time and peak memory, and PyTorch's full attention at the same T.
+#   2. sliding-window attention (1 global token) against full attention at T = 512 .. 4096: step time and
+#      peak memory, and PyTorch's full attention at the same T. Two windows: 256 keys on either side (the
+#      trainer's window:256), and Longformer's "window 256" (w = 256 keys in all, w/2 = 128 on either side:
+#      the trainer's window:128, the whole-review preset's).
 # Every configuration runs in a fresh process (peak RSS is per process).
 #
-# Usage: bench/long.sh [--threads N] [--steps S] [--batch B] [--lens "512 1024 2048 4096"] [--only checkpoint|window]
+# Usage: bench/long.sh [--threads N] [--steps S] [--batch B] [--lens "512 1024 2048 4096"] [--windows "256 128"]
+#                     [--only checkpoint|window]
 #   --batch B   the window table's batch (default 4; the checkpoint table is batch 8)
+#   --windows   the trainer's window:W values to run (keys on either side of a token)
 # Writes every JSON line to runs/bench/long.jsonl, the tables to runs/bench/long.md and the window
 # table's plot (step time and peak memory against T, log-log) to runs/bench/long-window.svg.
 set -euo pipefail
@@ -16,6 +20,7 @@ threads=2
 steps=3
 batch=4
 lens="512 1024 2048 4096"
+windows="256 128"
 only=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -23,8 +28,9 @@ while [[ $# -gt 0 ]]; do
     --steps) steps="$2"; shift 2 ;;
     --batch) batch="$2"; shift 2 ;;
     --lens) lens="$2"; shift 2 ;;
+    --windows) windows="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    *) echo "usage: $0 [--threads N] [--steps S] [--batch B] [--lens \"T ...\"] [--only checkpoint|window]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--threads N] [--steps S] [--batch B] [--lens \"T ...\"] [--windows \"W ...\"] [--only checkpoint|window]" >&2; exit 2 ;;
   esac
 done
 
@@ -54,7 +60,7 @@ if [[ "$only" != window ]]; then
 fi
 if [[ "$only" != checkpoint ]]; then
   for T in $lens; do
-    ember --len "$T" --batch "$batch" --attention window:256,global:1
+    for W in $windows; do ember --len "$T" --batch "$batch" --attention "window:$W,global:1"; done
     ember --len "$T" --batch "$batch"
     torch --len "$T" --batch "$batch"
   done

@@ -91,10 +91,11 @@ def main():
             print(f"\nEmber / PyTorch step time: {plain['step_s'] / tplain['step_s']:.2f}x without checkpointing, "
                   f"{ckpt['step_s'] / tckpt['step_s']:.2f}x with.")
         print()
-    lengths = sorted({r["len"] for r in runs if r["attention"].startswith("window")})
-    if lengths:
-        batch = next(r["batch"] for r in runs if r["attention"].startswith("window"))
-        window = next(r["attention"] for r in runs if r["attention"].startswith("window"))
+    windows = sorted({r["attention"] for r in runs if r["attention"].startswith("window")},
+                     key=lambda a: -int(a.split(":")[1].split(",")[0]))  # the widest first
+    for window in windows:
+        lengths = sorted({r["len"] for r in runs if r["attention"] == window})
+        batch = next(r["batch"] for r in runs if r["attention"] == window)
         print(f"## Sliding-window attention ({window}) against full attention: one training step, batch {batch}\n")
         print("| T | Ember window | Ember full | full / window | Ember window peak | Ember full peak | full / window "
               "| PyTorch full | PyTorch full / Ember window | PyTorch full / Ember full |")
@@ -111,7 +112,7 @@ def main():
                      f"{t['step_s'] / f['step_s']:.2f}x" if t and f else "-"]
             print("| " + " | ".join(cells) + " |")
         print()
-        if svg:
+        if svg and window == windows[0]:  # the plot: the first (widest) window
             write_svg(svg, find, lengths, batch, window)
             # The tables go beside the plot (runs/bench/long.md): the link is relative to that folder.
             print(f"![step time and peak memory against T]({svg.rsplit('/', 1)[-1]})\n")
