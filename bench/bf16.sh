@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bfloat16 mixed precision against float32, Ember and PyTorch side by side in one run (docs/performance.md):
 #   1. the CPU's peaks: float32 FMA and bfloat16 vdpbf16ps loops on every thread;
-#   2. Ember's GEMM at the recipe's shapes, float32 (cpu::gemm) and bf16 (cpu::gemm_bf16), with the ratio;
+#   2. Ember's GEMM at the recipe's shapes, float32 (cpu::gemm) and bf16 (cpu::gemm_bf16, on the kernel "auto"
+#      picks, named in the output; EMBER_BF16_KERNEL=... to force one), with the ratio;
 #   3. the recipe's training step (h = 4, 32 x 256 tokens): Ember fp32 and bf16, PyTorch 1.13 fp32 and
 #      CPU bf16 autocast, alternated for R rounds; the median of each, and the ratios.
 # Prints the load (uptime) before and after: on a shared machine, rerun it when the load is low.

@@ -203,7 +203,7 @@ TEST_CASE("gemm_bf16 against float32: within the bound of bfloat16's 8-bit signi
 
 TEST_CASE("gemm_bf16 with a bfloat16 C: the float32 C of the same kernel rounded once, bit for bit; alpha, bias, K blocks") {
   // The bfloat16 C is stored tile by tile from the same float32 sums the float C path writes, so each
-  // entry must be exactly BFloat16(that float): for every kernel, layout, thread count, alpha 1 and not,
+  // entry must be exactly BFloat16(that float): for every kernel and layout on 2 threads, alpha 1 and not,
   // with and without a bias, float32 and bfloat16 operands, and for K beyond one K block (summed in float32
   // first), K = 0 (C = the bias), ties, subnormals, NaN and infinity.
   Guard guard;
@@ -254,22 +254,20 @@ TEST_CASE("gemm_bf16 with a bfloat16 C: the float32 C of the same kernel rounded
   for (const KernelChoice& choice : kernel_choices()) {
     use(choice);
     INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
-    for (int threads : {1, 2}) {
-      ember::set_num_threads(threads);
-      for (float scale : {1.0f, 0.75f}) {
-        alpha = scale;
-        INFO("alpha " << alpha);
-        for (auto [M, N, K] : {std::tuple{1, 1, 1}, {15, 33, 3}, {29, 47, 31}, {200, 70, 129}, {37, 41, 2100},
-                               {29, 32, 31}, {45, 17, 1031}})  // (N <= 32: a row-major A read in place)
-          for (Layout la : layouts)
-            for (Layout lb : layouts)
-              for (bool bias : {false, true}) check(M, N, K, la, lb, bias, (M + K) % 2 == 0);
-      }
-      alpha = 1.0f;
-      check(9, 13, 0, Layout::RowMajor, Layout::RowMajor, true, false);   // K = 0: C = the bias, rounded
-      check(9, 13, 0, Layout::RowMajor, Layout::RowMajor, false, true);   // K = 0, no bias: zeros
-      check(0, 13, 5, Layout::RowMajor, Layout::RowMajor, true, false);   // no rows: nothing written
+    ember::set_num_threads(2);  // split over threads; the next case holds 1 to 4 threads to the same bits
+    for (float scale : {1.0f, 0.75f}) {
+      alpha = scale;
+      INFO("alpha " << alpha);
+      for (auto [M, N, K] : {std::tuple{1, 1, 1}, {15, 33, 3}, {29, 47, 31}, {200, 70, 129}, {37, 41, 2100},
+                             {29, 32, 31}, {45, 17, 1031}})  // (N <= 32: a row-major A read in place)
+        for (Layout la : layouts)
+          for (Layout lb : layouts)
+            for (bool bias : {false, true}) check(M, N, K, la, lb, bias, (M + K) % 2 == 0);
     }
+    alpha = 1.0f;
+    check(9, 13, 0, Layout::RowMajor, Layout::RowMajor, true, false);   // K = 0: C = the bias, rounded
+    check(9, 13, 0, Layout::RowMajor, Layout::RowMajor, false, true);   // K = 0, no bias: zeros
+    check(0, 13, 5, Layout::RowMajor, Layout::RowMajor, true, false);   // no rows: nothing written
   }
   // Special values through the C path: NaN stays NaN, infinity stays infinity, a large value stays finite.
   std::vector<float> A = {NAN, 1.0f, INFINITY, 2.0f, 3.3e38f, 3.3e38f}, B = {1.0f, 0.0f, 0.0f, 1.0f};
@@ -278,6 +276,29 @@ TEST_CASE("gemm_bf16 with a bfloat16 C: the float32 C of the same kernel rounded
   CHECK(std::isnan(float(out[0])));
   CHECK(float(out[2]) == INFINITY);
   CHECK(float(out[4]) == float(BFloat16(3.3e38f)));
+}
+
+TEST_CASE("gemm_bf16 with a bfloat16 C: the same bits on 1 to 4 threads (rows, columns and K cut)") {
+  // The bfloat16 C path of the driver's thread splits, every kernel (also what scripts/tsan.sh runs for it: the
+  // sweep above checks the values of every kernel, layout and shape, on 2 threads).
+  Guard guard;
+  std::mt19937 rng(29);
+  for (const KernelChoice& choice : kernel_choices()) {
+    use(choice);
+    INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
+    for (auto [M, N, K] : {std::tuple{200, 70, 129}, {29, 32, 31}, {45, 37, 8300}}) {  // (the last: cut in K)
+      std::vector<float> A = random_floats(M * K, rng), B = random_floats(K * N, rng), bias = random_floats(N, rng);
+      std::vector<std::vector<BFloat16>> results;
+      for (int threads : {1, 2, 3, 4}) {
+        ember::set_num_threads(threads);
+        std::vector<BFloat16> C(size_t(M * N));
+        cpu::gemm_bf16(M, N, K, 1.0f, A.data(), K, 1, B.data(), N, 1, C.data(), N, bias.data());
+        results.push_back(std::move(C));
+      }
+      for (size_t t = 1; t < results.size(); ++t)
+        for (size_t e = 0; e < results[0].size(); ++e) REQUIRE(results[t][e].bits == results[0][e].bits);
+    }
+  }
 }
 
 TEST_CASE("gemm_bf16 edge cases: empty sizes, K = 0, NaN and infinity pass through") {

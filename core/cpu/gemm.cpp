@@ -523,7 +523,8 @@ void gemm_batched_any(int64_t batch, int64_t M, int64_t N, int64_t K, T alpha, c
 }
 
 // ---------------------------------------------------------------------------------------------
-// The bfloat16 GEMM: vdpbf16ps when the CPU has it, else the float kernel on rounded operands.
+// The bfloat16 GEMM: vdpbf16ps where the CPU has it and it out-runs the FMA, else the float kernel on rounded
+// operands.
 
 // Which bfloat16 kernel runs. NOTE: AMX is chosen only by name until it has run on a CPU that has it
 // (this machine's has not). "auto" is resolved once, on first use (auto_bf16_choice).
