@@ -45,6 +45,10 @@ std::vector<KernelChoice> kernel_choices() {
   cpu::set_gemm_kernel("auto");
   return choices;
 }
+// "kernel K over float kernel F", for INFO (which captures by reference: give it a named string, not a call).
+std::string kernel_label() {
+  return std::string("kernel ") + cpu::gemm_bf16_kernel_name() + " over float kernel " + cpu::gemm_float_kernel_name();
+}
 void use(const KernelChoice& choice) {
   REQUIRE(cpu::set_gemm_kernel(choice.float_kernel.c_str()));
   REQUIRE(cpu::set_gemm_bf16_kernel(choice.bf16.c_str()));
@@ -119,7 +123,8 @@ TEST_CASE("gemm_bf16 equals the float GEMM of the rounded operands: odd shapes, 
   const Layout layouts[] = {Layout::RowMajor, Layout::ColMajor, Layout::Strided};
   for (const KernelChoice& choice : kernel_choices()) {
     use(choice);
-    INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
+    const std::string label = kernel_label();
+    INFO(label);
     for (auto [M, N, K] : {std::tuple{1, 1, 1}, {3, 5, 7}, {14, 32, 2}, {15, 33, 3}, {29, 47, 31}, {13, 17, 33},
                            {45, 70, 65}, {7, 100, 1}, {64, 16, 1030}})
       for (Layout la : layouts)
@@ -132,7 +137,8 @@ TEST_CASE("gemm_bf16 with alpha, beta and a bias; bfloat16 operands; several K b
   std::mt19937 rng(11);
   for (const KernelChoice& choice : kernel_choices()) {
     use(choice);
-    INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
+    const std::string label = kernel_label();
+    INFO(label);
     for (int threads : {1, 2}) {
       ember::set_num_threads(threads);
       for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, -2.0f}, {-1.5f, 0.0f}}) {
@@ -155,7 +161,8 @@ TEST_CASE("gemm_bf16 far longer in K than C is wide (cut in K, as a weight gradi
   std::mt19937 rng(13);
   for (const KernelChoice& choice : kernel_choices()) {
     use(choice);
-    INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
+    const std::string label = kernel_label();
+    INFO(label);
     for (int threads : {1, 2}) {
       ember::set_num_threads(threads);
       check_product(30, 41, 4500, Layout::ColMajor, Layout::RowMajor, 1.0f, 0.0f, true, false, rng);
@@ -253,7 +260,8 @@ TEST_CASE("gemm_bf16 with a bfloat16 C: the float32 C of the same kernel rounded
   const Layout layouts[] = {Layout::RowMajor, Layout::ColMajor, Layout::Strided};
   for (const KernelChoice& choice : kernel_choices()) {
     use(choice);
-    INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
+    const std::string label = kernel_label();
+    INFO(label);
     ember::set_num_threads(2);  // split over threads; the next case holds 1 to 4 threads to the same bits
     for (float scale : {1.0f, 0.75f}) {
       alpha = scale;
@@ -285,7 +293,8 @@ TEST_CASE("gemm_bf16 with a bfloat16 C: the same bits on 1 to 4 threads (rows, c
   std::mt19937 rng(29);
   for (const KernelChoice& choice : kernel_choices()) {
     use(choice);
-    INFO("kernel " << cpu::gemm_bf16_kernel_name() << " over float kernel " << cpu::gemm_float_kernel_name());
+    const std::string label = kernel_label();
+    INFO(label);
     for (auto [M, N, K] : {std::tuple{200, 70, 129}, {29, 32, 31}, {45, 37, 8300}}) {  // (the last: cut in K)
       std::vector<float> A = random_floats(M * K, rng), B = random_floats(K * N, rng), bias = random_floats(N, rng);
       std::vector<std::vector<BFloat16>> results;
@@ -367,11 +376,13 @@ TEST_CASE("gemm_bf16 packing rounds each operand as BFloat16 does: ties, subnorm
   for (const KernelChoice& choice : kernel_choices()) {
     use(choice);
     const std::string kernel = cpu::gemm_bf16_kernel_name();
-    INFO("kernel " << kernel << " over float kernel " << cpu::gemm_float_kernel_name());
+    const std::string label = kernel_label();
+    INFO(label);
     const bool flushes = kernel == "avx512_bf16";
     for (int64_t rows : {1, 13, 37}) {  // past one 14-row panel, 16-lane groups and masked tails
       const int64_t cols = int64_t(specials.size()) + 4;
       for (Layout layout : layouts) {
+        const int layout_index = int(layout);
         for (bool bf16_source : {false, true}) {
           for (bool as_b : {false, true}) {  // the specials as A (times I) or as B (I times them)
             const int64_t M = as_b ? cols : rows, N = as_b ? rows : cols, K = cols;
@@ -396,11 +407,11 @@ TEST_CASE("gemm_bf16 packing rounds each operand as BFloat16 does: ties, subnorm
               cpu::gemm_bf16(M, N, K, 1.0f, values.data(), m.rs, m.cs, identity.data(), id.rs, 1, 0.0f, C.data(), N);
             for (int64_t i = 0; i < M; ++i)
               for (int64_t j = 0; j < N; ++j) {
-                const float source = as_b ? values[size_t(i * m.rs + j * m.cs)] : values[size_t(i * m.rs + j * m.cs)];
+                const float source = values[size_t(i * m.rs + j * m.cs)];  // A (i, j), or B (i, j) when as_b
                 float want = round_bf16(source);
                 if (flushes && std::fpclassify(want) == FP_SUBNORMAL) want = std::copysign(0.0f, want);
                 const float got = C[size_t(i * N + j)];
-                INFO("rows " << rows << " layout " << int(layout) << " bf16 source " << bf16_source << " as B " << as_b
+                INFO("rows " << rows << " layout " << layout_index << " bf16 source " << bf16_source << " as B " << as_b
                              << " at (" << i << ", " << j << "): source " << source);
                 REQUIRE(got == want);
               }
