@@ -32,8 +32,9 @@ Precision product_precision();
 void set_product_precision(Precision precision);
 
 // The CPU kernel the bfloat16 products run on: "avx512_bf16" (vdpbf16ps), or "rounded" on a CPU
-// without AVX-512 BF16 (the operands rounded to bfloat16, multiplied by the float kernel: same
-// results up to the order of sums, float speed). See cpu::gemm_bf16_kernel_name.
+// without AVX-512 BF16 or whose vdpbf16ps is slower than its float FMA, measured (the operands rounded
+// to bfloat16, multiplied by the float kernel: same results up to the order of sums, float speed).
+// EMBER_BF16_KERNEL names one instead. See cpu::gemm_bf16_kernel_name.
 const char* bf16_product_kernel();
 
 // "fp32" or "bf16" (the trainer's --precision), and back.
