@@ -275,7 +275,9 @@ __mmask16 first_lanes(int64_t count) {
 // What the float packers read, 16 lanes at a time (masked lanes read as 0): float32 as it is (the float GEMM);
 // or, for the bfloat16 GEMM's "rounded" kernel (gemm_bf16_rounded.cpp), float32 as the float of its bfloat16
 // rounding (BFloat16::round_to_bits on each lane: nearest even, NaN kept quiet), or bfloat16 widened (exact).
-// Convert: the same for the scalar packers of other strides (gemm_pack.h).
+// Convert: the same for the scalar packers of other strides (gemm_pack.h). NOTE: the rounding is written out
+// here rather than taken from lanes.h (store_rounded): an inline function of a shared header compiled under
+// this file's target could be the copy the linker keeps for everyone (gemm_kernels.h's NOTE).
 struct LoadFloat {
   using Source = float;
   using Convert = Same;

@@ -19,13 +19,8 @@ GemmKernel<S, float, float> rounded_kernel(const GemmKernel<float>& base) {
 template <typename S>
 const GemmKernel<S, float, float>* rounded_for(const GemmKernel<float>& base) {
   // The AVX-512 float kernel has its own: the same layouts packed 16 lanes at a time (gemm_avx512.cpp).
-  if (&base == avx512_float_kernel())
-    if (const auto* kernel = avx512_rounded_kernel<S>()) return kernel;
-  // The tile shapes of the float kernels: AVX-512 14 x 32, AVX2 6 x 16, generic 4 x 16.
-  if (base.mr == 14 && base.nr == 32 && base.n_granule == 16) {
-    static const auto kernel = rounded_kernel<S, 14, 32, 16>(base);
-    return &kernel;
-  }
+  if (&base == avx512_float_kernel()) return avx512_rounded_kernel<S>();
+  // The tile shapes of the other float kernels: AVX2 6 x 16, generic 4 x 16.
   if (base.mr == 6 && base.nr == 16 && base.n_granule == 8) {
     static const auto kernel = rounded_kernel<S, 6, 16, 8>(base);
     return &kernel;
