@@ -229,6 +229,40 @@ TEST_CASE("attention: with the causal mask and leading padding, queries before t
   check_gradient([&](auto& in) { return attention_reference(in[0], 2, mask, true); }, {x.clone()});
 }
 
+TEST_CASE("attention: a bfloat16 qkv keeps its probabilities pair-major; attention_probs_rows gives the rows back") {
+  // Rows 2q and 2q + 1 side by side ([B, H, ceil(T / 2), T, 2]), so that dV = P^T dO reads them in place
+  // (cpu::gemm_bf16_pair_major); an odd T's extra row is zeros. The rows must be the weights handed out, and
+  // those the softmax of the float32 scores within bfloat16's rounding.
+  for (int64_t T : {1, 6, 37}) {
+    CAPTURE(T);
+    const int64_t B = 2, D = 12, H = 3;
+    Tensor qkv = random_qkv(B, T, D, 41).to(Dtype::BFloat16);
+    Tensor mask = tail_padding(B, T);
+    cpu::AttentionForward forward = cpu::attention_forward(qkv, H, mask, false, true);
+    const int64_t pairs = (T + 1) / 2;
+    REQUIRE(forward.probs.shape() == Shape({B, H, pairs, T, 2}));
+    Tensor rows = cpu::attention_probs_rows(forward.probs);
+    REQUIRE(rows.shape() == Shape({B, H, T, T}));
+    const BFloat16* kept = forward.probs.data<BFloat16>();
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t i = 0; i < 2 * pairs; ++i)
+        for (int64_t j = 0; j < T; ++j) {
+          const BFloat16 pair_major = kept[bh * 2 * pairs * T + (i / 2 * T + j) * 2 + i % 2];
+          if (i == T) REQUIRE(pair_major.bits == 0);  // the zero row after an odd T's last
+          else REQUIRE(pair_major.bits == rows.contiguous().data<BFloat16>()[(bh * T + i) * T + j].bits);
+        }
+    Tensor weights;
+    attention(qkv, H, mask, false, &weights);
+    REQUIRE(weights.dtype() == Dtype::Float32);
+    check_close(weights, rows.to(Dtype::Float32), 0.0);
+    Tensor reference_weights;
+    attention_reference(qkv.to(Dtype::Float32), H, mask, false, &reference_weights);
+    check_close(weights, reference_weights, 2e-2);  // the scores summed from bfloat16 products, P rounded (2^-9)
+  }
+  CHECK(cpu::attention_probs_rows(Tensor::empty({1, 1, 3, 3})).shape() == Shape({1, 1, 3, 3}));  // rows already
+  check_error([] { cpu::attention_probs_rows(Tensor::empty({1, 1, 3, 3, 3})); }, "attention_probs_rows: expected");
+}
+
 TEST_CASE("attention: the probabilities rebuilt from the rows' stats are the forward's, bit for bit") {
   // What a checkpoint's recompute uses (autograd/recompute_cache.h): cpu::attention_probs from the stats
   // attention_forward returned must give the very probabilities it keeps, in every dtype and precision,

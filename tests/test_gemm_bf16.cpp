@@ -310,6 +310,46 @@ TEST_CASE("gemm_bf16 with a bfloat16 C: the same bits on 1 to 4 threads (rows, c
   }
 }
 
+TEST_CASE("gemm_bf16_pair_major: A read pair-major gives gemm_bf16's bits on A's rows; every kernel, odd K, 1 to 3 threads") {
+  // A(i, k) at A[(k / 2) a_ps + 2 i + k % 2]: the vdpbf16ps kernel reads it in place when N <= 32 (its direct
+  // tile stepping a_ps per pair, not 2), every other kernel or width copies it into rows first; either way
+  // the result must be gemm_bf16's on the row-major A, bit for bit (the same sums in the same order). An odd
+  // K's last pair holds a NaN in its unread second word, and the pair stride has slack past 2 M.
+  Guard guard;
+  std::mt19937 rng(31);
+  for (const KernelChoice& choice : kernel_choices()) {
+    use(choice);
+    const std::string label = kernel_label();
+    INFO(label);
+    for (auto [M, N, K] : {std::tuple{1, 1, 1}, {14, 32, 2}, {37, 32, 256}, {29, 16, 31}, {256, 32, 255}, {15, 33, 64},
+                           {40, 70, 129}, {13, 20, 700}, {5, 32, 0}})
+      for (int threads : {1, 3})
+        for (float alpha : {1.0f, 0.75f}) {
+          INFO("M " << M << " N " << N << " K " << K << " threads " << threads << " alpha " << alpha);
+          ember::set_num_threads(threads);
+          std::vector<BFloat16> rows(size_t(M * K)), B(size_t(K * N));
+          for (auto& v : rows) v = BFloat16(std::normal_distribution<float>()(rng));
+          for (auto& v : B) v = BFloat16(std::normal_distribution<float>()(rng));
+          const int64_t a_ps = 2 * M + 6;
+          std::vector<BFloat16> pairs(size_t((K + 1) / 2 * a_ps), BFloat16(NAN));
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t k = 0; k < K; ++k) pairs[size_t(k / 2 * a_ps + 2 * i + k % 2)] = rows[size_t(i * K + k)];
+          const int64_t c_rs = N + 3;
+          std::vector<BFloat16> want(size_t(M * c_rs), BFloat16(-7.0f)), got = want;
+          cpu::gemm_bf16(M, N, K, alpha, rows.data(), K, 1, B.data(), N, 1, want.data(), c_rs);
+          cpu::gemm_bf16_pair_major(M, N, K, alpha, pairs.data(), a_ps, B.data(), N, 1, got.data(), c_rs);
+          for (size_t e = 0; e < want.size(); ++e) REQUIRE(got[e].bits == want[e].bits);
+          if (K > 0) CHECK(std::isfinite(float(got[0])));
+        }
+  }
+  // B read through its strides (column-major) as gemm_bf16 reads it; and a bad pair stride is refused.
+  std::vector<BFloat16> A(16, BFloat16(1.0f)), B(8, BFloat16(2.0f)), C(4);
+  cpu::gemm_bf16_pair_major(2, 2, 4, 1.0f, A.data(), 4, B.data(), 1, 4, C.data(), 2);
+  for (const BFloat16& c : C) CHECK(float(c) == 8.0f);
+  CHECK_THROWS_WITH_AS(cpu::gemm_bf16_pair_major(4, 2, 4, 1.0f, A.data(), 6, B.data(), 2, 1, C.data(), 2),
+                       "gemm_bf16_pair_major: A's pair stride 6 must be even and at least 2 M = 8", ember::Error);
+}
+
 TEST_CASE("gemm_bf16 edge cases: empty sizes, K = 0, NaN and infinity pass through") {
   Guard guard;
   std::vector<float> C = {5, 6};

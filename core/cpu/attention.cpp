@@ -63,32 +63,103 @@ void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
   else for (int64_t i = 0; i < n; ++i) to[i] = T(float(from[i]));
 }
 
-// sum_j p[j] dp[j] with p bfloat16, in row_dot's lane order: row_dot's value on p widened, without widening it.
-float dot_widened(const BFloat16* p, const float* dp, int64_t n) {
-  lanes::Lanes<float> sums{};
+// A bfloat16 qkv's probabilities are kept pair-major: rows 2q and 2q + 1 of each head's [T, T] block side by
+// side, element (i, j) at ((i / 2) T + j) 2 + i % 2 (a zero row after an odd T's last), the layout
+// cpu::gemm_bf16_pair_major reads, so that dV = P^T dO reads P in place: packing P^T (pairs of its columns
+// interleaved) was most of the bfloat16 backward's packing. dS^T for dK = dS^T Q is written the same way.
+// The kept tensor is [B, H, ceil(T / 2), T, 2]; attention_probs_rows gives the rows back.
+int64_t pair_rows(int64_t T) { return (T + 1) / 2 * 2; }
+
+// A head's row-major [T, T] block (rows T apart) into its pair-major block. Written past the caches when the
+// runs are 64-byte aligned: the backward reads it long after, and a plain store would first read every line in.
+void to_pair_major(const BFloat16* rows, int64_t T, BFloat16* out) {
+  const bool streaming = reinterpret_cast<uintptr_t>(out) % 64 == 0 && T % lanes::kLanes == 0;
+  for (int64_t i = 0; i < T; i += 2) {
+    const BFloat16* first = rows + i * T;
+    BFloat16* pairs = out + i * T;  // pair run i / 2, 2 T long
+    if (i + 1 == T) {  // the zero row after an odd T's last
+      for (int64_t j = 0; j < T; ++j) pairs[2 * j] = first[j], pairs[2 * j + 1] = BFloat16();
+      continue;
+    }
+    int64_t j = 0;
+    for (; j + lanes::kLanes <= T; j += lanes::kLanes)
+      lanes::store_pairs(pairs + 2 * j, first + j, first + T + j, streaming);
+    for (; j < T; ++j) pairs[2 * j] = first[j], pairs[2 * j + 1] = first[T + j];
+  }
+  if (streaming) lanes::stream_fence();
+}
+
+// Rows i and i + 1 of P from the exponentials in s (masked_softmax_rows without `rounded`) and the rows'
+// stats: each times its 1 / sum, rounded as round_scaled rounds it, into `rows` (row-major, T apart; row i + 1
+// only when below T, else the pair's second half is 0) and into the pair run `pairs`, zeros from column L on.
+void round_pair_rows(const float* s, const float* stats, int64_t i, int64_t T, int64_t L, BFloat16* rows,
+                     BFloat16* pairs, bool streaming) {
+  const bool second = i + 1 < T;
+  const float* s0 = s + i * T;
+  const float* s1 = second ? s0 + T : s0;
+  const float inv0 = stats[2 * i + 1], inv1 = second ? stats[2 * i + 3] : 0.0f;  // (m, 1 / sum) per row
+  BFloat16* row0 = rows + i * T;
+  BFloat16* row1 = second ? row0 + T : nullptr;
   int64_t j = 0;
-  for (; j + lanes::kLanes <= n; j += lanes::kLanes) sums += lanes::load(dp + j) * lanes::load_widened(p + j);
-  float dot = lanes::lane_total<float>(sums);
-  for (; j < n; ++j) dot += dp[j] * float(p[j]);
-  return dot;
+  for (; j + lanes::kLanes <= L; j += lanes::kLanes) {
+    const math::Floats16 p0 = lanes::load(s0 + j) * inv0, p1 = lanes::load(s1 + j) * inv1;
+    lanes::store_rounded(row0 + j, p0);
+    if (second) lanes::store_rounded(row1 + j, p1);
+    lanes::store_rounded_pairs(pairs + 2 * j, p0, p1, streaming);
+  }
+  for (; j < L; ++j) {
+    const BFloat16 p0(float(s0[j] * inv0)), p1(float(s1[j] * inv1));
+    row0[j] = p0;
+    if (second) row1[j] = p1;
+    pairs[2 * j] = p0, pairs[2 * j + 1] = p1;
+  }
+  for (; j < T; ++j) {
+    row0[j] = BFloat16();
+    if (second) row1[j] = BFloat16();
+    pairs[2 * j] = pairs[2 * j + 1] = BFloat16();
+  }
 }
 
 // The bfloat16 backward's dS pass reads the kept probabilities from memory (the forward wrote them long
-// before) a row at a time, with too little work per row for the hardware prefetchers to keep ahead (its first
-// load of each row took most of the pass), so each row asks for the one kRowsAhead rows on: the step 2% faster
-// (alternated runs, 1 thread). The float32 backward reads P first in dV's product; the same order and prefetch
-// there measured no gain (0.98x median, 1.00x first quartile), so it is left as it was.
-constexpr int64_t kRowsAhead = 16;
-inline void prefetch_row(const BFloat16* row, int64_t n) {
-  for (int64_t j = 0; j < n; j += 32) __builtin_prefetch(row + j);  // a 64-byte line holds 32
+// before) a pair of rows at a time, with too little work per row for the hardware prefetchers to keep ahead
+// (its first load of each row took most of the pass), so each pair asks for the one kPairsAhead pairs on: the
+// step 2% faster (alternated runs, 1 thread). The float32 backward reads P first in dV's product; the same order
+// and prefetch there measured no gain (0.98x median, 1.00x first quartile), so it is left as it was.
+constexpr int64_t kPairsAhead = 8;
+inline void prefetch_run(const BFloat16* run, int64_t n) {
+  for (int64_t j = 0; j < n; j += 32) __builtin_prefetch(run + j);  // a 64-byte line holds 32
 }
 
-// out[j] = bfloat16(p[j] (dp[j] - dot)): one row of dS = P (dP - rowsum(dP P)), rounded for the products.
-void ds_row_bf16(const BFloat16* p, const float* dp, float dot, BFloat16* out, int64_t n) {
+// Rows i and i + 1 of dS = P (dP - rowsum(dP P)) over the first L columns, from P's pair run `p` (pair-major)
+// and dP's rows dp0, dp1 (float32), rounded: into ds (row-major, rows T apart; row i + 1 only when below T) and
+// into ds_pairs (the pair run). Each rowsum in row_dot's lane order (row_dot's value on the row widened).
+void ds_pair_bf16(const BFloat16* p, const float* dp0, const float* dp1, int64_t i, int64_t T, int64_t L,
+                  BFloat16* ds, BFloat16* ds_pairs) {
+  lanes::Lanes<float> sums0{}, sums1{};
+  math::Floats16 p0, p1;
   int64_t j = 0;
-  for (; j + lanes::kLanes <= n; j += lanes::kLanes)
-    lanes::store_rounded(out + j, lanes::load_widened(p + j) * (lanes::load(dp + j) - dot));
-  for (; j < n; ++j) out[j] = BFloat16(float(p[j]) * (dp[j] - dot));
+  for (; j + lanes::kLanes <= L; j += lanes::kLanes) {
+    lanes::load_widened_pairs(p + 2 * j, p0, p1);
+    sums0 += lanes::load(dp0 + j) * p0;
+    sums1 += lanes::load(dp1 + j) * p1;
+  }
+  float dot0 = lanes::lane_total<float>(sums0), dot1 = lanes::lane_total<float>(sums1);
+  for (; j < L; ++j) dot0 += dp0[j] * float(p[2 * j]), dot1 += dp1[j] * float(p[2 * j + 1]);
+  BFloat16* row0 = ds + i * T;
+  BFloat16* row1 = i + 1 < T ? row0 + T : nullptr;
+  for (j = 0; j + lanes::kLanes <= L; j += lanes::kLanes) {
+    lanes::load_widened_pairs(p + 2 * j, p0, p1);
+    const math::Floats16 d0 = p0 * (lanes::load(dp0 + j) - dot0), d1 = p1 * (lanes::load(dp1 + j) - dot1);
+    lanes::store_rounded(row0 + j, d0);
+    if (row1 != nullptr) lanes::store_rounded(row1 + j, d1);
+    lanes::store_rounded_pairs(ds_pairs + 2 * j, d0, d1);
+  }
+  for (; j < L; ++j) {
+    const BFloat16 d0(float(p[2 * j]) * (dp0[j] - dot0)), d1(float(p[2 * j + 1]) * (dp1[j] - dot1));
+    row0[j] = d0;
+    if (row1 != nullptr) row1[j] = d1;
+    ds_pairs[2 * j] = d0, ds_pairs[2 * j + 1] = d1;
+  }
 }
 
 // out[j] = bfloat16(x[j] * scale): a row of probabilities rounded as they are kept.
@@ -123,7 +194,8 @@ void hide_masked(T* row, int64_t i, int64_t cols, const bool* padding, bool caus
 // `ld` apart; columns cols..ld-1 are set to 0. Masked entries become exactly 0, and so does every
 // entry of a row with no unmasked key (a query that sees nothing: output 0, no gradient; not NaN).
 // rounded (or null): also gets the probabilities rounded to bfloat16, in the same pass, rows `ld` apart;
-// only there when !keep_float (s then holds the unnormalised exponentials).
+// only there when !keep_float (s then holds the unnormalised exponentials). !keep_float without `rounded`:
+// s keeps the exponentials (columns from cols on not written), and stats the factors (round_pair_rows).
 // stats (or null): gets each row's max m and 1 / sum e^(s - m), two per row (-inf and 0 for a row that
 // sees nothing), from which softmax_rows_from_stats rebuilds the same probabilities.
 template <typename T>
@@ -142,6 +214,7 @@ void masked_softmax_rows(T* s, int64_t rows, int64_t cols, int64_t ld, const boo
     }
     T inv = T(1) / row_exp_store_sum(row, m, row, cols);
     if (stats != nullptr) stats[2 * i] = m, stats[2 * i + 1] = inv;
+    if (!keep_float && row16 == nullptr) continue;  // the exponentials stay, for round_pair_rows
     if (row16 != nullptr && !keep_float) {
       round_scaled(row, inv, row16, cols);
       std::fill(row16 + cols, row16 + ld, BFloat16());
@@ -226,6 +299,7 @@ void probs_kernel(const Dims& d, const T* qkv, const bool* padding, bool causal,
   });
 }
 
+// probs: pair-major (pair_rows).
 void probs_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding, bool causal, const float* stats,
                        BFloat16* probs) {
   const float scale = 1.0f / std::sqrt(float(d.Dh));
@@ -234,8 +308,10 @@ void probs_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding, 
       const auto [b, h, L, pad] = head_task(d, task, padding);
       const Head<BFloat16> head = head_of(d, b, h, qkv);
       float* s = scratch<float>(d.T * d.T);
+      BFloat16* p = scratch<BFloat16>(d.T * d.T);
       gemm_bf16(d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), 0.0f, s, d.T);
-      softmax_rows_from_stats(s, d.T, L, d.T, pad, causal, stats + task * d.T * 2, probs + task * d.T * d.T);
+      softmax_rows_from_stats(s, d.T, L, d.T, pad, causal, stats + task * d.T * 2, p);
+      to_pair_major(p, d.T, probs + task * pair_rows(d.T) * d.T);
     }
   });
 }
@@ -277,7 +353,7 @@ void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs,
 // bfloat16 qkv (a mixed-precision model's projection): every product reads bfloat16 blocks and sums in
 // float32; the scores, the softmax and dS are float32 in the per-thread scratch, and P and dS are rounded
 // to bfloat16 for the products that read them (as the float32 path's packing rounds them). out and the
-// gradient are bfloat16, each entry rounded once as its tile is stored.
+// gradient are bfloat16, each entry rounded once as its tile is stored. probs (kept): pair-major (pair_rows).
 void forward_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding, bool causal, BFloat16* out,
                          BFloat16* probs, float* stats) {
   const float scale = 1.0f / std::sqrt(float(d.Dh));
@@ -286,10 +362,18 @@ void forward_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding
       const auto [b, h, L, pad] = head_task(d, task, padding);
       const Head<BFloat16> head = head_of(d, b, h, qkv);
       float* s = scratch<float>(d.T * d.T);
-      BFloat16* p = probs != nullptr ? probs + task * d.T * d.T : scratch<BFloat16>(d.T * d.T);
+      BFloat16* p = scratch<BFloat16>(d.T * d.T);  // row-major, for P V (in cache)
+      float* row_stats = stats != nullptr ? stats + task * d.T * 2 : scratch<float, 1>(d.T * 2);
       gemm_bf16(d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), 0.0f, s, d.T);  // S = scale Q K^T
-      masked_softmax_rows(s, d.T, L, d.T, pad, causal, p, /*keep_float=*/false,
-                          stats != nullptr ? stats + task * d.T * 2 : nullptr);
+      if (probs == nullptr) {
+        masked_softmax_rows(s, d.T, L, d.T, pad, causal, p, /*keep_float=*/false, row_stats);
+      } else {  // the rounded P into p and, two rows at a time, the kept pair-major block (written past the caches)
+        masked_softmax_rows<float>(s, d.T, L, d.T, pad, causal, nullptr, /*keep_float=*/false, row_stats);
+        BFloat16* kept = probs + task * pair_rows(d.T) * d.T;
+        const bool streaming = reinterpret_cast<uintptr_t>(kept) % 64 == 0 && d.T % lanes::kLanes == 0;
+        for (int64_t i = 0; i < d.T; i += 2) round_pair_rows(s, row_stats, i, d.T, L, p, kept + i * d.T, streaming);
+        if (streaming) lanes::stream_fence();
+      }
       gemm_bf16(d.T, d.Dh, L, 1.0f, p, d.T, 1, head.v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);  // O = P V
     }
   });
@@ -303,21 +387,22 @@ void backward_kernel_bf16(const Dims& d, const BFloat16* grad, const BFloat16* q
       const int64_t b = task / d.H, h = task % d.H;
       const int64_t L = key_extent(padding != nullptr ? padding + b * d.T : nullptr, d.T);
       const auto [q, k, v, dq, dk, dv] = head_of(d, b, h, qkv, dqkv);
-      const BFloat16* p16 = probs + task * d.T * d.T;
+      const int64_t T2 = pair_rows(d.T);
+      const BFloat16* p_pairs = probs + task * T2 * d.T;
       const BFloat16* go = grad + b * d.T * d.D + h * d.Dh;  // dO of this head, row stride D
-      float* ds = scratch<float>(d.T * d.T);
-      BFloat16* ds16 = scratch<BFloat16>(d.T * d.T);
-      gemm_bf16(d.T, L, d.Dh, 1.0f, go, d.D, 1, v, 1, d.row(), 0.0f, ds, d.T);          // dP = dO V^T
-      for (int64_t i = 0; i < d.T; ++i) {                                            // dS = P (dP - rowsum(dP P))
-        const float* row = ds + i * d.T;
-        const BFloat16* prow = p16 + i * d.T;
-        if (i + kRowsAhead < d.T) prefetch_row(prow + kRowsAhead * d.T, L);
-        ds_row_bf16(prow, row, dot_widened(prow, row, L), ds16 + i * d.T, L);
+      float* dp = scratch<float>(T2 * d.T);
+      if (T2 > d.T) std::fill(dp + d.T * d.T, dp + T2 * d.T, 0.0f);  // dP's row after an odd T's last: zero
+      BFloat16* ds = scratch<BFloat16>(d.T * d.T);
+      BFloat16* ds_pairs = scratch<BFloat16, 1>(T2 * d.T);
+      gemm_bf16(d.T, L, d.Dh, 1.0f, go, d.D, 1, v, 1, d.row(), 0.0f, dp, d.T);          // dP = dO V^T
+      for (int64_t i = 0; i < d.T; i += 2) {                                          // dS = P (dP - rowsum(dP P))
+        const BFloat16* run = p_pairs + i * d.T;
+        if (i + 2 * kPairsAhead < d.T) prefetch_run(run + kPairsAhead * 2 * d.T, 2 * L);
+        ds_pair_bf16(run, dp + i * d.T, dp + (i + 1) * d.T, i, d.T, L, ds, ds_pairs + i * d.T);
       }
-      // After dS: its row-by-row pass has brought P into cache for the column-wise packing of P^T.
-      gemm_bf16(L, d.Dh, d.T, 1.0f, p16, 1, d.T, go, d.D, 1, dv, d.row());              // dV = P^T dO
-      gemm_bf16(d.T, d.Dh, L, scale, ds16, d.T, 1, k, d.row(), 1, dq, d.row());  // dQ = scale dS K
-      gemm_bf16(L, d.Dh, d.T, scale, ds16, 1, d.T, q, d.row(), 1, dk, d.row());  // dK = scale dS^T Q
+      gemm_bf16_pair_major(L, d.Dh, d.T, 1.0f, p_pairs, 2 * d.T, go, d.D, 1, dv, d.row());  // dV = P^T dO
+      gemm_bf16(d.T, d.Dh, L, scale, ds, d.T, 1, k, d.row(), 1, dq, d.row());              // dQ = scale dS K
+      gemm_bf16_pair_major(L, d.Dh, d.T, scale, ds_pairs, 2 * d.T, q, d.row(), 1, dk, d.row());  // dK = scale dS^T Q
       for (int64_t j = L; j < d.T; ++j)  // keys no query attends to: no gradient
         for (int64_t c = 0; c < d.Dh; ++c) dk[j * d.row() + c] = dv[j * d.row() + c] = BFloat16();
     }
@@ -332,8 +417,8 @@ AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tenso
   AttentionForward result;
   result.out = Tensor::empty({d.B, d.T, d.D}, qkv.dtype());
   const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
-  if (qkv.dtype() == Dtype::BFloat16) {  // bfloat16 in and out; the probabilities kept as bfloat16
-    if (keep_probs) result.probs = Tensor::empty({d.B, d.H, d.T, d.T}, Dtype::BFloat16);
+  if (qkv.dtype() == Dtype::BFloat16) {  // bfloat16 in and out; the probabilities kept as bfloat16, pair-major
+    if (keep_probs) result.probs = Tensor::empty({d.B, d.H, pair_rows(d.T) / 2, d.T, 2}, Dtype::BFloat16);
     if (keep_stats) result.stats = Tensor::empty({d.B, d.H, d.T, 2}, Dtype::Float32);
     forward_kernel_bf16(d, qkv.data<BFloat16>(), padding, causal, result.out.data<BFloat16>(),
                         keep_probs ? result.probs.data<BFloat16>() : nullptr,
@@ -365,7 +450,7 @@ Tensor attention_probs(const Tensor& qkv, int64_t heads, const Tensor& key_paddi
               dtype_name(stats_dtype), d.B, d.H, d.T, got);
   const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
   if (qkv.dtype() == Dtype::BFloat16) {
-    Tensor probs = Tensor::empty({d.B, d.H, d.T, d.T}, Dtype::BFloat16);
+    Tensor probs = Tensor::empty({d.B, d.H, pair_rows(d.T) / 2, d.T, 2}, Dtype::BFloat16);
     probs_kernel_bf16(d, qkv.data<BFloat16>(), padding, causal, stats.data<float>(), probs.data<BFloat16>());
     return probs;
   }
@@ -385,6 +470,10 @@ Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tenso
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
   const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
   if (qkv.dtype() == Dtype::BFloat16) {
+    EMBER_CHECK(probs.dtype() == Dtype::BFloat16 && probs.is_contiguous() &&
+                    probs.shape() == Shape({d.B, d.H, pair_rows(d.T) / 2, d.T, 2}),
+                "attention_backward: a bfloat16 qkv's kept probabilities must be pair-major bfloat16 [{}, {}, {}, {}, 2]",
+                d.B, d.H, pair_rows(d.T) / 2, d.T);
     backward_kernel_bf16(d, grad_out.data<BFloat16>(), qkv.data<BFloat16>(), probs.data<BFloat16>(), padding,
                          dqkv.data<BFloat16>());
     return dqkv;
@@ -396,6 +485,16 @@ Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tenso
                        kept_bf16 ? probs.data<BFloat16>() : nullptr, padding, dqkv.data<T>(), bf16);
   });
   return dqkv;
+}
+
+Tensor attention_probs_rows(const Tensor& probs) {
+  if (probs.dim() == 4) return probs;
+  EMBER_CHECK(probs.dim() == 5 && probs.size(4) == 2,
+              "attention_probs_rows: expected [B, H, T, T] or pair-major [B, H, ceil(T / 2), T, 2] probabilities, got {}",
+              shape_str(probs.shape()));
+  const int64_t B = probs.size(0), H = probs.size(1), T = probs.size(3);
+  // (q, j, r) -> (q, r, j): rows 2q + r, then the zero row after an odd T's last dropped.
+  return probs.permute({0, 1, 2, 4, 3}).contiguous().view({B, H, 2 * probs.size(2), T}).narrow(2, 0, T);
 }
 
 }  // namespace ember::cpu

@@ -24,7 +24,8 @@ namespace ember::cpu {
 
 struct AttentionForward {
   Tensor out;          // [B, T, D]
-  Tensor probs;        // [B, H, T, T]; defined only when asked for (backward or weights); bfloat16 when bf16
+  Tensor probs;        // [B, H, T, T]; defined only when asked for (backward or weights); bfloat16 when bf16;
+                       // pair-major [B, H, ceil(T / 2), T, 2] for a bfloat16 qkv (attention_probs_rows)
   Tensor stats;        // [B, H, T, 2]: each row's softmax max and 1 / sum (float32 for bfloat16), when asked
 };
 
@@ -38,7 +39,8 @@ struct AttentionForward {
 // half the traffic. The backward widens each head's block to float32 in cache; dS = P (dP - ...) then
 // sees P rounded to bfloat16 (relative error <= 2^-9 per element).
 // bfloat16 qkv: the same with bfloat16 products throughout (the scores, the softmax and dS in float32),
-// a bfloat16 output and gradient, and the probabilities kept as bfloat16.
+// a bfloat16 output and gradient, and the probabilities kept as bfloat16, pair-major: rows 2q and 2q + 1 of
+// each head's block side by side, so that dV = P^T dO reads P^T in place, unpacked (gemm_bf16_pair_major).
 // keep_stats: also return each row's softmax statistics, from which attention_probs rebuilds the
 // probabilities without the forward's other passes (what a checkpoint keeps: autograd/recompute_cache.h).
 AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
@@ -49,6 +51,9 @@ AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tenso
 // sum passes and P V. A checkpoint's recompute, which takes the output kept from its forward, uses it.
 Tensor attention_probs(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
                        const Tensor& stats, bool bf16 = false);
+
+// The kept probabilities as [B, H, T, T] rows (a bfloat16 qkv's are pair-major; others are returned as they are).
+Tensor attention_probs_rows(const Tensor& probs);
 
 // The gradient of qkv [B, T, 3 D] from the output gradient [B, T, D] (contiguous), the saved
 // probabilities and the forward's key_padding_mask.

@@ -117,6 +117,9 @@ struct Problem {
   // A bfloat16 C instead of C (only with T = float and beta == 0; K within one K block: gemm_one_with):
   // each tile is summed in float32 and rounded once as it is stored.
   BFloat16* C16 = nullptr;
+  // A is pair-major (gemm_bf16_pair_major): A(i, k) for an even k and A(i, k + 1) are the two words at
+  // A + i * a_rs + k * a_cs, with a_rs 2. Only for a kernel that reads it in place (the entry checks).
+  bool a_pairs = false;
 };
 
 // Splits `length` into equal blocks of at most `block` (a multiple of `step`): returns the size.
@@ -165,7 +168,8 @@ bool reads_a_in_place(const Kernel& kernel, const Problem<typename Kernel::Outpu
   using S = typename Kernel::Source;
   if (kernel.tile_direct == nullptr || nc > kernel.nr) return false;
   if constexpr (std::is_same_v<S, typename Kernel::Packed>) return p.a_rs == 1 || p.a_cs == 1;
-  if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<typename Kernel::Packed, uint16_t>) return p.a_cs == 1;
+  if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<typename Kernel::Packed, uint16_t>)
+    return p.a_cs == 1 || p.a_pairs;
   return false;
 }
 
@@ -183,8 +187,8 @@ void tiles_with_a_in_place(const Kernel& kernel, const Problem<typename Kernel::
     const P* a = reinterpret_cast<const P*>(p.A + ir * p.a_rs + pc * p.a_cs);  // (bfloat16: its bits)
     if constexpr (std::is_same_v<T, float>) {
       if (p.C16 != nullptr && kernel.tile_to_bf16 != nullptr) {  // rounded as stored (one K block: pc is 0)
-        kernel.tile_to_bf16(kc, a, std::max<int64_t>(p.a_rs, 1), b_panel, p.C16 + ir * p.c_rs + jc, p.c_rs, m_rows,
-                            static_cast<int>(nc), p.alpha, p.bias != nullptr ? p.bias + jc : nullptr);
+        kernel.tile_to_bf16(kc, a, std::max<int64_t>(p.a_rs, 1), p.a_cs, b_panel, p.C16 + ir * p.c_rs + jc, p.c_rs,
+                            m_rows, static_cast<int>(nc), p.alpha, p.bias != nullptr ? p.bias + jc : nullptr);
         continue;
       }
     }
@@ -240,7 +244,7 @@ void gemm_block(const Kernel& kernel, const Problem<typename Kernel::Output, typ
             const P* b_panel = b_packed + jr * panel_k;
             if constexpr (std::is_same_v<T, float>) {
               if (p.C16 != nullptr && kernel.tile_to_bf16 != nullptr) {  // rounded as stored (one K block: pc is 0)
-                kernel.tile_to_bf16(kc, a_packed + ir * panel_k, 0, b_panel, p.C16 + (ic + ir) * p.c_rs + jc + jr,
+                kernel.tile_to_bf16(kc, a_packed + ir * panel_k, 0, 1, b_panel, p.C16 + (ic + ir) * p.c_rs + jc + jr,
                                     p.c_rs, m_rows, n_cols, p.alpha, p.bias != nullptr ? p.bias + jc + jr : nullptr);
                 continue;
               }
@@ -605,6 +609,26 @@ void gemm_bf16_out(int64_t M, int64_t N, int64_t K, float alpha, const S* A, int
   Problem<float, S> p{M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, 0.0f, nullptr, c_rs, bias};
   p.C16 = C;
   Bf16Runner<S>{}(p, threads_here());
+}
+
+void gemm_bf16_pair_major(int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t a_ps,
+                          const BFloat16* B, int64_t b_rs, int64_t b_cs, BFloat16* C, int64_t c_rs) {
+  EMBER_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16_pair_major: negative size M={} N={} K={}", M, N, K);
+  EMBER_CHECK(M <= 1 || c_rs >= N, "gemm_bf16_pair_major: C rows overlap: row stride {} < N={}", c_rs, N);
+  EMBER_CHECK(K <= 2 || (a_ps % 2 == 0 && a_ps >= 2 * M),
+              "gemm_bf16_pair_major: A's pair stride {} must be even and at least 2 M = {}", a_ps, 2 * M);
+  const auto* kernel = native_bf16_kernel<BFloat16>(bf16_choice.load(std::memory_order_relaxed));
+  if (kernel != nullptr && kernel->tile_direct != nullptr && N <= kernel->nr) {  // read in place
+    Problem<float, BFloat16> p{M, N, K, alpha, A, 2, a_ps / 2, B, b_rs, b_cs, 0.0f, nullptr, c_rs};
+    p.C16 = C;
+    p.a_pairs = true;
+    return gemm_one_with(*kernel, p, threads_here());
+  }
+  // Another kernel (the rounded one, AMX) or a B wider than one micro-panel: A as rows first.
+  std::vector<BFloat16> rows(size_t(M * K));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t i = 0; i < M; ++i) rows[size_t(i * K + k)] = A[k / 2 * a_ps + 2 * i + k % 2];
+  gemm_bf16_out(M, N, K, alpha, rows.data(), K, int64_t{1}, B, b_rs, b_cs, C, c_rs, static_cast<const float*>(nullptr));
 }
 
 void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,

@@ -48,14 +48,15 @@ enum class Store { Overwrite, Accumulate, General, Bias, Bf16 };
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
 
-// One kRows x (kVecs * 16) tile of C from kc k's (ceil(kc / 2) pairs). kDirect: A is read in place, row r
-// at a + r * a_rs with its k contiguous (a bfloat16 row-major A: the pair (k, k + 1) is already two adjacent
-// words; an odd kc's last k is paired with a zero, as packing pads it), instead of from a packed panel.
+// One kRows x (kVecs * 16) tile of C from kc k's (ceil(kc / 2) pairs). kDirect: A is read in place, the pair
+// (k, k + 1) of row r as the two adjacent words at a + r * a_rs + k * a_cs (a bfloat16 row-major A, a_cs 1; or
+// a pair-major one, gemm.h's gemm_bf16_pair_major: a_rs 2, a_cs half its pair stride; an odd kc's last k is
+// paired with a zero, as packing pads it), instead of from a packed panel.
 // Store::Bf16: C is bfloat16 (COut uint16_t), beta 0: alpha times the sums, plus the bias (if any), each entry
 // rounded as it is stored (gemm_kernels.h's tile_to_bf16: the bias first for a packed A and alpha 1).
 template <int kRows, int kVecs, Store kStore, bool kDirect = false, typename COut = float>
 void tile_with(int64_t kc, const uint16_t* a, const uint16_t* b, COut* c, int64_t c_rs, int n_cols, float alpha,
-               float beta, const float* bias = nullptr, int64_t a_rs = 0) {
+               float beta, const float* bias = nullptr, int64_t a_rs = 0, int64_t a_cs = 1) {
   const __mmask16 all = 0xFFFF;
   const int last_lanes = n_cols - (kVecs - 1) * 16;
   const __mmask16 last = last_lanes == 16 ? all : static_cast<__mmask16>((1u << last_lanes) - 1);
@@ -90,7 +91,7 @@ void tile_with(int64_t kc, const uint16_t* a, const uint16_t* b, COut* c, int64_
 #pragma GCC unroll 8
       for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a_pair, b_row[v]);
     }
-    a += kDirect ? 2 : 2 * kMR;
+    a += kDirect ? 2 * a_cs : 2 * kMR;
     b += kVecs * 32;
   };
   const int64_t pairs = kDirect ? kc / 2 : (kc + 1) / 2;
@@ -139,29 +140,30 @@ void tile_bias(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64
 // A read in place (row-major bfloat16, see tile_with): for a product whose B block is one micro-panel wide,
 // where each element of A meets B once and packing it would cost about as much as using it.
 template <int kRows, int kVecs>
-void tile_direct(int64_t kc, const uint16_t* a, int64_t a_rs, const uint16_t* b, float* c, int64_t c_rs, int n_cols,
-                 float alpha, float beta) {
+void tile_direct(int64_t kc, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b, float* c, int64_t c_rs,
+                 int n_cols, float alpha, float beta) {
   if (alpha == 1 && beta == 0)
-    tile_with<kRows, kVecs, Store::Overwrite, true>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs);
+    tile_with<kRows, kVecs, Store::Overwrite, true>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs, a_cs);
   else if (alpha == 1 && beta == 1)
-    tile_with<kRows, kVecs, Store::Accumulate, true>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs);
+    tile_with<kRows, kVecs, Store::Accumulate, true>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs, a_cs);
   else
-    tile_with<kRows, kVecs, Store::General, true>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs);
+    tile_with<kRows, kVecs, Store::General, true>(kc, a, b, c, c_rs, n_cols, alpha, beta, nullptr, a_rs, a_cs);
 }
 
 // The tile into a bfloat16 C (gemm_kernels.h's Bf16TileFunction): a_rs 0, a packed A; else A in place.
 template <int kRows, int kVecs>
-void tile_bf16(int64_t kc, const uint16_t* a, int64_t a_rs, const uint16_t* b, BFloat16* c, int64_t c_rs, int n_cols,
-               float alpha, const float* bias) {
+void tile_bf16(int64_t kc, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b, BFloat16* c, int64_t c_rs,
+               int n_cols, float alpha, const float* bias) {
   uint16_t* words = reinterpret_cast<uint16_t*>(c);
   if (a_rs == 0) tile_with<kRows, kVecs, Store::Bf16, false, uint16_t>(kc, a, b, words, c_rs, n_cols, alpha, 0, bias);
-  else tile_with<kRows, kVecs, Store::Bf16, true, uint16_t>(kc, a, b, words, c_rs, n_cols, alpha, 0, bias, a_rs);
+  else tile_with<kRows, kVecs, Store::Bf16, true, uint16_t>(kc, a, b, words, c_rs, n_cols, alpha, 0, bias, a_rs, a_cs);
 }
 
 using Tile = void (*)(int64_t, const uint16_t*, const uint16_t*, float*, int64_t, int, float, float);
-using DirectTile = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, float*, int64_t, int, float, float);
+using DirectTile = void (*)(int64_t, const uint16_t*, int64_t, int64_t, const uint16_t*, float*, int64_t, int, float,
+                            float);
 using BiasTile = void (*)(int64_t, const uint16_t*, const uint16_t*, float*, int64_t, int, const float*);
-using Bf16Tile = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, BFloat16*, int64_t, int, float,
+using Bf16Tile = void (*)(int64_t, const uint16_t*, int64_t, int64_t, const uint16_t*, BFloat16*, int64_t, int, float,
                           const float*);
 
 // table[rows - 1][vecs - 1]
@@ -192,16 +194,17 @@ void tile_any_size(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, i
   static constexpr auto table = tile_table(std::make_integer_sequence<int, kMR>{});
   table[m_rows - 1][(n_cols + 15) / 16 - 1](kc, a, b, c, c_rs, n_cols, alpha, beta);
 }
-// NOTE: a_cs must be 1 (the driver reads A in place only then: gemm.cpp reads_a_in_place).
-void direct_tile_any_size(int64_t kc, const uint16_t* a, int64_t a_rs, int64_t /*a_cs*/, const uint16_t* b, float* c,
+// NOTE: the pair (k, k + 1) must be two adjacent words (the driver reads A in place only then: gemm.cpp
+// reads_a_in_place): a_cs 1, or a pair-major A.
+void direct_tile_any_size(int64_t kc, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b, float* c,
                           int64_t c_rs, int m_rows, int n_cols, float alpha, float beta) {
   static constexpr auto table = direct_tile_table(std::make_integer_sequence<int, kMR>{});
-  table[m_rows - 1][(n_cols + 15) / 16 - 1](kc, a, a_rs, b, c, c_rs, n_cols, alpha, beta);
+  table[m_rows - 1][(n_cols + 15) / 16 - 1](kc, a, a_rs, a_cs, b, c, c_rs, n_cols, alpha, beta);
 }
-void bf16_tile_any_size(int64_t kc, const uint16_t* a, int64_t a_rs, const uint16_t* b, BFloat16* c, int64_t c_rs,
-                        int m_rows, int n_cols, float alpha, const float* bias) {
+void bf16_tile_any_size(int64_t kc, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b, BFloat16* c,
+                        int64_t c_rs, int m_rows, int n_cols, float alpha, const float* bias) {
   static constexpr auto table = bf16_tile_table(std::make_integer_sequence<int, kMR>{});
-  table[m_rows - 1][(n_cols + 15) / 16 - 1](kc, a, a_rs, b, c, c_rs, n_cols, alpha, bias);
+  table[m_rows - 1][(n_cols + 15) / 16 - 1](kc, a, a_rs, a_cs, b, c, c_rs, n_cols, alpha, bias);
 }
 void bias_tile_any_size(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t c_rs, int m_rows,
                         int n_cols, const float* bias) {

@@ -29,6 +29,8 @@ using BiasTileFunction = void (*)(int64_t kc, const P* a_panel, const P* b_panel
 
 // Optional: the tile with A read in place, element (r, k) at a[r * a_rs + k * a_cs], not from a packed
 // panel (the driver uses it when B's block is one micro-panel wide: each A element is then used once).
+// A bfloat16 kernel reads the pair (k, k + 1) as the two words at a[r * a_rs + k * a_cs] (k even): a_cs 1,
+// or a pair-major A (gemm.h's gemm_bf16_pair_major), whose pairs sit a_cs apart per k.
 template <typename P, typename Out = P>
 using DirectTileFunction = void (*)(int64_t kc, const P* a, int64_t a_rs, int64_t a_cs, const P* b_panel, Out* c,
                                     int64_t c_rs, int m_rows, int n_cols, Out alpha, Out beta);
@@ -43,11 +45,11 @@ using PackBFunction = void (*)(const S* B, int64_t b_rs, int64_t b_cs, int64_t k
 using RoundRowsFunction = void (*)(const float* in, int64_t in_rs, BFloat16* out, int64_t out_rs, int rows, int cols);
 // Optional, for a bfloat16 C (one K block, beta 0): the tile summed in float, each entry rounded (as
 // round_rows) as it is stored, with no float tile in between. a_rs 0: a packed A micro-panel; else A read
-// in place, rows a_rs apart (tile_direct's layout). C = alpha A B (+ bias), the bias added where the float
+// in place, as tile_direct reads it. C = alpha A B (+ bias), the bias added where the float
 // C path adds it: the sums start from it for a packed A and alpha 1 (tile_bias), else it is added last.
 template <typename P>
-using Bf16TileFunction = void (*)(int64_t kc, const P* a, int64_t a_rs, const P* b_panel, BFloat16* c, int64_t c_rs,
-                                  int m_rows, int n_cols, float alpha, const float* bias);
+using Bf16TileFunction = void (*)(int64_t kc, const P* a, int64_t a_rs, int64_t a_cs, const P* b_panel, BFloat16* c,
+                                  int64_t c_rs, int m_rows, int n_cols, float alpha, const float* bias);
 
 // A micro-kernel, its packing routines and the cache blocking that suits it. S: the operands' type
 // in memory; P: packed; Out: C's (GemmKernel<float> is the plain float GEMM).

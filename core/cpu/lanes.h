@@ -63,13 +63,52 @@ inline math::Floats16 load_widened(const BFloat16* p) {
   std::memcpy(&words, p, sizeof words);
   return (math::Floats16)(__builtin_convertvector(words, Unsigned16) << 16);
 }
-// 16 floats rounded to bfloat16 and stored: BFloat16::round_to_bits on each lane.
-inline void store_rounded(BFloat16* p, math::Floats16 v) {
+// BFloat16::round_to_bits on each lane: 16 floats' bfloat16 bits, in the low half of each lane.
+inline Unsigned16 rounded_bits(math::Floats16 v) {
   const Unsigned16 x = (Unsigned16)v;
   const Unsigned16 rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
   const Unsigned16 quiet_nan = (x >> 16) | 0x0040u;
-  const Words16 words = __builtin_convertvector((x & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded, Words16);
+  return (x & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded;
+}
+// 16 floats rounded to bfloat16 and stored.
+inline void store_rounded(BFloat16* p, math::Floats16 v) {
+  const Words16 words = __builtin_convertvector(rounded_bits(v), Words16);
   std::memcpy(static_cast<void*>(p), &words, sizeof words);  // BFloat16 is a class: memcpy its bytes
+}
+
+// Pair-major runs (two rows side by side, as cpu::gemm_bf16_pair_major reads them): 16 pairs
+// (first[k], second[k]) at p[2k], p[2k + 1]. Stored rounded, and loaded widened (exact). `streaming` (p 64-byte
+// aligned): written past the caches where AVX-512 can (a non-temporal store, which does not first read in the
+// line it overwrites), for data read again long after; stream_fence() must then come before another thread
+// reads it.
+inline void store_rounded_pairs(BFloat16* p, math::Floats16 first, math::Floats16 second, bool streaming = false) {
+  const Unsigned16 pairs = rounded_bits(first) | (rounded_bits(second) << 16);
+#if defined(__AVX512F__)
+  if (streaming) return _mm512_stream_si512(reinterpret_cast<__m512i*>(p), reinterpret_cast<const __m512i&>(pairs));
+#endif
+  std::memcpy(static_cast<void*>(p), &pairs, sizeof pairs);
+}
+// 16 pairs from two runs of 16 bfloat16.
+inline void store_pairs(BFloat16* p, const BFloat16* first, const BFloat16* second, bool streaming = false) {
+  Words16 a, b;
+  std::memcpy(&a, first, sizeof a);
+  std::memcpy(&b, second, sizeof b);
+  const Unsigned16 pairs = __builtin_convertvector(a, Unsigned16) | (__builtin_convertvector(b, Unsigned16) << 16);
+#if defined(__AVX512F__)
+  if (streaming) return _mm512_stream_si512(reinterpret_cast<__m512i*>(p), reinterpret_cast<const __m512i&>(pairs));
+#endif
+  std::memcpy(static_cast<void*>(p), &pairs, sizeof pairs);
+}
+inline void stream_fence() {
+#if defined(__AVX512F__)
+  _mm_sfence();
+#endif
+}
+inline void load_widened_pairs(const BFloat16* p, math::Floats16& first, math::Floats16& second) {
+  Unsigned16 pairs;
+  std::memcpy(&pairs, p, sizeof pairs);
+  first = (math::Floats16)(pairs << 16);
+  second = (math::Floats16)(pairs & 0xFFFF0000u);
 }
 
 // Tables indexed by a bfloat16's bits (core/cpu/elementwise.h): 16 keys looked up at once, one gather

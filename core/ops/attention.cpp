@@ -120,7 +120,7 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
     if (needs_grad) forward.probs = cpu::attention_probs(qkv, heads, mask, causal, r[1], bf16);
   }
   if (weights != nullptr)  // qkv's dtype, float32 for bfloat16 (in bfloat16: the kept probabilities, rounded)
-    *weights = forward.probs.to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
+    *weights = cpu::attention_probs_rows(forward.probs).to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
   // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.
   record("attention", forward.out, {qkv_in},
          [heads, qkv = save(qkv), probs = save(forward.probs), mask = save(mask), bf16](const Tensor& g) -> Grads {
