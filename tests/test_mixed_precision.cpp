@@ -6,6 +6,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda_ops.h"
+#include "core/parallel.h"
 #include "core/precision.h"
 #include "helpers.h"
 
@@ -199,6 +200,33 @@ TEST_CASE("mixed precision linear (CPU): y bfloat16, rounded once; dx, dW within
     const std::vector<double> size = values(sum(abs(g.to(Dtype::Float64)), {0}));
     for (size_t n = 0; n < db.size(); ++n) CHECK(std::abs(db[n] - exact[n]) <= double(rows) * eps32 * size[n]);
   }
+}
+
+TEST_CASE("mixed precision linear (CPU): db sums a bfloat16 g by blocks of 256 rows, in order: the same bits on 1 and 2 threads") {
+  // db's documented order (core/ops/linear.cpp column_sums): each block of 256 rows summed row by row in float,
+  // then the blocks in order. 600 rows (three blocks, the last short) and 37 columns (16 at a time, then a tail).
+  Generator gen(13);
+  const int64_t rows = 600, K = 8, N = 37;
+  const Tensor g16 = uniform({rows, N}, -1, 1, gen).to(Dtype::BFloat16);
+  std::vector<float> want(N, 0.0f);
+  for (int64_t block = 0; block < rows; block += 256) {
+    std::vector<float> partial(N, 0.0f);
+    for (int64_t r = block; r < std::min(rows, block + 256); ++r)
+      for (int64_t n = 0; n < N; ++n) partial[size_t(n)] += float(g16.data<BFloat16>()[r * N + n]);
+    for (int64_t n = 0; n < N; ++n) want[size_t(n)] += partial[size_t(n)];
+  }
+  const int threads = num_threads();
+  for (int t : {1, 2}) {
+    set_num_threads(t);
+    Tensor x = uniform({rows, K}, -1, 1, gen).requires_grad_();
+    Tensor w = uniform({N, K}, -1, 1, gen).requires_grad_(), b = zeros({N}).requires_grad_();
+    {
+      MixedPrecisionGuard bf16;
+      linear(x, w, b).backward(g16);
+    }
+    for (int64_t n = 0; n < N; ++n) REQUIRE(b.grad().data<float>()[n] == want[size_t(n)]);
+  }
+  set_num_threads(threads);
 }
 
 TEST_CASE("mixed precision linear (CPU): zero-size dims as outside the scope: no rows, no input features") {
