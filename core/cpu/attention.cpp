@@ -70,10 +70,9 @@ void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
 // The kept tensor is [B, H, ceil(T / 2), T, 2]; attention_probs_rows gives the rows back.
 int64_t pair_rows(int64_t T) { return (T + 1) / 2 * 2; }
 
-// A head's row-major [T, T] block (rows T apart) into its pair-major block. Written past the caches when the
-// runs are 64-byte aligned: the backward reads it long after, and a plain store would first read every line in.
+// A head's row-major [T, T] block (rows T apart) into its pair-major block (a checkpoint's recompute, whose
+// backward reads it right after: plain stores, unlike the forward's).
 void to_pair_major(const BFloat16* rows, int64_t T, BFloat16* out) {
-  const bool streaming = reinterpret_cast<uintptr_t>(out) % 64 == 0 && T % lanes::kLanes == 0;
   for (int64_t i = 0; i < T; i += 2) {
     const BFloat16* first = rows + i * T;
     BFloat16* pairs = out + i * T;  // pair run i / 2, 2 T long
@@ -82,11 +81,9 @@ void to_pair_major(const BFloat16* rows, int64_t T, BFloat16* out) {
       continue;
     }
     int64_t j = 0;
-    for (; j + lanes::kLanes <= T; j += lanes::kLanes)
-      lanes::store_pairs(pairs + 2 * j, first + j, first + T + j, streaming);
+    for (; j + lanes::kLanes <= T; j += lanes::kLanes) lanes::store_pairs(pairs + 2 * j, first + j, first + T + j);
     for (; j < T; ++j) pairs[2 * j] = first[j], pairs[2 * j + 1] = first[T + j];
   }
-  if (streaming) lanes::stream_fence();
 }
 
 // Rows i and i + 1 of P from the exponentials in s (masked_softmax_rows without `rounded`) and the rows'
@@ -122,8 +119,9 @@ void round_pair_rows(const float* s, const float* stats, int64_t i, int64_t T, i
 
 // The bfloat16 backward's dS pass reads the kept probabilities from memory (the forward wrote them long
 // before) a pair of rows at a time, with too little work per row for the hardware prefetchers to keep ahead
-// (its first load of each row took most of the pass), so each pair asks for the one kPairsAhead pairs on: the
-// step 2% faster (alternated runs, 1 thread). The float32 backward reads P first in dV's product; the same order
+// (its first load of each row took most of the pass), so each pair asks for the one kPairsAhead pairs on (16
+// rows, as far as the row-at-a-time pass before it looked, which made the step 2% faster: alternated runs,
+// 1 thread). The float32 backward reads P first in dV's product; the same order
 // and prefetch there measured no gain (0.98x median, 1.00x first quartile), so it is left as it was.
 constexpr int64_t kPairsAhead = 8;
 inline void prefetch_run(const BFloat16* run, int64_t n) {

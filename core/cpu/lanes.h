@@ -2,8 +2,8 @@
 // loops of softmax and attention are written on these (load, +, *, ?:, store), so that they vectorise whatever
 // the compiler makes of a scalar loop: one AVX-512 register per Floats16 here, two AVX2 or four SSE ones
 // elsewhere. Also e^x per lane, the lanes' total in lane order, bfloat16 runs of 16 widened to floats or
-// rounded from them (round to nearest even, NaN kept: BFloat16's rule on every lane), and 16 lookups in a table
-// indexed by a bfloat16's bits. CPU only.
+// rounded from them (round to nearest even, NaN kept: BFloat16's rule on every lane), the same for two rows
+// side by side (pair-major), and 16 lookups in a table indexed by a bfloat16's bits. CPU only.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -89,14 +89,11 @@ inline void store_rounded_pairs(BFloat16* p, math::Floats16 first, math::Floats1
   std::memcpy(static_cast<void*>(p), &pairs, sizeof pairs);
 }
 // 16 pairs from two runs of 16 bfloat16.
-inline void store_pairs(BFloat16* p, const BFloat16* first, const BFloat16* second, bool streaming = false) {
+inline void store_pairs(BFloat16* p, const BFloat16* first, const BFloat16* second) {
   Words16 a, b;
   std::memcpy(&a, first, sizeof a);
   std::memcpy(&b, second, sizeof b);
   const Unsigned16 pairs = __builtin_convertvector(a, Unsigned16) | (__builtin_convertvector(b, Unsigned16) << 16);
-#if defined(__AVX512F__)
-  if (streaming) return _mm512_stream_si512(reinterpret_cast<__m512i*>(p), reinterpret_cast<const __m512i&>(pairs));
-#endif
   std::memcpy(static_cast<void*>(p), &pairs, sizeof pairs);
 }
 inline void stream_fence() {
