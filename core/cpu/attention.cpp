@@ -70,8 +70,7 @@ void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
 // The kept tensor is [B, H, ceil(T / 2), T, 2]; attention_probs_rows gives the rows back.
 int64_t pair_rows(int64_t T) { return (T + 1) / 2 * 2; }
 
-// A head's row-major [T, T] block (rows T apart) into its pair-major block (a checkpoint's recompute, whose
-// backward reads it right after: plain stores, unlike the forward's).
+// A head's row-major [T, T] block (rows T apart) into its pair-major block (a checkpoint's recompute).
 void to_pair_major(const BFloat16* rows, int64_t T, BFloat16* out) {
   for (int64_t i = 0; i < T; i += 2) {
     const BFloat16* first = rows + i * T;
@@ -90,7 +89,7 @@ void to_pair_major(const BFloat16* rows, int64_t T, BFloat16* out) {
 // stats: each times its 1 / sum, rounded as round_scaled rounds it, into `rows` (row-major, T apart; row i + 1
 // only when below T, else the pair's second half is 0) and into the pair run `pairs`, zeros from column L on.
 void round_pair_rows(const float* s, const float* stats, int64_t i, int64_t T, int64_t L, BFloat16* rows,
-                     BFloat16* pairs, bool streaming) {
+                     BFloat16* pairs) {
   const bool second = i + 1 < T;
   const float* s0 = s + i * T;
   const float* s1 = second ? s0 + T : s0;
@@ -102,7 +101,7 @@ void round_pair_rows(const float* s, const float* stats, int64_t i, int64_t T, i
     const math::Floats16 p0 = lanes::load(s0 + j) * inv0, p1 = lanes::load(s1 + j) * inv1;
     lanes::store_rounded(row0 + j, p0);
     if (second) lanes::store_rounded(row1 + j, p1);
-    lanes::store_rounded_pairs(pairs + 2 * j, p0, p1, streaming);
+    lanes::store_rounded_pairs(pairs + 2 * j, p0, p1);
   }
   for (; j < L; ++j) {
     const BFloat16 p0(float(s0[j] * inv0)), p1(float(s1[j] * inv1));
@@ -365,12 +364,10 @@ void forward_kernel_bf16(const Dims& d, const BFloat16* qkv, const bool* padding
       gemm_bf16(d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), 0.0f, s, d.T);  // S = scale Q K^T
       if (probs == nullptr) {
         masked_softmax_rows(s, d.T, L, d.T, pad, causal, p, /*keep_float=*/false, row_stats);
-      } else {  // the rounded P into p and, two rows at a time, the kept pair-major block (written past the caches)
+      } else {  // the rounded P into p and, two rows at a time, the kept pair-major block
         masked_softmax_rows<float>(s, d.T, L, d.T, pad, causal, nullptr, /*keep_float=*/false, row_stats);
         BFloat16* kept = probs + task * pair_rows(d.T) * d.T;
-        const bool streaming = reinterpret_cast<uintptr_t>(kept) % 64 == 0 && d.T % lanes::kLanes == 0;
-        for (int64_t i = 0; i < d.T; i += 2) round_pair_rows(s, row_stats, i, d.T, L, p, kept + i * d.T, streaming);
-        if (streaming) lanes::stream_fence();
+        for (int64_t i = 0; i < d.T; i += 2) round_pair_rows(s, row_stats, i, d.T, L, p, kept + i * d.T);
       }
       gemm_bf16(d.T, d.Dh, L, 1.0f, p, d.T, 1, head.v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);  // O = P V
     }

@@ -77,15 +77,9 @@ inline void store_rounded(BFloat16* p, math::Floats16 v) {
 }
 
 // Pair-major runs (two rows side by side, as cpu::gemm_bf16_pair_major reads them): 16 pairs
-// (first[k], second[k]) at p[2k], p[2k + 1]. Stored rounded, and loaded widened (exact). `streaming` (p 64-byte
-// aligned): written past the caches where AVX-512 can (a non-temporal store, which does not first read in the
-// line it overwrites), for data read again long after; stream_fence() must then come before another thread
-// reads it.
-inline void store_rounded_pairs(BFloat16* p, math::Floats16 first, math::Floats16 second, bool streaming = false) {
+// (first[k], second[k]) at p[2k], p[2k + 1]. Stored rounded, and loaded widened (exact).
+inline void store_rounded_pairs(BFloat16* p, math::Floats16 first, math::Floats16 second) {
   const Unsigned16 pairs = rounded_bits(first) | (rounded_bits(second) << 16);
-#if defined(__AVX512F__)
-  if (streaming) return _mm512_stream_si512(reinterpret_cast<__m512i*>(p), reinterpret_cast<const __m512i&>(pairs));
-#endif
   std::memcpy(static_cast<void*>(p), &pairs, sizeof pairs);
 }
 // 16 pairs from two runs of 16 bfloat16.
@@ -95,11 +89,6 @@ inline void store_pairs(BFloat16* p, const BFloat16* first, const BFloat16* seco
   std::memcpy(&b, second, sizeof b);
   const Unsigned16 pairs = __builtin_convertvector(a, Unsigned16) | (__builtin_convertvector(b, Unsigned16) << 16);
   std::memcpy(static_cast<void*>(p), &pairs, sizeof pairs);
-}
-inline void stream_fence() {
-#if defined(__AVX512F__)
-  _mm_sfence();
-#endif
 }
 inline void load_widened_pairs(const BFloat16* p, math::Floats16& first, math::Floats16& second) {
   Unsigned16 pairs;
