@@ -624,11 +624,23 @@ void gemm_bf16_pair_major(int64_t M, int64_t N, int64_t K, float alpha, const BF
     p.a_pairs = true;
     return gemm_one_with(*kernel, p, threads_here());
   }
-  // Another kernel (the rounded one, AMX) or a B wider than one micro-panel: A as rows first.
-  std::vector<BFloat16> rows(size_t(M * K));
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t i = 0; i < M; ++i) rows[size_t(i * K + k)] = A[k / 2 * a_ps + 2 * i + k % 2];
-  gemm_bf16_out(M, N, K, alpha, rows.data(), K, int64_t{1}, B, b_rs, b_cs, C, c_rs, static_cast<const float*>(nullptr));
+  // Another kernel (the rounded one, AMX) or a B wider than one micro-panel: A de-interleaved first, each
+  // pair run into two columns of a column-major copy (both sides read and written in order), which the
+  // kernel then packs as it packs any A.
+  thread_local std::vector<BFloat16> columns;
+  columns.resize(size_t(M * K));
+  for (int64_t k = 0; k < K; k += 2) {
+    const BFloat16* pairs = A + k / 2 * a_ps;
+    BFloat16* even = columns.data() + k * M;
+    if (k + 1 < K) {
+      BFloat16* odd = even + M;
+      for (int64_t i = 0; i < M; ++i) even[i] = pairs[2 * i], odd[i] = pairs[2 * i + 1];
+    } else {
+      for (int64_t i = 0; i < M; ++i) even[i] = pairs[2 * i];
+    }
+  }
+  gemm_bf16_out(M, N, K, alpha, columns.data(), int64_t{1}, std::max<int64_t>(M, 1), B, b_rs, b_cs, C, c_rs,
+                static_cast<const float*>(nullptr));
 }
 
 void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_rs, int64_t a_cs,

@@ -137,8 +137,9 @@ void tile_bias(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64
   tile_with<kRows, kVecs, Store::Bias>(kc, a, b, c, c_rs, n_cols, 1, 0, bias);
 }
 
-// A read in place (row-major bfloat16, see tile_with): for a product whose B block is one micro-panel wide,
-// where each element of A meets B once and packing it would cost about as much as using it.
+// A read in place (see tile_with), row-major bfloat16 (a_cs 1) or pair-major (gemm_bf16_pair_major: a_rs 2,
+// a_cs half the pair stride): the two words of a pair are adjacent either way. For a product whose B block is
+// one micro-panel wide, where each element of A meets B once and packing it would cost about what using it does.
 template <int kRows, int kVecs>
 void tile_direct(int64_t kc, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b, float* c, int64_t c_rs,
                  int n_cols, float alpha, float beta) {
