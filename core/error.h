@@ -1,6 +1,6 @@
 // Errors: every bad input raises ember::Error with a message that names the op and the shapes.
 #pragma once
-#include <fmt/format.h>
+#include <fmt/core.h>  // the light half of fmt: fmt::format of built-in types (a TU that formats more includes fmt/format.h)
 #include <stdexcept>
 #include <string>
 

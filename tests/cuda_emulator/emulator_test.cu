@@ -6,9 +6,11 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -427,7 +429,57 @@ bool read_faults(const float* p) {
   return WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGBUS);
 }
 
+// How many of the whole pages inside [p, p + bytes) are resident (mincore sees PROT_NONE pages too).
+size_t resident_pages(const void* p, size_t bytes) {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (uintptr_t(p) + page - 1) / page * page, end = (uintptr_t(p) + bytes) / page * page;
+  if (end <= first) return 0;
+  std::vector<unsigned char> in_core((end - first) / page);
+  REQUIRE(mincore(reinterpret_cast<void*>(first), end - first, in_core.data()) == 0);
+  size_t resident = 0;
+  for (unsigned char c : in_core) resident += c & 1;
+  return resident;
+}
+
 }  // namespace
+
+TEST_CASE("emulator: with EMBER_EMULATOR_PROTECT=1, freed pages go back to the system, and blocks handed out again are NaN and out of reach") {
+  if (!protected_run()) {
+    std::printf("skipped: run with EMBER_EMULATOR_PROTECT=1 (ctest emulated_protected does)\n");
+    if (std::getenv("EMBER_CTEST_SKIP") != nullptr) std::_Exit(77);
+    return;
+  }
+  constexpr int n = 1 << 18;  // 1 MiB of floats each
+  constexpr size_t bytes = n * sizeof(float);
+  float *a = nullptr, *b = nullptr, *c = nullptr;
+  REQUIRE(cudaMalloc(&a, bytes) == cudaSuccess);
+  REQUIRE(cudaMalloc(&b, bytes) == cudaSuccess);
+  REQUIRE(cudaMalloc(&c, bytes) == cudaSuccess);
+  const std::vector<float> values(n, 3.0f);
+  for (float* block : {a, b, c})
+    REQUIRE(cudaMemcpy(block, values.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+  CHECK(resident_pages(b, bytes) > 0);
+  CHECK(resident_pages(c, bytes) > 0);
+  REQUIRE(cudaFree(b) == cudaSuccess);  // between two live blocks
+  REQUIRE(cudaFree(c) == cudaSuccess);  // the top one
+  CHECK(resident_pages(b, bytes) == 0);
+  CHECK(resident_pages(c, bytes) == 0);
+  // Two blocks again, over the freed middle and above the lowered top: NaN-filled, out of the host's
+  // reach, and reached by kernels.
+  float *d = nullptr, *e = nullptr;
+  REQUIRE(cudaMalloc(&d, bytes) == cudaSuccess);
+  REQUIRE(cudaMalloc(&e, bytes) == cudaSuccess);
+  for (float* block : {d, e}) {
+    const std::vector<float> fresh = to_host(block, n);
+    CHECK(std::all_of(fresh.begin(), fresh.end(), [](float v) { return std::isnan(v); }));
+    CHECK(read_faults(block));
+    copy_kernel<<<64, 256>>>(a, block, n);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    CHECK(to_host(block, n) == values);
+  }
+  CHECK(read_faults(a));
+  for (float* block : {a, d, e}) REQUIRE(cudaFree(block) == cudaSuccess);
+}
 
 TEST_CASE("emulator streams: a copy's result reaches the host only at the synchronisation that completes it") {
   constexpr int n = 256;

@@ -61,7 +61,7 @@ bool protect() {
 // EMBER_EMULATOR_PROTECT=1: a device's memory, carved first-fit from one reserved region.
 struct Arena {
   char* base = nullptr;
-  size_t high_water = 0;                  // bytes of the region ever handed out (from base)
+  size_t high_water = 0;                  // the end of the highest block in use (from base)
   std::map<size_t, size_t> free_ranges;   // offset -> size, below high_water, coalesced
 };
 std::vector<Arena> arenas(16);
@@ -118,7 +118,18 @@ void arena_free(int device, void* p, size_t bytes) {
       arena.free_ranges.erase(prev);
     }
   }
-  arena.free_ranges[offset] = bytes;
+  // The freed pages are given back to the system (a block's bytes are 0xFF-filled again when handed
+  // out), and a range at the top lowers the high water: switching the protection walks the pages in
+  // use below it, so without this every launch pays for all the memory earlier tests ever held.
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const size_t first_page = (offset + page - 1) / page * page, end_page = (offset + bytes) / page * page;
+  if (end_page > first_page) madvise(arena.base + first_page, end_page - first_page, MADV_DONTNEED);
+  if (offset + bytes == arena.high_water) {  // out of reach again, as the region above always is
+    arena.high_water = offset;
+    mprotect(arena.base + first_page, page_round(offset + bytes) - first_page, PROT_NONE);
+  } else {
+    arena.free_ranges[offset] = bytes;
+  }
 }
 
 // The allocation holding [p, p + bytes), or null. Caller holds the mutex.

@@ -1,0 +1,42 @@
+// The protected run (ctest's emulated_protected: every emulated case in one process, with
+// EMBER_EMULATOR_PROTECT=1): after each case, the caching allocators give their blocks back, so that
+// each case starts with only the device memory it allocates. Switching the protection costs time in
+// proportion to the device memory in use (tests/cuda_emulator/memory.cpp), and a block cached by an
+// earlier case (the recipe's model, say) would make every later launch pay for it: with it, the run
+// takes 10 s here, where it took 65 s without it (and 100 s under ctest -j2 before the emulator gave
+// freed pages back). Each case under plain ctest is its own process, where this changes nothing.
+// Built into ember_tests_emulated only.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+
+#include "core/allocator.h"
+#include "core/device.h"
+
+namespace {
+
+struct ReleaseCachedBlocks : doctest::IReporter {
+  explicit ReleaseCachedBlocks(const doctest::ContextOptions&) {}
+  void test_case_end(const doctest::CurrentTestCaseStats&) override {
+    static const bool protect = [] {
+      const char* env = std::getenv("EMBER_EMULATOR_PROTECT");
+      return env != nullptr && env[0] == '1';
+    }();
+    if (!protect) return;
+    for (int i = 0; i < ember::cuda_device_count(); ++i) ember::cuda_allocator(i).release_cached();
+  }
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats&) override {}
+  void test_case_start(const doctest::TestCaseData&) override {}
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_exception(const doctest::TestCaseException&) override {}
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData&) override {}
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+};
+REGISTER_LISTENER("release_cached_blocks", 2, ReleaseCachedBlocks);
+
+}  // namespace
