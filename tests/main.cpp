@@ -8,24 +8,15 @@
 #include <cstdio>
 #include <string_view>
 
+#include "tests/doctest_listener.h"
+
 namespace {
 
 // Remembers how many test cases the run's filters selected.
-struct SelectedCount : doctest::IReporter {
+struct SelectedCount : ember_test::Listener {
   static inline unsigned selected = 0;
-  explicit SelectedCount(const doctest::ContextOptions&) {}
+  using Listener::Listener;
   void test_run_end(const doctest::TestRunStats& stats) override { selected = stats.numTestCasesPassingFilters; }
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
-  void test_case_start(const doctest::TestCaseData&) override {}
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
-  void test_case_exception(const doctest::TestCaseException&) override {}
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
-  void test_case_skipped(const doctest::TestCaseData&) override {}
 };
 REGISTER_LISTENER("selected_count", 1, SelectedCount);
 

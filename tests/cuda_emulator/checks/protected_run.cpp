@@ -12,11 +12,12 @@
 
 #include "core/allocator.h"
 #include "core/device.h"
+#include "tests/doctest_listener.h"
 
 namespace {
 
-struct ReleaseCachedBlocks : doctest::IReporter {
-  explicit ReleaseCachedBlocks(const doctest::ContextOptions&) {}
+struct ReleaseCachedBlocks : ember_test::Listener {
+  using Listener::Listener;
   void test_case_end(const doctest::CurrentTestCaseStats&) override {
     static const bool protect = [] {
       const char* env = std::getenv("EMBER_EMULATOR_PROTECT");
@@ -25,17 +26,6 @@ struct ReleaseCachedBlocks : doctest::IReporter {
     if (!protect) return;
     for (int i = 0; i < ember::cuda_device_count(); ++i) ember::cuda_allocator(i).release_cached();
   }
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
-  void test_run_end(const doctest::TestRunStats&) override {}
-  void test_case_start(const doctest::TestCaseData&) override {}
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_exception(const doctest::TestCaseException&) override {}
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
-  void test_case_skipped(const doctest::TestCaseData&) override {}
 };
 REGISTER_LISTENER("release_cached_blocks", 2, ReleaseCachedBlocks);
 
