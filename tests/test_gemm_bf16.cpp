@@ -312,7 +312,7 @@ TEST_CASE("gemm_bf16 with a bfloat16 C: the same bits on 1 to 4 threads (rows, c
 
 TEST_CASE("gemm_bf16_pair_major: A read pair-major gives gemm_bf16's bits on A's rows; every kernel, odd K, 1 to 3 threads") {
   // A(i, k) at A[(k / 2) a_ps + 2 i + k % 2]: the vdpbf16ps kernel reads it in place when N <= 32 (its direct
-  // tile stepping a_ps per pair, not 2), every other kernel or width copies it into rows first; either way
+  // tile stepping a_ps per pair, not 2), every other kernel or width copies it (column-major) first; either way
   // the result must be gemm_bf16's on the row-major A, bit for bit (the same sums in the same order). An odd
   // K's last pair holds a NaN in its unread second word, and the pair stride has slack past 2 M.
   Guard guard;

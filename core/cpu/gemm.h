@@ -61,7 +61,7 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, 
 //   A(i, k) = A[(k / 2) * a_ps + 2 * i + k % 2]        (a_ps even, >= 2 M; an odd K's last pair's second word unread)
 // so a matrix kept that way is read in place, never packed, when B is one micro-panel (N <= 32) wide: the
 // fused attention keeps its probabilities and dS in it for dV = P^T dO and dK = dS^T Q (core/cpu/attention.cpp).
-// Any other kernel or N: A is copied into rows first. C is bfloat16, as gemm_bf16's (no bias).
+// Any other kernel or N: A is de-interleaved into a column-major copy first. C is bfloat16, as gemm_bf16's (no bias).
 void gemm_bf16_pair_major(int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A, int64_t a_ps,
                           const BFloat16* B, int64_t b_rs, int64_t b_cs, BFloat16* C, int64_t c_rs);
 void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_bs,
