@@ -90,7 +90,8 @@ class PackBuffer {
 struct Workspace {
   PackBuffer a;
   PackBuffer b;
-  PackBuffer c;  // one float32 tile, when C is bfloat16
+  PackBuffer c;        // one float32 tile, when C is bfloat16
+  PackBuffer columns;  // gemm_bf16_pair_major's A de-interleaved, for a kernel that cannot read it in place
 };
 
 Workspace& thread_workspace() {
@@ -625,13 +626,12 @@ void gemm_bf16_pair_major(int64_t M, int64_t N, int64_t K, float alpha, const BF
     return gemm_one_with(*kernel, p, threads_here());
   }
   // Another kernel (the rounded one, AMX) or a B wider than one micro-panel: A de-interleaved first, each
-  // pair run into two columns of a column-major copy (both sides read and written in order), which the
-  // kernel then packs as it packs any A.
-  thread_local std::vector<BFloat16> columns;
-  columns.resize(size_t(M * K));
+  // pair run into two columns of a column-major copy (both sides read and written in order, into this
+  // thread's workspace), which the kernel then packs as it packs any A.
+  BFloat16* columns = thread_workspace().columns.get<BFloat16>(M * K);
   for (int64_t k = 0; k < K; k += 2) {
     const BFloat16* pairs = A + k / 2 * a_ps;
-    BFloat16* even = columns.data() + k * M;
+    BFloat16* even = columns + k * M;
     if (k + 1 < K) {
       BFloat16* odd = even + M;
       for (int64_t i = 0; i < M; ++i) even[i] = pairs[2 * i], odd[i] = pairs[2 * i + 1];
@@ -639,7 +639,7 @@ void gemm_bf16_pair_major(int64_t M, int64_t N, int64_t K, float alpha, const BF
       for (int64_t i = 0; i < M; ++i) even[i] = pairs[2 * i];
     }
   }
-  gemm_bf16_out(M, N, K, alpha, columns.data(), int64_t{1}, std::max<int64_t>(M, 1), B, b_rs, b_cs, C, c_rs,
+  gemm_bf16_out(M, N, K, alpha, columns, int64_t{1}, std::max<int64_t>(M, 1), B, b_rs, b_cs, C, c_rs,
                 static_cast<const float*>(nullptr));
 }
 

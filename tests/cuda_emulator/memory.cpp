@@ -68,10 +68,8 @@ std::vector<Arena> arenas(16);
 int access_depth = 0;  // open DeviceAccess guards (under access_mutex)
 std::mutex access_mutex;
 
-size_t page_round(size_t bytes) {
-  const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  return (bytes + page - 1) / page * page;
-}
+size_t page_size() { return size_t(sysconf(_SC_PAGESIZE)); }
+size_t page_round(size_t bytes) { return (bytes + page_size() - 1) / page_size() * page_size(); }
 
 void set_protection(int prot) {
   for (Arena& arena : arenas)
@@ -121,8 +119,7 @@ void arena_free(int device, void* p, size_t bytes) {
   // The freed pages are given back to the system (a block's bytes are 0xFF-filled again when handed
   // out), and a range at the top lowers the high water: switching the protection walks the pages in
   // use below it, so without this every launch pays for all the memory earlier tests ever held.
-  const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  const size_t first_page = (offset + page - 1) / page * page, end_page = (offset + bytes) / page * page;
+  const size_t first_page = page_round(offset), end_page = (offset + bytes) / page_size() * page_size();
   if (end_page > first_page) madvise(arena.base + first_page, end_page - first_page, MADV_DONTNEED);
   if (offset + bytes == arena.high_water) {  // out of reach again, as the region above always is
     arena.high_water = offset;
