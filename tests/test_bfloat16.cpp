@@ -16,6 +16,7 @@
 #include "core/bfloat16.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/lanes.h"
+#include "core/cpu/table_lookup.h"
 #include "core/ops.h"
 #include "cuda_skip.h"
 #include "helpers.h"
@@ -216,6 +217,53 @@ TEST_CASE("bfloat16: the unary ops' tables (core/cpu/elementwise.h), all 65,536 
 #undef EMBER_CHECK_TABULATED
   // A functor with a parameter is not tabulated: its values depend on more than x.
   static_assert(!cpu::kTabulated<math::Pow> && !cpu::kTabulated<math::MulScalar>);
+}
+
+TEST_CASE("bfloat16 tables: gathered and scalar lookups read the same entries, for every key") {
+  // The two ways core/cpu/table_lookup.h chooses between; the table above runs through the chosen one (ctest
+  // bf16_lookup_from_environment runs it through each).
+  std::vector<BFloat16> values(65537);
+  std::vector<float> derivatives(65536);
+  std::vector<BFloat16> keys(65536);
+  for (size_t i = 0; i < 65536; ++i) {
+    values[i] = BFloat16::from_bits(uint16_t(i * 40503u + 7u));  // every entry different from its key
+    derivatives[i] = float(i) * 0.5f - 9.0f;
+    keys[i] = BFloat16::from_bits(uint16_t((i * 2654435761u) >> 16));  // all keys, out of order
+  }
+  keys[65535] = BFloat16::from_bits(0xFFFF);  // the last entry (the gather reads one past it)
+  int64_t mismatched = 0;
+  for (size_t i = 0; i < 65536; i += cpu::lanes::kLanes) {
+    BFloat16 gathered[cpu::lanes::kLanes], loaded[cpu::lanes::kLanes];
+    cpu::lanes::lookup_store(values.data(), keys.data() + i, gathered);
+    cpu::lanes::lookup_store_scalar(values.data(), keys.data() + i, loaded);
+    const math::Floats16 a = cpu::lanes::lookup(derivatives.data(), keys.data() + i);
+    const math::Floats16 b = cpu::lanes::lookup_scalar(derivatives.data(), keys.data() + i);
+    for (int k = 0; k < cpu::lanes::kLanes; ++k) {
+      const uint16_t key = keys[i + size_t(k)].bits;
+      const bool same = gathered[k].bits == values[key].bits && loaded[k].bits == values[key].bits &&
+                        a[k] == derivatives[key] && b[k] == derivatives[key];
+      mismatched += same ? 0 : 1;
+    }
+  }
+  CHECK(mismatched == 0);
+}
+
+TEST_CASE("bfloat16 tables: the measured way to read them, or the one EMBER_BF16_LOOKUP names; a bad name is a clear error") {
+  // ctest runs this case with EMBER_BF16_LOOKUP=gather, =scalar and =no_such too (CMakeLists.txt).
+  const char* env = std::getenv("EMBER_BF16_LOOKUP");
+  const std::string named = env != nullptr ? env : "";
+  if (named == "no_such") {
+    CHECK_THROWS_WITH_AS(cpu::table_lookup(), doctest::Contains("EMBER_BF16_LOOKUP=no_such: unknown way"), ember::Error);
+    CHECK_THROWS_WITH_AS(gelu(zeros({4}, Dtype::BFloat16)), doctest::Contains("EMBER_BF16_LOOKUP"), ember::Error);
+    return;
+  }
+  const std::string way = cpu::table_lookup_name(cpu::table_lookup());
+  INFO("this process reads the tables by " << way);
+  if (!named.empty()) CHECK(way == named);
+  else CHECK((way == "gather" || way == "scalar"));
+#if !defined(__AVX512F__)
+  if (named.empty()) CHECK(way == "scalar");
+#endif
 }
 
 TEST_CASE("bfloat16: float64 is rounded once, correctly (no double rounding through float32)") {

@@ -7,6 +7,7 @@
 
 #include "core/cpu/lanes.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/table_lookup.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "core/unary_math.h"
@@ -45,10 +46,11 @@ void times_derivative(const F& f, float* g, const float* xs, const float* ys, in
 }
 
 // A bfloat16 has 65,536 values, so a function of one alone (a functor without parameters: std::is_empty)
-// can be worked out for every input once and then looked up: a gather per 16 elements instead of, for GELU,
-// some thirty vector operations. The tables are made by the same loops as above (the untabled results bit
-// for bit, tests/test_bfloat16.cpp) on first use: f's values rounded (128 KiB), and f'(v, v) as float
-// (256 KiB; backward reads one saved tensor, x or y, and hands it in as both, core/ops/unary.cpp).
+// can be worked out for every input once and then looked up: a gather or 16 loads per 16 elements (whichever
+// is faster here: core/cpu/table_lookup.h) instead of, for GELU, some thirty vector operations. The tables
+// are made by the same loops as above (the untabled results bit for bit, tests/test_bfloat16.cpp) on first
+// use: f's values rounded (128 KiB), and f'(v, v) as float (256 KiB; backward reads one saved tensor, x or
+// y, and hands it in as both, core/ops/unary.cpp).
 template <typename F>
 inline constexpr bool kTabulated = std::is_empty_v<F>;
 
@@ -88,7 +90,7 @@ Tensor map_unary(const F& f, const Tensor& x, const char* op) {
       if constexpr (std::is_same_v<T, BFloat16> && kTabulated<F>) {
         const BFloat16* values = bf16_values(f);
         int64_t i = 0;
-        if (s[1] == sizeof(T))
+        if (s[1] == sizeof(T) && table_lookup() == TableLookup::Gather)
           for (; i + lanes::kLanes <= n; i += lanes::kLanes) lanes::lookup_store(values, in + i, o + i);
         for (; i < n; ++i) o[i] = values[reinterpret_cast<const T*>(p[1] + i * s[1])->bits];
         return;
@@ -126,8 +128,12 @@ Tensor map_unary_backward(const F& f, const Tensor& grad, const Tensor& x, const
             if (p[3] == p[2]) {  // g f'(saved), f' looked up: one pass, 16 at a time
               const float* derivatives = bf16_derivatives(f);
               int64_t i = 0;
-              for (; i + lanes::kLanes <= n; i += lanes::kLanes)
-                lanes::store_rounded(o + i, lanes::load_widened(grads + i) * lanes::lookup(derivatives, saved + i));
+              if (table_lookup() == TableLookup::Gather)
+                for (; i + lanes::kLanes <= n; i += lanes::kLanes)
+                  lanes::store_rounded(o + i, lanes::load_widened(grads + i) * lanes::lookup(derivatives, saved + i));
+              else
+                for (; i + lanes::kLanes <= n; i += lanes::kLanes)
+                  lanes::store_rounded(o + i, lanes::load_widened(grads + i) * lanes::lookup_scalar(derivatives, saved + i));
               for (; i < n; ++i) o[i] = T(float(grads[i]) * derivatives[saved[i].bits]);
               return;
             }

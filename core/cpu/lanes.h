@@ -98,17 +98,23 @@ inline void load_widened_pairs(const BFloat16* p, math::Floats16& first, math::F
 }
 
 // Tables indexed by a bfloat16's bits (core/cpu/elementwise.h): 16 keys looked up at once, one gather
-// instruction where AVX-512 has it. The bfloat16 table must have 65,537 entries: a gather reads 32 bits, so
-// key 0xFFFF reads one entry past the last.
+// instruction where AVX-512 has it, or 16 scalar loads (the faster on some cores: core/cpu/table_lookup.h).
+// The bfloat16 table must have 65,537 entries: a gather reads 32 bits, so key 0xFFFF reads one entry past the last.
+inline math::Floats16 lookup_scalar(const float* table, const BFloat16* keys) {
+  alignas(64) float values[kLanes];
+  for (int k = 0; k < kLanes; ++k) values[k] = table[keys[k].bits];
+  return load(values);
+}
+inline void lookup_store_scalar(const BFloat16* table, const BFloat16* keys, BFloat16* out) {
+  for (int k = 0; k < kLanes; ++k) out[k] = table[keys[k].bits];
+}
 inline math::Floats16 lookup(const float* table, const BFloat16* keys) {
 #if defined(__AVX512F__)
   // (The masked forms with every lane set: GCC 12 warns about the plain ones' undefined pass-through.)
   const __m512i index = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys)));
   return (math::Floats16)_mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, index, table, 4);
 #else
-  math::Floats16 v;
-  for (int k = 0; k < kLanes; ++k) v[k] = table[keys[k].bits];
-  return v;
+  return lookup_scalar(table, keys);
 #endif
 }
 inline void lookup_store(const BFloat16* table, const BFloat16* keys, BFloat16* out) {
@@ -117,7 +123,7 @@ inline void lookup_store(const BFloat16* table, const BFloat16* keys, BFloat16* 
   const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xFFFF, index, table, 2);  // entry in the low half
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_maskz_cvtepi32_epi16(0xFFFF, words));
 #else
-  for (int k = 0; k < kLanes; ++k) out[k] = table[keys[k].bits];
+  lookup_store_scalar(table, keys, out);
 #endif
 }
 
