@@ -6,8 +6,11 @@ the whole step. Each round runs `train_step_bench` (h = 4, the recipe's batch) o
 other; every timed step of every round is pooled per arm, and each arm's first quartile and median are
 printed with their ratio to float32's, and the median of the rounds' own ratios (docs/performance.md).
 
-Usage: bench/bf16_kernels.py [--rounds R] [--threads N] [--steps S] [--kernels "avx512_bf16 rounded"] [--build DIR]
+Usage: bench/bf16_kernels.py [--rounds R] [--threads N] [--steps S] [--kernels "avx512_bf16 rounded"]
+                             [--lookups "gather scalar"] [--build DIR]
 A kernel this CPU cannot run is left out (train_step_bench fails on EMBER_BF16_KERNEL naming it).
+--lookups "gather scalar" adds bf16 arms that read the unary ops' tables each way (EMBER_BF16_LOOKUP,
+core/cpu/table_lookup.h), to check the measured choice on the whole step.
 """
 import argparse
 import json
@@ -25,6 +28,7 @@ def main():
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--kernels", default="avx512_bf16 rounded")
+    parser.add_argument("--lookups", default="")
     parser.add_argument("--build", default=os.environ.get("EMBER_BUILD_DIR", "build"))
     args = parser.parse_args()
     bench = os.path.join(args.build, "train_step_bench")
@@ -32,6 +36,7 @@ def main():
         sys.exit(f"bf16_kernels: {bench} is not built (cmake --build {args.build} --target train_step_bench)")
     arms = [("fp32", "fp32", {}), ("bf16 auto", "bf16", {})]
     arms += [(f"bf16 {k}", "bf16", {"EMBER_BF16_KERNEL": k}) for k in args.kernels.split()]
+    arms += [(f"bf16 lookup {way}", "bf16", {"EMBER_BF16_LOOKUP": way}) for way in args.lookups.split()]
 
     with tempfile.TemporaryDirectory() as work:
         init = os.path.join(work, "init_h4.safetensors")
@@ -67,10 +72,10 @@ def main():
     quartile = lambda xs: xs[len(xs) // 4]
     for name in steps:
         xs = sorted(steps[name])
-        rounds = statistics.median(m[name] / m["fp32"] for m in medians)
-        print(f"{name:<18} first quartile {quartile(xs):7.1f} ms ({quartile(xs) / quartile(fp32):.2f}x float32), "
-              f"median {statistics.median(xs):7.1f} ms ({statistics.median(xs) / statistics.median(fp32):.2f}x); "
-              f"rounds' ratios: median {rounds:.2f}x")
+        ratios = [m[name] / m["fp32"] for m in medians]
+        print(f"{name:<18} first quartile {quartile(xs):7.1f} ms ({quartile(xs) / quartile(fp32):.3f}x float32), "
+              f"median {statistics.median(xs):7.1f} ms ({statistics.median(xs) / statistics.median(fp32):.3f}x); "
+              f"rounds' ratios: median {statistics.median(ratios):.3f}x, from {min(ratios):.3f}x to {max(ratios):.3f}x")
 
 
 if __name__ == "__main__":
