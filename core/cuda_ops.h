@@ -24,8 +24,10 @@ namespace ember::cuda {
 
 constexpr int kMaxDims = 8;
 
-// Element types, numbered like ember::Dtype (core/dtype.h; core/gpu.cpp checks they agree).
-enum ScalarType : int { kFloat32 = 0, kFloat64 = 1, kInt32 = 2, kInt64 = 3, kBool = 6 };
+// Element types, numbered like ember::Dtype (core/dtype.h; core/gpu.cpp checks they agree). bfloat16 is
+// stored as ember::BFloat16 and computed in float, each result rounded once, as on the CPU; the
+// element-wise kernels below take it, the others float32 and float64.
+enum ScalarType : int { kFloat32 = 0, kFloat64 = 1, kInt32 = 2, kInt64 = 3, kBFloat16 = 4, kBool = 6 };
 
 // The shape an element-wise kernel walks (row-major), at most kMaxDims dims.
 struct Shape8 {
@@ -95,11 +97,11 @@ EMBER_CUDA_ENTRY(void, scale, (int device, const Shape8& shape, const Operand& d
 EMBER_BINARY_OPS(EMBER_CUDA_BINARY_ENTRY)
 #undef EMBER_CUDA_BINARY_ENTRY
 // y = f(x) and grad_x = grad * f'(x, y) for every unary functor of core/unary_math.h: n contiguous
-// elements of float32 (or float64 when `float64`).
+// elements of `dtype` (kFloat32, kFloat64 or kBFloat16).
 #define EMBER_CUDA_UNARY_ENTRY(name, Functor, ...)                                                                 \
-  EMBER_CUDA_ENTRY(void, unary_forward, (const math::Functor& f, int device, bool float64, const void* x, void* y, \
+  EMBER_CUDA_ENTRY(void, unary_forward, (const math::Functor& f, int device, int dtype, const void* x, void* y,    \
                                          int64_t n))                                                              \
-  EMBER_CUDA_ENTRY(void, unary_backward, (const math::Functor& f, int device, bool float64, const void* grad,      \
+  EMBER_CUDA_ENTRY(void, unary_backward, (const math::Functor& f, int device, int dtype, const void* grad,         \
                                           const void* x, const void* y, void* grad_x, int64_t n))
 EMBER_UNARY_OPS(EMBER_CUDA_UNARY_ENTRY)
 EMBER_UNARY_PARAM_OPS(EMBER_CUDA_UNARY_ENTRY)
@@ -109,8 +111,9 @@ EMBER_CUDA_ENTRY(void, select, (int device, const Shape8& shape, const Operand& 
                                 const Operand& a, const Operand& b))
 // out[i] = in[i] * scale where (random_bits(seed, first + i) >> 11) >= threshold, else 0 (core/random.h:
 // the same mask as the CPU's for the same seed and index). n contiguous elements. With `state` (device
-// memory, for a CUDA graph's step): the seed is state[0] and `first` counts from state[1].
-EMBER_CUDA_ENTRY(void, dropout, (int device, bool float64, const void* in, void* out, int64_t n, uint64_t seed,
+// memory, for a CUDA graph's step): the seed is state[0] and `first` counts from state[1]. in and out of
+// `dtype` (kFloat32, kFloat64 or kBFloat16).
+EMBER_CUDA_ENTRY(void, dropout, (int device, int dtype, const void* in, void* out, int64_t n, uint64_t seed,
                                  uint64_t first, uint64_t threshold, double scale, const uint64_t* state))
 
 // ---- Random fills (cuda/random_kernels.cu)

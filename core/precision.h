@@ -12,7 +12,9 @@
 //   matmul, attention on float32 tensors, and linear on a GPU: the operands are rounded to bfloat16
 //     while the GEMM packs them (no conversion pass), the products are summed in float32 and the result
 //     is float32. Attention keeps its probabilities for backward in bfloat16 (core/cpu/attention.h).
-//     NOTE: a GPU's linear stays float32 out because the CUDA element-wise kernels are float32 only.
+//     NOTE: a GPU's linear stays float32 out. The CUDA element-wise kernels take bfloat16 now
+//     (docs/precision.md), but a bfloat16 y from cuBLAS and a bfloat16 qkv in the fused attention are not
+//     written yet.
 //   Every op runs its backward as its forward did, whether or not backward() itself is called inside
 //     the scope (the op remembers its precision; a checkpoint's recompute runs in the forward's scope).
 //   bfloat16 tensors given to matmul, linear or attention (in or out of the scope): read exactly,

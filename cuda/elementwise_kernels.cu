@@ -1,5 +1,7 @@
 // Element-wise kernels over strided, broadcast operands: copy (with type conversion), fill,
 // in-place add and scale, binary arithmetic and comparisons, select (where / masked_fill), dropout.
+// bfloat16 (ember::BFloat16, host and device) is computed in float and each result rounded once
+// (Compute<T>), the CPU's rule, so both devices give the same bits.
 // Each thread takes linear indices of the output shape (grid-stride), turns one into a multi-index
 // and each operand's offset from its own strides (0 = broadcast), up to 8 dims; dims that every
 // operand walks as one are merged first (coalesce), so a contiguous tensor is one flat loop.
@@ -12,6 +14,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "core/merge_dims.h"
 #include "core/random.h"
@@ -52,12 +55,18 @@ int64_t numel(const Shape8& shape) {
   return n;
 }
 
+// The type a T is computed in: float for bfloat16, T itself otherwise.
+template <typename T> struct ComputeOf { using type = T; };
+template <> struct ComputeOf<BFloat16> { using type = float; };
+template <typename T> using Compute = typename ComputeOf<T>::type;
+
 // Calls fn(T{}) for the C++ type of `dtype`.
 template <typename Fn>
 void dispatch(int dtype, const char* op, Fn&& fn) {
   switch (dtype) {
     case kFloat32: fn(float{}); return;
     case kFloat64: fn(double{}); return;
+    case kBFloat16: fn(BFloat16{}); return;
     case kInt32: fn(int32_t{}); return;
     case kInt64: fn(int64_t{}); return;
     case kBool: fn(bool{}); return;
@@ -77,25 +86,32 @@ __global__ void fill_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* 
   EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] = value;
 }
 
-template <typename T>
+template <typename T, typename C = Compute<T>>
 __global__ void add_into_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst,
                                 const __grid_constant__ Operand d, const T* src, const __grid_constant__ Operand s,
-                                T alpha) {
-  EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] += alpha * src[offset_of(shape, s.stride, i)];
+                                C alpha) {
+  EMBER_CUDA_LOOP(i, n) {
+    T& out = dst[offset_of(shape, d.stride, i)];
+    out = T(C(out) + alpha * C(src[offset_of(shape, s.stride, i)]));
+  }
 }
 
-template <typename T>
+template <typename T, typename C = Compute<T>>
 __global__ void scale_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst, const __grid_constant__ Operand d,
-                             T value) {
-  EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] *= value;
+                             C value) {
+  EMBER_CUDA_LOOP(i, n) {
+    T& out = dst[offset_of(shape, d.stride, i)];
+    out = T(C(out) * value);
+  }
 }
 
-template <typename F, typename T, typename R>
+template <typename F, typename T, typename R, typename C = Compute<T>>
 __global__ void binary_kernel(F f, const __grid_constant__ Shape8 shape, int64_t n, R* out,
                               const __grid_constant__ Operand o, const T* a, const __grid_constant__ Operand oa,
                               const T* b, const __grid_constant__ Operand ob) {
   EMBER_CUDA_LOOP(i, n) {
-    out[offset_of(shape, o.stride, i)] = f.f(a[offset_of(shape, oa.stride, i)], b[offset_of(shape, ob.stride, i)]);
+    out[offset_of(shape, o.stride, i)] =
+        R(f.f(C(a[offset_of(shape, oa.stride, i)]), C(b[offset_of(shape, ob.stride, i)])));
   }
 }
 
@@ -110,16 +126,16 @@ __global__ void select_kernel(const __grid_constant__ Shape8 shape, int64_t n, T
   }
 }
 
-template <typename T>
+template <typename T, typename C = Compute<T>>
 __global__ void dropout_kernel(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, uint64_t threshold,
-                               T scale, const uint64_t* state) {
+                               C scale, const uint64_t* state) {
   if (state != nullptr) {  // a CUDA graph's step: the seed and the step's first index are read here
     seed = state[0];
     first += state[1];
   }
   EMBER_CUDA_LOOP(i, n) {
     bool keep = (random_bits(seed, first + uint64_t(i)) >> 11) >= threshold;
-    out[i] = keep ? in[i] * scale : T(0);
+    out[i] = T(keep ? C(in[i]) * scale : C(0));
   }
 }
 
@@ -195,7 +211,8 @@ void add_into(int device, const Shape8& shape_in, const Operand& dst_in, const O
       raise_message("add_: not defined for bool tensors");
     } else {
       add_into_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(dst.data), dst,
-                                                              static_cast<const T*>(src.data), src, static_cast<T>(alpha));
+                                                              static_cast<const T*>(src.data), src,
+                                                              static_cast<Compute<T>>(alpha));
     }
   });
   EMBER_CUDA_LAUNCHED("add_into_kernel");
@@ -212,8 +229,10 @@ void scale(int device, const Shape8& shape_in, const Operand& dst_in, double val
     scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<float*>(dst.data), dst, float(value));
   else if (dst.dtype == kFloat64)
     scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<double*>(dst.data), dst, value);
+  else if (dst.dtype == kBFloat16)
+    scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<BFloat16*>(dst.data), dst, float(value));
   else
-    raise_message("mul_: expected a floating tensor (float32 or float64) on CUDA");
+    raise_message("mul_: expected a floating tensor (float32, float64 or bfloat16) on CUDA");
   EMBER_CUDA_LAUNCHED("scale_kernel");
 }
 
@@ -243,16 +262,21 @@ void select(int device, const Shape8& shape_in, const Operand& out_in, const Ope
   EMBER_CUDA_LAUNCHED("select_kernel");
 }
 
-void dropout(int device, bool float64, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
+void dropout(int device, int dtype, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
              uint64_t threshold, double scale, const uint64_t* state) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  if (float64)
+  if (dtype == kFloat64)
     dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), n,
                                                            seed, first, threshold, scale, state);
-  else
+  else if (dtype == kFloat32)
     dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), n,
                                                            seed, first, threshold, float(scale), state);
+  else if (dtype == kBFloat16)
+    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const BFloat16*>(in), static_cast<BFloat16*>(out),
+                                                           n, seed, first, threshold, float(scale), state);
+  else
+    raise_message("dropout: expected a floating tensor (float32, float64 or bfloat16) on CUDA");
   EMBER_CUDA_LAUNCHED("dropout_kernel");
 }
 

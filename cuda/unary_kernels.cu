@@ -1,59 +1,74 @@
 // Element-wise math on the GPU (contiguous operands; core/ops/unary.cpp makes them so): a grid-stride forward kernel y = f(x) and a backward kernel
 // grad_x = grad * f'(x, y), instantiated for every functor of core/unary_math.h (EMBER_HD makes
-// each functor __host__ __device__, so the GPU runs the very formulas the CPU tests check).
+// each functor __host__ __device__, so the GPU runs the very formulas the CPU tests check). float32,
+// float64, and bfloat16 computed in float, each result rounded once (the CPU's tables hold the same values).
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
+#include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
 namespace {
 
-template <typename T, typename F>
+// T is computed in C: float for bfloat16 (each result rounded once, as the CPU's bfloat16 loops), T otherwise.
+template <typename T, typename C, typename F>
 __global__ void forward_kernel(F f, const T* x, T* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = f.f(x[i]);
+    y[i] = T(f.f(C(x[i])));
 }
 
-template <typename T, typename F>
+template <typename T, typename C, typename F>
 __global__ void backward_kernel(F f, const T* grad, const T* x, const T* y, T* grad_x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    grad_x[i] = grad[i] * f.df(x[i], y[i]);
+    grad_x[i] = T(C(grad[i]) * f.df(C(x[i]), C(y[i])));
+}
+
+// Calls fn(T{}, C{}) for the storage type T of `dtype` and the type C it is computed in.
+template <typename Fn>
+void dispatch(int dtype, Fn&& fn) {
+  switch (dtype) {
+    case kFloat32: fn(float{}, float{}); return;
+    case kFloat64: fn(double{}, double{}); return;
+    case kBFloat16: fn(BFloat16{}, float{}); return;
+    default: raise_message("element-wise math: expected a floating tensor (float32, float64 or bfloat16) on CUDA");
+  }
 }
 
 template <typename F>
-void launch_forward(const F& f, int device, bool float64, const void* x, void* y, int64_t n) {
+void launch_forward(const F& f, int device, int dtype, const void* x, void* y, int64_t n) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  if (float64)
-    forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const double*>(x), static_cast<double*>(y), n);
-  else
-    forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const float*>(x), static_cast<float*>(y), n);
+  dispatch(dtype, [&](auto t_tag, auto c_tag) {
+    using T = decltype(t_tag);
+    using C = decltype(c_tag);
+    forward_kernel<T, C><<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
   EMBER_CUDA_LAUNCHED("unary kernel");
 }
 
 template <typename F>
-void launch_backward(const F& f, int device, bool float64, const void* grad, const void* x, const void* y,
+void launch_backward(const F& f, int device, int dtype, const void* grad, const void* x, const void* y,
                      void* grad_x, int64_t n) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  if (float64)
-    backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const double*>(grad), static_cast<const double*>(x),
-                                                 static_cast<const double*>(y), static_cast<double*>(grad_x), n);
-  else
-    backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const float*>(grad), static_cast<const float*>(x),
-                                                 static_cast<const float*>(y), static_cast<float*>(grad_x), n);
+  dispatch(dtype, [&](auto t_tag, auto c_tag) {
+    using T = decltype(t_tag);
+    using C = decltype(c_tag);
+    backward_kernel<T, C><<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const T*>(grad), static_cast<const T*>(x),
+                                                                  static_cast<const T*>(y), static_cast<T*>(grad_x), n);
+  });
   EMBER_CUDA_LAUNCHED("unary kernel");
 }
 
 }  // namespace
 
 #define EMBER_DEFINE_CUDA_UNARY(name, Functor, ...)                                                         \
-  void unary_forward(const math::Functor& f, int device, bool float64, const void* x, void* y, int64_t n) { \
-    launch_forward(f, device, float64, x, y, n);                                                            \
+  void unary_forward(const math::Functor& f, int device, int dtype, const void* x, void* y, int64_t n) {    \
+    launch_forward(f, device, dtype, x, y, n);                                                              \
   }                                                                                                         \
-  void unary_backward(const math::Functor& f, int device, bool float64, const void* grad, const void* x,    \
+  void unary_backward(const math::Functor& f, int device, int dtype, const void* grad, const void* x,       \
                       const void* y, void* grad_x, int64_t n) {                                             \
-    launch_backward(f, device, float64, grad, x, y, grad_x, n);                                             \
+    launch_backward(f, device, dtype, grad, x, y, grad_x, n);                                               \
   }
 EMBER_UNARY_OPS(EMBER_DEFINE_CUDA_UNARY)
 EMBER_UNARY_PARAM_OPS(EMBER_DEFINE_CUDA_UNARY)

@@ -266,6 +266,33 @@ TEST_CASE("bfloat16 tables: the measured way to read them, or the one EMBER_BF16
 #endif
 }
 
+TEST_CASE("bfloat16: mul_ scales in float and rounds once; where and masked_fill pick values as they are") {
+  Tensor x = Tensor::empty({4, 5}, Dtype::BFloat16);
+  for (int64_t i = 0; i < 20; ++i) x.data<BFloat16>()[i] = BFloat16(0.37f * float(i) - 3.1f);
+  x.data<BFloat16>()[3] = BFloat16::from_bits(0x7FC0);  // NaN
+  x.data<BFloat16>()[4] = BFloat16::from_bits(0x7F80);  // inf
+  Tensor y = x.clone();
+  y.transpose(0, 1).narrow(0, 1, 3).mul_(1.3);  // a strided view: columns 1 to 3
+  for (int64_t i = 0; i < 20; ++i) {
+    const BFloat16 before = x.data<BFloat16>()[i], after = y.data<BFloat16>()[i];
+    const bool scaled = i % 5 >= 1 && i % 5 <= 3;
+    const BFloat16 expected = scaled ? BFloat16(float(before) * 1.3f) : before;
+    INFO("element " << i);
+    CHECK((same_bf16(after, expected) || (std::isnan(float(after)) && std::isnan(float(expected)))));
+  }
+  Tensor mask = Tensor::empty({1, 5}, Dtype::Bool);
+  for (int64_t j = 0; j < 5; ++j) mask.data<bool>()[j] = j % 2 == 0;
+  Tensor other = full({4, 5}, 0.5).to(Dtype::BFloat16);
+  Tensor picked = where(mask, x, other), filled = masked_fill(x, mask, -2.25);
+  REQUIRE(picked.dtype() == Dtype::BFloat16);
+  REQUIRE(filled.dtype() == Dtype::BFloat16);
+  for (int64_t i = 0; i < 20; ++i) {
+    const bool m = (i % 5) % 2 == 0;
+    CHECK(picked.data<BFloat16>()[i].bits == (m ? x.data<BFloat16>()[i].bits : BFloat16(0.5f).bits));
+    CHECK(filled.data<BFloat16>()[i].bits == (m ? BFloat16(-2.25f).bits : x.data<BFloat16>()[i].bits));
+  }
+}
+
 TEST_CASE("bfloat16: float64 is rounded once, correctly (no double rounding through float32)") {
   // 1 + 2^-8 + 2^-30: float32 rounds it to 1 + 2^-8, a tie that would then go to 1.0; the correct
   // bfloat16 is 1 + 2^-7 (0x3F81), since the value is above the halfway point.

@@ -4,6 +4,7 @@
 // step of the IMDb recipe's model (small sizes) on both devices. Each case is skipped, with the
 // reason printed, where there is no GPU; the last cases check what a machine without one does.
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <unistd.h>
@@ -318,6 +319,148 @@ TEST_CASE("cuda ops: dropout draws the CPU's mask exactly for the same seed") {
     yg.backward(grad.to(kGpu));
     check_close(xg.grad().to(Device::cpu()), xc.grad(), 0);
   }
+}
+
+namespace {
+
+// The bits of a CPU bfloat16 tensor (contiguous copy).
+std::vector<uint16_t> bf16_bits(const Tensor& t) {
+  Tensor c = t.detach().to(Device::cpu()).contiguous();
+  REQUIRE(c.dtype() == Dtype::BFloat16);
+  std::vector<uint16_t> bits(size_t(c.numel()));
+  for (int64_t i = 0; i < c.numel(); ++i) bits[size_t(i)] = c.data<BFloat16>()[i].bits;
+  return bits;
+}
+
+// The GPU's bfloat16 result against the CPU's: every element within one bfloat16 step (neighbouring bit
+// patterns of one sign, or both NaN), and at least `exact` of them the same bits. Returns how many differ.
+int64_t check_bf16(const Tensor& gpu, const Tensor& cpu, double exact = 1.0) {
+  REQUIRE(gpu.device() == kGpu);
+  REQUIRE(gpu.shape() == cpu.shape());
+  const std::vector<uint16_t> a = bf16_bits(gpu), b = bf16_bits(cpu);
+  int64_t differ = 0, far = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    ++differ;
+    const bool both_nan = std::isnan(float(BFloat16::from_bits(a[i]))) && std::isnan(float(BFloat16::from_bits(b[i])));
+    const bool neighbours = ((a[i] ^ b[i]) & 0x8000) == 0 && std::abs(int(a[i]) - int(b[i])) == 1;
+    if (!both_nan && !neighbours && far++ < 3) {
+      INFO("element " << i << ": GPU " << float(BFloat16::from_bits(a[i])) << ", CPU " << float(BFloat16::from_bits(b[i])));
+      CHECK(false);
+    }
+  }
+  CHECK(far == 0);
+  CHECK(double(a.size() - size_t(differ)) >= exact * double(a.size()));
+  return differ;
+}
+
+// Every bfloat16 value, as a [256, 256] tensor.
+Tensor every_bf16() {
+  Tensor x = Tensor::empty({256, 256}, Dtype::BFloat16);
+  for (int64_t i = 0; i < 65536; ++i) x.data<BFloat16>()[i] = BFloat16::from_bits(uint16_t(i));
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("cuda ops: bfloat16 tensors: conversions, copies, fill_, add_ and mul_ give the CPU's bits") {
+  if (skip_without_cuda()) return;
+  // float32 and float64 to bfloat16 on the GPU, rounded as the CPU rounds: ties to even, subnormals,
+  // overflow to infinity, NaN kept a NaN; and back, exactly.
+  Tensor x = rnd({37, 41}, 81, -3, 3);
+  const std::vector<float> specials = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 0x1p-130f, -0x1p-133f,
+                                       3.3895e38f, 3.4e38f, INFINITY, -INFINITY, NAN, 0.0f, -0.0f};
+  for (size_t i = 0; i < specials.size(); ++i) x.data<float>()[i * 7] = specials[i];
+  Tensor g = x.to(kGpu);
+  check_bf16(g.to(Dtype::BFloat16), x.to(Dtype::BFloat16));
+  Tensor x64 = x.to(Dtype::Float64);
+  x64.data<double>()[1] = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30);  // rounds up once, not to even twice
+  check_bf16(x64.to(kGpu).to(Dtype::BFloat16), x64.to(Dtype::BFloat16));
+  Tensor every = every_bf16();
+  const Tensor every_gpu = every.to(kGpu);
+  for (Dtype wide : {Dtype::Float32, Dtype::Float64}) {  // byte for byte: NaNs and infinities included
+    const Tensor on_gpu = every_gpu.to(wide).to(Device::cpu()), on_cpu = every.to(wide);
+    CHECK(std::memcmp(on_gpu.raw_data(), on_cpu.raw_data(), size_t(on_cpu.numel() * dtype_size(wide))) == 0);
+  }
+  check_bf16(arange(-300, 300).to(kGpu).to(Dtype::BFloat16), arange(-300, 300).to(Dtype::BFloat16));
+  // Strided and broadcast copies of a bfloat16 tensor, and copy_ across dtypes.
+  Tensor b16 = x.to(Dtype::BFloat16), b16_gpu = b16.to(kGpu);
+  check_bf16(b16_gpu.transpose(0, 1).narrow(0, 3, 20).contiguous(), b16.transpose(0, 1).narrow(0, 3, 20).contiguous());
+  check_bf16(b16_gpu.select(0, 5).unsqueeze(0).expand({4, 41}).contiguous(),
+             b16.select(0, 5).unsqueeze(0).expand({4, 41}).contiguous());
+  Tensor into_cpu = zeros({37, 41}, Dtype::BFloat16), into_gpu = zeros({37, 41}, Dtype::BFloat16, kGpu);
+  into_cpu.copy_(x);
+  into_gpu.copy_(g);
+  check_bf16(into_gpu, into_cpu);
+  // fill_, add_ and mul_ in place on strided views: computed in float, rounded once.
+  Tensor other = rnd({37}, 82).to(Dtype::BFloat16);
+  b16.transpose(0, 1).narrow(0, 2, 5).fill_(1.2345);
+  b16_gpu.transpose(0, 1).narrow(0, 2, 5).fill_(1.2345);
+  b16.transpose(0, 1).add_(other, -0.5);
+  b16_gpu.transpose(0, 1).add_(other.to(kGpu), -0.5);
+  b16.narrow(0, 1, 30).mul_(3.0);
+  b16_gpu.narrow(0, 1, 30).mul_(3.0);
+  check_bf16(b16_gpu, b16, 0.99);  // add_'s a + alpha b may be one fused multiply-add on a GPU
+}
+
+TEST_CASE("cuda ops: bfloat16 element-wise math, where and dropout give the CPU's results, values and gradients") {
+  if (skip_without_cuda()) return;
+  const Tensor every = every_bf16();
+  // Every unary op on all 65,536 bfloat16 inputs, and its gradient: float math rounded once. The GPU's float
+  // functions may differ from the CPU's in the last float bit, which moves a rounding only near a tie.
+  const auto unary = [&](const char* name, const std::function<Tensor(const Tensor&)>& op) {
+    INFO(name);
+    Tensor xc = every.clone().requires_grad_(), xg = every.to(kGpu).requires_grad_();
+    Tensor yc = op(xc), yg = op(xg);
+    REQUIRE(yg.dtype() == Dtype::BFloat16);
+    check_bf16(yg, yc, 0.99);
+    Generator gen(17);
+    Tensor grad = uniform({256, 256}, -4, 4, gen).to(Dtype::BFloat16);
+    yc.backward(grad);
+    yg.backward(grad.to(kGpu));
+    REQUIRE(xg.grad().dtype() == Dtype::BFloat16);
+    check_bf16(xg.grad(), xc.grad(), 0.99);
+  };
+#define EMBER_CHECK_BF16_UNARY(name, Functor, ...) unary(#name, [](const Tensor& x) { return name(x); });
+  EMBER_UNARY_OPS(EMBER_CHECK_BF16_UNARY)
+#undef EMBER_CHECK_BF16_UNARY
+  unary("pow 3", [](const Tensor& x) { return pow(x, 3.0); });
+  unary("add_scalar", [](const Tensor& x) { return add_scalar(x, 0.3); });
+  unary("mul_scalar", [](const Tensor& x) { return mul_scalar(x, -1.7); });
+
+  // Binary ops with broadcasting and a strided operand: one float operation each, rounded once: the same bits.
+  const Tensor a = rnd({6, 1, 9}, 83).to(Dtype::BFloat16), b = rnd({5, 9}, 84, 0.5, 2).to(Dtype::BFloat16);
+  const Tensor at = a.to(kGpu), bt = b.to(kGpu);
+  check_bf16(add(at, bt), add(a, b));
+  check_bf16(sub(at, bt.transpose(0, 1).contiguous().transpose(0, 1)), sub(a, b));
+  check_bf16(mul(at, bt), mul(a, b));
+  check_bf16(div(at, bt), div(a, b));
+  check_close(gt(at, bt).to(Device::cpu()), gt(a, b), 0);
+  // A bfloat16 operand with a float32 one: float32, the bfloat16 side widened exactly.
+  const Tensor wide = rnd({5, 9}, 85);
+  check_close(add(wide.to(kGpu), at).to(Device::cpu()), add(wide, a), 0);
+
+  // where and masked_fill select bfloat16 values as they are.
+  const Tensor mask = random_mask({6, 1, 9}, 86);
+  check_bf16(where(mask.to(kGpu), at, bt), where(mask, a, b));
+  check_bf16(masked_fill(at, mask.to(kGpu), -2.5), masked_fill(a, mask, -2.5));
+
+  // Dropout: the CPU's mask for the same seed, each kept value scaled in float and rounded once; and backward.
+  const Tensor x = rnd({37, 129}, 87).to(Dtype::BFloat16);
+  for (double p : {0.1, 0.5, 1.0}) {
+    INFO("dropout p = " << p);
+    Generator g1(5), g2(5);
+    Tensor xc = x.clone().requires_grad_(), xg = x.to(kGpu).requires_grad_();
+    Tensor yc = dropout(xc, p, true, g1), yg = dropout(xg, p, true, g2);
+    CHECK(g1.offset() == g2.offset());
+    check_bf16(yg, yc);
+    Tensor grad = rnd({37, 129}, 88).to(Dtype::BFloat16);
+    yc.backward(grad);
+    yg.backward(grad.to(kGpu));
+    check_bf16(xg.grad(), xc.grad());
+  }
+  // Reductions widen a bfloat16 input to float32 first, on either device.
+  check_close(sum(at, {0}).to(Device::cpu()), sum(a, {0}), 1e-6);
 }
 
 TEST_CASE("cuda ops: cross_entropy with ignored rows, values and gradients") {

@@ -67,15 +67,19 @@ void fill(const Tensor& dst, double value) {
 }
 
 void scale(const Tensor& dst, double value) {
-  dispatch_floating(dst.dtype(), "mul_", [&](auto tag) {
+  dispatch_real(dst.dtype(), "mul_", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T v = static_cast<T>(value);
+    using C = compute_type<T>;  // bfloat16: multiplied in float, rounded once
+    const C v = static_cast<C>(value);
     for_each_row<1>(dst.shape(), {operand(dst)}, [&](auto p, auto s, int64_t n) {
       if (s[0] == sizeof(T)) {
         T* o = reinterpret_cast<T*>(p[0]);
-        for (int64_t i = 0; i < n; ++i) o[i] *= v;
+        for (int64_t i = 0; i < n; ++i) o[i] = T(C(o[i]) * v);
       } else {
-        for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) *= v;
+        for (int64_t i = 0; i < n; ++i) {
+          T& o = *reinterpret_cast<T*>(p[0] + i * s[0]);
+          o = T(C(o) * v);
+        }
       }
     });
   });

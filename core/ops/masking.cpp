@@ -11,7 +11,7 @@ namespace {
 Tensor select_kernel(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape, const char* op) {
   if (a.device().is_cuda()) return gpu::select(cond, a, b, shape);
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
-  dispatch_all(a.dtype(), op, [&](auto tag) {
+  dispatch_storable(a.dtype(), op, [&](auto tag) {  // values picked as they are: any dtype, bfloat16 too
     using T = typename decltype(tag)::type;
     cpu::for_each_row<4>(shape,
                          {cpu::operand(out), cpu::broadcast_operand(cond, shape), cpu::broadcast_operand(a, shape),

@@ -16,11 +16,9 @@ Tensor forward_kernel(const F& f, const Tensor& x, const char* name) {
   EMBER_CHECK(is_real(x.dtype()), "{}: expected a floating tensor (float32, float64 or bfloat16), got {}", name,
               dtype_name(x.dtype()));
   if (x.device().is_cpu()) return cpu::map_unary(f, x, name);
-  EMBER_CHECK(is_floating(x.dtype()), "{}: a CUDA tensor must be float32 or float64, got {}", name,
-              dtype_name(x.dtype()));
   Tensor in = x.detach().contiguous();  // the kernel walks contiguous memory: a strided view is copied first
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cuda::unary_forward(f, x.device().index, x.dtype() == Dtype::Float64, in.raw_data(), y.raw_data(), x.numel());
+  cuda::unary_forward(f, x.device().index, int(x.dtype()), in.raw_data(), y.raw_data(), x.numel());
   return y;
 }
 
@@ -38,7 +36,7 @@ Tensor backward_kernel(const F& f, const Tensor& grad, const Tensor& x_saved, co
   Tensor xc = or_else(x_saved, or_else(y_saved, g)).contiguous();
   Tensor yc = y_saved.defined() ? y_saved.contiguous() : xc;
   Tensor grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cuda::unary_backward(f, x.device().index, x.dtype() == Dtype::Float64, g.raw_data(), xc.raw_data(), yc.raw_data(),
+  cuda::unary_backward(f, x.device().index, int(x.dtype()), g.raw_data(), xc.raw_data(), yc.raw_data(),
                        grad_x.raw_data(), x.numel());
   return grad_x;
 }

@@ -275,7 +275,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 }
 Tensor& Tensor::mul_(double value) {
   check_inplace("mul_", *this);
-  EMBER_CHECK(is_floating(dtype()), "mul_: expected a floating tensor (float32 or float64), got {}",
+  EMBER_CHECK(is_real(dtype()), "mul_: expected a floating tensor (float32, float64 or bfloat16), got {}",
               dtype_name(dtype()));
   bump_version();
   if (device().is_cuda()) gpu::scale(*this, value);
