@@ -235,6 +235,13 @@ EMBER_CUDA_ENTRY(void, gemm, (int device, bool float64, int64_t batch, int64_t M
 EMBER_CUDA_ENTRY(void, gemm_bf16, (int device, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                                    int64_t a_rs, int64_t a_cs, int64_t a_bs, const float* B, int64_t b_rs,
                                    int64_t b_cs, int64_t b_bs, double beta, float* C, int64_t ldc, int64_t c_bs))
+// The same product for the mixed-precision linear: A and B each float32 (rounded to bfloat16) or bfloat16
+// (read exactly), summed in float32 from `bias` (N floats added to every row; may be null), into a C of
+// float32 (ldc apart; compact when there is a bias) or bfloat16 (summed in a float32 scratch, each entry
+// rounded once as it is stored: the CPU's cpu::gemm_bf16 with a bfloat16 C). Not batched.
+EMBER_CUDA_ENTRY(void, gemm_bf16_typed, (int device, int64_t M, int64_t N, int64_t K, const void* A, int a_dtype,
+                                         int64_t a_rs, int64_t a_cs, const void* B, int b_dtype, int64_t b_rs,
+                                         int64_t b_cs, void* C, int c_dtype, int64_t ldc, const float* bias))
 // float32 GEMMs in TF32 (faster, about 1e-3 relative error) when on; off by default.
 EMBER_CUDA_DEFAULT(void, set_allow_tf32, (bool allow), {})
 EMBER_CUDA_DEFAULT(bool, allow_tf32, (), { return false; })

@@ -275,7 +275,7 @@ bool gemm_readable(const Tensor& x) {
 }
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                    int64_t N, bool bf16) {
+                    int64_t N) {
   const int device = device_of(x);
   double beta = 0.0;
   if (b.defined()) {  // y starts as the bias on every row; the GEMM adds x W^T to it
@@ -283,22 +283,30 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
     beta = 1.0;
   }
   // W^T(k, n) = W[n, k]: the weight read with swapped strides.
-  if (bf16)
-    cuda::gemm_bf16(device, 1, rows, N, K, x.data<float>(), K, 1, 0, w.data<float>(), 1, K, 0, beta, y.data<float>(), N, 0);
-  else
-    cuda::gemm(device, is_f64(x), 1, rows, N, K, x.raw_data(), K, 1, 0, w.raw_data(), 1, K, 0, beta, y.raw_data(), N, 0);
+  cuda::gemm(device, is_f64(x), 1, rows, N, K, x.raw_data(), K, 1, 0, w.raw_data(), 1, K, 0, beta, y.raw_data(), N, 0);
+}
+
+void linear_forward_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
+                         int64_t N) {
+  // W^T(k, n) = W[n, k]: the weight read with swapped strides.
+  cuda::gemm_bf16_typed(device_of(x), rows, N, K, x.raw_data(), scalar_type(x.dtype(), "linear"), K, 1, w.raw_data(),
+                        cuda::kFloat32, 1, K, y.raw_data(), cuda::kBFloat16, N, b.defined() ? b.data<float>() : nullptr);
+}
+
+void linear_backward_bf16(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
+                          int64_t rows, int64_t K, int64_t N) {
+  const int device = device_of(g);
+  if (dx != nullptr)  // dx [rows, K] = g [rows, N] W [N, K]
+    cuda::gemm_bf16_typed(device, rows, K, N, g.raw_data(), cuda::kBFloat16, N, 1, w.raw_data(), cuda::kFloat32, K, 1,
+                          dx->raw_data(), scalar_type(dx->dtype(), "linear"), K, nullptr);
+  if (dw != nullptr)  // dW [N, K] = g^T [N, rows] x [rows, K]
+    cuda::gemm_bf16_typed(device, N, K, rows, g.raw_data(), cuda::kBFloat16, 1, N, x.raw_data(),
+                          scalar_type(x.dtype(), "linear"), K, 1, dw->raw_data(), cuda::kFloat32, K, nullptr);
 }
 
 void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
-                     int64_t rows, int64_t K, int64_t N, bool bf16) {
+                     int64_t rows, int64_t K, int64_t N) {
   const int device = device_of(g);
-  if (bf16) {  // the same products, bfloat16 operands
-    if (dx != nullptr)
-      cuda::gemm_bf16(device, 1, rows, K, N, g.data<float>(), N, 1, 0, w.data<float>(), K, 1, 0, 0.0, dx->data<float>(), K, 0);
-    if (dw != nullptr)
-      cuda::gemm_bf16(device, 1, N, K, rows, g.data<float>(), 1, N, 0, x.data<float>(), K, 1, 0, 0.0, dw->data<float>(), K, 0);
-    return;
-  }
   if (dx != nullptr)  // dx [rows, K] = g [rows, N] W [N, K]
     cuda::gemm(device, is_f64(g), 1, rows, K, N, g.raw_data(), N, 1, 0, w.raw_data(), K, 1, 0, 0.0, dx->raw_data(), K, 0);
   if (dw != nullptr)  // dW [N, K] = g^T [N, rows] x [rows, K]

@@ -78,12 +78,18 @@ inline void gemm_bf16(int device, int64_t batch, int64_t M, int64_t N, int64_t K
 }
 // True when cuBLAS can read x's last two dims in place (unit stride along one, a valid leading dim).
 bool gemm_readable(const Tensor& x);
-// y [rows, N] = x [rows, K] W^T (+ b); dx = g W; dW = g^T x (all contiguous). bf16: float32 tensors
-// multiplied as bfloat16 (cuda::gemm_bf16).
+// y [rows, N] = x [rows, K] W^T (+ b); dx = g W; dW = g^T x (all contiguous; float32 or float64).
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                    int64_t N, bool bf16 = false);
+                    int64_t N);
 void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
-                     int64_t rows, int64_t K, int64_t N, bool bf16 = false);
+                     int64_t rows, int64_t K, int64_t N);
+// The mixed-precision linear as the CPU's (core/ops/linear.cpp): y [rows, N] bfloat16 = x W^T + b, x float32
+// or bfloat16, W and b float32, summed in float32 from the bias and rounded once; from a bfloat16 g,
+// dx = g W in dx's dtype and dW = g^T x in float32 (all contiguous; cuda::gemm_bf16_typed).
+void linear_forward_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
+                         int64_t N);
+void linear_backward_bf16(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
+                          int64_t rows, int64_t K, int64_t N);
 
 // ---- Fused attention (cuda/attention_kernels.cu): qkv contiguous [B, T, 3 D], mask contiguous bool [B, T]
 // or undefined. `lse` receives the per-row log-sum-exp the backward needs. bf16 (float32 qkv): the

@@ -2,19 +2,19 @@
 // products of matmul, linear and attention take bfloat16 operands and sum in float32.
 //
 // What changes in the scope (docs/precision.md has the measured error of each):
-//   linear on the CPU: x and W are rounded to bfloat16 and y is bfloat16 (each entry the float32 sum
+//   linear: x and W are rounded to bfloat16 and y is bfloat16 (each entry the float32 sum
 //     rounded once), as autocast's linear. So the activations between layers are bfloat16: GELU and
 //     dropout run on them in bfloat16 (computed in float, each result rounded once), attention takes
 //     the bfloat16 projection and returns bfloat16, the next linear reads them as they are, and adding a
 //     bfloat16 output to a float32 residual gives float32. Their gradients are bfloat16 too (a tensor's
 //     gradient has its dtype); the weights' gradients are float32. Half the bytes written, kept for
 //     backward and read again, compared with float32 activations.
-//   matmul, attention on float32 tensors, and linear on a GPU: the operands are rounded to bfloat16
-//     while the GEMM packs them (no conversion pass), the products are summed in float32 and the result
-//     is float32. Attention keeps its probabilities for backward in bfloat16 (core/cpu/attention.h).
-//     NOTE: a GPU's linear stays float32 out. The CUDA element-wise kernels take bfloat16 now
-//     (docs/precision.md), but a bfloat16 y from cuBLAS and a bfloat16 qkv in the fused attention are not
-//     written yet.
+//   matmul and attention on float32 tensors: the operands are rounded to bfloat16 while the GEMM packs
+//     them (no conversion pass), the products are summed in float32 and the result is float32. Attention
+//     keeps its probabilities for backward in bfloat16 (core/cpu/attention.h).
+//   On a GPU the same rules: cuBLAS with bfloat16 inputs, the element-wise kernels on the bfloat16
+//     activations. NOTE: a bfloat16 qkv's attention there is the float32 one on the widened values,
+//     rounded back (no fused attention kernel reads bfloat16 yet).
 //   Every op runs its backward as its forward did, whether or not backward() itself is called inside
 //     the scope (the op remembers its precision; a checkpoint's recompute runs in the forward's scope).
 //   bfloat16 tensors given to matmul, linear or attention (in or out of the scope): read exactly,

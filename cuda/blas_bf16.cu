@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "core/allocator.h"
+#include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "cuda/launch.h"
 
@@ -31,6 +32,27 @@ __global__ void round_to_bf16(const float* in, int64_t bs, int64_t rs, int64_t c
     const int64_t c = i % cols, r = (i / cols) % rows, b = i / (cols * rows);
     out[i] = __float2bfloat16_rn(in[b * bs + r * rs + c * cs]);
   }
+}
+
+// The same for the typed product below: a float32 operand rounded, a bfloat16 one copied exactly
+// (ember::BFloat16 rounds as __float2bfloat16_rn: nearest even, NaN kept).
+template <typename S>
+__global__ void to_compact_bf16(const S* in, int64_t rs, int64_t cs, int64_t rows, int64_t cols, int64_t n,
+                                BFloat16* out) {
+  EMBER_CUDA_LOOP(i, n) {
+    const int64_t c = i % cols, r = i / cols;
+    out[i] = BFloat16(in[r * rs + c * cs]);
+  }
+}
+
+// A compact float32 [rows, cols] block set to the bias on every row.
+__global__ void start_from_bias(float* out, const float* bias, int64_t cols, int64_t n) {
+  EMBER_CUDA_LOOP(i, n) out[i] = bias[i % cols];
+}
+
+// out[r * ld + c] = in[r * cols + c] rounded to bfloat16, once.
+__global__ void round_rows_bf16(const float* in, int64_t cols, int64_t n, BFloat16* out, int64_t ld) {
+  EMBER_CUDA_LOOP(i, n) out[(i / cols) * ld + i % cols] = BFloat16(in[i]);
 }
 
 // A device buffer from the caching allocator for the length of one call (stream-ordered reuse).
@@ -83,6 +105,55 @@ void gemm_bf16(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const
                                                 CUDA_R_16BF, ld_b, b_bs == 0 ? 0 : K * N, a_bf, CUDA_R_16BF, ld_a,
                                                 a_bs == 0 ? 0 : M * K, &beta_f, C, CUDA_R_32F, int(ldc), c_bs,
                                                 int(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_bf16_typed(int device, int64_t M, int64_t N, int64_t K, const void* A, int a_dtype, int64_t a_rs,
+                     int64_t a_cs, const void* B, int b_dtype, int64_t b_rs, int64_t b_cs, void* C, int c_dtype,
+                     int64_t ldc, const float* bias) {
+  if (M == 0 || N == 0) return;
+  for (int dtype : {a_dtype, b_dtype, c_dtype})
+    if (dtype != kFloat32 && dtype != kBFloat16)
+      raise_message("gemm_bf16: operands and result must be float32 or bfloat16 on CUDA");
+  cudaStream_t stream = use_device(device);
+  cublasHandle_t handle = bf16_handle(device);
+  EMBER_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  const int64_t a_n = M * K, b_n = K * N;
+  Scratch a16(device, size_t(a_n > 0 ? a_n : 1) * sizeof(BFloat16));
+  Scratch b16(device, size_t(b_n > 0 ? b_n : 1) * sizeof(BFloat16));
+  auto compact = [&](const void* in, int dtype, int64_t rs, int64_t cs, int64_t rows, int64_t cols, int64_t n, void* out) {
+    if (n == 0) return;
+    if (dtype == kFloat32)
+      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), rs, cs, rows, cols, n,
+                                                              static_cast<BFloat16*>(out));
+    else
+      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const BFloat16*>(in), rs, cs, rows, cols, n,
+                                                              static_cast<BFloat16*>(out));
+    EMBER_CUDA_LAUNCHED("to_compact_bf16");
+  };
+  compact(A, a_dtype, a_rs, a_cs, M, K, a_n, a16.ptr);
+  compact(B, b_dtype, b_rs, b_cs, K, N, b_n, b16.ptr);
+  // The float32 sums: C itself (ldc apart), or a compact scratch that is then rounded into a bfloat16 C.
+  const bool rounded = c_dtype == kBFloat16;
+  Scratch sums(device, rounded ? size_t(M * N) * sizeof(float) : 1);
+  float* c32 = rounded ? static_cast<float*>(sums.ptr) : static_cast<float*>(C);
+  const int64_t ld32 = rounded ? N : ldc;
+  float beta = 0.0f;
+  if (bias != nullptr) {  // the sums start from the bias
+    if (ld32 != N) raise_message("gemm_bf16: a float32 C with a bias must be compact (ldc = N)");
+    start_from_bias<<<blocks_for(M * N), kThreads, 0, stream>>>(c32, bias, N, M * N);
+    EMBER_CUDA_LAUNCHED("start_from_bias");
+    beta = 1.0f;
+  }
+  // C^T (N x M) = B^T (N x K) A^T (K x M): the compact copies are row-major, so ld = K for A, N for B.
+  const float alpha = 1.0f;
+  // (A batch of one: the strided-batched call is the one cuda/cublas_loader.cpp already resolves.)
+  EMBER_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, b16.ptr,
+                                                CUDA_R_16BF, int(N), 0, a16.ptr, CUDA_R_16BF, int(K > 1 ? K : 1), 0, &beta,
+                                                c32, CUDA_R_32F, int(ld32), 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (rounded) {
+    round_rows_bf16<<<blocks_for(M * N), kThreads, 0, stream>>>(c32, N, M * N, static_cast<BFloat16*>(C), ldc);
+    EMBER_CUDA_LAUNCHED("round_rows_bf16");
+  }
 }
 
 }  // namespace ember::cuda

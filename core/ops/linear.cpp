@@ -6,10 +6,9 @@
 // W^T and g^T are strided views read in place by the GEMM; db uses the deterministic row sum.
 // Zero-size dims as in PyTorch: no input features (K = 0) give y = b on every row (0 without a bias)
 // and dW of shape [N, 0]; no rows give an empty y and dW = 0, db = 0.
-// Mixed precision (core/precision.h), on the CPU: in a bfloat16 scope, or for a bfloat16 input, the
-// input and the weight are rounded to bfloat16, the products summed in float32 (cpu::gemm_bf16) and y
-// is bfloat16, as torch.autocast's linear (linear_bf16 below). On a GPU the scope rounds the operands
-// and y stays float32 (cuBLAS, gpu::linear_forward).
+// Mixed precision (core/precision.h): in a bfloat16 scope, or for a bfloat16 input, the input and the
+// weight are rounded to bfloat16, the products summed in float32 and y is bfloat16, as torch.autocast's
+// linear: linear_bf16 below on the CPU (cpu::gemm_bf16), linear_bf16_gpu on a GPU (cuBLAS).
 #include "core/cpu/gemm.h"
 #include "core/ops/op_support.h"
 #include "core/parallel.h"
@@ -79,6 +78,33 @@ Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, in
   return y;
 }
 
+// The same on a GPU (cuBLAS with bfloat16 inputs, float32 sums rounded once into y; core/gpu.h). What
+// backward keeps is x and W as they are (float32 x, or the bfloat16 one): the products read and round them.
+Tensor linear_bf16_gpu(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows, int64_t K, int64_t N) {
+  Tensor x2 = x.detach().contiguous(), w = weight.detach().contiguous();
+  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor y = Tensor::empty(out_shape, Dtype::BFloat16, x.device());
+  if (y.numel() > 0) gpu::linear_forward_bf16(x2, w, b, y, rows, K, N);
+  const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad();
+  const bool need_db = bias.defined() && bias.requires_grad();
+  record("linear", y, {x, weight, bias},
+         [saved_x = need_dw ? save(x2) : SavedTensor(), saved_w = need_dx ? save(w) : SavedTensor(), rows, K, N,
+          need_dx, need_dw, need_db, x_dtype = x.dtype(), x_shape = x.shape()](const Tensor& g) -> Grads {
+           Tensor g16 = g.contiguous().to(Dtype::BFloat16).view({rows, N});
+           Tensor dx, dw, db;
+           if (need_dx) dx = Tensor::empty(x_shape, x_dtype, g16.device());
+           if (need_dw) dw = Tensor::empty({N, K}, Dtype::Float32, g16.device());
+           if (g16.numel() > 0 || need_dw)
+             gpu::linear_backward_bf16(g16, saved_x.get(), saved_w.get(), need_dx ? &dx : nullptr,
+                                       need_dw ? &dw : nullptr, rows, K, N);
+           if (need_db) db = sum(g16.to(Dtype::Float32), {0});  // float32 column sums of the bfloat16 g
+           return {dx, dw, db};
+         });
+  return y;
+}
+
 template <typename T>
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
                     int64_t N) {
@@ -105,18 +131,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (bias.defined()) check_same_device("linear", {&x, &bias});
   const bool in_scope = product_precision() == Precision::BFloat16;
   const bool mixed = x.dtype() == Dtype::BFloat16 && weight.dtype() == Dtype::Float32;
-  EMBER_CHECK(weight.dtype() == x.dtype() || (mixed && x.device().is_cpu()),
-              "linear: input and weight dtypes differ ({} and {}); a bfloat16 input with a float32 weight is the CPU's "
+  EMBER_CHECK(weight.dtype() == x.dtype() || mixed,
+              "linear: input and weight dtypes differ ({} and {}); a bfloat16 input with a float32 weight is "
               "mixed precision", dtype_name(x.dtype()), dtype_name(weight.dtype()));
-  if (x.device().is_cpu() && weight.dtype() == Dtype::Float32 &&
-      (mixed || (in_scope && x.dtype() == Dtype::Float32)))
-    return linear_bf16(x, weight, bias, numel(Shape(x.shape().begin(), x.shape().end() - 1)), K, N);
+  if (weight.dtype() == Dtype::Float32 && (mixed || (in_scope && x.dtype() == Dtype::Float32))) {
+    const int64_t rows = numel(Shape(x.shape().begin(), x.shape().end() - 1));
+    return x.device().is_cpu() ? linear_bf16(x, weight, bias, rows, K, N) : linear_bf16_gpu(x, weight, bias, rows, K, N);
+  }
   if (x.dtype() == Dtype::BFloat16) {  // all bfloat16: float32 values, multiplied in bfloat16
     MixedPrecisionGuard bf16(Precision::BFloat16);
     const Dtype f32 = Dtype::Float32;
     return linear(x.to(f32), weight.to(f32), bias.defined() ? bias.to(f32) : Tensor()).to(Dtype::BFloat16);
   }
-  const bool bf16 = in_scope && x.dtype() == Dtype::Float32;  // here only on a GPU: operands rounded, y float32
 
   // NOTE: not x.numel() / K, which divides by zero for zero input features (x [4, 0]): then y = bias.
   const int64_t rows = numel(Shape(x.shape().begin(), x.shape().end() - 1));
@@ -127,7 +153,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   out_shape.back() = N;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   if (y.numel() > 0 && x.device().is_cuda())
-    gpu::linear_forward(x2, w, b, y, rows, K, N, bf16);  // cuBLAS; the bias is copied into y first
+    gpu::linear_forward(x2, w, b, y, rows, K, N);  // cuBLAS; the bias is copied into y first
   else if (y.numel() > 0)
     dispatch_floating(x.dtype(), "linear", [&](auto tag) {
       linear_forward<typename decltype(tag)::type>(x2, w, b, y, rows, K, N);
@@ -138,14 +164,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // Only what backward will read is kept: x for dW, W for dx.
   record("linear", y, {x, weight, bias},
          [saved_x = need_dw ? save(x2) : SavedTensor(), saved_w = need_dx ? save(w) : SavedTensor(), rows, K, N, need_dx,
-          need_dw, need_db, bf16, x_shape = x.shape()](const Tensor& g) -> Grads {
+          need_dw, need_db, x_shape = x.shape()](const Tensor& g) -> Grads {
            const Tensor &x2 = saved_x.get(), &w = saved_w.get();
            Tensor g2 = g.contiguous().view({rows, N});
            Tensor dx, dw, db;
            if (g2.device().is_cuda()) {
              if (need_dx) dx = Tensor::empty(x_shape, g2.dtype(), g2.device());
              if (need_dw) dw = Tensor::empty({N, K}, g2.dtype(), g2.device());
-             gpu::linear_backward(g2, x2, w, need_dx ? &dx : nullptr, need_dw ? &dw : nullptr, rows, K, N, bf16);
+             gpu::linear_backward(g2, x2, w, need_dx ? &dx : nullptr, need_dw ? &dw : nullptr, rows, K, N);
              if (need_db) db = sum(g2, {0});
              return {dx, dw, db};
            }
