@@ -746,6 +746,32 @@ TEST_CASE("cuda ops: Tensor::to is differentiable across devices") {
   check_values(x.grad(), std::vector<double>(20, 3.0), 0);
 }
 
+namespace {
+
+// The tiny IMDb run of config_for(name, device) on the CPU and on the GPU, on the same data: every
+// step's loss on the GPU within `epsilon` (relative) of the CPU's.
+struct BothRuns {
+  imdb::TrainConfig gpu_config;
+  imdb::Data data;
+  imdb::RunResult on_cpu, on_gpu;
+};
+BothRuns train_on_cpu_and_gpu(const std::function<imdb::TrainConfig(const std::string&, const std::string&)>& config_for,
+                              double epsilon) {
+  const imdb::TrainConfig cpu_config = config_for("cpu", "cpu");
+  BothRuns runs{config_for("gpu", "cuda"), imdb::prepare_data(cpu_config), {}, {}};
+  runs.on_cpu = imdb::train(cpu_config, runs.data);
+  runs.on_gpu = imdb::train(runs.gpu_config, runs.data);
+  REQUIRE(runs.on_gpu.step_losses.size() == runs.on_cpu.step_losses.size());
+  REQUIRE(!runs.on_cpu.step_losses.empty());
+  for (size_t i = 0; i < runs.on_cpu.step_losses.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(runs.on_gpu.step_losses[i] == doctest::Approx(runs.on_cpu.step_losses[i]).epsilon(epsilon));
+  }
+  return runs;
+}
+
+}  // namespace
+
 TEST_CASE("cuda trainer: --device cuda trains the CPU's losses, reports GPU memory, and resumes exactly") {
   if (skip_without_cuda()) return;
   namespace fs = std::filesystem;
@@ -758,15 +784,10 @@ TEST_CASE("cuda trainer: --device cuda trains the CPU's losses, reports GPU memo
     if (cuda_emulated()) c.model.max_len = 16;
     return c;
   };
-  imdb::TrainConfig cpu_config = config_for("cpu", "cpu"), gpu_config = config_for("gpu", "cuda");
-  imdb::Data data = imdb::prepare_data(cpu_config);
-  imdb::RunResult on_cpu = imdb::train(cpu_config, data);
-  imdb::RunResult on_gpu = imdb::train(gpu_config, data);
-  REQUIRE(on_gpu.step_losses.size() == on_cpu.step_losses.size());
-  for (size_t i = 0; i < on_cpu.step_losses.size(); ++i) {
-    INFO("step " << i + 1);
-    CHECK(on_gpu.step_losses[i] == doctest::Approx(on_cpu.step_losses[i]).epsilon(1e-3));
-  }
+  const BothRuns both = train_on_cpu_and_gpu(config_for, 1e-3);
+  const imdb::RunResult &on_cpu = both.on_cpu, &on_gpu = both.on_gpu;
+  const imdb::TrainConfig& gpu_config = both.gpu_config;
+  const imdb::Data& data = both.data;
   REQUIRE(on_gpu.epochs.size() == 2);
   // --cuda-graph is on by default on a GPU: after each shape's first step, the steps are replayed.
   CHECK(on_gpu.graph_replays > on_gpu.steps / 2);
@@ -796,19 +817,10 @@ TEST_CASE("cuda trainer: --precision bf16 on the GPU trains as the CPU's bf16 ru
     if (cuda_emulated()) c.model.max_len = 16;  // as in the case above
     return c;
   };
-  imdb::TrainConfig cpu_config = config_for("cpu", "cpu"), gpu_config = config_for("gpu", "cuda");
-  imdb::Data data = imdb::prepare_data(cpu_config);
-  imdb::RunResult on_cpu = imdb::train(cpu_config, data);
-  imdb::RunResult on_gpu = imdb::train(gpu_config, data);
-  REQUIRE(on_gpu.step_losses.size() == on_cpu.step_losses.size());
-  REQUIRE(!on_cpu.step_losses.empty());
   // The same bfloat16 roundings of sums taken in another order, and attention's float32 path on the GPU
   // (a bfloat16 qkv widened there): the losses agree closely (8e-5 relative at most on the emulator, 13
   // steps), not bit for bit.
-  for (size_t i = 0; i < on_cpu.step_losses.size(); ++i) {
-    INFO("step " << i + 1);
-    CHECK(on_gpu.step_losses[i] == doctest::Approx(on_cpu.step_losses[i]).epsilon(1e-3));  // 8e-5 seen
-  }
+  train_on_cpu_and_gpu(config_for, 1e-3);
   CHECK(product_precision() == Precision::Float32);
   // In the scope a GPU linear now gives bfloat16, as the CPU's does.
   MixedPrecisionGuard bf16;
