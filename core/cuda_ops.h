@@ -202,15 +202,16 @@ EMBER_CUDA_ENTRY(void, window_attention_backward, (int device, bool float64, con
                                                    int64_t D, bool causal, int64_t window, int64_t global,
                                                    const void* out, const void* grad_out, const double* lse,
                                                    double* delta, void* grad_qkv))
-// The same in mixed precision (core/precision.h; float32 tensors): the operands of the products rounded
-// to bfloat16, the softmax, lse and delta in float32.
-EMBER_CUDA_ENTRY(void, attention_forward_bf16, (int device, const float* qkv, const bool* key_padding_mask, int64_t B,
-                                                int64_t T, int64_t heads, int64_t D, bool causal, float* out,
+// The same in mixed precision (core/precision.h): the operands of the products rounded to bfloat16, the
+// softmax, lse and delta in float32. qkv, out, grad_out and grad_qkv of `dtype`: kFloat32, or kBFloat16
+// (read exactly, each result rounded once as it is stored); probs float32.
+EMBER_CUDA_ENTRY(void, attention_forward_bf16, (int device, int dtype, const void* qkv, const bool* key_padding_mask,
+                                                int64_t B, int64_t T, int64_t heads, int64_t D, bool causal, void* out,
                                                 double* lse, float* probs))
-EMBER_CUDA_ENTRY(void, attention_backward_bf16, (int device, const float* qkv, const bool* key_padding_mask,
-                                                 int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
-                                                 const float* out, const float* grad_out, const double* lse,
-                                                 double* delta, float* grad_qkv))
+EMBER_CUDA_ENTRY(void, attention_backward_bf16, (int device, int dtype, const void* qkv,
+                                                 const bool* key_padding_mask, int64_t B, int64_t T, int64_t heads,
+                                                 int64_t D, bool causal, const void* out, const void* grad_out,
+                                                 const double* lse, double* delta, void* grad_qkv))
 
 // ---- Embedding (cuda/embedding_kernels.cu)
 // out[i, :] = weight[ids[i], :] (weight strides in elements), n ids, D columns.

@@ -322,11 +322,13 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, b
   Tensor out = Tensor::empty({B, T, D}, qkv.dtype(), qkv.device());
   lse = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
   Tensor probs;
-  if (weights != nullptr) probs = Tensor::empty({B, heads, T, T}, qkv.dtype(), qkv.device());
-  if (bf16 && qkv.dtype() == Dtype::Float32)
-    cuda::attention_forward_bf16(device_of(qkv), qkv.data<float>(), mask.defined() ? mask.data<bool>() : nullptr, B, T,
-                                 heads, D, causal, out.data<float>(), lse.data<double>(),
-                                 probs.defined() ? probs.data<float>() : nullptr);
+  const bool bf16_tensors = qkv.dtype() == Dtype::BFloat16;  // the weights asked for are float32 then
+  if (weights != nullptr)
+    probs = Tensor::empty({B, heads, T, T}, bf16_tensors ? Dtype::Float32 : qkv.dtype(), qkv.device());
+  if (bf16_tensors || (bf16 && qkv.dtype() == Dtype::Float32))
+    cuda::attention_forward_bf16(device_of(qkv), scalar_type(qkv.dtype(), "attention"), qkv.raw_data(),
+                                 mask.defined() ? mask.data<bool>() : nullptr, B, T, heads, D, causal, out.raw_data(),
+                                 lse.data<double>(), probs.defined() ? probs.data<float>() : nullptr);
   else
     cuda::attention_forward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr,
                             B, T, heads, D, causal, out.raw_data(), lse.data<double>(),
@@ -341,10 +343,10 @@ Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tenso
   Tensor g = grad_out.contiguous();
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
   Tensor delta = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
-  if (bf16 && qkv.dtype() == Dtype::Float32)
-    cuda::attention_backward_bf16(device_of(qkv), qkv.data<float>(), mask.defined() ? mask.data<bool>() : nullptr, B,
-                                  T, heads, D, causal, out.data<float>(), g.data<float>(), lse.data<double>(),
-                                  delta.data<double>(), dqkv.data<float>());
+  if (qkv.dtype() == Dtype::BFloat16 || (bf16 && qkv.dtype() == Dtype::Float32))
+    cuda::attention_backward_bf16(device_of(qkv), scalar_type(qkv.dtype(), "attention"), qkv.raw_data(),
+                                  mask.defined() ? mask.data<bool>() : nullptr, B, T, heads, D, causal, out.raw_data(),
+                                  g.raw_data(), lse.data<double>(), delta.data<double>(), dqkv.raw_data());
   else
     cuda::attention_backward(device_of(qkv), is_f64(qkv), qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr,
                              B, T, heads, D, causal, out.raw_data(), g.raw_data(), lse.data<double>(),

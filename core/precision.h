@@ -13,8 +13,8 @@
 //     them (no conversion pass), the products are summed in float32 and the result is float32. Attention
 //     keeps its probabilities for backward in bfloat16 (core/cpu/attention.h).
 //   On a GPU the same rules: cuBLAS with bfloat16 inputs, the element-wise kernels on the bfloat16
-//     activations. NOTE: a bfloat16 qkv's attention there is the float32 one on the widened values,
-//     rounded back (no fused attention kernel reads bfloat16 yet).
+//     activations; a bfloat16 qkv goes into the fused attention kernels as it is (EMBER_ATTENTION=fused),
+//     or is widened for the composed version and its output rounded back.
 //   Every op runs its backward as its forward did, whether or not backward() itself is called inside
 //     the scope (the op remembers its precision; a checkpoint's recompute runs in the forward's scope).
 //   bfloat16 tensors given to matmul, linear or attention (in or out of the scope): read exactly,

@@ -44,10 +44,11 @@
 // of computing S and dP twice (once per kernel).
 //
 // Precision: float32 computes and accumulates in float (like cuBLAS's float32 GEMMs), float64 in
-// double. Mixed precision (attention_forward_bf16 / attention_backward_bf16, float32 only): the
-// operands of every product (Q, K, V, dO as they are staged, P and dS as they are written to shared
-// memory) are rounded to bfloat16, the products summed in float; the scores, the online softmax, lse
-// and D = dO . O stay float32 (D from the unrounded dO), as a bf16 tensor-core kernel computes. Plain CUDA only (no warp shuffles, no tensor-core instructions, no atomics), so that a
+// double. Mixed precision (attention_forward_bf16 / attention_backward_bf16): the operands of every
+// product (Q, K, V, dO as they are staged, P and dS as they are written to shared memory) are rounded to
+// bfloat16, the products summed in float; the scores, the online softmax, lse and D = dO . O stay float32
+// (D from the unrounded dO), as a bf16 tensor-core kernel computes. Its tensors (qkv, O, dO, dqkv) are
+// float32, or bfloat16 (S = BFloat16: read exactly, each result rounded once as it is stored). Plain CUDA only (no warp shuffles, no tensor-core instructions, no atomics), so that a
 // CPU emulator of CUDA can run it; the arithmetic is on the CUDA cores.
 #include <atomic>
 #include <cmath>
@@ -58,6 +59,7 @@
 
 #include <cuda_bf16.h>
 
+#include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "core/online_softmax.h"
 #include "cuda/launch.h"
@@ -132,13 +134,13 @@ constexpr size_t dkv_shared() {
 // are `stride` apart, for r < ROWS; zero past row T - 1 and past column Dh - 1. Consecutive threads
 // read consecutive columns of a row (coalesced).
 // round: each value rounded to bfloat16 (a product's operand in mixed precision).
-template <typename T, int DMAX, int ROWS>
-__device__ __forceinline__ void load_rows(T* dst, const T* src, int64_t stride, int64_t first, const Dims& d,
+template <typename T, int DMAX, int ROWS, typename S>
+__device__ __forceinline__ void load_rows(T* dst, const S* src, int64_t stride, int64_t first, const Dims& d,
                                           bool round = false) {
   for (int idx = threadIdx.x; idx < ROWS * DMAX; idx += kBlock) {
     const int r = idx / DMAX, c = idx % DMAX;
     const int64_t row = first + r;
-    dst[r * (DMAX + 1) + c] = (row < d.T && c < d.Dh) ? bf16_if(round, src[row * stride + c]) : T(0);
+    dst[r * (DMAX + 1) + c] = (row < d.T && c < d.Dh) ? bf16_if(round, T(src[row * stride + c])) : T(0);
   }
 }
 
@@ -153,8 +155,8 @@ __device__ __forceinline__ void load_key_flags(int* flags, const bool* pad_row, 
 
 // The key tile starting at key k0 into shared memory: its K rows, its V rows, its padding flags.
 // q points at row 0 of this head's q (k at + D, v at + 2D, rows 3D apart).
-template <typename T, int DMAX, int ROWS>
-__device__ __forceinline__ void load_key_tile(T* Ks, T* Vs, int* kflag, const T* q, const bool* pad_row, int64_t k0,
+template <typename T, int DMAX, int ROWS, typename S>
+__device__ __forceinline__ void load_key_tile(T* Ks, T* Vs, int* kflag, const S* q, const bool* pad_row, int64_t k0,
                                               const Dims& d) {
   load_rows<T, DMAX, ROWS>(Ks, q + d.D, 3 * d.D, k0, d, d.bf16);
   load_rows<T, DMAX, ROWS>(Vs, q + 2 * d.D, 3 * d.D, k0, d, d.bf16);
@@ -236,8 +238,8 @@ __device__ __forceinline__ int64_t key_tiles_for(const Dims& d, int64_t q0, int 
 //   kflag [BC] (int)  1 = key masked for every query (padding or past T)
 // The softmax of a row is done by parts = 256 / BR threads (4 in float32), each over BC / parts
 // columns; their partial results are combined in a fixed order.
-template <typename T, int DMAX>
-__global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T scale, T* out, double* lse) {
+template <typename T, int DMAX, typename S = T>
+__global__ void flash_forward_kernel(const S* qkv, const bool* pad, Dims d, T scale, S* out, double* lse) {
   using C = Tiles<T, DMAX>;
   constexpr int BR = C::BR, BC = C::BC, LD = C::LD, SLD = BC + 1;
   constexpr int RPT = BR / kGrid, CPT = BC / kGrid, OPT = DMAX / kGrid;
@@ -259,7 +261,7 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
   const int64_t n_qt = (d.T + BR - 1) / BR;
   const int64_t qt = blockIdx.x % n_qt, bh = blockIdx.x / n_qt, h = bh % d.H, b = bh / d.H;
   const int64_t q0 = qt * BR, row_stride = 3 * d.D;
-  const T* q = qkv + b * d.T * row_stride + h * d.Dh;  // row t of q: q + t * 3D; k at + D, v at + 2D
+  const S* q = qkv + b * d.T * row_stride + h * d.Dh;  // row t of q: q + t * 3D; k at + D, v at + 2D
   const bool* pad_row = pad != nullptr ? pad + b * d.T : nullptr;
 
   load_rows<T, DMAX, BR>(Qs, q, row_stride, q0, d, d.bf16);
@@ -335,9 +337,9 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
     const int i = ty + kGrid * r;
     if (q0 + i >= d.T) continue;
     const T norm = attn::softmax_norm(attn::SoftmaxState<T>{m_s[i], l_s[i]});
-    T* o_row = out + (b * d.T + q0 + i) * d.D + h * d.Dh;
+    S* o_row = out + (b * d.T + q0 + i) * d.D + h * d.Dh;
     for (int o = 0; o < OPT; ++o)
-      if (tx + kGrid * o < d.Dh) o_row[tx + kGrid * o] = acc[r][o] * norm;
+      if (tx + kGrid * o < d.Dh) o_row[tx + kGrid * o] = S(acc[r][o] * norm);
   }
   if (tid < BR && q0 + tid < d.T) lse[bh * d.T + q0 + tid] = double(attn::softmax_lse(attn::SoftmaxState<T>{m_s[tid], l_s[tid]}));
 }
@@ -345,8 +347,8 @@ __global__ void flash_forward_kernel(const T* qkv, const bool* pad, Dims d, T sc
 // ---- The attention weights, when asked for: probs[b, h, i, j] = e^(s_ij - lse_i), every key
 // tile (masked entries are written as 0, so every entry of a row with no unmasked key is 0, like the CPU).
 // Shared: Qs [BR][DMAX+1], Ks [BC][DMAX+1], kflag [BC].
-template <typename T, int DMAX>
-__global__ void flash_probs_kernel(const T* qkv, const bool* pad, Dims d, T scale, const double* lse, T* probs) {
+template <typename T, int DMAX, typename S = T>
+__global__ void flash_probs_kernel(const S* qkv, const bool* pad, Dims d, T scale, const double* lse, T* probs) {
   using C = Tiles<T, DMAX>;
   constexpr int BR = C::BR, BC = C::BC, LD = C::LD, RPT = BR / kGrid, CPT = BC / kGrid;
   extern __shared__ double shared_mem[];
@@ -357,7 +359,7 @@ __global__ void flash_probs_kernel(const T* qkv, const bool* pad, Dims d, T scal
   const int64_t n_qt = (d.T + BR - 1) / BR;
   const int64_t qt = blockIdx.x % n_qt, bh = blockIdx.x / n_qt, h = bh % d.H, b = bh / d.H;
   const int64_t q0 = qt * BR, row_stride = 3 * d.D;
-  const T* q = qkv + b * d.T * row_stride + h * d.Dh;
+  const S* q = qkv + b * d.T * row_stride + h * d.Dh;
   const bool* pad_row = pad != nullptr ? pad + b * d.T : nullptr;
   load_rows<T, DMAX, BR>(Qs, q, row_stride, q0, d);
   T row_lse[RPT];
@@ -395,9 +397,9 @@ __global__ void flash_probs_kernel(const T* qkv, const bool* pad, Dims d, T scal
 //   lse_s, d_s [BR]        each row's saved lse and D
 //   d_part  [BR][parts]    partial sums of D
 //   kflag   [BC] (int)
-template <typename T, int DMAX>
-__global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, T scale, const T* out, const T* dout,
-                             const double* lse, double* delta, T* dqkv) {
+template <typename T, int DMAX, typename S = T>
+__global__ void flash_backward_dq_kernel(const S* qkv, const bool* pad, Dims d, T scale, const S* out, const S* dout,
+                             const double* lse, double* delta, S* dqkv) {
   using C = Tiles<T, DMAX>;
   constexpr int BR = C::BR, BC = C::BC, LD = C::LD, SLD = BC + 1;
   constexpr int RPT = BR / kGrid, CPT = BC / kGrid, OPT = DMAX / kGrid, parts = kBlock / BR;
@@ -416,8 +418,8 @@ __global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, 
   const int64_t n_qt = (d.T + BR - 1) / BR;
   const int64_t qt = blockIdx.x % n_qt, bh = blockIdx.x / n_qt, h = bh % d.H, b = bh / d.H;
   const int64_t q0 = qt * BR, row_stride = 3 * d.D;
-  const T* q = qkv + b * d.T * row_stride + h * d.Dh;
-  const T* o_head = out + b * d.T * d.D + h * d.Dh;  // row t: o_head + t * D
+  const S* q = qkv + b * d.T * row_stride + h * d.Dh;
+  const S* o_head = out + b * d.T * d.D + h * d.Dh;  // row t: o_head + t * D
   const bool* pad_row = pad != nullptr ? pad + b * d.T : nullptr;
 
   load_rows<T, DMAX, BR>(Qs, q, row_stride, q0, d, d.bf16);
@@ -429,7 +431,7 @@ __global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, 
     const int64_t i = q0 + row;
     T partial = T(0);
     if (i < d.T)
-      for (int64_t c = part; c < d.Dh; c += parts) partial += dOs[row * LD + c] * o_head[i * d.D + c];
+      for (int64_t c = part; c < d.Dh; c += parts) partial += dOs[row * LD + c] * T(o_head[i * d.D + c]);
     d_part[row * parts + part] = partial;
     __syncthreads();
     if (part == 0) {
@@ -474,9 +476,9 @@ __global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, 
   for (int r = 0; r < RPT; ++r) {
     const int64_t i = q0 + ty + kGrid * r;
     if (i >= d.T) continue;
-    T* dq = dqkv + (b * d.T + i) * row_stride + h * d.Dh;
+    S* dq = dqkv + (b * d.T + i) * row_stride + h * d.Dh;
     for (int o = 0; o < OPT; ++o)
-      if (tx + kGrid * o < d.Dh) dq[tx + kGrid * o] = scale * acc[r][o];
+      if (tx + kGrid * o < d.Dh) dq[tx + kGrid * o] = S(scale * acc[r][o]);
   }
 }
 
@@ -488,9 +490,9 @@ __global__ void flash_backward_dq_kernel(const T* qkv, const bool* pad, Dims d, 
 //   Ps, dSs [BK][BQ+1]     P^T and dS^T of the tile
 //   lse_s, d_s [BQ]        the query rows' lse and D (from kernel 1)
 //   kflag   [BK] (int)
-template <typename T, int DMAX>
-__global__ void flash_backward_dkv_kernel(const T* qkv, const bool* pad, Dims d, T scale, const T* dout, const double* lse,
-                              const double* delta, T* dqkv) {
+template <typename T, int DMAX, typename S = T>
+__global__ void flash_backward_dkv_kernel(const S* qkv, const bool* pad, Dims d, T scale, const S* dout, const double* lse,
+                              const double* delta, S* dqkv) {
   using C = Tiles<T, DMAX>;
   constexpr int BK = C::BK, BQ = C::BQ, LD = C::LD, PLD = BQ + 1;
   constexpr int RPT = BK / kGrid, CPT = BQ / kGrid, OPT = DMAX / kGrid;
@@ -509,8 +511,8 @@ __global__ void flash_backward_dkv_kernel(const T* qkv, const bool* pad, Dims d,
   const int64_t n_kt = (d.T + BK - 1) / BK;
   const int64_t kt = blockIdx.x % n_kt, bh = blockIdx.x / n_kt, h = bh % d.H, b = bh / d.H;
   const int64_t k0 = kt * BK, row_stride = 3 * d.D;
-  const T* q = qkv + b * d.T * row_stride + h * d.Dh;
-  const T* do_head = dout + b * d.T * d.D + h * d.Dh;
+  const S* q = qkv + b * d.T * row_stride + h * d.Dh;
+  const S* do_head = dout + b * d.T * d.D + h * d.Dh;
   const bool* pad_row = pad != nullptr ? pad + b * d.T : nullptr;
 
   load_key_tile<T, DMAX, BK>(Ks, Vs, kflag, q, pad_row, k0, d);
@@ -551,12 +553,12 @@ __global__ void flash_backward_dkv_kernel(const T* qkv, const bool* pad, Dims d,
   for (int r = 0; r < RPT; ++r) {
     const int64_t j = k0 + ty + kGrid * r;
     if (j >= d.T) continue;
-    T* dk_row = dqkv + (b * d.T + j) * row_stride + d.D + h * d.Dh;
-    T* dv_row = dk_row + d.D;
+    S* dk_row = dqkv + (b * d.T + j) * row_stride + d.D + h * d.Dh;
+    S* dv_row = dk_row + d.D;
     for (int o = 0; o < OPT; ++o)
       if (tx + kGrid * o < d.Dh) {
-        dk_row[tx + kGrid * o] = scale * dk[r][o];
-        dv_row[tx + kGrid * o] = dv[r][o];
+        dk_row[tx + kGrid * o] = S(scale * dk[r][o]);
+        dv_row[tx + kGrid * o] = S(dv[r][o]);
       }
   }
 }
@@ -612,8 +614,9 @@ Dims make_dims(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal, int6
   return {B, T, heads, D / heads, D, causal, window, global, bf16};
 }
 
-template <typename T>
-void forward_typed(int device, const T* qkv, const bool* pad, const Dims& d, T* out, double* lse, T* probs) {
+// T: the compute type; S: the tensors' (qkv, out), T itself or bfloat16 (read exactly, written rounded).
+template <typename T, typename S = T>
+void forward_typed(int device, const S* qkv, const bool* pad, const Dims& d, S* out, double* lse, T* probs) {
   cudaStream_t stream = use_device(device);
   const T scale = T(1) / std::sqrt(T(d.Dh));
   with_head_dim(d.Dh, [&](auto dmax) {
@@ -622,21 +625,21 @@ void forward_typed(int device, const T* qkv, const bool* pad, const Dims& d, T* 
     const int64_t blocks = d.B * d.H * ((d.T + C::BR - 1) / C::BR);
     check_blocks(blocks);
     const size_t shared = forward_shared<T, DMAX>();
-    reserve_shared(flash_forward_kernel<T, DMAX>, shared, device, "flash_forward_kernel");
-    flash_forward_kernel<T, DMAX><<<unsigned(blocks), kBlock, shared, stream>>>(qkv, pad, d, scale, out, lse);
+    reserve_shared(flash_forward_kernel<T, DMAX, S>, shared, device, "flash_forward_kernel");
+    flash_forward_kernel<T, DMAX, S><<<unsigned(blocks), kBlock, shared, stream>>>(qkv, pad, d, scale, out, lse);
     EMBER_CUDA_LAUNCHED("flash_forward_kernel");
     if (probs != nullptr) {
       const size_t shared_p = probs_shared<T, DMAX>();
-      reserve_shared(flash_probs_kernel<T, DMAX>, shared_p, device, "flash_probs_kernel");
-      flash_probs_kernel<T, DMAX><<<unsigned(blocks), kBlock, shared_p, stream>>>(qkv, pad, d, scale, lse, probs);
+      reserve_shared(flash_probs_kernel<T, DMAX, S>, shared_p, device, "flash_probs_kernel");
+      flash_probs_kernel<T, DMAX, S><<<unsigned(blocks), kBlock, shared_p, stream>>>(qkv, pad, d, scale, lse, probs);
       EMBER_CUDA_LAUNCHED("flash_probs_kernel");
     }
   });
 }
 
-template <typename T>
-void backward_typed(int device, const T* qkv, const bool* pad, const Dims& d, const T* out, const T* dout,
-                    const double* lse, double* delta, T* dqkv) {
+template <typename T, typename S = T>
+void backward_typed(int device, const S* qkv, const bool* pad, const Dims& d, const S* out, const S* dout,
+                    const double* lse, double* delta, S* dqkv) {
   cudaStream_t stream = use_device(device);
   const T scale = T(1) / std::sqrt(T(d.Dh));
   with_head_dim(d.Dh, [&](auto dmax) {
@@ -646,13 +649,13 @@ void backward_typed(int device, const T* qkv, const bool* pad, const Dims& d, co
     const int64_t k_blocks = d.B * d.H * ((d.T + C::BK - 1) / C::BK);
     check_blocks(q_blocks > k_blocks ? q_blocks : k_blocks);
     const size_t shared_q = dq_shared<T, DMAX>(), shared_k = dkv_shared<T, DMAX>();
-    reserve_shared(flash_backward_dq_kernel<T, DMAX>, shared_q, device, "flash_backward_dq_kernel");
-    reserve_shared(flash_backward_dkv_kernel<T, DMAX>, shared_k, device, "flash_backward_dkv_kernel");
+    reserve_shared(flash_backward_dq_kernel<T, DMAX, S>, shared_q, device, "flash_backward_dq_kernel");
+    reserve_shared(flash_backward_dkv_kernel<T, DMAX, S>, shared_k, device, "flash_backward_dkv_kernel");
     // Kernel 1 writes delta, which kernel 2 reads: the stream runs them in this order.
-    flash_backward_dq_kernel<T, DMAX>
+    flash_backward_dq_kernel<T, DMAX, S>
         <<<unsigned(q_blocks), kBlock, shared_q, stream>>>(qkv, pad, d, scale, out, dout, lse, delta, dqkv);
     EMBER_CUDA_LAUNCHED("flash_backward_dq_kernel");
-    flash_backward_dkv_kernel<T, DMAX>
+    flash_backward_dkv_kernel<T, DMAX, S>
         <<<unsigned(k_blocks), kBlock, shared_k, stream>>>(qkv, pad, d, scale, dout, lse, delta, dqkv);
     EMBER_CUDA_LAUNCHED("flash_backward_dkv_kernel");
   });
@@ -696,11 +699,11 @@ void window_attention_backward(int device, bool float64, const void* qkv, const 
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, window, global);
   if (float64)
-    backward_typed(device, static_cast<const double*>(qkv), key_padding_mask, d, static_cast<const double*>(out),
-                   static_cast<const double*>(grad_out), lse, delta, static_cast<double*>(grad_qkv));
+    backward_typed<double>(device, static_cast<const double*>(qkv), key_padding_mask, d, static_cast<const double*>(out),
+                           static_cast<const double*>(grad_out), lse, delta, static_cast<double*>(grad_qkv));
   else
-    backward_typed(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
-                   static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
+    backward_typed<float>(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
+                          static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
 }
 
 // attention(): the same kernels without a band.
@@ -716,19 +719,33 @@ void attention_backward(int device, bool float64, const void* qkv, const bool* k
                             delta, grad_qkv);
 }
 
-// Mixed precision: the same kernels with the products' operands rounded to bfloat16 (float32 only).
-void attention_forward_bf16(int device, const float* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                            int64_t heads, int64_t D, bool causal, float* out, double* lse, float* probs) {
+// Mixed precision: the same kernels with the products' operands rounded to bfloat16, computed in float;
+// the tensors (qkv, out, grad_out, grad_qkv) float32 or, with dtype kBFloat16, bfloat16 (read exactly,
+// each result rounded once as it is stored); the weights asked for (probs) float32 either way.
+void attention_forward_bf16(int device, int dtype, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                            int64_t heads, int64_t D, bool causal, void* out, double* lse, float* probs) {
   if (B * heads * T == 0) return;
-  forward_typed(device, qkv, key_padding_mask, make_dims(B, T, heads, D, causal, -1, 0, true), out, lse, probs);
+  const Dims d = make_dims(B, T, heads, D, causal, -1, 0, true);
+  if (dtype == kBFloat16)
+    forward_typed<float, BFloat16>(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d,
+                                   static_cast<BFloat16*>(out), lse, probs);
+  else
+    forward_typed<float>(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<float*>(out), lse,
+                         probs);
 }
 
-void attention_backward_bf16(int device, const float* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                             int64_t heads, int64_t D, bool causal, const float* out, const float* grad_out,
-                             const double* lse, double* delta, float* grad_qkv) {
+void attention_backward_bf16(int device, int dtype, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                             int64_t heads, int64_t D, bool causal, const void* out, const void* grad_out,
+                             const double* lse, double* delta, void* grad_qkv) {
   if (B * heads * T == 0) return;
-  backward_typed(device, qkv, key_padding_mask, make_dims(B, T, heads, D, causal, -1, 0, true), out, grad_out, lse, delta,
-                 grad_qkv);
+  const Dims d = make_dims(B, T, heads, D, causal, -1, 0, true);
+  if (dtype == kBFloat16)
+    backward_typed<float, BFloat16>(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d,
+                                    static_cast<const BFloat16*>(out), static_cast<const BFloat16*>(grad_out), lse,
+                                    delta, static_cast<BFloat16*>(grad_qkv));
+  else
+    backward_typed<float>(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
+                          static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
 }
 
 }  // namespace ember::cuda

@@ -37,7 +37,7 @@ __global__ void round_to_bf16(const float* in, int64_t bs, int64_t rs, int64_t c
 // The same for the typed product below: a float32 operand rounded, a bfloat16 one copied exactly
 // (ember::BFloat16 rounds as __float2bfloat16_rn: nearest even, NaN kept).
 template <typename S>
-__global__ void to_compact_bf16(const S* in, int64_t rs, int64_t cs, int64_t rows, int64_t cols, int64_t n,
+__global__ void to_compact_bf16(const S* in, int64_t rs, int64_t cs, int64_t cols, int64_t n,
                                 BFloat16* out) {
   EMBER_CUDA_LOOP(i, n) {
     const int64_t c = i % cols, r = i / cols;
@@ -120,18 +120,19 @@ void gemm_bf16_typed(int device, int64_t M, int64_t N, int64_t K, const void* A,
   const int64_t a_n = M * K, b_n = K * N;
   Scratch a16(device, size_t(a_n > 0 ? a_n : 1) * sizeof(BFloat16));
   Scratch b16(device, size_t(b_n > 0 ? b_n : 1) * sizeof(BFloat16));
-  auto compact = [&](const void* in, int dtype, int64_t rs, int64_t cs, int64_t rows, int64_t cols, int64_t n, void* out) {
+  // Each operand [rows, cols] into a compact row-major copy of n = rows * cols entries.
+  auto compact = [&](const void* in, int dtype, int64_t rs, int64_t cs, int64_t cols, int64_t n, void* out) {
     if (n == 0) return;
     if (dtype == kFloat32)
-      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), rs, cs, rows, cols, n,
+      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), rs, cs, cols, n,
                                                               static_cast<BFloat16*>(out));
     else
-      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const BFloat16*>(in), rs, cs, rows, cols, n,
+      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const BFloat16*>(in), rs, cs, cols, n,
                                                               static_cast<BFloat16*>(out));
     EMBER_CUDA_LAUNCHED("to_compact_bf16");
   };
-  compact(A, a_dtype, a_rs, a_cs, M, K, a_n, a16.ptr);
-  compact(B, b_dtype, b_rs, b_cs, K, N, b_n, b16.ptr);
+  compact(A, a_dtype, a_rs, a_cs, K, a_n, a16.ptr);
+  compact(B, b_dtype, b_rs, b_cs, N, b_n, b16.ptr);
   // The float32 sums: C itself (ldc apart), or a compact scratch that is then rounded into a bfloat16 C.
   const bool rounded = c_dtype == kBFloat16;
   Scratch sums(device, rounded ? size_t(M * N) * sizeof(float) : 1);

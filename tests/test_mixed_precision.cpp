@@ -609,4 +609,31 @@ CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloa
   INFO("relative error of dqkv: " << relative);
   CHECK(relative > 0);
   CHECK(relative <= 8 * u);
+
+  // A bfloat16 qkv (the GPU linear's output in the scope): the kernels read it as it is and write a bfloat16
+  // output and gradient, each entry rounded once. The forward is the float32 path's on the same (exact)
+  // values, rounded: the same bits. The backward reads the kept output as bfloat16 for D = dO . O where the
+  // float32 path kept it unrounded, so it matches that path's gradient rounded, up to that.
+  const Tensor qkv16 = qkv.to(Dtype::BFloat16), g16 = g.to(Dtype::BFloat16);
+  Tensor x16 = qkv16.to(gpu).detach().requires_grad_();
+  const Tensor out16 = attention(x16, H, mask.to(gpu));
+  REQUIRE(out16.dtype() == Dtype::BFloat16);
+  out16.backward(g16);
+  REQUIRE(x16.grad().dtype() == Dtype::BFloat16);
+  Tensor widened_grad;
+  Tensor widened;
+  {
+    MixedPrecisionGuard bf16;
+    Tensor x = qkv16.to(Dtype::Float32).to(gpu).detach().requires_grad_();
+    widened = attention(x, H, mask.to(gpu));
+    widened.backward(g16.to(Dtype::Float32));
+    widened_grad = x.grad();
+  }
+  const Tensor a = out16.to(Device::cpu()), b = widened.to(Device::cpu()).to(Dtype::BFloat16);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) differ += a.data<BFloat16>()[i].bits != b.data<BFloat16>()[i].bits ? 1 : 0;
+  CHECK(differ == 0);
+  const double grad_error = relative_norm_error(x16.grad().to(Dtype::Float32), widened_grad);
+  INFO("relative difference of the bfloat16 gradient from the float32 path's: " << grad_error);
+  CHECK(grad_error <= 2 * u);  // its own rounding (u) and D's from the rounded output
 }

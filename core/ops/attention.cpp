@@ -70,10 +70,14 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
 
 Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_mask, bool causal, Tensor* weights) {
   check_attention_inputs("attention", qkv_in, heads, key_padding_mask);
-  if (qkv_in.dtype() == Dtype::BFloat16 && qkv_in.device().is_cuda()) {  // products in bfloat16, out rounded
+  // A bfloat16 qkv on a GPU: the fused kernels read it and write a bfloat16 output themselves (below); the
+  // composed version runs on the widened values in the scope, its output rounded back. (On the CPU: the
+  // kernels' own bfloat16 path, bfloat16 out.)
+  if (qkv_in.dtype() == Dtype::BFloat16 && qkv_in.device().is_cuda() &&
+      (!cuda::attention_fused() || qkv_in.size(2) / 3 / heads > cuda::attention_max_head_dim())) {
     MixedPrecisionGuard bf16(Precision::BFloat16);
     return attention(qkv_in.to(Dtype::Float32), heads, key_padding_mask, causal, weights).to(Dtype::BFloat16);
-  }  // (a bfloat16 qkv on the CPU: the kernels' own bfloat16 path, bfloat16 out)
+  }
   // Mixed precision (core/precision.h): the products in bfloat16, the softmax in float32.
   const bool bf16 = product_precision() == Precision::BFloat16 && qkv_in.dtype() == Dtype::Float32;
   // On a GPU: the tiled fused kernels of cuda/attention_kernels.cu when switched on
