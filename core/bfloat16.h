@@ -69,4 +69,10 @@ struct BFloat16 {
 
 static_assert(sizeof(BFloat16) == 2, "bfloat16 is two bytes");
 
+// The type a kernel computes an element type in: float for bfloat16 (loaded exactly, the result rounded
+// once when stored), the type itself otherwise. Here, not in core/dtype.h, so that the CUDA files use it too.
+template <typename T> struct ComputeType { using type = T; };
+template <> struct ComputeType<BFloat16> { using type = float; };
+template <typename T> using compute_type = typename ComputeType<T>::type;
+
 }  // namespace ember

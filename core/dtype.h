@@ -87,12 +87,6 @@ decltype(auto) dispatch_real(Dtype dtype, std::string_view op, Fn&& fn) {
   return dispatch_floating(dtype, op, std::forward<Fn>(fn));
 }
 
-// The type a kernel computes an element type in: float for bfloat16 (loaded exactly, the result
-// rounded once when stored), the type itself otherwise.
-template <typename T> struct ComputeType { using type = T; };
-template <> struct ComputeType<BFloat16> { using type = float; };
-template <typename T> using compute_type = typename ComputeType<T>::type;
-
 // Like dispatch_all, plus bfloat16: for what only stores or converts values (copies, fills).
 template <typename Fn>
 decltype(auto) dispatch_storable(Dtype dtype, std::string_view op, Fn&& fn) {

@@ -15,8 +15,9 @@ static_assert(int(Dtype::Float32) == cuda::kFloat32 && int(Dtype::Float64) == cu
                   int(Dtype::BFloat16) == cuda::kBFloat16 && int(Dtype::Bool) == cuda::kBool,
               "core/cuda_ops.h numbers the dtypes like core/dtype.h");
 
-// The dtype as the kernels take it. bfloat16 goes through (the element-wise kernels take it; the others
-// refuse it by name: cuda::raise_message); float16 has no CUDA kernels at all.
+// The dtype as the kernels take it. bfloat16 goes through: the element-wise kernels, the bfloat16 GEMM and
+// the fused attention take it, and the ops send it nowhere else (they widen it, or refuse it, first);
+// float16 has no CUDA kernels at all.
 int scalar_type(Dtype dtype, const char* op) {
   EMBER_CHECK(dtype != Dtype::Float16, "{}: dtype {} has no CUDA kernels yet", op, dtype_name(dtype));
   return int(dtype);

@@ -1,11 +1,11 @@
-// The mixed-precision GEMM on the GPU: float32 operands multiplied as bfloat16, summed in float32.
-// Each operand is rounded (nearest even, __float2bfloat16_rn) into a compact row-major bfloat16 copy
-// by one gather kernel, read through any strides; then one cublasGemmStridedBatchedEx with CUDA_R_16BF
-// inputs, a CUDA_R_32F C and CUBLAS_COMPUTE_32F (tensor cores on a GPU). The row-major to column-major
-// mapping is cuda/blas.cu's: C^T = B^T A^T, B first, M and N swapped.
-// NOTE: compiled by CI with nvcc and run on the CPU emulator (its cuda_bf16.h), not yet on a GPU.
+// The mixed-precision GEMM on the GPU: bfloat16 operands multiplied, summed in float32.
+// Each operand (float32, rounded to nearest even as __float2bfloat16_rn does, or bfloat16, copied) goes
+// into a compact row-major bfloat16 copy by one gather kernel, read through any strides; then one
+// cublasGemmStridedBatchedEx with CUDA_R_16BF inputs, a CUDA_R_32F C and CUBLAS_COMPUTE_32F (tensor cores
+// on a GPU). The row-major to column-major mapping is cuda/blas.cu's: C^T = B^T A^T, B first, M and N
+// swapped. gemm_bf16_typed also writes a bfloat16 C, from a float32 scratch of the sums.
+// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU.
 #include <cublas_v2.h>
-#include <cuda_bf16.h>
 
 #include <mutex>
 
@@ -25,23 +25,15 @@
 namespace ember::cuda {
 namespace {
 
-// out [batch, rows, cols] (compact, row-major) = in(b, r, c) = in[b * bs + r * rs + c * cs], rounded.
-__global__ void round_to_bf16(const float* in, int64_t bs, int64_t rs, int64_t cs, int64_t rows, int64_t cols,
-                              int64_t n, __nv_bfloat16* out) {
+// out [batch, rows, cols] (compact, row-major) = in(b, r, c) = in[b * bs + r * rs + c * cs]: a float32
+// operand rounded (ember::BFloat16 rounds as __float2bfloat16_rn: nearest even, NaN kept), a bfloat16 one
+// copied exactly.
+template <typename S>
+__global__ void to_compact_bf16(const S* in, int64_t bs, int64_t rs, int64_t cs, int64_t rows, int64_t cols,
+                                int64_t n, BFloat16* out) {
   EMBER_CUDA_LOOP(i, n) {
     const int64_t c = i % cols, r = (i / cols) % rows, b = i / (cols * rows);
-    out[i] = __float2bfloat16_rn(in[b * bs + r * rs + c * cs]);
-  }
-}
-
-// The same for the typed product below: a float32 operand rounded, a bfloat16 one copied exactly
-// (ember::BFloat16 rounds as __float2bfloat16_rn: nearest even, NaN kept).
-template <typename S>
-__global__ void to_compact_bf16(const S* in, int64_t rs, int64_t cs, int64_t cols, int64_t n,
-                                BFloat16* out) {
-  EMBER_CUDA_LOOP(i, n) {
-    const int64_t c = i % cols, r = i / cols;
-    out[i] = BFloat16(in[r * rs + c * cs]);
+    out[i] = BFloat16(in[b * bs + r * rs + c * cs]);
   }
 }
 
@@ -86,17 +78,17 @@ void gemm_bf16(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const
   // A broadcast operand (batch stride 0) is rounded once and read with stride 0.
   const int64_t a_count = a_bs == 0 ? 1 : batch, b_count = b_bs == 0 ? 1 : batch;
   const int64_t a_n = a_count * M * K, b_n = b_count * K * N;
-  Scratch a16(device, size_t(a_n > 0 ? a_n : 1) * sizeof(__nv_bfloat16));
-  Scratch b16(device, size_t(b_n > 0 ? b_n : 1) * sizeof(__nv_bfloat16));
-  auto* a_bf = static_cast<__nv_bfloat16*>(a16.ptr);
-  auto* b_bf = static_cast<__nv_bfloat16*>(b16.ptr);
+  Scratch a16(device, size_t(a_n > 0 ? a_n : 1) * sizeof(BFloat16));
+  Scratch b16(device, size_t(b_n > 0 ? b_n : 1) * sizeof(BFloat16));
+  auto* a_bf = static_cast<BFloat16*>(a16.ptr);
+  auto* b_bf = static_cast<BFloat16*>(b16.ptr);
   if (a_n > 0) {
-    round_to_bf16<<<blocks_for(a_n), kThreads, 0, stream>>>(A, a_bs, a_rs, a_cs, M, K, a_n, a_bf);
-    EMBER_CUDA_LAUNCHED("round_to_bf16");
+    to_compact_bf16<<<blocks_for(a_n), kThreads, 0, stream>>>(A, a_bs, a_rs, a_cs, M, K, a_n, a_bf);
+    EMBER_CUDA_LAUNCHED("to_compact_bf16");
   }
   if (b_n > 0) {
-    round_to_bf16<<<blocks_for(b_n), kThreads, 0, stream>>>(B, b_bs, b_rs, b_cs, K, N, b_n, b_bf);
-    EMBER_CUDA_LAUNCHED("round_to_bf16");
+    to_compact_bf16<<<blocks_for(b_n), kThreads, 0, stream>>>(B, b_bs, b_rs, b_cs, K, N, b_n, b_bf);
+    EMBER_CUDA_LAUNCHED("to_compact_bf16");
   }
   // C^T (N x M) = B^T (N x K) A^T (K x M): the compact copies are row-major, so ld = K for A, N for B.
   const float alpha = 1.0f, beta_f = float(beta);
@@ -120,19 +112,20 @@ void gemm_bf16_typed(int device, int64_t M, int64_t N, int64_t K, const void* A,
   const int64_t a_n = M * K, b_n = K * N;
   Scratch a16(device, size_t(a_n > 0 ? a_n : 1) * sizeof(BFloat16));
   Scratch b16(device, size_t(b_n > 0 ? b_n : 1) * sizeof(BFloat16));
-  // Each operand [rows, cols] into a compact row-major copy of n = rows * cols entries.
-  auto compact = [&](const void* in, int dtype, int64_t rs, int64_t cs, int64_t cols, int64_t n, void* out) {
+  // Each operand [rows, cols] into a compact row-major bfloat16 copy of n = rows * cols entries.
+  auto compact = [&](const void* in, int dtype, int64_t rs, int64_t cs, int64_t rows, int64_t cols, int64_t n,
+                     void* out) {
     if (n == 0) return;
     if (dtype == kFloat32)
-      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), rs, cs, cols, n,
+      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), 0, rs, cs, rows, cols, n,
                                                               static_cast<BFloat16*>(out));
     else
-      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const BFloat16*>(in), rs, cs, cols, n,
-                                                              static_cast<BFloat16*>(out));
+      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const BFloat16*>(in), 0, rs, cs, rows, cols,
+                                                              n, static_cast<BFloat16*>(out));
     EMBER_CUDA_LAUNCHED("to_compact_bf16");
   };
-  compact(A, a_dtype, a_rs, a_cs, K, a_n, a16.ptr);
-  compact(B, b_dtype, b_rs, b_cs, N, b_n, b16.ptr);
+  compact(A, a_dtype, a_rs, a_cs, M, K, a_n, a16.ptr);
+  compact(B, b_dtype, b_rs, b_cs, K, N, b_n, b16.ptr);
   // The float32 sums: C itself (ldc apart), or a compact scratch that is then rounded into a bfloat16 C.
   const bool rounded = c_dtype == kBFloat16;
   Scratch sums(device, rounded ? size_t(M * N) * sizeof(float) : 1);

@@ -1,7 +1,7 @@
 // Element-wise kernels over strided, broadcast operands: copy (with type conversion), fill,
 // in-place add and scale, binary arithmetic and comparisons, select (where / masked_fill), dropout.
 // bfloat16 (ember::BFloat16, host and device) is computed in float and each result rounded once
-// (Compute<T>), the CPU's rule, so both devices give the same bits.
+// (compute_type<T>), the CPU's rule, so both devices give the same bits.
 // Each thread takes linear indices of the output shape (grid-stride), turns one into a multi-index
 // and each operand's offset from its own strides (0 = broadcast), up to 8 dims; dims that every
 // operand walks as one are merged first (coalesce), so a contiguous tensor is one flat loop.
@@ -55,11 +55,6 @@ int64_t numel(const Shape8& shape) {
   return n;
 }
 
-// The type a T is computed in: float for bfloat16, T itself otherwise.
-template <typename T> struct ComputeOf { using type = T; };
-template <> struct ComputeOf<BFloat16> { using type = float; };
-template <typename T> using Compute = typename ComputeOf<T>::type;
-
 // Calls fn(T{}) for the C++ type of `dtype`.
 template <typename Fn>
 void dispatch(int dtype, const char* op, Fn&& fn) {
@@ -86,7 +81,7 @@ __global__ void fill_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* 
   EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] = value;
 }
 
-template <typename T, typename C = Compute<T>>
+template <typename T, typename C = compute_type<T>>
 __global__ void add_into_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst,
                                 const __grid_constant__ Operand d, const T* src, const __grid_constant__ Operand s,
                                 C alpha) {
@@ -96,7 +91,7 @@ __global__ void add_into_kernel(const __grid_constant__ Shape8 shape, int64_t n,
   }
 }
 
-template <typename T, typename C = Compute<T>>
+template <typename T, typename C = compute_type<T>>
 __global__ void scale_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst, const __grid_constant__ Operand d,
                              C value) {
   EMBER_CUDA_LOOP(i, n) {
@@ -105,7 +100,7 @@ __global__ void scale_kernel(const __grid_constant__ Shape8 shape, int64_t n, T*
   }
 }
 
-template <typename F, typename T, typename R, typename C = Compute<T>>
+template <typename F, typename T, typename R, typename C = compute_type<T>>
 __global__ void binary_kernel(F f, const __grid_constant__ Shape8 shape, int64_t n, R* out,
                               const __grid_constant__ Operand o, const T* a, const __grid_constant__ Operand oa,
                               const T* b, const __grid_constant__ Operand ob) {
@@ -126,7 +121,7 @@ __global__ void select_kernel(const __grid_constant__ Shape8 shape, int64_t n, T
   }
 }
 
-template <typename T, typename C = Compute<T>>
+template <typename T, typename C = compute_type<T>>
 __global__ void dropout_kernel(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, uint64_t threshold,
                                C scale, const uint64_t* state) {
   if (state != nullptr) {  // a CUDA graph's step: the seed and the step's first index are read here
@@ -212,7 +207,7 @@ void add_into(int device, const Shape8& shape_in, const Operand& dst_in, const O
     } else {
       add_into_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(dst.data), dst,
                                                               static_cast<const T*>(src.data), src,
-                                                              static_cast<Compute<T>>(alpha));
+                                                              static_cast<compute_type<T>>(alpha));
     }
   });
   EMBER_CUDA_LAUNCHED("add_into_kernel");

@@ -10,26 +10,27 @@
 namespace ember::cuda {
 namespace {
 
-// T is computed in C: float for bfloat16 (each result rounded once, as the CPU's bfloat16 loops), T otherwise.
-template <typename T, typename C, typename F>
+// T is computed in compute_type<T> (core/bfloat16.h): float for bfloat16, each result rounded once, as the
+// CPU's bfloat16 loops.
+template <typename T, typename F, typename C = compute_type<T>>
 __global__ void forward_kernel(F f, const T* x, T* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = T(f.f(C(x[i])));
 }
 
-template <typename T, typename C, typename F>
+template <typename T, typename F, typename C = compute_type<T>>
 __global__ void backward_kernel(F f, const T* grad, const T* x, const T* y, T* grad_x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     grad_x[i] = T(C(grad[i]) * f.df(C(x[i]), C(y[i])));
 }
 
-// Calls fn(T{}, C{}) for the storage type T of `dtype` and the type C it is computed in.
+// Calls fn(T{}) for the element type of `dtype`.
 template <typename Fn>
 void dispatch(int dtype, Fn&& fn) {
   switch (dtype) {
-    case kFloat32: fn(float{}, float{}); return;
-    case kFloat64: fn(double{}, double{}); return;
-    case kBFloat16: fn(BFloat16{}, float{}); return;
+    case kFloat32: fn(float{}); return;
+    case kFloat64: fn(double{}); return;
+    case kBFloat16: fn(BFloat16{}); return;
     default: raise_message("element-wise math: expected a floating tensor (float32, float64 or bfloat16) on CUDA");
   }
 }
@@ -38,10 +39,9 @@ template <typename F>
 void launch_forward(const F& f, int device, int dtype, const void* x, void* y, int64_t n) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(dtype, [&](auto t_tag, auto c_tag) {
-    using T = decltype(t_tag);
-    using C = decltype(c_tag);
-    forward_kernel<T, C><<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const T*>(x), static_cast<T*>(y), n);
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const T*>(x), static_cast<T*>(y), n);
   });
   EMBER_CUDA_LAUNCHED("unary kernel");
 }
@@ -51,11 +51,10 @@ void launch_backward(const F& f, int device, int dtype, const void* grad, const 
                      void* grad_x, int64_t n) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(dtype, [&](auto t_tag, auto c_tag) {
-    using T = decltype(t_tag);
-    using C = decltype(c_tag);
-    backward_kernel<T, C><<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const T*>(grad), static_cast<const T*>(x),
-                                                                  static_cast<const T*>(y), static_cast<T*>(grad_x), n);
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const T*>(grad), static_cast<const T*>(x),
+                                                            static_cast<const T*>(y), static_cast<T*>(grad_x), n);
   });
   EMBER_CUDA_LAUNCHED("unary kernel");
 }

@@ -248,7 +248,7 @@ TEST_CASE("bfloat16 tables: gathered and scalar lookups read the same entries, f
   CHECK(mismatched == 0);
 }
 
-TEST_CASE("bfloat16 tables: the measured way to read them, or the one EMBER_BF16_LOOKUP names; a bad name is a clear error") {
+TEST_CASE("bfloat16 tables: the way EMBER_BF16_LOOKUP names is the one used (else one of the two, measured); a bad name is a clear error") {
   // ctest runs this case with EMBER_BF16_LOOKUP=gather, =scalar and =no_such too (CMakeLists.txt).
   const char* env = std::getenv("EMBER_BF16_LOOKUP");
   const std::string named = env != nullptr ? env : "";

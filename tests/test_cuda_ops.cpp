@@ -334,8 +334,8 @@ std::vector<uint16_t> bf16_bits(const Tensor& t) {
 }
 
 // The GPU's bfloat16 result against the CPU's: every element within one bfloat16 step (neighbouring bit
-// patterns of one sign, or both NaN), and at least `exact` of them the same bits. Returns how many differ.
-int64_t check_bf16(const Tensor& gpu, const Tensor& cpu, double exact = 1.0) {
+// patterns of one sign, or both NaN), and at least `exact` of them the same bits.
+void check_bf16(const Tensor& gpu, const Tensor& cpu, double exact = 1.0) {
   REQUIRE(gpu.device() == kGpu);
   REQUIRE(gpu.shape() == cpu.shape());
   const std::vector<uint16_t> a = bf16_bits(gpu), b = bf16_bits(cpu);
@@ -352,7 +352,6 @@ int64_t check_bf16(const Tensor& gpu, const Tensor& cpu, double exact = 1.0) {
   }
   CHECK(far == 0);
   CHECK(double(a.size() - size_t(differ)) >= exact * double(a.size()));
-  return differ;
 }
 
 // Every bfloat16 value, as a [256, 256] tensor.
@@ -807,7 +806,7 @@ TEST_CASE("cuda trainer: --device cuda trains the CPU's losses, reports GPU memo
   CHECK(joined == on_gpu.step_losses);
 }
 
-TEST_CASE("cuda trainer: --precision bf16 on the GPU trains as the CPU's bf16 run, with bfloat16 activations") {
+TEST_CASE("cuda trainer: --precision bf16 on the GPU trains as the CPU's bf16 run, not as its own float32 run") {
   if (skip_without_cuda()) return;
   auto config_for = [](const std::string& name, const std::string& device) {
     imdb::TrainConfig c = tiny_train_config("ember_cuda_train_bf16", name);
@@ -820,13 +819,17 @@ TEST_CASE("cuda trainer: --precision bf16 on the GPU trains as the CPU's bf16 ru
   // The same bfloat16 roundings of sums taken in another order, and attention's float32 path on the GPU
   // (a bfloat16 qkv widened there): the losses agree closely (8e-5 relative at most on the emulator, 13
   // steps), not bit for bit.
-  train_on_cpu_and_gpu(config_for, 1e-3);
+  const BothRuns bf16 = train_on_cpu_and_gpu(config_for, 1e-3);
   CHECK(product_precision() == Precision::Float32);
-  // In the scope a GPU linear now gives bfloat16, as the CPU's does.
-  MixedPrecisionGuard bf16;
-  Tensor y = linear(ones({2, 3}, Dtype::Float32, kGpu), ones({4, 3}, Dtype::Float32, kGpu), Tensor());
-  CHECK(y.dtype() == Dtype::BFloat16);
-  check_values(y.to(Dtype::Float32).to(Device::cpu()), {3, 3, 3, 3, 3, 3, 3, 3}, 0);
+  // And the GPU did train in bfloat16, not float32: the same run with --precision fp32 on the GPU gives other
+  // losses. (Closeness cannot show it on this small model: its bfloat16 and float32 losses differ by 6e-5, as
+  // much as the two devices' bfloat16 ones. That the GPU linear returns bfloat16 in the scope, so that the
+  // activations between layers are bfloat16, is tests/test_mixed_precision.cpp's.)
+  imdb::TrainConfig fp32_config = config_for("gpu-fp32", "cuda");
+  fp32_config.precision = "fp32";
+  const imdb::RunResult fp32 = imdb::train(fp32_config, bf16.data);
+  REQUIRE(fp32.step_losses.size() == bf16.on_gpu.step_losses.size());
+  CHECK(fp32.step_losses != bf16.on_gpu.step_losses);
 }
 
 TEST_CASE("cuda allocator: blocks are reused (no cudaMalloc in a steady loop), statistics and out-of-memory") {

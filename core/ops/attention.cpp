@@ -70,23 +70,22 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
 
 Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_mask, bool causal, Tensor* weights) {
   check_attention_inputs("attention", qkv_in, heads, key_padding_mask);
-  // A bfloat16 qkv on a GPU: the fused kernels read it and write a bfloat16 output themselves (below); the
-  // composed version runs on the widened values in the scope, its output rounded back. (On the CPU: the
-  // kernels' own bfloat16 path, bfloat16 out.)
-  if (qkv_in.dtype() == Dtype::BFloat16 && qkv_in.device().is_cuda() &&
-      (!cuda::attention_fused() || qkv_in.size(2) / 3 / heads > cuda::attention_max_head_dim())) {
+  // On a GPU: the tiled fused kernels of cuda/attention_kernels.cu when switched on
+  // (EMBER_ATTENTION=fused; no [B, H, T, T] tensor is written; head sizes up to 128), else the
+  // composed version (cuBLAS strided-batched GEMMs, the masked_fill and softmax kernels). The
+  // composed one is the default until the fused one has been checked on a GPU (docs/cuda.md).
+  const bool fused_on_gpu = qkv_in.device().is_cuda() && cuda::attention_fused() &&
+                            qkv_in.size(2) / 3 / heads <= cuda::attention_max_head_dim();
+  // A bfloat16 qkv: the fused kernels read it and write a bfloat16 output themselves (below), as the CPU's
+  // do; the composed version runs on the widened values in the scope, its output rounded back.
+  if (qkv_in.dtype() == Dtype::BFloat16 && qkv_in.device().is_cuda() && !fused_on_gpu) {
     MixedPrecisionGuard bf16(Precision::BFloat16);
     return attention(qkv_in.to(Dtype::Float32), heads, key_padding_mask, causal, weights).to(Dtype::BFloat16);
   }
   // Mixed precision (core/precision.h): the products in bfloat16, the softmax in float32.
   const bool bf16 = product_precision() == Precision::BFloat16 && qkv_in.dtype() == Dtype::Float32;
-  // On a GPU: the tiled fused kernels of cuda/attention_kernels.cu when switched on
-  // (EMBER_ATTENTION=fused; no [B, H, T, T] tensor is written; head sizes up to 128), else the
-  // composed version (cuBLAS strided-batched GEMMs, the masked_fill and softmax kernels). The
-  // composed one is the default until the fused one has been checked on a GPU (docs/cuda.md).
   if (qkv_in.device().is_cuda()) {
-    if (!cuda::attention_fused() || qkv_in.size(2) / 3 / heads > cuda::attention_max_head_dim())
-      return attention_reference(qkv_in, heads, key_padding_mask, causal, weights);
+    if (!fused_on_gpu) return attention_reference(qkv_in, heads, key_padding_mask, causal, weights);
     Tensor qkv = qkv_in.detach().contiguous();
     Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
     // In a checkpoint's recompute: the output and log-sum-exps its forward kept, all the backward needs

@@ -8,7 +8,7 @@
 // and dW of shape [N, 0]; no rows give an empty y and dW = 0, db = 0.
 // Mixed precision (core/precision.h): in a bfloat16 scope, or for a bfloat16 input, the input and the
 // weight are rounded to bfloat16, the products summed in float32 and y is bfloat16, as torch.autocast's
-// linear: linear_bf16 below on the CPU (cpu::gemm_bf16), linear_bf16_gpu on a GPU (cuBLAS).
+// linear: linear_bf16 below (cpu::gemm_bf16 on the CPU, cuBLAS on a GPU).
 #include "core/cpu/gemm.h"
 #include "core/ops/op_support.h"
 #include "core/parallel.h"
@@ -38,69 +38,47 @@ Tensor column_sums(const Tensor& g, int64_t rows, int64_t N) {
   return db;
 }
 
-// The mixed-precision linear on the CPU: x (float32 or bfloat16) and the float32 W rounded to bfloat16,
-// y = x W^T + b summed in float32 and stored as bfloat16. Backward: dx = g W in x's dtype, dW = g^T x and
-// db in float32 (the master weights' dtype), every product from bfloat16 operands. What is kept for
-// backward is bfloat16: x (for dW) and W (for dx), half the bytes of float32 copies.
+// The mixed-precision linear: x (float32 or bfloat16) and the float32 W rounded to bfloat16, y = x W^T + b
+// summed in float32 and stored as bfloat16. Backward: dx = g W in x's dtype, dW = g^T x and db in float32
+// (the master weights' dtype), every product from bfloat16 operands. The CPU keeps bfloat16 copies of x and
+// W for backward (half the bytes of float32 ones; its GEMM reads them in place); a GPU keeps them as they
+// are, since its product (cuBLAS, gpu::linear_forward_bf16) copies each operand into a compact bfloat16
+// block anyway.
 Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows, int64_t K, int64_t N) {
   const Dtype bf16 = Dtype::BFloat16;
-  Tensor x16 = x.detach().contiguous().to(bf16), w16 = weight.detach().contiguous().to(bf16);
+  const bool on_gpu = x.device().is_cuda();
+  Tensor xk = x.detach().contiguous(), wk = weight.detach().contiguous();
+  if (!on_gpu) xk = xk.to(bf16), wk = wk.to(bf16);
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Shape out_shape = x.shape();
   out_shape.back() = N;
-  Tensor y = Tensor::empty(out_shape, bf16);
-  if (y.numel() > 0)
-    cpu::gemm_bf16(rows, N, K, 1.0f, x16.data<BFloat16>(), K, 1, w16.data<BFloat16>(), 1, K, y.data<BFloat16>(), N,
+  Tensor y = Tensor::empty(out_shape, bf16, x.device());
+  if (y.numel() > 0 && on_gpu)
+    gpu::linear_forward_bf16(xk, wk, b, y, rows, K, N);
+  else if (y.numel() > 0)
+    cpu::gemm_bf16(rows, N, K, 1.0f, xk.data<BFloat16>(), K, 1, wk.data<BFloat16>(), 1, K, y.data<BFloat16>(), N,
                    b.defined() ? b.data<float>() : nullptr);
   const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad();
   const bool need_db = bias.defined() && bias.requires_grad();
   record("linear", y, {x, weight, bias},
-         [saved_x = need_dw ? save(x16) : SavedTensor(), saved_w = need_dx ? save(w16) : SavedTensor(), rows, K, N,
-          need_dx, need_dw, need_db, x_dtype = x.dtype(), x_shape = x.shape()](const Tensor& g) -> Grads {
-           const Tensor &x16 = saved_x.get(), &w16 = saved_w.get();
+         [saved_x = need_dw ? save(xk) : SavedTensor(), saved_w = need_dx ? save(wk) : SavedTensor(), rows, K, N,
+          need_dx, need_dw, need_db, on_gpu, x_dtype = x.dtype(), x_shape = x.shape()](const Tensor& g) -> Grads {
+           const Tensor &xk = saved_x.get(), &wk = saved_w.get();
            Tensor g16 = g.contiguous().to(Dtype::BFloat16).view({rows, N});
+           Tensor dx = need_dx ? Tensor::empty(x_shape, x_dtype, g16.device()) : Tensor();
+           Tensor dw = need_dw ? Tensor::empty({N, K}, Dtype::Float32, g16.device()) : Tensor();
+           if (on_gpu) {
+             gpu::linear_backward_bf16(g16, xk, wk, need_dx ? &dx : nullptr, need_dw ? &dw : nullptr, rows, K, N);
+             return {dx, dw, need_db ? sum(g16.to(Dtype::Float32), {0}) : Tensor()};  // float32 column sums
+           }
            const BFloat16* gd = g16.data<BFloat16>();
-           Tensor dx, dw, db;
-           if (need_dx) {
-             dx = Tensor::empty(x_shape, x_dtype);
-             if (x_dtype == Dtype::BFloat16)
-               cpu::gemm_bf16(rows, K, N, 1.0f, gd, N, 1, w16.data<BFloat16>(), K, 1, dx.data<BFloat16>(), K);
-             else
-               cpu::gemm_bf16(rows, K, N, 1.0f, gd, N, 1, w16.data<BFloat16>(), K, 1, 0.0f, dx.data<float>(), K);
-           }
-           if (need_dw) {  // g^T: element (n, r) of g^T is g[r, n]
-             dw = Tensor::empty({N, K}, Dtype::Float32);
-             cpu::gemm_bf16(N, K, rows, 1.0f, gd, 1, N, x16.data<BFloat16>(), K, 1, 0.0f, dw.data<float>(), K);
-           }
-           if (need_db) db = column_sums(g16, rows, N);
-           return {dx, dw, db};
-         });
-  return y;
-}
-
-// The same on a GPU (cuBLAS with bfloat16 inputs, float32 sums rounded once into y; core/gpu.h). What
-// backward keeps is x and W as they are (float32 x, or the bfloat16 one): the products read and round them.
-Tensor linear_bf16_gpu(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows, int64_t K, int64_t N) {
-  Tensor x2 = x.detach().contiguous(), w = weight.detach().contiguous();
-  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Shape out_shape = x.shape();
-  out_shape.back() = N;
-  Tensor y = Tensor::empty(out_shape, Dtype::BFloat16, x.device());
-  if (y.numel() > 0) gpu::linear_forward_bf16(x2, w, b, y, rows, K, N);
-  const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad();
-  const bool need_db = bias.defined() && bias.requires_grad();
-  record("linear", y, {x, weight, bias},
-         [saved_x = need_dw ? save(x2) : SavedTensor(), saved_w = need_dx ? save(w) : SavedTensor(), rows, K, N,
-          need_dx, need_dw, need_db, x_dtype = x.dtype(), x_shape = x.shape()](const Tensor& g) -> Grads {
-           Tensor g16 = g.contiguous().to(Dtype::BFloat16).view({rows, N});
-           Tensor dx, dw, db;
-           if (need_dx) dx = Tensor::empty(x_shape, x_dtype, g16.device());
-           if (need_dw) dw = Tensor::empty({N, K}, Dtype::Float32, g16.device());
-           if (g16.numel() > 0 || need_dw)
-             gpu::linear_backward_bf16(g16, saved_x.get(), saved_w.get(), need_dx ? &dx : nullptr,
-                                       need_dw ? &dw : nullptr, rows, K, N);
-           if (need_db) db = sum(g16.to(Dtype::Float32), {0});  // float32 column sums of the bfloat16 g
-           return {dx, dw, db};
+           if (need_dx && x_dtype == Dtype::BFloat16)
+             cpu::gemm_bf16(rows, K, N, 1.0f, gd, N, 1, wk.data<BFloat16>(), K, 1, dx.data<BFloat16>(), K);
+           else if (need_dx)
+             cpu::gemm_bf16(rows, K, N, 1.0f, gd, N, 1, wk.data<BFloat16>(), K, 1, 0.0f, dx.data<float>(), K);
+           if (need_dw)  // g^T: element (n, r) of g^T is g[r, n]
+             cpu::gemm_bf16(N, K, rows, 1.0f, gd, 1, N, xk.data<BFloat16>(), K, 1, 0.0f, dw.data<float>(), K);
+           return {dx, dw, need_db ? column_sums(g16, rows, N) : Tensor()};
          });
   return y;
 }
@@ -134,10 +112,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   EMBER_CHECK(weight.dtype() == x.dtype() || mixed,
               "linear: input and weight dtypes differ ({} and {}); a bfloat16 input with a float32 weight is "
               "mixed precision", dtype_name(x.dtype()), dtype_name(weight.dtype()));
-  if (weight.dtype() == Dtype::Float32 && (mixed || (in_scope && x.dtype() == Dtype::Float32))) {
-    const int64_t rows = numel(Shape(x.shape().begin(), x.shape().end() - 1));
-    return x.device().is_cpu() ? linear_bf16(x, weight, bias, rows, K, N) : linear_bf16_gpu(x, weight, bias, rows, K, N);
-  }
+  if (weight.dtype() == Dtype::Float32 && (mixed || (in_scope && x.dtype() == Dtype::Float32)))
+    return linear_bf16(x, weight, bias, numel(Shape(x.shape().begin(), x.shape().end() - 1)), K, N);
   if (x.dtype() == Dtype::BFloat16) {  // all bfloat16: float32 values, multiplied in bfloat16
     MixedPrecisionGuard bf16(Precision::BFloat16);
     const Dtype f32 = Dtype::Float32;
