@@ -578,6 +578,12 @@ CUDA_TEST_CASE("mixed precision on the GPU: cublasGemmEx in bfloat16 equals the 
   ember::testing::check_values(bz.grad().to(Device::cpu()), std::vector<double>(13, 0.0), 0);
   Tensor no_features = linear(zeros({4, 0}, Dtype::Float32, gpu), zeros({13, 0}, Dtype::Float32, gpu), bias.to(gpu));
   within_one_step(no_features, bias.unsqueeze(0).expand({4, 13}).to(Dtype::BFloat16));
+  // No output features: y [4, 0], and dx = g W over nothing is 0 (written, not left as it was allocated).
+  Tensor xn = ones({4, 37}, Dtype::Float32, gpu).requires_grad_();
+  Tensor no_outputs = linear(xn, zeros({0, 37}, Dtype::Float32, gpu), Tensor());
+  CHECK(no_outputs.shape() == Shape({4, 0}));
+  no_outputs.backward(zeros({4, 0}, Dtype::BFloat16, gpu));
+  ember::testing::check_values(xn.grad().to(Device::cpu()), std::vector<double>(4 * 37, 0.0), 0);
 }
 
 CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloat16 stay within attention's bound") {
