@@ -92,7 +92,8 @@ Tensor map_unary(const F& f, const Tensor& x, const char* op) {
         int64_t i = 0;
         if (s[1] == sizeof(T) && table_lookup() == TableLookup::Gather)
           for (; i + lanes::kLanes <= n; i += lanes::kLanes) lanes::lookup_store(values, in + i, o + i);
-        for (; i < n; ++i)  // (scalar: this loop alone, the one table_lookup() times against the gather) o[i] = values[reinterpret_cast<const T*>(p[1] + i * s[1])->bits];
+        // (Scalar: this loop alone, the one table_lookup() times against the gather.)
+        for (; i < n; ++i) o[i] = values[reinterpret_cast<const T*>(p[1] + i * s[1])->bits];
         return;
       } else if constexpr (std::is_same_v<T, BFloat16>) {
         if (s[1] == sizeof(T)) {
