@@ -155,6 +155,18 @@ void check_big_shapes(uint32_t seed) {
       {1, 777, 300, Layout::RowMajor, Layout::ColMajor, 1.0, 0.0},
       {777, 1, 300, Layout::ColMajor, Layout::RowMajor, 1.0, 1.0},
       {130, 130, 1, Layout::RowMajor, Layout::RowMajor, 1.0, 0.0},
+      // Thin products (at most two rows or columns: plain loops, not the kernels). A's rows and B's columns
+      // contiguous: dot products 16 at a time along C's longer side (window attention's global key), with
+      // the tails of 16 in rows and in K.
+      {64, 1, 32, Layout::RowMajor, Layout::ColMajor, 0.125, 0.0},
+      {77, 2, 35, Layout::RowMajor, Layout::ColMajor, -0.5, 2.0},
+      {1, 4096, 32, Layout::RowMajor, Layout::ColMajor, 1.0, 1.0},
+      {2, 301, 16, Layout::RowMajor, Layout::ColMajor, 2.0, 0.0},
+      {2, 301, 15, Layout::RowMajor, Layout::ColMajor, 1.0, 0.0},
+      // One or two terms (rank-one updates), through the kernels.
+      {64, 32, 1, Layout::RowMajor, Layout::RowMajor, 1.0, 1.0},
+      {4096, 32, 1, Layout::ColMajor, Layout::RowMajor, 0.5, 0.0},
+      {300, 40, 2, Layout::Strided, Layout::ColMajor, 1.0, -1.0},
   };
   for (const Case& c : cases) check_against_reference<T>(c, rng);
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/cpu/lanes.h"
 #include "core/cpu/softmax.h"
 #include "helpers.h"
 
@@ -175,6 +176,49 @@ TEST_CASE("softmax: the 16-lane exp gives the scalar exp's bits; the row blocks 
       float m2 = -inf;
       for (int64_t i = 0; i < n; ++i) m2 = std::isnan(x[size_t(i)]) ? m2 : std::max(m2, x[size_t(i)]);
       CHECK(cpu::row_max(x.data(), n) == m2);
+    }
+  }
+}
+
+TEST_CASE("row_dots: sixteen rows' totals in one tree, against float64; lane_totals sums each vector") {
+  // lane_totals: vector j holds j + 1 in every lane (and a marker in lane 0), so each total is exact.
+  cpu::lanes::Lanes<float> v[16];
+  for (int j = 0; j < 16; ++j) {
+    v[j] = cpu::lanes::splat(float(j + 1));
+    v[j][0] += float(1000 * j);
+  }
+  const cpu::lanes::Lanes<float> totals = cpu::lanes::lane_totals<float>(v);
+  for (int j = 0; j < 16; ++j) CHECK(totals[j] == float(16 * (j + 1) + 1000 * j));
+  // row_dots on rows around 16's multiples, lengths around 16's multiples, one b for all rows or one per
+  // row, accumulating alpha times each dot into a strided out.
+  Generator gen(9);
+  for (int64_t rows : {0, 1, 15, 16, 17, 40}) {
+    for (int64_t n : {0, 1, 15, 16, 17, 32, 35}) {
+      for (int64_t b_rs : {int64_t(0), n + 3}) {
+        CAPTURE(rows);
+        CAPTURE(n);
+        CAPTURE(b_rs);
+        const int64_t a_rs = n + 5;
+        const Tensor at = uniform({rows * a_rs + 1}, -1, 1, gen, Dtype::Float64);
+        const Tensor bt = uniform({rows * (b_rs == 0 ? 1 : b_rs) + n + 1}, -1, 1, gen, Dtype::Float64);
+        const double* ad = at.data<double>();
+        const double* bd = bt.data<double>();
+        std::vector<float> a(ad, ad + at.numel()), b(bd, bd + bt.numel());
+        std::vector<float> out(size_t(rows * 2 + 1), 0.25f);
+        std::vector<double> out64(out.size(), 0.25);
+        cpu::row_dots<float>(rows, n, -1.5f, a.data(), a_rs, b.data(), b_rs, out.data(), 2);
+        cpu::row_dots<double>(rows, n, -1.5, ad, a_rs, bd, b_rs, out64.data(), 2);
+        for (int64_t r = 0; r < rows; ++r) {
+          double dot = 0;
+          for (int64_t i = 0; i < n; ++i) dot += double(a[size_t(r * a_rs + i)]) * double(b[size_t(r * b_rs + i)]);
+          CHECK(out[size_t(2 * r)] == doctest::Approx(0.25 - 1.5 * dot).epsilon(1e-5));
+          double dot64 = 0;
+          for (int64_t i = 0; i < n; ++i) dot64 += ad[r * a_rs + i] * bd[r * b_rs + i];
+          CHECK(out64[size_t(2 * r)] == doctest::Approx(0.25 - 1.5 * dot64).epsilon(1e-13));
+          CHECK(out[size_t(2 * r + 1)] == 0.25f);  // between the strided outputs: untouched
+        }
+        CHECK(out.back() == 0.25f);
+      }
     }
   }
 }

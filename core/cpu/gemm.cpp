@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/cpu/gemm_kernels.h"
+#include "core/cpu/softmax.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
@@ -454,6 +455,13 @@ bool is_thin(const Problem<T>& p) {
 template <typename T>
 void thin_product(const Problem<T>& p) {
   scale_c(p, p.C, p.c_rs, p.M, p.N, 0);  // C = beta C (+ bias)
+  if (p.a_cs == 1 && p.b_rs == 1 && p.b_cs != 1) {  // A's rows and B's columns contiguous: dot products,
+    if (p.N <= p.M)                                  // many at a time along the longer side of C
+      for (int64_t n = 0; n < p.N; ++n) row_dots(p.M, p.K, p.alpha, p.A, p.a_rs, p.B + n * p.b_cs, 0, p.C + n, p.c_rs);
+    else
+      for (int64_t m = 0; m < p.M; ++m) row_dots(p.N, p.K, p.alpha, p.B, p.b_cs, p.A + m * p.a_rs, 0, p.C + m * p.c_rs, 1);
+    return;
+  }
   for (int64_t m = 0; m < p.M; ++m) {
     T* c = p.C + m * p.c_rs;
     const T* a = p.A + m * p.a_rs;
@@ -463,7 +471,7 @@ void thin_product(const Problem<T>& p) {
         const T* b = p.B + k * p.b_rs;
         for (int64_t n = 0; n < p.N; ++n) c[n] += ak * b[n];
       }
-    } else {  // B's columns are (or may be) contiguous: one dot product per entry of C
+    } else {  // one dot product per entry of C
       for (int64_t n = 0; n < p.N; ++n) {
         const T* b = p.B + n * p.b_cs;
         T sum = 0;

@@ -57,6 +57,28 @@ inline T lane_total(Lanes<T> lanes) {
   return sum;
 }
 
+// The totals of 16 vectors at once: lane j of the result is the total of v[j]'s lanes. Four rounds of
+// pairing, each adding the halves of blocks of lanes (8, 4, 2, 1 wide) of two vectors into one, where
+// lane_total would take 16 dependent adds per vector. The sums go in that tree's order, not lane_total's.
+// The tree leaves vector j's total in lane bitreverse(j), so it is fed the vectors in that order.
+template <typename T>
+inline Lanes<T> lane_totals(const Lanes<T> (&v)[kLanes]) {
+  constexpr int kBitReversed[kLanes] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+  Lanes<T> x[kLanes];
+  for (int k = 0; k < kLanes; ++k) x[k] = v[kBitReversed[k]];
+  for (int k = 0; k < 8; ++k)  // blocks of 8: [a0-7 b0-7] + [a8-15 b8-15]
+    x[k] = __builtin_shufflevector(x[2 * k], x[2 * k + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(x[2 * k], x[2 * k + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (int k = 0; k < 4; ++k)  // blocks of 4
+    x[k] = __builtin_shufflevector(x[2 * k], x[2 * k + 1], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) +
+           __builtin_shufflevector(x[2 * k], x[2 * k + 1], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int k = 0; k < 2; ++k)  // blocks of 2
+    x[k] = __builtin_shufflevector(x[2 * k], x[2 * k + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +
+           __builtin_shufflevector(x[2 * k], x[2 * k + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  return __builtin_shufflevector(x[0], x[1], 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) +
+         __builtin_shufflevector(x[0], x[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+}
+
 // 16 bfloat16 values as floats (exact).
 inline math::Floats16 load_widened(const BFloat16* p) {
   Words16 words;

@@ -34,6 +34,28 @@ T row_dot(const T* a, const T* b, int64_t n) {
 }
 
 template <typename T>
+void row_dots(int64_t rows, int64_t n, T alpha, const T* a, int64_t a_rs, const T* b, int64_t b_rs, T* out,
+              int64_t out_rs) {
+  int64_t r = 0;
+  const int64_t whole = n - n % kLanes;  // the columns summed in lanes; the rest added one by one
+  for (; whole > 0 && r + kLanes <= rows; r += kLanes) {
+    Lanes<T> lanes[kLanes] = {};
+    for (int j = 0; j < kLanes; ++j) {
+      const T* aj = a + (r + j) * a_rs;
+      const T* bj = b + (r + j) * b_rs;
+      for (int64_t i = 0; i < whole; i += kLanes) lanes[j] += load(aj + i) * load(bj + i);
+    }
+    const Lanes<T> totals = lane_totals<T>(lanes);
+    for (int j = 0; j < kLanes; ++j) {
+      T total = totals[j];
+      for (int64_t i = whole; i < n; ++i) total += a[(r + j) * a_rs + i] * b[(r + j) * b_rs + i];
+      out[(r + j) * out_rs] += alpha * total;
+    }
+  }
+  for (; r < rows; ++r) out[r * out_rs] += alpha * row_dot(a + r * a_rs, b + r * b_rs, n);
+}
+
+template <typename T>
 T row_sum(const T* a, int64_t n) {
   Lanes<T> lanes{};
   int64_t i = 0;
@@ -245,6 +267,7 @@ void row_exp_scaled(const T* x, T shift, T scale, T* out, int64_t n) {
   template T row_sum_exp<T>(const T*, T, int64_t);                \
   template void row_exp_scaled<T>(const T*, T, T, T*, int64_t);  \
   template T row_dot<T>(const T*, const T*, int64_t);             \
+  template void row_dots<T>(int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T*, int64_t); \
   template T row_sum<T>(const T*, int64_t);                       \
   template T row_exp_store_sum<T>(const T*, T, T*, int64_t);
 EMBER_INSTANTIATE(float)

@@ -25,12 +25,14 @@ struct Block {
   int64_t key(int64_t c) const { return c < a ? c : lo + (c - a); }  // column c's key index
 };
 
+constexpr int64_t kMaxRows = 64;  // query rows per block, at most
+
 // The blocks of one (b, h), in order: global queries see every key; the others their window and the
 // global keys below it. Rows per block: about the window, 16 to 64 (a wider tile wastes less of the GEMM
 // on a small window's corners than it saves in calls).
 template <typename Fn>
 void for_each_block(int64_t T, int64_t L, AttentionWindow w, bool causal, Fn&& fn) {
-  const int64_t R = std::clamp<int64_t>(w.window, 16, 64);
+  const int64_t R = std::clamp<int64_t>(w.window, 16, kMaxRows);
   const int64_t G = std::min(w.global, T);
   for (int64_t i0 = 0; i0 < T; i0 += R) {
     // NOTE: a block never mixes global and windowed queries: the first non-global row starts a block.
@@ -213,11 +215,13 @@ void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* q
         // dP = dO V^T
         gemm(R, blk.a, d.Dh, T(1), gor, d.D, 1, v, 1, d.row(), T(0), ds, C);
         gemm(R, n, d.Dh, T(1), gor, d.D, 1, v + blk.lo * d.row(), 1, d.row(), T(0), ds + blk.a, C);
-        for (int64_t r = 0; r < R; ++r) {  // dS = P (dP - rowsum(dO O)): rowsum(dP P) = rowsum(dO O), Dh long
+        // dS = P (dP - rowsum(dO O)): rowsum(dP P) = rowsum(dO O), Dh long
+        T dots[kMaxRows] = {};
+        row_dots(R, d.Dh, T(1), gor, d.D, o + blk.i0 * d.D, d.D, dots, 1);
+        for (int64_t r = 0; r < R; ++r) {
           T* row = ds + r * C;
           const T* prow = p + r * C;
-          const T dot = row_dot(gor + r * d.D, o + (blk.i0 + r) * d.D, d.Dh);
-          for (int64_t c = 0; c < C; ++c) row[c] = prow[c] * (row[c] - dot);
+          for (int64_t c = 0; c < C; ++c) row[c] = prow[c] * (row[c] - dots[r]);
         }
         // dQ = scale dS K (each query row in one block: written once)
         T* dqr = dq + blk.i0 * d.row();
