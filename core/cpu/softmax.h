@@ -27,8 +27,8 @@ template <typename T> void row_exp_scaled(const T* x, T shift, T scale, T* out, 
 template <typename T> T row_exp_store_sum(const T* x, T shift, T* out, int64_t n);
 template <typename T> T row_dot(const T* a, const T* b, int64_t n);  // sum(a * b)
 // Many short dot products: out[r out_rs] += alpha (a_r . b_r) for r < rows, a_r = a + r a_rs, b_r = b + r b_rs
-// (b_rs 0: one b for every row). Sixteen rows at a time, their totals in one tree (lanes::lane_totals):
-// the same sums as row_dot's where n < 16, in another order otherwise.
+// (b_rs 0: one b for every row). Sixteen rows at a time, their totals in one tree (lanes::lane_totals), so
+// in another order than row_dot's; n < 16, and the rows past the last sixteen, are row_dot's own sums.
 template <typename T>
 void row_dots(int64_t rows, int64_t n, T alpha, const T* a, int64_t a_rs, const T* b, int64_t b_rs, T* out,
               int64_t out_rs);
