@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/cpu/lanes.h"
+#include "core/cpu/rows.h"
 #include "core/cpu/softmax.h"
 #include "helpers.h"
 

@@ -11,7 +11,7 @@
 #include "core/cpu/attention_layout.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/lanes.h"
-#include "core/cpu/softmax.h"
+#include "core/cpu/rows.h"
 #include "core/error.h"
 #include "core/parallel.h"
 

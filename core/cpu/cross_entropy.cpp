@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/cpu/softmax.h"
+#include "core/cpu/rows.h"
 #include "core/error.h"
 #include "core/parallel.h"
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/cpu/gemm_kernels.h"
-#include "core/cpu/softmax.h"  // row_dots: the thin products' dot products
+#include "core/cpu/rows.h"
 #include "core/error.h"
 #include "core/parallel.h"
 

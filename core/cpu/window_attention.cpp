@@ -9,7 +9,7 @@
 
 #include "core/cpu/attention_layout.h"
 #include "core/cpu/gemm.h"
-#include "core/cpu/softmax.h"
+#include "core/cpu/rows.h"
 #include "core/parallel.h"
 
 namespace ember::cpu {
