@@ -4,7 +4,7 @@
 // tensors above what was live before it) and the process's peak RSS. bench/long_torch.py is PyTorch's half.
 //
 // Usage: long_bench --len T --batch B [--attention full|window:W[,global:G]] [--checkpoint]
-//                   [--steps S] [--warmup W] [--threads N]
+//                   [--steps S] [--warmup W] [--threads N] [--precision fp32|bf16]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 
 #include "core/allocator.h"
 #include "core/parallel.h"
+#include "core/precision.h"
 #include "examples/imdb/trainer.h"
 #include "examples/imdb/truncation.h"
 #include "optim/schedule.h"
@@ -28,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Flags {
   int64_t len = 512, batch = 8, steps = 3, warmup = 1, threads = 2;
-  std::string attention = "full";
+  std::string attention = "full", precision = "fp32";
   bool checkpoint = false;
 };
 
@@ -48,6 +49,7 @@ Flags parse(int argc, char** argv) {
     else if (flag == "--warmup") f.warmup = std::stoll(value);
     else if (flag == "--threads") f.threads = std::stoll(value);
     else if (flag == "--attention") f.attention = value;
+    else if (flag == "--precision") f.precision = value;
     else fail("long_bench: unknown flag {}", flag);
   }
   return f;
@@ -61,6 +63,7 @@ int64_t peak_rss_bytes() {
 
 void run(const Flags& f) {
   set_num_threads(int(f.threads));
+  MixedPrecisionGuard precision(parse_precision(f.precision));  // bf16: as `imdb train --precision bf16`
   std::optional<imdb::AttentionSetting> attention = imdb::parse_attention(f.attention, f.len);
   EMBER_CHECK(attention.has_value(), "long_bench: --attention {}: expected full or window:W[,global:G]", f.attention);
   nn::ClassifierConfig config;  // the recipe: dim 128, 4 heads, 2 blocks, FFN 512
@@ -97,8 +100,8 @@ void run(const Flags& f) {
   std::sort(times.begin(), times.end());
   const double median = times.empty() ? 0 : times[times.size() / 2];
   fmt::print("{{\"framework\": \"ember\", \"len\": {}, \"batch\": {}, \"attention\": \"{}\", \"checkpoint\": {}, "
-             "\"step_s\": {:.4f}, \"peak_tensor_bytes\": {}, \"peak_rss_bytes\": {}, \"threads\": {}}}\n",
-             f.len, f.batch, f.attention, f.checkpoint ? "true" : "false", median, peak_tensor_bytes, peak_rss_bytes(),
+             "\"precision\": \"{}\", \"step_s\": {:.4f}, \"peak_tensor_bytes\": {}, \"peak_rss_bytes\": {}, \"threads\": {}}}\n",
+             f.len, f.batch, f.attention, f.checkpoint ? "true" : "false", f.precision, median, peak_tensor_bytes, peak_rss_bytes(),
              f.threads);
 }
 
