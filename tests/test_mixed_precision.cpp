@@ -370,6 +370,57 @@ TEST_CASE("bfloat16 qkv attention (CPU): gradient within the bound of float32's 
   }
 }
 
+TEST_CASE("mixed precision window attention (CPU): products in bfloat16 within attention's bound; gradients; bfloat16 qkv") {
+  // The band's products as attention's (above): the full-attention bound, taken over every key, holds for a
+  // query that sees fewer. Global tokens, a padding hole, a padded tail, causal; backward outside the scope.
+  const int64_t B = 2, T = 40, D = 24, H = 3, window = 4, global = 2;
+  Generator gen(29);
+  Tensor mask = zeros({B, T}, Dtype::Bool);
+  mask.data<bool>()[7] = true;
+  for (int64_t t = 31; t < T; ++t) mask.data<bool>()[T + t] = true;
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    Tensor qkv = uniform({B, T, 3 * D}, -1, 1, gen).requires_grad_();
+    Tensor o32 = window_attention(qkv, H, window, global, mask, causal);
+    const Tensor g = uniform(o32.shape(), -1, 1, gen);
+    o32.backward(g);
+    const Tensor dqkv32 = qkv.grad();
+    qkv.zero_grad();
+    Tensor o;
+    {
+      MixedPrecisionGuard bf16;
+      o = window_attention(qkv, H, window, global, mask, causal);
+    }
+    CHECK(check_attention_bound(o, o32, qkv, H) > 0);  // > 0: the products were rounded
+    o.backward(g);  // outside the scope: the op remembers
+    const double relative = relative_norm_error(qkv.grad(), dqkv32);
+    INFO("relative error of dqkv: " << relative);
+    CHECK(relative > 0);
+    CHECK(relative <= 8 * u);
+
+    // A bfloat16 qkv (a bf16 linear's output): bfloat16 out, the same bfloat16 products in or out of a scope.
+    const Tensor values16 = uniform({B, T, 3 * D}, -1, 1, gen).to(Dtype::BFloat16);
+    Tensor qkv16 = values16.detach().requires_grad_(), qkv_wide = values16.to(Dtype::Float32).requires_grad_();
+    Tensor o16 = window_attention(qkv16, H, window, global, mask, causal);
+    Tensor o_wide = window_attention(qkv_wide, H, window, global, mask, causal);
+    REQUIRE(o16.dtype() == Dtype::BFloat16);
+    Tensor o_scope;
+    {
+      MixedPrecisionGuard bf16;
+      o_scope = window_attention(qkv_wide.detach(), H, window, global, mask, causal);
+    }
+    CHECK(identical(o16, o_scope.to(Dtype::BFloat16)));
+    check_attention_bound(o16.to(Dtype::Float32), o_wide, qkv_wide, H);
+    o16.backward(g.to(Dtype::BFloat16));
+    o_wide.backward(g);
+    REQUIRE(qkv16.grad().dtype() == Dtype::BFloat16);
+    const double relative16 = relative_norm_error(qkv16.grad(), qkv_wide.grad());
+    INFO("relative error of a bfloat16 qkv's gradient: " << relative16);
+    CHECK(relative16 > 0);
+    CHECK(relative16 <= 8 * u);
+  }
+}
+
 TEST_CASE("mixed precision attention keeps its probabilities for backward in bfloat16; weights come back float32") {
   // The [B, H, T, T] probabilities are the largest tensor a step keeps: in a bfloat16 scope they are
   // kept rounded (P V rounds them anyway), half the bytes. The weights handed out stay float32.

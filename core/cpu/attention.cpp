@@ -168,15 +168,6 @@ void round_scaled(const T* x, T scale, BFloat16* out, int64_t n) {
   for (; j < n; ++j) out[j] = BFloat16(float(x[j] * scale));
 }
 
-// One product of the kernels below: cpu::gemm, or cpu::gemm_bf16 (bfloat16 operands) when `bf16`.
-template <typename T>
-void product(bool bf16, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
-             int64_t b_rs, int64_t b_cs, T* C, int64_t c_rs) {
-  if constexpr (std::is_same_v<T, float>)
-    if (bf16) return gemm_bf16(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, 0.0f, C, c_rs);
-  gemm(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, T(0), C, c_rs);
-}
-
 // Row i's masked keys (padding; with `causal`, the keys after i) set to -inf.
 template <typename T>
 void hide_masked(T* row, int64_t i, int64_t cols, const bool* padding, bool causal) {
@@ -267,12 +258,12 @@ void forward_kernel(const Dims& d, const T* qkv, const bool* padding, bool causa
       const Head<T> head = head_of(d, b, h, qkv);
       T* p = probs != nullptr ? probs + task * d.T * d.T : scratch<T>(d.T * d.T);
       // S = scale Q K^T: K^T is K read with swapped strides.
-      product(bf16, d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), p, d.T);
+      product(bf16, d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), T(0), p, d.T);
       BFloat16* p16 = probs_bf16 != nullptr ? probs_bf16 + task * d.T * d.T : nullptr;
       T* row_stats = stats != nullptr ? stats + task * d.T * 2 : nullptr;
       masked_softmax_rows(p, d.T, L, d.T, pad, causal, p16, /*keep_float=*/true, row_stats);
       // O = P V, written as head h's columns of the merged [B, T, D] output.
-      product(bf16, d.T, d.Dh, L, T(1), p, d.T, 1, head.v, d.row(), 1, out + b * d.T * d.D + h * d.Dh, d.D);
+      product(bf16, d.T, d.Dh, L, T(1), p, d.T, 1, head.v, d.row(), 1, T(0), out + b * d.T * d.D + h * d.Dh, d.D);
     }
   });
 }
@@ -289,7 +280,7 @@ void probs_kernel(const Dims& d, const T* qkv, const bool* padding, bool causal,
       const auto [b, h, L, pad] = head_task(d, task, padding);
       const Head<T> head = head_of(d, b, h, qkv);
       T* p = probs != nullptr ? probs + task * d.T * d.T : scratch<T>(d.T * d.T);
-      product(bf16, d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), p, d.T);
+      product(bf16, d.T, L, d.Dh, scale, head.q, d.row(), 1, head.k, 1, d.row(), T(0), p, d.T);
       softmax_rows_from_stats(p, d.T, L, d.T, pad, causal, stats + task * d.T * 2,
                               probs_bf16 != nullptr ? probs_bf16 + task * d.T * d.T : nullptr);
     }
@@ -331,16 +322,16 @@ void backward_kernel(const Dims& d, const T* grad, const T* qkv, const T* probs,
       }
       const T* go = grad + b * d.T * d.D + h * d.Dh;  // dO of this head, row stride D
       T* ds = scratch<T>(d.T * d.T);
-      product(bf16, L, d.Dh, d.T, T(1), p, 1, d.T, go, d.D, 1, dv, d.row());  // dV = P^T dO
-      product(bf16, d.T, L, d.Dh, T(1), go, d.D, 1, v, 1, d.row(), ds, d.T);  // dP = dO V^T
+      product(bf16, L, d.Dh, d.T, T(1), p, 1, d.T, go, d.D, 1, T(0), dv, d.row());  // dV = P^T dO
+      product(bf16, d.T, L, d.Dh, T(1), go, d.D, 1, v, 1, d.row(), T(0), ds, d.T);  // dP = dO V^T
       for (int64_t i = 0; i < d.T; ++i) {                                  // dS = P (dP - rowsum(dP P))
         T* row = ds + i * d.T;
         const T* prow = p + i * d.T;
         const T dot = row_dot(row, prow, L);
         for (int64_t j = 0; j < L; ++j) row[j] = prow[j] * (row[j] - dot);
       }
-      product(bf16, d.T, d.Dh, L, scale, ds, d.T, 1, k, d.row(), 1, dq, d.row());  // dQ = scale dS K
-      product(bf16, L, d.Dh, d.T, scale, ds, 1, d.T, q, d.row(), 1, dk, d.row());  // dK = scale dS^T Q
+      product(bf16, d.T, d.Dh, L, scale, ds, d.T, 1, k, d.row(), 1, T(0), dq, d.row());  // dQ = scale dS K
+      product(bf16, L, d.Dh, d.T, scale, ds, 1, d.T, q, d.row(), 1, T(0), dk, d.row());  // dK = scale dS^T Q
       for (int64_t j = L; j < d.T; ++j)  // keys no query attends to: no gradient
         for (int64_t c = 0; c < d.Dh; ++c) dk[j * d.row() + c] = dv[j * d.row() + c] = T(0);
     }

@@ -1,10 +1,12 @@
 // What the fused CPU attention kernels (attention.cpp, window_attention.cpp) share: the qkv layout
 // (head h of q / k / v the [T, Dh] blocks at columns h Dh, D + h Dh, 2 D + h Dh of a [B, T, 3 D] tensor,
-// row stride 3 D) and what a review's key padding mask tells them.
+// row stride 3 D), what a review's key padding mask tells them, and their products' two precisions.
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
+#include "core/cpu/gemm.h"
 #include "core/tensor.h"
 
 namespace ember::cpu::attention_layout {
@@ -34,6 +36,16 @@ inline int64_t key_extent(const bool* padding, int64_t T) {
 // right padding, the trainer's, is handled by the extent alone, and the softmax skips the mask pass.
 inline const bool* padding_holes(const bool* padding, int64_t extent) {
   return padding != nullptr && std::find(padding, padding + extent, true) != padding + extent ? padding : nullptr;
+}
+
+// One product of a kernel: cpu::gemm, or, when `bf16` (the mixed-precision scope, core/precision.h),
+// cpu::gemm_bf16: float32 operands rounded to bfloat16 while packed, the sums in float32.
+template <typename T>
+void product(bool bf16, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
+             int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_rs) {
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16) return gemm_bf16(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs);
+  gemm(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs);
 }
 
 }  // namespace ember::cpu::attention_layout

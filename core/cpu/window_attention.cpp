@@ -54,11 +54,12 @@ void for_each_block(int64_t T, int64_t L, AttentionWindow w, bool causal, Fn&& f
 
 // s [rows, cols] (ld cols) = scale Q_rows K_keys^T, K's two ranges side by side.
 template <typename T>
-void block_scores(const Block& blk, const Dims& d, T scale, const T* q, const T* k, T* s) {
+void block_scores(const Block& blk, const Dims& d, T scale, const T* q, const T* k, T* s, bool bf16) {
   const int64_t C = blk.cols();
   const T* qr = q + blk.i0 * d.row();
-  gemm(blk.rows(), blk.a, d.Dh, scale, qr, d.row(), 1, k, 1, d.row(), T(0), s, C);
-  gemm(blk.rows(), blk.hi - blk.lo, d.Dh, scale, qr, d.row(), 1, k + blk.lo * d.row(), 1, d.row(), T(0), s + blk.a, C);
+  product(bf16, blk.rows(), blk.a, d.Dh, scale, qr, d.row(), 1, k, 1, d.row(), T(0), s, C);
+  product(bf16, blk.rows(), blk.hi - blk.lo, d.Dh, scale, qr, d.row(), 1, k + blk.lo * d.row(), 1, d.row(), T(0),
+          s + blk.a, C);
 }
 
 // The columns of row i that see a key, as two runs: [0, hidden_from) (the global keys, and any key < global
@@ -148,7 +149,7 @@ T* scratch(int slot, int64_t count) {
 
 template <typename T>
 void forward_kernel(const Dims& d, AttentionWindow w, const T* qkv, const bool* padding, bool causal, T* out,
-                    T* lse, T* probs) {
+                    T* lse, T* probs, bool bf16) {
   const T scale = T(1) / std::sqrt(T(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
@@ -164,13 +165,13 @@ void forward_kernel(const Dims& d, AttentionWindow w, const T* qkv, const bool* 
       for_each_block(d.T, L, w, causal, [&](const Block& blk) {
         const int64_t C = blk.cols();
         T* p = scratch<T>(0, blk.rows() * C);
-        block_scores(blk, d, scale, q, k, p);
+        block_scores(blk, d, scale, q, k, p, bf16);
         block_softmax(blk, w, holes, causal, p, lse_bh + blk.i0);
         T* orow = o + blk.i0 * d.D;
         // O = P V over the two ranges (K == 0 leaves C = beta C: a block that sees nothing writes 0).
-        gemm(blk.rows(), d.Dh, blk.a, T(1), p, C, 1, v, d.row(), 1, T(0), orow, d.D);
-        gemm(blk.rows(), d.Dh, blk.hi - blk.lo, T(1), p + blk.a, C, 1, v + blk.lo * d.row(), d.row(), 1,
-             T(blk.a > 0 ? 1 : 0), orow, d.D);
+        product(bf16, blk.rows(), d.Dh, blk.a, T(1), p, C, 1, v, d.row(), 1, T(0), orow, d.D);
+        product(bf16, blk.rows(), d.Dh, blk.hi - blk.lo, T(1), p + blk.a, C, 1, v + blk.lo * d.row(), d.row(), 1,
+                T(blk.a > 0 ? 1 : 0), orow, d.D);
         if (probs != nullptr) {
           T* dense = probs + task * d.T * d.T;
           for (int64_t r = 0; r < blk.rows(); ++r)
@@ -183,7 +184,7 @@ void forward_kernel(const Dims& d, AttentionWindow w, const T* qkv, const bool* 
 
 template <typename T>
 void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* qkv, const T* out, const T* lse,
-                     const bool* padding, bool causal, T* dqkv) {
+                     const bool* padding, bool causal, T* dqkv, bool bf16) {
   const T scale = T(1) / std::sqrt(T(d.Dh));
   parallel_for(0, d.B * d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
@@ -205,16 +206,16 @@ void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* q
         const int64_t C = blk.cols(), R = blk.rows(), n = blk.hi - blk.lo;
         T* p = scratch<T>(0, R * C);
         T* ds = scratch<T>(1, R * C);
-        block_scores(blk, d, scale, q, k, p);
+        block_scores(blk, d, scale, q, k, p, bf16);
         block_probs(blk, w, holes, causal, lse_bh + blk.i0, p);
         const T* gor = go + blk.i0 * d.D;
         const T* qr = q + blk.i0 * d.row();
         // dV += P^T dO
-        gemm(blk.a, d.Dh, R, T(1), p, 1, C, gor, d.D, 1, T(1), dv, d.row());
-        gemm(n, d.Dh, R, T(1), p + blk.a, 1, C, gor, d.D, 1, T(1), dv + blk.lo * d.row(), d.row());
+        product(bf16, blk.a, d.Dh, R, T(1), p, 1, C, gor, d.D, 1, T(1), dv, d.row());
+        product(bf16, n, d.Dh, R, T(1), p + blk.a, 1, C, gor, d.D, 1, T(1), dv + blk.lo * d.row(), d.row());
         // dP = dO V^T
-        gemm(R, blk.a, d.Dh, T(1), gor, d.D, 1, v, 1, d.row(), T(0), ds, C);
-        gemm(R, n, d.Dh, T(1), gor, d.D, 1, v + blk.lo * d.row(), 1, d.row(), T(0), ds + blk.a, C);
+        product(bf16, R, blk.a, d.Dh, T(1), gor, d.D, 1, v, 1, d.row(), T(0), ds, C);
+        product(bf16, R, n, d.Dh, T(1), gor, d.D, 1, v + blk.lo * d.row(), 1, d.row(), T(0), ds + blk.a, C);
         // dS = P (dP - rowsum(dO O)): rowsum(dP P) = rowsum(dO O), Dh long
         T dots[kMaxRows] = {};
         row_dots(R, d.Dh, T(1), gor, d.D, o + blk.i0 * d.D, d.D, dots, 1);
@@ -225,12 +226,12 @@ void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* q
         }
         // dQ = scale dS K (each query row in one block: written once)
         T* dqr = dq + blk.i0 * d.row();
-        gemm(R, d.Dh, blk.a, scale, ds, C, 1, k, d.row(), 1, T(0), dqr, d.row());
-        gemm(R, d.Dh, n, scale, ds + blk.a, C, 1, k + blk.lo * d.row(), d.row(), 1, T(blk.a > 0 ? 1 : 0), dqr,
-             d.row());
+        product(bf16, R, d.Dh, blk.a, scale, ds, C, 1, k, d.row(), 1, T(0), dqr, d.row());
+        product(bf16, R, d.Dh, n, scale, ds + blk.a, C, 1, k + blk.lo * d.row(), d.row(), 1, T(blk.a > 0 ? 1 : 0),
+                dqr, d.row());
         // dK += scale dS^T Q
-        gemm(blk.a, d.Dh, R, scale, ds, 1, C, qr, d.row(), 1, T(1), dk, d.row());
-        gemm(n, d.Dh, R, scale, ds + blk.a, 1, C, qr, d.row(), 1, T(1), dk + blk.lo * d.row(), d.row());
+        product(bf16, blk.a, d.Dh, R, scale, ds, 1, C, qr, d.row(), 1, T(1), dk, d.row());
+        product(bf16, n, d.Dh, R, scale, ds + blk.a, 1, C, qr, d.row(), 1, T(1), dk + blk.lo * d.row(), d.row());
       });
     }
   });
@@ -239,7 +240,7 @@ void backward_kernel(const Dims& d, AttentionWindow w, const T* grad, const T* q
 }  // namespace
 
 Tensor window_attention_forward(const Tensor& qkv, int64_t heads, AttentionWindow window,
-                                const Tensor& key_padding_mask, bool causal, Tensor& lse, Tensor* probs) {
+                                const Tensor& key_padding_mask, bool causal, Tensor& lse, Tensor* probs, bool bf16) {
   const Dims d = dims_of(qkv, heads);
   Tensor out = Tensor::empty({d.B, d.T, d.D}, qkv.dtype());
   lse = Tensor::empty({d.B, d.H, d.T}, qkv.dtype());
@@ -251,13 +252,14 @@ Tensor window_attention_forward(const Tensor& qkv, int64_t heads, AttentionWindo
   dispatch_floating(qkv.dtype(), "window_attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     forward_kernel<T>(d, window, qkv.data<T>(), padding, causal, out.data<T>(), lse.data<T>(),
-                      probs != nullptr ? probs->data<T>() : nullptr);
+                      probs != nullptr ? probs->data<T>() : nullptr, bf16);
   });
   return out;
 }
 
 Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                 int64_t heads, AttentionWindow window, const Tensor& key_padding_mask, bool causal) {
+                                 int64_t heads, AttentionWindow window, const Tensor& key_padding_mask, bool causal,
+                                 bool bf16) {
   const Dims d = dims_of(qkv, heads);
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
   std::memset(dqkv.raw_data(), 0, size_t(dqkv.numel()) * dtype_size(dqkv.dtype()));  // all-zero bytes: 0.0
@@ -265,7 +267,7 @@ Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, cons
   dispatch_floating(qkv.dtype(), "window_attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     backward_kernel<T>(d, window, grad_out.data<T>(), qkv.data<T>(), out.data<T>(), lse.data<T>(), padding, causal,
-                       dqkv.data<T>());
+                       dqkv.data<T>(), bf16);
   });
   return dqkv;
 }

@@ -20,6 +20,9 @@
 // (rowsum(dP * P) = rowsum(dO * O) since O = P V: Dh terms per row instead of a row of the band.)
 // Each (b, h) is one task on one thread, blocks in order: sums in a fixed order, results independent of
 // the thread count. Saved for backward: qkv, the mask, the output and the [B, H, T] log-sum-exps.
+// `bf16` (float32 only; the mixed-precision scope): every product's operands rounded to bfloat16 while
+// packed, sums in float32 (cpu::gemm_bf16), as the full attention kernel's; the softmax, dS and rowsum(dO O)
+// stay float32.
 #pragma once
 #include <cstdint>
 
@@ -37,11 +40,13 @@ struct AttentionWindow {
 // whose output is 0); `probs`, when not null, receives the dense [B, H, T, T] probabilities (0 outside
 // the band; O(T^2): for looking at, not for training).
 Tensor window_attention_forward(const Tensor& qkv, int64_t heads, AttentionWindow window,
-                                const Tensor& key_padding_mask, bool causal, Tensor& lse, Tensor* probs);
+                                const Tensor& key_padding_mask, bool causal, Tensor& lse, Tensor* probs,
+                                bool bf16 = false);
 
 // The gradient of qkv [B, T, 3 D] from the output gradient [B, T, D], the forward's output and lse (all
 // contiguous).
 Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                 int64_t heads, AttentionWindow window, const Tensor& key_padding_mask, bool causal);
+                                 int64_t heads, AttentionWindow window, const Tensor& key_padding_mask, bool causal,
+                                 bool bf16 = false);
 
 }  // namespace ember::cpu

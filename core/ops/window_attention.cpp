@@ -14,6 +14,7 @@
 
 #include "core/cpu/window_attention.h"
 #include "core/ops/op_support.h"
+#include "core/precision.h"
 
 namespace ember {
 namespace {
@@ -93,9 +94,11 @@ Tensor window_attention_reference(const Tensor& qkv, int64_t heads, int64_t wind
 
 Tensor window_attention(const Tensor& qkv_in, int64_t heads, int64_t window, int64_t global,
                         const Tensor& key_padding_mask, bool causal, Tensor* weights) {
-  if (qkv_in.defined() && qkv_in.dtype() == Dtype::BFloat16)  // bfloat16 in, bfloat16 out, as attention
+  if (qkv_in.defined() && qkv_in.dtype() == Dtype::BFloat16) {  // bfloat16 in, bfloat16 out, products in
+    MixedPrecisionGuard bf16(Precision::BFloat16);                // bfloat16, as attention()
     return window_attention(widened_from_bf16(qkv_in), heads, window, global, key_padding_mask, causal, weights)
         .to(Dtype::BFloat16);
+  }
   check_window_inputs("window_attention", qkv_in, heads, window, global, key_padding_mask);
   // On a GPU: the tiled kernels of cuda/attention_kernels.cu with the band (tiles outside it skipped) when the
   // fused attention is switched on (EMBER_ATTENTION=fused, as attention()), else the composed version.
@@ -123,20 +126,23 @@ Tensor window_attention(const Tensor& qkv_in, int64_t heads, int64_t window, int
   Tensor qkv = qkv_in.contiguous();
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   const cpu::AttentionWindow band{window, global};
+  // Mixed precision (core/precision.h): the products in bfloat16, the softmax in float32, as attention().
+  const bool bf16 = product_precision() == Precision::BFloat16 && qkv.dtype() == Dtype::Float32;
   // In a checkpoint's recompute: the output and log-sum-exps its forward kept (autograd/recompute_cache.h),
   // all the backward needs, so the kernel does not run again.
   KeptResults r = kept_or_computed("window_attention", {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(),
                                    weights == nullptr, [&] {
                                      Tensor lse;
                                      Tensor out = cpu::window_attention_forward(qkv, heads, band, mask, causal, lse,
-                                                                                weights);
+                                                                                weights, bf16);
                                      return KeptResults{out, lse};
                                    });
   Tensor out = r[0], lse = r[1];
   record("window_attention", out, {qkv_in},
-         [heads, band, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out)](const Tensor& g) -> Grads {
+         [heads, band, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out), bf16](const Tensor& g)
+             -> Grads {
            return {cpu::window_attention_backward(g.contiguous(), qkv.get(), out.get(), lse, heads, band, mask.get(),
-                                                  causal)};
+                                                  causal, bf16)};
          });
   return out;
 }
