@@ -100,9 +100,10 @@ void run(const Flags& f) {
   std::sort(times.begin(), times.end());
   const double median = times.empty() ? 0 : times[times.size() / 2];
   fmt::print("{{\"framework\": \"ember\", \"len\": {}, \"batch\": {}, \"attention\": \"{}\", \"checkpoint\": {}, "
-             "\"precision\": \"{}\", \"step_s\": {:.4f}, \"peak_tensor_bytes\": {}, \"peak_rss_bytes\": {}, \"threads\": {}}}\n",
-             f.len, f.batch, f.attention, f.checkpoint ? "true" : "false", f.precision, median, peak_tensor_bytes, peak_rss_bytes(),
-             f.threads);
+             "\"precision\": \"{}\", \"step_s\": {:.4f}, \"peak_tensor_bytes\": {}, \"peak_rss_bytes\": {}, "
+             "\"threads\": {}}}\n",
+             f.len, f.batch, f.attention, f.checkpoint ? "true" : "false", f.precision, median, peak_tensor_bytes,
+             peak_rss_bytes(), f.threads);
 }
 
 }  // namespace
