@@ -3,9 +3,9 @@
 #include "core/cpu/softmax.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
-#include "core/cpu/lanes.h"
 #include "core/cpu/rows.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -13,7 +13,6 @@
 namespace ember::cpu {
 namespace {
 
-using namespace lanes;  // 16-lane vectors (core/cpu/lanes.h), as the row building blocks
 // Columns processed together when the softmax dim is not the last one.
 constexpr int64_t kColumnBlock = 256;
 // About this many elements per parallel task.
