@@ -24,6 +24,9 @@ expect() {  # expect <description> <wanted exit> <text the output must contain> 
 small=(--data "$DATA" --dim 16 --heads 2 --layers 1 --ffn 32 --max-len 64 --batch-size 16 --quiet)
 expect "train on the small data" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/run"
 expect "eval a saved run" 0 "test accuracy" -- "$IMDB" eval --run "$OUT/run" --data "$DATA"
+expect "eval by whole length" 0 "reviews of 101-... tokens" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 64,100
+expect "eval by lengths that do not increase" 2 "--by-length: the lengths must increase, got 100,64" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 100,64
+expect "eval by a length of 0" 2 "--by-length" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 0
 expect "predict from text" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --text "a wonderful film"
 echo "an awful, boring film" > "$OUT/review.txt"
 expect "predict from a file" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --file "$OUT/review.txt"

@@ -1,6 +1,8 @@
 // Whole reviews in the trainer: truncation (head, tail, head+tail), the --attention setting's text form,
 // the settings' range checks and their record in a checkpoint's metadata, and a small run with window
 // attention and activation checkpointing end to end.
+#include "examples/imdb/dataset.h"
+#include "examples/imdb/tokenizer.h"
 #include "examples/imdb/trainer.h"
 #include "examples/imdb/truncation.h"
 #include "examples/imdb/vocabulary.h"
@@ -117,4 +119,63 @@ TEST_CASE("long reviews: a run with window attention, head+tail and checkpointin
   CHECK(saved.config.model.checkpoint);
   CHECK(saved.model->blocks[0]->attention->window == 4);
   CHECK(evaluate(*saved.model, data.test_tokens, data.test_labels) == doctest::Approx(result.epochs.back().test_accuracy));
+}
+
+TEST_CASE("long reviews: accuracy by whole length splits the test set by its tokens before truncation") {
+  TrainConfig config = ember::testing::tiny_train_config("ember_long", "by_length");
+  config.model.max_len = 32;  // most of the small set's reviews are longer: cut
+  config.epochs = 1;
+  Data data = prepare_data(config);
+  // The lengths are the whole reviews' token counts, in the test set's order.
+  const ImdbSplit split = load_imdb(config.data);
+  REQUIRE(data.test_lengths.size() == split.test.size());
+  int64_t longer = 0;
+  for (size_t r = 0; r < split.test.size(); ++r) {
+    CHECK(data.test_lengths[r] == int64_t(tokenize(split.test[r].text).size()));
+    CHECK(int64_t(data.test_tokens[r].size()) == std::min<int64_t>(data.test_lengths[r], config.model.max_len));
+    longer += data.test_lengths[r] > config.model.max_len;
+  }
+  REQUIRE(longer > 0);
+  REQUIRE(longer < int64_t(split.test.size()));
+
+  train(config, data);
+  SavedRun saved = load_run(config.out);
+  const std::vector<int64_t> bounds = {32, 100};
+  const std::vector<LengthBucket> buckets = accuracy_by_length(*saved.model, data, bounds);
+  REQUIRE(buckets.size() == 3);
+  CHECK(buckets[0].shortest == 0);
+  CHECK(buckets[0].longest == 32);
+  CHECK(buckets[1].shortest == 33);
+  CHECK(buckets[1].longest == 100);
+  CHECK(buckets[2].shortest == 101);
+  CHECK(buckets[2].longest == -1);
+  // Each bucket is the reviews of its lengths, counted here independently, and its accuracy is evaluate's on them.
+  int64_t total = 0;
+  double correct = 0;
+  for (const LengthBucket& bucket : buckets) {
+    std::vector<std::vector<int32_t>> reviews;
+    std::vector<int> labels;
+    for (size_t r = 0; r < split.test.size(); ++r) {
+      const int64_t n = int64_t(tokenize(split.test[r].text).size());
+      if (n >= bucket.shortest && (bucket.longest < 0 || n <= bucket.longest)) {
+        reviews.push_back(data.test_tokens[r]);
+        labels.push_back(split.test[r].label);
+      }
+    }
+    CHECK(bucket.reviews > 0);  // the bounds split the small set's test reviews three ways
+    CHECK(bucket.reviews == int64_t(reviews.size()));
+    CHECK(bucket.accuracy == evaluate(*saved.model, reviews, labels));
+    total += bucket.reviews;
+    correct += bucket.accuracy * double(bucket.reviews);
+  }
+  CHECK(total == int64_t(split.test.size()));
+  CHECK(correct / double(total) == doctest::Approx(evaluate(*saved.model, data.test_tokens, data.test_labels)));
+  // No bounds: one bucket, all of them.
+  const std::vector<LengthBucket> all = accuracy_by_length(*saved.model, data, {});
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].reviews == total);
+  check_error([&] { accuracy_by_length(*saved.model, data, {100, 32}); }, "bounds must be increasing");
+  Data unmeasured = data;
+  unmeasured.test_lengths.pop_back();
+  check_error([&] { accuracy_by_length(*saved.model, unmeasured, bounds); }, "lengths for");
 }

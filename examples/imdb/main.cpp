@@ -4,6 +4,7 @@
 // The flags are one table per command (CLI11, Debian's libcli11-dev): it parses them, checks each
 // number in full against its range (settings.h), and writes --help.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -228,6 +229,13 @@ int run(int argc, char** argv) {
   eval_command->add_option("--run", run_folder, "a train output folder")->capture_default_str();
   add_data_flags(*eval_command, data_config);
   integer_option(*eval_command, "--threads", threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
+  std::vector<int64_t> length_bounds;
+  eval_command
+      ->add_option("--by-length", length_bounds,
+                   "also the accuracy by whole review length, e.g. 256,512: reviews of 0-256 tokens (before truncation), "
+                   "257-512, 513 or more")
+      ->delimiter(',')
+      ->check(integer_in(1, limits::max_len));
 
   CLI::App* predict_command = app.add_subcommand("predict", "classify one review given as --text or --file");
   predict_command->add_option("--run", run_folder, "a train output folder")->capture_default_str();
@@ -308,6 +316,9 @@ int run(int argc, char** argv) {
     fmt::print("wrote {}\n", path);
   } else if (eval_command->parsed()) {
     if (threads > 0) set_num_threads(threads);
+    for (size_t i = 1; i < length_bounds.size(); ++i)
+      if (length_bounds[i] <= length_bounds[i - 1])
+        throw UsageError(fmt::format("--by-length: the lengths must increase, got {}", fmt::join(length_bounds, ",")));
     // Under mpirun the ranks share the test batches (every rank reads the run and the data).
     return in_world(distributed::default_timeout_seconds(), [&](distributed::ProcessGroup& world) {
       SavedRun saved = load_run(run_folder);
@@ -320,6 +331,12 @@ int run(int argc, char** argv) {
       if (world.rank() == 0)
         fmt::print("test accuracy {:.2f}% on {} reviews ({}{})\n", 100 * accuracy, data.test_tokens.size(), run_folder,
                    world.size() > 1 ? fmt::format(", {} ranks", world.size()) : std::string());
+      if (length_bounds.empty()) return 0;
+      for (const LengthBucket& bucket : accuracy_by_length(*saved.model, data, length_bounds, &world))
+        if (world.rank() == 0)
+          fmt::print("  reviews of {}-{} tokens: {:.2f}% on {}\n", bucket.shortest,
+                     bucket.longest < 0 ? std::string("...") : std::to_string(bucket.longest), 100 * bucket.accuracy,
+                     bucket.reviews);
       return 0;
     });
   } else if (check_command->parsed()) {

@@ -4,12 +4,15 @@
 
 #include <cmath>
 
+#include <fmt/ranges.h>
+
 #include "autograd/grad_mode.h"
 #include "core/distributed/agreement.h"
 #include "core/distributed/world.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
 #include "examples/imdb/run_folder.h"
+#include "examples/imdb/tokenizer.h"
 #include "examples/imdb/truncation.h"
 #include "nn/checkpoint.h"
 #include "optim/optimizer.h"
@@ -82,13 +85,18 @@ Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary) {
     for (int64_t i = 0; i < count; ++i) (held_out[size_t(i)] ? validation : kept).push_back(std::move(split.train[size_t(i)]));
     split.train = std::move(kept);
   }
-  Data data{vocabulary ? *vocabulary : Vocabulary::build(split.train, config.vocab_words), {}, {}, {}, {}, {}, {}};
+  Data data{vocabulary ? *vocabulary : Vocabulary::build(split.train, config.vocab_words), {}, {}, {}, {}, {}, {}, {}};
   data.train_tokens = encode(data.vocabulary, split.train, config.model.max_len, config.truncate);
   data.test_tokens = encode(data.vocabulary, split.test, config.model.max_len, config.truncate);
   data.validation_tokens = encode(data.vocabulary, validation, config.model.max_len, config.truncate);
   data.train_labels = labels_of(split.train);
   data.test_labels = labels_of(split.test);
   data.validation_labels = labels_of(validation);
+  for (const Review& review : split.test) {
+    int64_t tokens = 0;
+    for_each_token(review.text, [&](std::string_view) { return ++tokens, true; });
+    data.test_lengths.push_back(tokens);
+  }
   return data;
 }
 
@@ -163,6 +171,33 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
     correct = count.item<int64_t>();
   }
   return double(correct) / double(reviews.size());
+}
+
+std::vector<LengthBucket> accuracy_by_length(nn::TransformerClassifier& model, const Data& data,
+                                             const std::vector<int64_t>& bounds, distributed::ProcessGroup* world) {
+  EMBER_CHECK(data.test_lengths.size() == data.test_tokens.size(), "accuracy_by_length: {} lengths for {} test reviews",
+              data.test_lengths.size(), data.test_tokens.size());
+  for (size_t i = 0; i < bounds.size(); ++i)
+    EMBER_CHECK(bounds[i] >= 0 && (i == 0 || bounds[i] > bounds[i - 1]),
+                "accuracy_by_length: the bounds must be increasing and not negative, got {}", fmt::join(bounds, ","));
+  std::vector<LengthBucket> buckets;
+  for (size_t i = 0; i <= bounds.size(); ++i) {
+    LengthBucket bucket;
+    bucket.shortest = i == 0 ? 0 : bounds[i - 1] + 1;
+    bucket.longest = i < bounds.size() ? bounds[i] : -1;
+    std::vector<std::vector<int32_t>> reviews;
+    std::vector<int> labels;
+    for (size_t r = 0; r < data.test_tokens.size(); ++r) {
+      const int64_t length = data.test_lengths[r];
+      if (length < bucket.shortest || (bucket.longest >= 0 && length > bucket.longest)) continue;
+      reviews.push_back(data.test_tokens[r]);
+      labels.push_back(data.test_labels[r]);
+    }
+    bucket.reviews = int64_t(reviews.size());
+    bucket.accuracy = evaluate(model, reviews, labels, 64, world);
+    buckets.push_back(bucket);
+  }
+  return buckets;
 }
 
 // ---- Training

@@ -53,6 +53,7 @@ struct Data {
   Vocabulary vocabulary;
   std::vector<std::vector<int32_t>> train_tokens, test_tokens, validation_tokens;
   std::vector<int> train_labels, test_labels, validation_labels;
+  std::vector<int64_t> test_lengths;  // each test review's whole length: its tokens before truncation
 };
 // Loads (downloading if needed), applies --limit, holds out --validation training reviews (the last N
 // of a shuffle with a fixed seed, so the same ones for every run; the rest keep their order), builds the
@@ -118,6 +119,17 @@ CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& ex
 // counts are summed: collective, every rank gets the accuracy.
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
                 const std::vector<int>& labels, int64_t batch_size = 64, distributed::ProcessGroup* world = nullptr);
+
+// The accuracy on the test reviews of each whole length (Data::test_lengths, tokens before truncation): the
+// buckets [0, bounds[0]], [bounds[0] + 1, bounds[1]], ..., [bounds.back() + 1, no limit]; bounds increasing.
+// Where a longer --max-len gains (imdb eval --by-length; docs/imdb.md). Collective with a world, as evaluate.
+struct LengthBucket {
+  int64_t shortest = 0, longest = -1;  // tokens, both included; longest -1: no limit
+  int64_t reviews = 0;
+  double accuracy = 0.0;  // 0 for an empty bucket
+};
+std::vector<LengthBucket> accuracy_by_length(nn::TransformerClassifier& model, const Data& data,
+                                             const std::vector<int64_t>& bounds, distributed::ProcessGroup* world = nullptr);
 
 // A trained run loaded back from its folder (model.safetensors + vocab.txt), checked: settings,
 // every tensor, the vocabulary the model was trained with.
