@@ -24,7 +24,7 @@ expect() {  # expect <description> <wanted exit> <text the output must contain> 
 small=(--data "$DATA" --dim 16 --heads 2 --layers 1 --ffn 32 --max-len 64 --batch-size 16 --quiet)
 expect "train on the small data" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/run"
 expect "eval a saved run" 0 "test accuracy" -- "$IMDB" eval --run "$OUT/run" --data "$DATA"
-expect "eval by whole length" 0 "reviews of 101-... tokens" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 64,100
+expect "eval by whole length" 0 "reviews of 101 or more tokens" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 64,100
 expect "eval by lengths that do not increase" 2 "--by-length: the lengths must increase, got 100,64" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 100,64
 expect "eval by a length of 0" 2 "--by-length" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 0
 expect "predict from text" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --text "a wonderful film"
@@ -76,10 +76,12 @@ expect "a batch larger than the data" 0 "trained 2 steps" -- "$IMDB" train "${sm
 expect "a diverging run" 1 "training diverged: the loss at step" -- "$IMDB" train "${small[@]}" --epochs 3 --lr 10 --weight-decay 10 --clip 0 --out "$OUT/diverge"
 python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$OUT/diverge/metrics.jsonl" && pass "metrics.jsonl of the diverged run is JSON" || failed "metrics.jsonl holds lines that are not JSON"
 # Two trainers on one folder: the second is refused at once.
-"$IMDB" train "${small[@]}" --epochs 50 --out "$OUT/locked" >/dev/null 2>&1 &
+# 5,000 epochs (65,000 tiny steps): long enough that no signal below arrives after the run has ended (50 epochs
+# ended within the 0.3 s before SIGINT on a fast, idle machine).
+"$IMDB" train "${small[@]}" --epochs 5000 --out "$OUT/locked" >/dev/null 2>&1 &
 first=$!
 for _ in $(seq 1 300); do [ -f "$OUT/locked/metrics.jsonl" ] && break; sleep 0.05; done
-expect "a second trainer on the same --out" 1 "another trainer is using the output folder '$OUT/locked'" -- "$IMDB" train "${small[@]}" --epochs 50 --out "$OUT/locked"
+expect "a second trainer on the same --out" 1 "another trainer is using the output folder '$OUT/locked'" -- "$IMDB" train "${small[@]}" --epochs 5000 --out "$OUT/locked"
 # SIGTERM and SIGINT: stop at a step boundary with a checkpoint, no temporary files left.
 for signal in TERM INT; do
   sleep 0.3
@@ -93,7 +95,7 @@ for signal in TERM INT; do
   else
     failed "SIG$signal: exit $code (wanted $want), checkpoint step '$step', last logged step '$last', files: $(ls "$OUT/locked" | tr '\n' ' ')"
   fi
-  "$IMDB" train "${small[@]}" --epochs 50 --resume --out "$OUT/locked" >/dev/null 2>&1 &
+  "$IMDB" train "${small[@]}" --epochs 5000 --resume --out "$OUT/locked" >/dev/null 2>&1 &
   first=$!
   for _ in $(seq 1 600); do  # until the resumed trainer has logged a step of its own
     now=$(tail -n 1 "$OUT/locked/metrics.jsonl" 2>/dev/null | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["step"])' 2>/dev/null)

@@ -334,9 +334,10 @@ int run(int argc, char** argv) {
       if (length_bounds.empty()) return 0;
       for (const LengthBucket& bucket : accuracy_by_length(*saved.model, data, length_bounds, &world))
         if (world.rank() == 0)
-          fmt::print("  reviews of {}-{} tokens: {:.2f}% on {}\n", bucket.shortest,
-                     bucket.longest < 0 ? std::string("...") : std::to_string(bucket.longest), 100 * bucket.accuracy,
-                     bucket.reviews);
+          fmt::print("  reviews of {} tokens: {:.2f}% on {}\n",
+                     bucket.longest < 0 ? fmt::format("{} or more", bucket.shortest)
+                                        : fmt::format("{}-{}", bucket.shortest, bucket.longest),
+                     100 * bucket.accuracy, bucket.reviews);
       return 0;
     });
   } else if (check_command->parsed()) {
