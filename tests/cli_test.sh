@@ -25,6 +25,8 @@ small=(--data "$DATA" --dim 16 --heads 2 --layers 1 --ffn 32 --max-len 64 --batc
 expect "train on the small data" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/run"
 expect "eval a saved run" 0 "test accuracy" -- "$IMDB" eval --run "$OUT/run" --data "$DATA"
 expect "eval by whole length" 0 "reviews of 101 or more tokens" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 64,100
+total=$("$IMDB" eval --run "$OUT/run" --data "$DATA" 2>&1 | head -n 1)  # "test accuracy X% on 200 reviews (...)"
+expect "eval by whole length: the buckets' total is the plain eval's" 0 "$total" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 64,100
 expect "eval by lengths that do not increase" 2 "--by-length: the lengths must increase, got 100,64" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 100,64
 expect "eval by a length of 0" 2 "--by-length" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 0
 expect "predict from text" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --text "a wonderful film"

@@ -327,17 +327,21 @@ int run(int argc, char** argv) {
       config.data_dir = data_config.data_dir;
       config.limit = 0;  // always every test review
       Data data = prepare_data(config, &saved.vocabulary);  // encoded with the run's own vocabulary
-      double accuracy = evaluate(*saved.model, data.test_tokens, data.test_labels, 64, &world);
-      if (world.rank() == 0)
-        fmt::print("test accuracy {:.2f}% on {} reviews ({}{})\n", 100 * accuracy, data.test_tokens.size(), run_folder,
-                   world.size() > 1 ? fmt::format(", {} ranks", world.size()) : std::string());
-      if (length_bounds.empty()) return 0;
-      for (const LengthBucket& bucket : accuracy_by_length(*saved.model, data, length_bounds, &world))
-        if (world.rank() == 0)
-          fmt::print("  reviews of {} tokens: {:.2f}% on {}\n",
-                     bucket.longest < 0 ? fmt::format("{} or more", bucket.shortest)
-                                        : fmt::format("{}-{}", bucket.shortest, bucket.longest),
-                     100 * bucket.accuracy, bucket.reviews);
+      // With --by-length the buckets cover every test review once, so the total is their sum: one pass, not two.
+      const std::vector<LengthBucket> buckets =
+          length_bounds.empty() ? std::vector<LengthBucket>{} : accuracy_by_length(*saved.model, data, length_bounds, &world);
+      int64_t correct = 0;
+      for (const LengthBucket& bucket : buckets) correct += bucket.correct;
+      const double accuracy = buckets.empty() ? evaluate(*saved.model, data.test_tokens, data.test_labels, 64, &world)
+                                              : double(correct) / double(data.test_tokens.size());
+      if (world.rank() != 0) return 0;
+      fmt::print("test accuracy {:.2f}% on {} reviews ({}{})\n", 100 * accuracy, data.test_tokens.size(), run_folder,
+                 world.size() > 1 ? fmt::format(", {} ranks", world.size()) : std::string());
+      for (const LengthBucket& bucket : buckets)
+        fmt::print("  reviews of {} tokens: {:.2f}% on {}\n",
+                   bucket.longest < 0 ? fmt::format("{} or more", bucket.shortest)
+                                      : fmt::format("{}-{}", bucket.shortest, bucket.longest),
+                   100 * bucket.accuracy(), bucket.reviews);
       return 0;
     });
   } else if (check_command->parsed()) {

@@ -194,7 +194,7 @@ std::vector<LengthBucket> accuracy_by_length(nn::TransformerClassifier& model, c
       labels.push_back(data.test_labels[r]);
     }
     bucket.reviews = int64_t(reviews.size());
-    bucket.accuracy = evaluate(model, reviews, labels, 64, world);
+    bucket.correct = std::llround(evaluate(model, reviews, labels, 64, world) * double(bucket.reviews));
     buckets.push_back(bucket);
   }
   return buckets;

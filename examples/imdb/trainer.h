@@ -125,8 +125,8 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
 // Where a longer --max-len gains (imdb eval --by-length; docs/imdb.md). Collective with a world, as evaluate.
 struct LengthBucket {
   int64_t shortest = 0, longest = -1;  // tokens, both included; longest -1: no limit
-  int64_t reviews = 0;
-  double accuracy = 0.0;  // 0 for an empty bucket
+  int64_t reviews = 0, correct = 0;
+  double accuracy() const { return reviews > 0 ? double(correct) / double(reviews) : 0.0; }
 };
 std::vector<LengthBucket> accuracy_by_length(nn::TransformerClassifier& model, const Data& data,
                                              const std::vector<int64_t>& bounds, distributed::ProcessGroup* world = nullptr);
