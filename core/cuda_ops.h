@@ -177,8 +177,8 @@ EMBER_CUDA_ENTRY(void, cross_entropy_backward, (int device, bool float64, const 
 // core/cpu/attention.h: qkv contiguous [B, T, 3 D], key_padding_mask bool [B, T] or null, out [B, T, D];
 // lse and delta are float64 [B, H, T] scratch saved between forward and backward; probs [B, H, T, T]
 // or null (only when asked for). Any T; head size D / heads up to attention_max_head_dim() (a larger
-// one raises). Used by core/ops/attention.cpp on a GPU when attention_fused() is on
-// (set_attention_fused(true), or EMBER_ATTENTION=fused); otherwise the composed attention_reference runs.
+// one raises). Used by core/ops/attention.cpp on a GPU when attention_fused() is on (the default;
+// set_attention_fused(false) or EMBER_ATTENTION=composed turn it off, and the composed attention_reference runs).
 EMBER_CUDA_DEFAULT(void, set_attention_fused, (bool on), {})
 EMBER_CUDA_DEFAULT(bool, attention_fused, (), { return false; })
 // The largest head size the fused kernels take (128; 0 without CUDA).

@@ -2,9 +2,9 @@
 // grad_x = grad * f'(x, y), instantiated for every functor of core/unary_math.h (EMBER_HD makes
 // each functor __host__ __device__, so the GPU runs the very formulas the CPU tests check). float32,
 // float64, and bfloat16 computed in float, each result rounded once (the CPU's tables hold the same values).
-// NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
+#include "cuda/gpu_nan.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -15,13 +15,13 @@ namespace {
 template <typename T, typename F, typename C = compute_type<T>>
 __global__ void forward_kernel(F f, const T* x, T* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = T(f.f(C(x[i])));
+    y[i] = T(gpu_float(f.f(C(x[i]))));  // gpu_float: a NaN as the GPU writes it (cuda/gpu_nan.h)
 }
 
 template <typename T, typename F, typename C = compute_type<T>>
 __global__ void backward_kernel(F f, const T* grad, const T* x, const T* y, T* grad_x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    grad_x[i] = T(C(grad[i]) * f.df(C(x[i]), C(y[i])));
+    grad_x[i] = T(gpu_float(C(grad[i]) * f.df(C(x[i]), C(y[i]))));
 }
 
 // Calls fn(T{}) for the element type of `dtype`.

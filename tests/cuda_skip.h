@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/cuda_ops.h"
 #include "core/device.h"
 
 namespace ember::testing {
@@ -33,5 +34,18 @@ inline bool skip_without_cuda() {
   skip_test("no CUDA device");
   return true;
 }
+
+// Chooses the GPU's attention kernels for one scope (fused, the default, or composed) and puts back the
+// choice it found when the scope ends, however it ends.
+class AttentionKernels {
+ public:
+  explicit AttentionKernels(bool fused) : before_(cuda::attention_fused()) { cuda::set_attention_fused(fused); }
+  ~AttentionKernels() { cuda::set_attention_fused(before_); }
+  AttentionKernels(const AttentionKernels&) = delete;
+  AttentionKernels& operator=(const AttentionKernels&) = delete;
+
+ private:
+  bool before_;
+};
 
 }  // namespace ember::testing

@@ -208,11 +208,7 @@ DEVICE_TEST_CASE("activation checkpoint: the recompute takes attention's kept re
   // fn: a projection, then attention (fused, or the window kernel; on a GPU the fused kernels), in
   // float64. Its gradients through a checkpoint, nested checkpoints and a second backward equal the plain
   // run's, bit for bit, while the recompute takes the output the forward kept (autograd/recompute_cache.h).
-  struct FusedOnGpu {
-    explicit FusedOnGpu(Device d) : on(d.is_cuda()) { if (on) cuda::set_attention_fused(true); }
-    ~FusedOnGpu() { if (on) cuda::set_attention_fused(false); }
-    bool on;
-  } fused(device);
+  testing::AttentionKernels fused(true);  // the CPU has one attention: this chooses the GPU's
   Generator gen(21);
   Tensor w = uniform({6, 18}, -1, 1, gen, Dtype::Float64).to(device).requires_grad_();
   Tensor mask_host = zeros({2, 7}, Dtype::Bool);

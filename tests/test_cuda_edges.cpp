@@ -13,17 +13,11 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-// Runs fn with the fused attention kernels switched on, then off again whatever happens.
+// Runs fn with the fused attention kernels switched on, then puts back the choice it found.
 template <typename Fn>
 void with_fused_attention(Fn&& fn) {
-  cuda::set_attention_fused(true);
-  try {
-    fn();
-  } catch (...) {
-    cuda::set_attention_fused(false);
-    throw;
-  }
-  cuda::set_attention_fused(false);
+  AttentionKernels fused(true);
+  fn();
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // reason printed, where there is no GPU; the last cases check what a machine without one does.
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <filesystem>
 #include <functional>
 #include <unistd.h>
@@ -334,7 +335,10 @@ std::vector<uint16_t> bf16_bits(const Tensor& t) {
 }
 
 // The GPU's bfloat16 result against the CPU's: every element within one bfloat16 step (neighbouring bit
-// patterns of one sign, or both NaN), and at least `exact` of them the same bits.
+// patterns of one sign), and at least `exact` of them the same value: the same bits, or both NaN. A NaN's
+// sign and payload are the machine's (cuda/gpu_nan.h: x86 makes sqrt(-1) 0xFFC0 in bfloat16, a GPU 0x7FFF),
+// not a result: counting them as differences failed sqrt, rsqrt and log on the first H200 run (half of all
+// inputs are negative), and fails them on the emulator too, which writes NaNs as a GPU does.
 void check_bf16(const Tensor& gpu, const Tensor& cpu, double exact = 1.0) {
   REQUIRE(gpu.device() == kGpu);
   REQUIRE(gpu.shape() == cpu.shape());
@@ -342,10 +346,11 @@ void check_bf16(const Tensor& gpu, const Tensor& cpu, double exact = 1.0) {
   int64_t differ = 0, far = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i] == b[i]) continue;
-    ++differ;
     const bool both_nan = std::isnan(float(BFloat16::from_bits(a[i]))) && std::isnan(float(BFloat16::from_bits(b[i])));
+    if (both_nan) continue;
+    ++differ;
     const bool neighbours = ((a[i] ^ b[i]) & 0x8000) == 0 && std::abs(int(a[i]) - int(b[i])) == 1;
-    if (!both_nan && !neighbours && far++ < 3) {
+    if (!neighbours && far++ < 3) {
       INFO("element " << i << ": GPU " << float(BFloat16::from_bits(a[i])) << ", CPU " << float(BFloat16::from_bits(b[i])));
       CHECK(false);
     }
@@ -408,8 +413,8 @@ TEST_CASE("cuda ops: bfloat16 element-wise math, where and dropout give the CPU'
   const Tensor every = every_bf16();
   // Every unary op on all 65,536 bfloat16 inputs, and its gradient: float math rounded once. The GPU's float
   // functions may differ from the CPU's in the last float bit, which moves a rounding only near a tie.
-  const auto unary = [&](const char* name, const std::function<Tensor(const Tensor&)>& op) {
-    INFO(name);
+  const auto unary = [&](const std::string& name, const std::function<Tensor(const Tensor&)>& op) {
+    INFO("op " << name);  // a std::string: a const char* here was printed as its address
     Tensor xc = every.clone().requires_grad_(), xg = every.to(kGpu).requires_grad_();
     Tensor yc = op(xc), yg = op(xg);
     REQUIRE(yg.dtype() == Dtype::BFloat16);
@@ -540,8 +545,8 @@ TEST_CASE("cuda ops: the fused attention kernels (EMBER_ATTENTION=fused) match t
   // T = 37: tails in every tile size; D = 48: head sizes 48 and 16 (padded to 64 and 16 in shared
   // memory). Then the recipe's widths (D = 128, heads 1, 4, 8: head sizes 128, 32, 16) at T = 200
   // with reviews of 200, 130 and 45 tokens, so that whole key tiles are padding and skipped.
-  cuda::set_attention_fused(true);
-  try {
+  testing::AttentionKernels fused(true);  // put back when the case ends
+  {
     {
       const int64_t B = 2, T = 37, D = 48;
       Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
@@ -597,11 +602,7 @@ TEST_CASE("cuda ops: the fused attention kernels (EMBER_ATTENTION=fused) match t
     Tensor lse;
     check_error([&] { gpu::attention_forward(rnd({2, 9, 3 * 144}, 143).to(kGpu), 1, Tensor(), false, lse, nullptr); },
                 "head size 144 exceeds the fused CUDA kernels' 128");
-  } catch (...) {
-    cuda::set_attention_fused(false);
-    throw;
   }
-  cuda::set_attention_fused(false);
 }
 
 namespace {

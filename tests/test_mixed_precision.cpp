@@ -646,10 +646,7 @@ CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloa
   Tensor qkv = uniform({B, T, 3 * D}, -1, 1, gen);
   Tensor mask = zeros({B, T}, Dtype::Bool);
   for (int64_t t = 30; t < T; ++t) mask.data<bool>()[T + t] = true;
-  cuda::set_attention_fused(true);
-  struct Restore {
-    ~Restore() { cuda::set_attention_fused(false); }
-  } restore;
+  testing::AttentionKernels fused(true);
   Tensor g = uniform({B, T, D}, -1, 1, gen).to(gpu);
   auto run = [&](bool bf16, Tensor& grad) {
     MixedPrecisionGuard precision(bf16 ? Precision::BFloat16 : Precision::Float32);

@@ -276,8 +276,8 @@ CUDA_TEST_CASE("window attention: the fused CUDA kernels with the band match the
     Dtype dtype;
   };
   const Device gpu = Device::cuda(0);
-  cuda::set_attention_fused(true);
-  try {
+  testing::AttentionKernels fused(true);  // put back when the case ends
+  {
     for (GpuCase c : {GpuCase{2, 150, 16, 2, 5, 0, false, Dtype::Float32}, GpuCase{2, 150, 16, 2, 5, 2, true, Dtype::Float32},
                       GpuCase{1, 70, 32, 1, 40, 1, false, Dtype::Float32}, GpuCase{2, 45, 8, 2, 3, 1, false, Dtype::Float64},
                       GpuCase{1, 20, 8, 1, 0, 0, true, Dtype::Float64}}) {
@@ -302,9 +302,5 @@ CUDA_TEST_CASE("window attention: the fused CUDA kernels with the band match the
       sum(gpu_out * g.to(gpu)).backward();
       check_close(b.grad().to(Device::cpu()), a.grad(), 4 * tol);
     }
-  } catch (...) {
-    cuda::set_attention_fused(false);
-    throw;
   }
-  cuda::set_attention_fused(false);
 }

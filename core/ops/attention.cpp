@@ -70,10 +70,10 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
 
 Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_mask, bool causal, Tensor* weights) {
   check_attention_inputs("attention", qkv_in, heads, key_padding_mask);
-  // On a GPU: the tiled fused kernels of cuda/attention_kernels.cu when switched on
-  // (EMBER_ATTENTION=fused; no [B, H, T, T] tensor is written; head sizes up to 128), else the
-  // composed version (cuBLAS strided-batched GEMMs, the masked_fill and softmax kernels). The
-  // composed one is the default until the fused one has been checked on a GPU (docs/cuda.md).
+  // On a GPU: the tiled fused kernels of cuda/attention_kernels.cu (the default; no [B, H, T, T] tensor is
+  // written; head sizes up to 128), or with EMBER_ATTENTION=composed the composed version (cuBLAS
+  // strided-batched GEMMs, the masked_fill and softmax kernels). The fused one became the default once it had
+  // passed its tests on a GPU and run faster there (docs/cuda.md).
   const bool fused_on_gpu = qkv_in.device().is_cuda() && cuda::attention_fused() &&
                             qkv_in.size(2) / 3 / heads <= cuda::attention_max_head_dim();
   // A bfloat16 qkv: the fused kernels read it and write a bfloat16 output themselves (below), as the CPU's

@@ -17,6 +17,7 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "tests/cuda_emulator/checks/small_recipe.h"
+#include "tests/cuda_skip.h"
 
 using namespace ember;
 using emulator_checks::host;
@@ -137,10 +138,7 @@ TEST_CASE("cuda graphs: AdamW with its numbers on the device refuses a step whos
 TEST_CASE("cuda graphs: with --checkpoint and window attention, replays equal the eager steps bit for bit") {
   for (const bool fused : {false, true}) {
     INFO((fused ? "fused attention" : "composed attention"));
-    cuda::set_attention_fused(fused);
-    struct Restore {
-      ~Restore() { cuda::set_attention_fused(false); }
-    } restore;
+    testing::AttentionKernels kernels(fused);
     nn::ClassifierConfig config = small_recipe();
     config.checkpoint = true;
     config.attention_window = 8;
