@@ -163,8 +163,13 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   }
   Tensor out = y.view(x.shape());
   const bool need_dx = x.requires_grad(), need_dw = weight.defined() && weight.requires_grad();
+  // x2 and w share the storage of x and weight when those are contiguous: saved (autograd/saved_tensor.h), so
+  // that an in-place change of either before backward is an error rather than a gradient of the new values.
   record("rms_norm", out, {x, weight},
-         [x2, w, rstd, shape = x.shape(), rows, D, need_dx, need_dw](const Tensor& grad) -> Grads {
+         [saved_x = save(x2), saved_w = save(w), rstd, shape = x.shape(), rows, D, need_dx,
+          need_dw](const Tensor& grad) -> Grads {
+           const Tensor& x2 = saved_x.get();
+           const Tensor& w = saved_w.get();
            Tensor g = grad.contiguous();
            Tensor dx = need_dx ? Tensor::empty({rows, D}, x2.dtype(), x2.device()) : Tensor();
            Tensor dw = need_dw ? zeros({D}, x2.dtype(), x2.device()) : Tensor();
