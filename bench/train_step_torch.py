@@ -227,7 +227,7 @@ def main():
                 "torch": torch.__version__,
                 "compiled": compile_mode is not None,
                 "compile_mode": compile_mode or "eager",
-                "tf32": torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32,
+                "tf32": (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32) if cuda else "n/a (cpu)",
                 "warmup_s": round(warmup_s, 2),
                 "adamw": "default (foreach/fused as PyTorch picks)" if cuda else "foreach=False",
                 "heads": args.heads,

@@ -392,7 +392,7 @@ int run(int argc, char** argv) {
     if (tokens_per_s > 0) {
       const double achieved = tokens_per_s * per_token / 1e12;
       fmt::print("at {:.0f} tokens/s: {:.2f} TFLOP/s of model FLOPs\n", tokens_per_s, achieved);
-      if (peak_tflops > 0) fmt::print("MFU {:.1f}% of {:.1f} TFLOP/s\n", 100 * achieved / peak_tflops, peak_tflops);
+      if (peak_tflops > 0) fmt::print("MFU {:.1f}% of {:.4g} TFLOP/s\n", 100 * achieved / peak_tflops, peak_tflops);
     }
   } else if (check_command->parsed()) {
     std::string path = run_folder + "/checkpoint.safetensors";
