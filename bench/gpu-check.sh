@@ -112,7 +112,7 @@ for py in python3 /usr/bin/python3; do
   command -v "$py" >/dev/null || continue
   info=$(timeout 60 "$py" -c "import torch; print(torch.__version__, 'CUDA', torch.version.cuda, 'available' if torch.cuda.is_available() else 'unavailable', 'cuDNN', torch.backends.cudnn.version(), 'compile' if hasattr(torch, 'compile') else 'no-compile')" 2>/dev/null) || continue
   say "torch ($py): $info"
-  [[ "$info" == *" available "* ]] && { torch_py="$py"; break; }
+  [[ "$info" == *" available "* ]] && { torch_py="$py"; torch_version="${info%% *}"; break; }
 done
 [[ -n "$torch_py" ]] || say "torch: no CUDA build of torch found (python3 and /usr/bin/python3 tried): PyTorch is not timed"
 data_dir="${EMBER_DATA:-$repo/data}"
@@ -302,8 +302,8 @@ has_compile=0
 if [[ -n "$torch_py" ]]; then
   torch_step=("$torch_py" bench/train_step_torch.py --init "$init" --heads 4 --steps "$steps" --warmup 3 --device cuda)
   torch_json=$(bench 90 "${torch_step[@]}")
-  torch_note="torch $("$torch_py" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
-  if "$torch_py" -c "import torch, sys; sys.exit(0 if hasattr(torch, 'compile') else 1)" 2>/dev/null; then
+  torch_note="torch $torch_version"
+  if [[ "$info" == *" compile" ]]; then  # torch.compile exists (the environment step asked)
     has_compile=1
     torch_compiled_json=$(bench 150 "${torch_step[@]}" --compile-mode default)
   fi
