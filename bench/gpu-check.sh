@@ -266,8 +266,9 @@ fi
 # graphs captured in the first). Its MFU: the padded tokens/s times the model FLOPs per token at 512
 # tokens (nn/model_flops.h: 132 MFLOP trained) over the matrix rate above; padded, because with
 # head+tail 512 and 64 reviews nearly every batch is 512 long (a review over 512 tokens in each) and
-# its step computes all 64 x 512 positions. Predicted: 4.33 TFLOP a step, 15 ms at 35% of 790 TFLOP/s;
-# 25-60 s in all (5 s loading, 256 steps, 2 evaluations of 8,192 reviews); cap 150 s.
+# its step computes all 64 x 512 positions. 4.33 TFLOP a step: 15 ms at the target's 35% of 790 TFLOP/s,
+# predicted 28 ms (docs/cuda.md, "The trainer"); 15-30 s in all (5 s loading the data, 256 steps,
+# 2 evaluations of 8,192 reviews, the graphs' capture); cap 150 s.
 large=(--preset gpu-large --device cuda --epochs 2 --limit 8192 --log-every 100000)
 large_bf16="" large_mfu="" large_mfu_real=""
 mfu_of() {  # mfu_of TOKENS_PER_S: the MFU line of imdb flops for the large preset
@@ -326,7 +327,7 @@ if [[ -f "$init" ]]; then
 fi
 
 # ---- 10. The large preset in fp32 (the same 256 steps): bf16's gain at that size (the target is 2x).
-# Predicted 30-90 s (fp32 without TF32 runs at a few tens of TFLOP/s); cap 150 s.
+# Predicted 110 ms a step (the products on CUDA cores, 67 TFLOP/s at most): 35-50 s in all; cap 150 s.
 large_fp32=""
 if [[ $have_data -eq 1 ]]; then
   large_fp32=$(train_run large-fp32 150 "${large[@]}" --precision fp32)
