@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "core/gpu.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "core/tensor.h"
 #include "examples/imdb/settings.h"
 
 using namespace ember;

@@ -20,12 +20,12 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/parallel.h"
-#include "nn/model_flops.h"
 #include "examples/imdb/compare.h"
 #include "examples/imdb/presets.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/trainer.h"
 #include "examples/imdb/truncation.h"
+#include "nn/model_flops.h"
 
 using namespace ember;
 using namespace ember::imdb;
@@ -74,7 +74,7 @@ CLI::Option* real_option(CLI::App& app, const std::string& name, double& value, 
   return app.add_option(name, value, help)->check(real_in(min, max))->capture_default_str();
 }
 
-// Every training flag, for train and compare.
+// Every training flag, for train, compare and flops.
 void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& default_out) {
   c.out = default_out;
   // Taken out of the command line before CLI11 reads it (expand_preset): here for --help only.
