@@ -120,6 +120,7 @@ def make_trainee(heads, init, device=torch.device("cpu"), compile_mode=None):
 
 
 AUTOCAST = {"enabled": False}
+CUDA_GRAPHS = {"enabled": False}  # torch.compile's max-autotune and reduce-overhead modes replay CUDA graphs
 
 
 def forward(model, tokens, padding):
@@ -129,8 +130,7 @@ def forward(model, tokens, padding):
 
 
 def step(model, optimizer, tokens, padding, labels):
-    # With CUDA graphs (max-autotune, reduce-overhead), a new step: the previous replay's outputs may be reused.
-    if hasattr(torch, "compiler") and hasattr(torch.compiler, "cudagraph_mark_step_begin"):
+    if CUDA_GRAPHS["enabled"]:  # a new step: the previous replay's outputs may be overwritten
         torch.compiler.cudagraph_mark_step_begin()
     loss = F.cross_entropy(forward(model, tokens, padding), labels)
     optimizer.zero_grad(set_to_none=True)
@@ -159,6 +159,9 @@ def main():
     if compile_mode is not None and not hasattr(torch, "compile"):
         raise SystemExit(f"--compile: torch {torch.__version__} has no torch.compile")
     AUTOCAST["enabled"] = args.precision == "bf16"
+    CUDA_GRAPHS["enabled"] = compile_mode in ("max-autotune", "reduce-overhead") and hasattr(
+        torch.compiler, "cudagraph_mark_step_begin"
+    )
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
