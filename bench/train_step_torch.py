@@ -3,7 +3,13 @@ the weights Ember saved (train_step_bench --write-init) and fed the same batches
 way as bench/train_step_bench.cpp. Prints one JSON object.
 
 Usage: train_step_torch.py --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
-                           [--batches FILE] [--run-steps N] [--device cpu|cuda] [--compile] [--precision fp32|bf16]
+                           [--batches FILE] [--run-steps N] [--device cpu|cuda] [--compile]
+                           [--compile-mode default|reduce-overhead|max-autotune] [--precision fp32|bf16]
+--compile: torch.compile(model) at its default mode; --compile-mode MODE (implies --compile) another:
+max-autotune searches Triton and cuBLAS kernels for every product and runs the step as CUDA graphs
+(PyTorch at its fastest, and its slowest to start: minutes of tuning). TF32 is off for both eager and
+compiled runs (torch.backends.cuda.matmul.allow_tf32 and cudnn's, set before compiling, so that
+Inductor's generated products do not use it either), as Ember computes float32 products exactly.
 --precision bf16: forward and loss under torch.autocast(dtype=torch.bfloat16) (PyTorch's mixed precision:
 bfloat16 GEMMs, float32 weights and optimiser), like Ember's --precision bf16.
 (--device cuda needs a CUDA build of torch: bench/gpu-check.sh checks torch.cuda.is_available() first.)
@@ -94,7 +100,7 @@ class Classifier(nn.Module):
         return self.head(pooled)
 
 
-def make_trainee(heads, init, device=torch.device("cpu"), compile_model=False):
+def make_trainee(heads, init, device=torch.device("cpu"), compile_mode=None):
     model = Classifier(heads=heads)
     state = {name[len("model.") :]: t for name, t in init.items() if name.startswith("model.")}
     model.load_state_dict(state, strict=True)
@@ -108,12 +114,13 @@ def make_trainee(heads, init, device=torch.device("cpu"), compile_model=False):
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=5e-4, foreach=foreach
     )
-    if compile_model:  # torch.compile (PyTorch 2): the caller checks it exists and catches its failures
-        model = torch.compile(model)
+    if compile_mode is not None:  # torch.compile (PyTorch 2): the caller checks it exists and catches its failures
+        model = torch.compile(model) if compile_mode == "default" else torch.compile(model, mode=compile_mode)
     return model, optimizer
 
 
 AUTOCAST = {"enabled": False}
+CUDA_GRAPHS = {"enabled": False}  # torch.compile's max-autotune and reduce-overhead modes replay CUDA graphs
 
 
 def forward(model, tokens, padding):
@@ -123,6 +130,8 @@ def forward(model, tokens, padding):
 
 
 def step(model, optimizer, tokens, padding, labels):
+    if CUDA_GRAPHS["enabled"]:  # a new step: the previous replay's outputs may be overwritten
+        torch.compiler.cudagraph_mark_step_begin()
     loss = F.cross_entropy(forward(model, tokens, padding), labels)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -142,11 +151,17 @@ def main():
     parser.add_argument("--run-steps", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2; an error otherwise)")
+    parser.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"],
+                        help="torch.compile's mode (implies --compile; default: default)")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     args = parser.parse_args()
-    if args.compile and not hasattr(torch, "compile"):
+    compile_mode = args.compile_mode or ("default" if args.compile else None)
+    if compile_mode is not None and not hasattr(torch, "compile"):
         raise SystemExit(f"--compile: torch {torch.__version__} has no torch.compile")
     AUTOCAST["enabled"] = args.precision == "bf16"
+    CUDA_GRAPHS["enabled"] = compile_mode in ("max-autotune", "reduce-overhead") and hasattr(
+        torch.compiler, "cudagraph_mark_step_begin"
+    )
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -155,15 +170,17 @@ def main():
         if cuda:
             torch.cuda.synchronize(device)
 
+    if cuda:  # like Ember: exact float32 products; set before compiling, which reads them
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     init = load_safetensors(args.init)
     tokens, labels = init["batch.tokens"].to(device), init["batch.labels"].to(device)
     padding = torch.zeros(tokens.shape, dtype=torch.bool, device=device)
-    model, optimizer = make_trainee(args.heads, init, device, args.compile)
+    model, optimizer = make_trainee(args.heads, init, device, compile_mode)
     if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = False  # like Ember: exact float32 GEMMs
-        torch.backends.cudnn.allow_tf32 = False
         torch.cuda.reset_peak_memory_stats(device)
 
+    start_s, warmup_s = time.perf_counter(), 0.0  # to the last warm-up step: for a compiled model, its compilation and tuning
     model.eval()
     with torch.no_grad():
         first_loss = F.cross_entropy(forward(model, tokens, padding), labels).item()
@@ -174,6 +191,8 @@ def main():
         start, cpu_start = time.perf_counter(), time.process_time()
         step(model, optimizer, tokens, padding, labels)
         sync()
+        if i + 1 == args.warmup:
+            warmup_s = time.perf_counter() - start_s
         if i >= args.warmup:
             step_ms.append(1e3 * (time.perf_counter() - start))
             step_cpu_ms.append(1e3 * (time.process_time() - cpu_start))
@@ -190,7 +209,7 @@ def main():
     run_steps, run_seconds, run_tokens_per_s, run_last_loss = 0, 0.0, 0.0, 0.0
     if args.batches and args.run_steps > 0:
         batches = load_safetensors(args.batches)
-        model, optimizer = make_trainee(args.heads, init, device, args.compile)
+        model, optimizer = make_trainee(args.heads, init, device, compile_mode)
         model.train()
         real_tokens = 0
         start = time.perf_counter()
@@ -209,7 +228,10 @@ def main():
                 "framework": "torch",
                 "precision": args.precision,
                 "torch": torch.__version__,
-                "compiled": args.compile,
+                "compiled": compile_mode is not None,
+                "compile_mode": compile_mode or "eager",
+                "tf32": (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32) if cuda else "n/a (cpu)",
+                "warmup_s": round(warmup_s, 2),
                 "adamw": "default (foreach/fused as PyTorch picks)" if cuda else "foreach=False",
                 "heads": args.heads,
                 "threads": torch.get_num_threads(),

@@ -243,6 +243,11 @@ EMBER_CUDA_ENTRY(void, gemm_bf16, (int device, int64_t batch, int64_t M, int64_t
 EMBER_CUDA_ENTRY(void, gemm_bf16_typed, (int device, int64_t M, int64_t N, int64_t K, const void* A, int a_dtype,
                                          int64_t a_rs, int64_t a_cs, const void* B, int b_dtype, int64_t b_rs,
                                          int64_t b_cs, void* C, int c_dtype, int64_t ldc, const float* bias))
+// The bare bfloat16 product for measuring the chip's matrix rate (cuda/gemm_rate.cu, bench/gemm_peak.cpp):
+// C (M x N float32, compact) = A (M x K) @ B (K x N), A and B compact row-major bfloat16 on the device,
+// summed in float32 by one cuBLAS call; no conversion or scratch.
+EMBER_CUDA_ENTRY(void, gemm_bf16_bare, (int device, int64_t M, int64_t N, int64_t K, const void* A, const void* B,
+                                        float* C))
 // float32 GEMMs in TF32 (faster, about 1e-3 relative error) when on; off by default.
 EMBER_CUDA_DEFAULT(void, set_allow_tf32, (bool allow), {})
 EMBER_CUDA_DEFAULT(bool, allow_tf32, (), { return false; })

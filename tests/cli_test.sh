@@ -123,6 +123,26 @@ expect "unknown flag" 2 "--hedas" -- "$IMDB" train --hedas 4
 expect "bad number" 2 "--lr: expects a number in [0, 10], got 'fast'" -- "$IMDB" train --lr fast
 expect "--threads past 32 bits" 2 "--threads: expects an integer in [0, 4096], got '4294967297'" -- "$IMDB" train --threads 4294967297
 expect "--threads 2^31" 2 "--threads: expects an integer in [0, 4096], got '2147483648'" -- "$IMDB" train --threads 2147483648
+# Presets (examples/imdb/presets.h): the preset's fields set, the explicit flags (before or after it) winning,
+# an unknown name a usage error naming the presets.
+expect "an unknown preset" 2 "--preset 'gpu-huge' is not a preset (known: head+tail-512, gpu-large)" -- "$IMDB" train --preset gpu-huge
+expect "--preset without a name" 2 "--preset needs a name (one of: head+tail-512, gpu-large)" -- "$IMDB" train --preset
+expect "--preset on eval" 2 "--preset" -- "$IMDB" eval --preset gpu-large --run "$OUT/run"
+expect "train help lists the presets" 0 "gpu-large: a model a GPU fills" -- "$IMDB" train --help
+expect "train with the large preset, sizes overridden" 0 "stopped after 1 of" -- "$IMDB" train --data "$DATA" --layers 1 \
+  --preset gpu-large --batch-size 4 --max-len 16 --vocab 500 --stop-after 1 --threads 2 --quiet --out "$OUT/preset"
+python3 - "$OUT/preset/checkpoint.safetensors" <<'EOF' && pass "the preset's settings, with the explicit flags' values, are the run's" || failed "the large preset's run has the wrong settings"
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+meta = json.loads(data[8 : 8 + struct.unpack("<Q", data[:8])[0]])["__metadata__"]
+want = {"dim": "512", "heads": "8", "ffn_dim": "2048", "truncate": "head+tail", "precision": "bf16", "lr": "0.0003",
+        "warmup": "0.1", "layers": "1", "batch_size": "4", "max_len": "16", "attention": "full"}
+got = {k: meta.get(k) for k in want}
+assert got == want, got
+EOF
+expect "imdb flops for the large preset" 0 "132.12 MFLOP per token, 4.329 TFLOP per step of 64 x 512" -- "$IMDB" flops --preset gpu-large
+expect "imdb flops: a flag overrides the preset" 0 "2.165 TFLOP per step of 32 x 512" -- "$IMDB" flops --preset gpu-large --batch-size 32
+expect "imdb flops: the MFU of a throughput" 0 "MFU 33.5% of 789.5 TFLOP/s" -- "$IMDB" flops --preset gpu-large --tokens-per-s 2000000 --peak-tflops 789.5
 # Whole reviews (issue 15): --attention, --truncate, --checkpoint.
 expect "bad --attention" 2 "--attention: expects full or window:W[,global:G]" -- "$IMDB" train --attention window:-3
 expect "--attention with junk" 2 "got 'window:8,global'" -- "$IMDB" train --attention window:8,global

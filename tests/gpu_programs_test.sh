@@ -6,12 +6,16 @@
 #   2. softmax_gpu_bench --smoke: the own softmax kernel and cuDNN's agree on every shape;
 #   3. imdb train --device cuda (a tiny model, one epoch of the shipped small data): finishes, logs
 #      GPU memory every epoch, and its step losses follow the CPU run's.
+#   4. gemm_peak (the bfloat16 matrix rate for MFU) at n = 64: its checked entries agree with the CPU's,
+#      and imdb flops turns its rate and a throughput into an MFU line.
 #   tests/gpu_programs_test.sh <imdb_emulated> <train_step_bench_emulated> <softmax_gpu_bench_emulated> <imdb_small.json>
+#                              [<gemm_peak_emulated>]
 set -u
 IMDB=$1
 STEP_BENCH=$2
 SOFTMAX_BENCH=$3
 DATA=$4
+GEMM_PEAK=${5:-}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -81,4 +85,22 @@ memory = [r for r in gpu if r.get("kind") == "gpu_memory"]
 assert len(memory) == 1 and memory[0]["peak_bytes"] > 0, memory
 print("imdb train: %d steps, GPU and CPU losses within %.1e; GPU memory logged" % (len(g), worst))
 PY
+
+# 4. The bfloat16 matrix rate (bench/gemm_peak.cpp) on a 64 x 64 x 64 product, then the MFU line it feeds.
+if [ -n "$GEMM_PEAK" ]; then
+  peak=$("$GEMM_PEAK" --n 64 --timings 2 --per-round 2 | tail -n 1) || fail "gemm_peak on the (emulated) GPU: $peak"
+  echo "gemm_peak: $peak"
+  tflops=$(python3 - "$peak" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["device"] == "cuda:0" and r["n"] == 64 and r["correct"] is True, r
+assert r["worst_relative_error"] <= 1e-5 and r["best_ms"] > 0 and r["tflops"] > 0, r
+print(r["tflops"])
+PY
+) || fail "gemm_peak: its result is wrong or incomplete"
+  mfu=$("$IMDB" flops --preset gpu-large --tokens-per-s 1000 --peak-tflops "$tflops") || fail "imdb flops"
+  echo "$mfu"
+  grep -q "^MFU [0-9.]*% of " <<<"$mfu" || fail "imdb flops printed no MFU line"
+  "$GEMM_PEAK" --n 0 > /dev/null 2>&1 && fail "gemm_peak --n 0 was accepted"
+fi
 echo "the GPU programs ran on the emulator"

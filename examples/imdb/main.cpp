@@ -1,6 +1,7 @@
 // imdb: train, evaluate, use and compare Transformer sentiment classifiers on IMDb.
 //   imdb train [flags]       imdb eval --run DIR       imdb predict --run DIR (--text T | --file F)
 //   imdb compare [flags]     imdb report (--run DIR | --compare DIR)     imdb check --run DIR
+//   imdb flops [flags]       (the model FLOPs of a training step, and MFU for a throughput)
 // The flags are one table per command (CLI11, Debian's libcli11-dev): it parses them, checks each
 // number in full against its range (settings.h), and writes --help.
 #include <fmt/format.h>
@@ -20,9 +21,11 @@
 #include "core/file_io.h"
 #include "core/parallel.h"
 #include "examples/imdb/compare.h"
+#include "examples/imdb/presets.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/trainer.h"
 #include "examples/imdb/truncation.h"
+#include "nn/model_flops.h"
 
 using namespace ember;
 using namespace ember::imdb;
@@ -71,9 +74,13 @@ CLI::Option* real_option(CLI::App& app, const std::string& name, double& value, 
   return app.add_option(name, value, help)->check(real_in(min, max))->capture_default_str();
 }
 
-// Every training flag, for train and compare.
+// Every training flag, for train, compare and flops.
 void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& default_out) {
   c.out = default_out;
+  // Taken out of the command line before CLI11 reads it (expand_preset): here for --help only.
+  std::string preset_help = "named settings, written before the other flags (which override them):";
+  for (const Preset& p : presets()) preset_help += fmt::format("\n  {}: {}\n    = {}", p.name, p.why, fmt::join(p.flags, " "));
+  app.add_option("--preset")->description(preset_help)->type_name("NAME");
   integer_option(app, "--heads", c.model.heads, 1, limits::max_heads, "attention heads (1 = single-head)");
   integer_option(app, "--layers", c.model.layers, 0, limits::max_layers, "encoder blocks");
   integer_option(app, "--dim", c.model.dim, 1, limits::max_dim, "model width");
@@ -260,14 +267,41 @@ int run(int argc, char** argv) {
       app.add_subcommand("check", "load a run's checkpoint.safetensors as --resume would, and print its step");
   check_command->add_option("--run", run_folder, "a train output folder")->capture_default_str();
 
+  TrainConfig flops_config;
+  int64_t flops_len = 0;
+  double tokens_per_s = 0, peak_tflops = 0;
+  CLI::App* flops_command = app.add_subcommand(
+      "flops", "the model FLOPs of a training step for these settings (nn/model_flops.h: matrix products, x3 for "
+               "backward); with --tokens-per-s and --peak-tflops the model FLOP utilisation (MFU)");
+  add_training_flags(*flops_command, flops_config, "runs/imdb");
+  integer_option(*flops_command, "--len", flops_len, 0, limits::max_len, "tokens per sequence (0: --max-len)");
+  real_option(*flops_command, "--tokens-per-s", tokens_per_s, 0.0, 1e15,
+              "tokens trained per second, each in a sequence of --len tokens (the trainer's padded tok/s when its "
+              "batches are --len long)");
+  real_option(*flops_command, "--peak-tflops", peak_tflops, 0.0, 1e9,
+              "the chip's measured matrix rate in TFLOP/s (bench/gemm_peak.cpp), for the MFU");
+
   auto is_command = [&](const std::string& name) {
     for (const CLI::App* command : app.get_subcommands({})) if (command->check_name(name)) return true;
     return false;
   };
   if (argc >= 2 && argv[1][0] != '-' && !is_command(argv[1]))
-    throw UsageError(fmt::format("unknown command '{}' (commands: train, eval, predict, compare, report, check)", argv[1]));
+    throw UsageError(
+        fmt::format("unknown command '{}' (commands: train, eval, predict, compare, report, check, flops)", argv[1]));
+  // --preset NAME: its flags written right after the command, before the explicit ones (presets.h).
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] == "train" || args[0] == "compare" || args[0] == "flops")) {
+    try {
+      args = expand_preset(args);
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+  }
+  args.insert(args.begin(), argc > 0 ? argv[0] : "imdb");
+  std::vector<char*> arg_pointers;
+  for (std::string& arg : args) arg_pointers.push_back(arg.data());
   try {
-    app.parse(argc, argv);
+    app.parse(int(arg_pointers.size()), arg_pointers.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -344,6 +378,22 @@ int run(int argc, char** argv) {
                    100 * bucket.accuracy(), bucket.reviews);
       return 0;
     });
+  } else if (flops_command->parsed()) {
+    check_training_config(flops_config);
+    const nn::ClassifierConfig& m = flops_config.model;
+    const int64_t len = flops_len > 0 ? flops_len : m.max_len;
+    const double step = nn::training_step_flops(m, flops_config.batch_size, len);
+    const double per_token = nn::training_step_flops(m, 1, len) / double(len);
+    fmt::print("model FLOPs (nn/model_flops.h): {} layers, dim {}, FFN {}, {} heads, attention {}, sequences of {} tokens\n",
+               m.layers, m.dim, m.ffn_dim, m.heads, attention_text({m.attention_window, m.attention_global}), len);
+    fmt::print("  forward {:.2f} MFLOP per token; training (forward + backward, x3) {:.2f} MFLOP per token, {:.4g} "
+               "TFLOP per step of {} x {}\n",
+               per_token / 3e6, per_token / 1e6, step / 1e12, flops_config.batch_size, len);
+    if (tokens_per_s > 0) {
+      const double achieved = tokens_per_s * per_token / 1e12;
+      fmt::print("at {:.0f} tokens/s: {:.2f} TFLOP/s of model FLOPs\n", tokens_per_s, achieved);
+      if (peak_tflops > 0) fmt::print("MFU {:.1f}% of {:.4g} TFLOP/s\n", 100 * achieved / peak_tflops, peak_tflops);
+    }
   } else if (check_command->parsed()) {
     std::string path = run_folder + "/checkpoint.safetensors";
     CheckpointInfo info = check_checkpoint(path);
