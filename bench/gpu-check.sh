@@ -90,13 +90,9 @@ else
 fi
 say "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*' || echo 'not found')"
 say "cmake: $(cmake --version 2>/dev/null | head -1); $(nproc) cores"
-# cuDNN: /usr/local/cuda's, else the nvidia-cudnn pip package's (CUDNN_ROOT for CMake).
-if [[ -z "${CUDNN_ROOT:-}" && ! -f /usr/local/cuda/include/cudnn.h ]]; then
-  cudnn_dir=$(timeout 60 python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null || true)
-  if [[ -n "$cudnn_dir" && -f "$cudnn_dir/include/cudnn.h" ]]; then
-    export CUDNN_ROOT="$cudnn_dir" LD_LIBRARY_PATH="$cudnn_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  fi
-fi
+# cuDNN (/usr/local/cuda's, else the nvidia-cudnn pip package's) and the C++ dependencies carried in .deps/.
+source bench/gpu_env.sh
+printf "%s" "$gpu_env_notes" | tee -a "$log"
 cudnn_header=""
 for h in "${CUDNN_ROOT:-/nonexistent}/include/cudnn_version.h" /usr/local/cuda/include/cudnn_version.h /usr/include/cudnn_version.h \
          /usr/include/x86_64-linux-gnu/cudnn_version_v9.h; do
@@ -129,13 +125,6 @@ rm -rf "$work" && mkdir -p "$work"
 
 # ---- 1. Build, only the targets used here (142 s at -j16 on the H200 at 65c2eb4; about 150 s now:
 # gemm_peak and two small files more). Cap 330 s.
-# C++ dependencies carried in .deps/ (scripts/bundle-gpu-deps.sh) when the image lacks them.
-if [[ -d .deps/usr ]]; then
-  export CMAKE_PREFIX_PATH="$repo/.deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export LD_LIBRARY_PATH="$repo/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export CPATH="$repo/.deps/usr/include${CPATH:+:$CPATH}"
-  say "using the dependencies in .deps/"
-fi
 jobs=${JOBS:-$(nproc)}
 arch=${EMBER_CUDA_ARCHITECTURES:-90}
 build_status="skipped"
@@ -152,6 +141,9 @@ if [[ $skip_build -eq 0 ]]; then
     if capped 330 cmake --build "$build" -j "$jobs" --target ember_tests train_step_bench imdb softmax_gpu_bench gemm_peak \
          >> "$build_log" 2>&1; then
       build_status="ok"
+      # The per-kernel timer for bench/gpu-profile.sh --skip-build (a target only where CUPTI was found).
+      capped 60 cmake --build "$build" -j "$jobs" --target ember_kernel_times >> "$build_log" 2>&1 ||
+        say "build: no ember_kernel_times (CUPTI not found?): bench/gpu-profile.sh cannot run"
     else
       build_status="FAILED"
     fi

@@ -55,8 +55,8 @@ step=(--init "$init" --heads 4 --steps 20 --warmup 3 --device cuda --steps-only)
 EMBER_ATTENTION=fused profiled "step fp32 fused (23 steps)" "$build/train_step_bench" "${step[@]}"
 EMBER_ATTENTION=composed profiled "step fp32 composed (23 steps)" "$build/train_step_bench" "${step[@]}"
 EMBER_ATTENTION=fused profiled "step bf16 fused (23 steps)" "$build/train_step_bench" "${step[@]}" --precision bf16
-if [[ -n "$gpu_env_torch_py" ]]; then
-  profiled "PyTorch eager step fp32 (23 steps)" "$gpu_env_torch_py" bench/train_step_torch.py --init "$init" --heads 4 \
+if timeout 60 python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  profiled "PyTorch eager step fp32 (23 steps)" python3 bench/train_step_torch.py --init "$init" --heads 4 \
     --steps 20 --warmup 3 --device cuda
 fi
 # The trainer: one epoch of the recipe on the full data (782 steps, replayed as a CUDA graph) and its evaluation.

@@ -1,12 +1,11 @@
 # Sourced by the scripts that run on a GPU machine (bench/gpu-check.sh, bench/gpu-profile.sh): puts nvcc on
 # PATH, finds cuDNN (/usr/local/cuda's, else the nvidia-cudnn pip package's: CUDNN_ROOT for CMake) and uses the
 # C++ dependencies carried in .deps/ (scripts/bundle-gpu-deps.sh) when the image lacks them. Sets gpu_env_notes
-# (one line per thing it found) and gpu_env_torch_py (a python3 with a CUDA build of torch, or empty).
-# Expects to be sourced from the repository's root.
+# (one line per thing it found). Expects to be sourced from the repository's root.
 gpu_env_notes=""
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 if [[ -z "${CUDNN_ROOT:-}" && ! -f /usr/local/cuda/include/cudnn.h ]]; then
-  cudnn_dir=$(python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null || true)
+  cudnn_dir=$(timeout 60 python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null || true)
   if [[ -n "$cudnn_dir" && -f "$cudnn_dir/include/cudnn.h" ]]; then
     export CUDNN_ROOT="$cudnn_dir" LD_LIBRARY_PATH="$cudnn_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     gpu_env_notes+="cuDNN from $cudnn_dir"$'\n'
@@ -18,11 +17,3 @@ if [[ -d .deps/usr ]]; then
   export CPATH="$PWD/.deps/usr/include${CPATH:+:$CPATH}"
   gpu_env_notes+="C++ dependencies from .deps/"$'\n'
 fi
-gpu_env_torch_py=""
-for py in python3 /usr/bin/python3; do
-  command -v "$py" >/dev/null || continue
-  if "$py" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    gpu_env_torch_py="$py"
-    break
-  fi
-done
