@@ -581,9 +581,11 @@ CUDA_TEST_CASE("mixed precision on the GPU: cublasGemmEx in bfloat16 equals the 
     return matmul(a, b);
   }();
   CHECK(!identical(mm_cpu, f32));  // the GPU's result is the bf16 one, not float32's
-  // linear in the scope: bfloat16 y on both devices (the float32 sums of the same bfloat16 products, from
-  // the bias, rounded once), so within one bfloat16 step of the CPU's; x float32 or bfloat16. From the same
-  // bfloat16 g, the gradients differ only in the order of their float32 sums.
+  // linear in the scope: bfloat16 y on both devices, the float32 sums of the same bfloat16 products, from
+  // the bias, rounded once; x float32 or bfloat16. The GPU's sums start from the bias rounded to bfloat16
+  // (cuBLAS writes the bfloat16 y itself, beta = 1 on y filled with the bias: no float32 scratch), so its y
+  // is within one bfloat16 step of the CPU's linear given that rounded bias. From the same bfloat16 g, the
+  // gradients differ only in the order of their float32 sums.
   auto within_one_step = [](const Tensor& got, const Tensor& want) {
     const Tensor a = got.to(Device::cpu()).contiguous(), b = want.contiguous();
     REQUIRE(a.dtype() == Dtype::BFloat16);
@@ -606,7 +608,7 @@ CUDA_TEST_CASE("mixed precision on the GPU: cublasGemmEx in bfloat16 equals the 
     Tensor xc = x_in.detach().requires_grad_(), wc = w.detach().requires_grad_(), bc = bias.detach().requires_grad_();
     Tensor yg = linear(xg, wg, bg), yc = linear(xc, wc, bc);
     REQUIRE(yg.device() == gpu);
-    within_one_step(yg, yc);
+    within_one_step(yg, linear(x_in, w, bias.to(Dtype::BFloat16).to(Dtype::Float32)));
     const Tensor g16 = uniform(yc.shape(), -1, 1, gen).to(Dtype::BFloat16), g = g16.to(Dtype::Float32);
     yg.backward(g16.to(gpu));
     yc.backward(g16);
