@@ -48,8 +48,10 @@
 // product (Q, K, V, dO as they are staged, P and dS as they are written to shared memory) are rounded to
 // bfloat16, the products summed in float; the scores, the online softmax, lse and D = dO . O stay float32
 // (D from the unrounded dO), as a bf16 tensor-core kernel computes. Its tensors (qkv, O, dO, dqkv) are
-// float32, or bfloat16 (S = BFloat16: read exactly, each result rounded once as it is stored). Plain CUDA only (no warp shuffles, no tensor-core instructions, no atomics), so that a
-// CPU emulator of CUDA can run it; the arithmetic is on the CUDA cores.
+// float32, or bfloat16 (S = BFloat16: read exactly, each result rounded once as it is stored).
+// The flash_* kernels are plain CUDA (no warp shuffles, no tensor-core instructions, no atomics), the
+// arithmetic on the CUDA cores; mixed precision runs by default on the tensor-core kernels of tc::
+// (WMMA, which the CPU emulator of CUDA runs through its mma.h), the same algorithm and roundings.
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -658,6 +660,7 @@ __device__ __forceinline__ void product_abt(float* C, int ldc, const Bf16* A, in
     const int tm = t / tiles_n, tn = t % tiles_n;
     FragC c;
     nvcuda::wmma::fill_fragment(c, 0.0f);
+#pragma unroll
     for (int k = 0; k < K; k += 16) {
       FragA a;
       FragBt b;
@@ -676,16 +679,19 @@ struct WarpTiles {
   static constexpr int PER = (count + kWarps - 1) / kWarps;
   FragC acc[PER];
   __device__ __forceinline__ void zero() {
+#pragma unroll
     for (int i = 0; i < PER; ++i)
       if (threadIdx.x / 32 + kWarps * i < count) nvcuda::wmma::fill_fragment(acc[i], 0.0f);
   }
   // acc += A B for bfloat16 row-major A [M][K] and B [K][N].
   template <int K>
   __device__ __forceinline__ void add_product(const Bf16* A, int lda, const Bf16* B, int ldb) {
+#pragma unroll
     for (int i = 0; i < PER; ++i) {
       const int t = threadIdx.x / 32 + kWarps * i;
       if (t >= count) continue;  // the same for every lane of the warp
       const int tm = t / (N / 16), tn = t % (N / 16);
+#pragma unroll
       for (int k = 0; k < K; k += 16) {
         FragA a;
         FragB b;
@@ -696,6 +702,7 @@ struct WarpTiles {
     }
   }
   __device__ __forceinline__ void store(float* C, int ldc) const {
+#pragma unroll
     for (int i = 0; i < PER; ++i) {
       const int t = threadIdx.x / 32 + kWarps * i;
       if (t < count)
@@ -831,8 +838,9 @@ __global__ void __launch_bounds__(kBlock) forward_kernel(const S* qkv, const boo
 }
 
 // ---- Backward, kernel 1 of 2: dQ and delta (D_i), as flash_backward_dq_kernel. Block (b, h, query tile).
+// (DMAX 64 is held to 128 registers, 2 blocks per SM: left free, ptxas picked 80 and spilled.)
 template <int DMAX, typename S>
-__global__ void __launch_bounds__(kBlock) backward_dq_kernel(const S* qkv, const bool* pad, Dims d, float scale,
+__global__ void __launch_bounds__(kBlock, DMAX == 64 ? 2 : 1) backward_dq_kernel(const S* qkv, const bool* pad, Dims d, float scale,
                                                              const S* out, const S* dout, const double* lse,
                                                              double* delta, S* dqkv) {
 #if EMBER_TC_KERNEL_BODY
