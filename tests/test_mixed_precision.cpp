@@ -723,10 +723,11 @@ void check_fused_attention_bf16(bool tensor_cores, int64_t T, int64_t D, int64_t
 
 CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloat16 stay within attention's bound") {
   // Both bfloat16 paths: the tensor cores (the default) and the CUDA cores (EMBER_ATTENTION_TENSOR_CORES=off).
-  // Two shapes: one tile with a padded row (T 37, head size 8), and several 64-row tiles, causal, with
-  // the recipe's head size 32 and padding.
+  // Three shapes: one tile with a padded row (T 37, head size 8); several 64-row tiles, causal, with the
+  // recipe's head size 32 and padding; two tiles of the largest head size, 128 (the most shared memory).
   for (const bool tensor_cores : {true, false}) {
     check_fused_attention_bf16(tensor_cores, 37, 24, 3, 30, false);
     check_fused_attention_bf16(tensor_cores, 150, 64, 2, 97, true);
+    check_fused_attention_bf16(tensor_cores, 70, 256, 2, 41, false);
   }
 }
