@@ -598,6 +598,14 @@ constexpr size_t kAlign = 128;          // every array's start (WMMA needs 32 by
 
 constexpr size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
+// Loops over a warp's fragments unrolled, so that each fragment is a register, not local memory
+// (nvcc; the emulator's g++ has no such pragma and needs none).
+#if defined(__CUDACC__)
+#define EMBER_UNROLL _Pragma("unroll")
+#else
+#define EMBER_UNROLL
+#endif
+
 template <int DMAX>
 struct Strides {
   static constexpr int H = DMAX + 8;  // the bfloat16 [rows][DMAX] operand tiles
@@ -660,7 +668,7 @@ __device__ __forceinline__ void product_abt(float* C, int ldc, const Bf16* A, in
     const int tm = t / tiles_n, tn = t % tiles_n;
     FragC c;
     nvcuda::wmma::fill_fragment(c, 0.0f);
-#pragma unroll
+    EMBER_UNROLL
     for (int k = 0; k < K; k += 16) {
       FragA a;
       FragBt b;
@@ -679,19 +687,19 @@ struct WarpTiles {
   static constexpr int PER = (count + kWarps - 1) / kWarps;
   FragC acc[PER];
   __device__ __forceinline__ void zero() {
-#pragma unroll
+    EMBER_UNROLL
     for (int i = 0; i < PER; ++i)
       if (threadIdx.x / 32 + kWarps * i < count) nvcuda::wmma::fill_fragment(acc[i], 0.0f);
   }
   // acc += A B for bfloat16 row-major A [M][K] and B [K][N].
   template <int K>
   __device__ __forceinline__ void add_product(const Bf16* A, int lda, const Bf16* B, int ldb) {
-#pragma unroll
+    EMBER_UNROLL
     for (int i = 0; i < PER; ++i) {
       const int t = threadIdx.x / 32 + kWarps * i;
       if (t >= count) continue;  // the same for every lane of the warp
       const int tm = t / (N / 16), tn = t % (N / 16);
-#pragma unroll
+      EMBER_UNROLL
       for (int k = 0; k < K; k += 16) {
         FragA a;
         FragB b;
@@ -702,7 +710,7 @@ struct WarpTiles {
     }
   }
   __device__ __forceinline__ void store(float* C, int ldc) const {
-#pragma unroll
+    EMBER_UNROLL
     for (int i = 0; i < PER; ++i) {
       const int t = threadIdx.x / 32 + kWarps * i;
       if (t < count)
@@ -1008,6 +1016,7 @@ __global__ void __launch_bounds__(kBlock) backward_dkv_kernel(const S* qkv, cons
 }
 
 #undef EMBER_TC_KERNEL_BODY
+#undef EMBER_UNROLL
 
 }  // namespace tc
 
