@@ -181,6 +181,11 @@ EMBER_CUDA_ENTRY(void, cross_entropy_backward, (int device, bool float64, const 
 // set_attention_fused(false) or EMBER_ATTENTION=composed turn it off, and the composed attention_reference runs).
 EMBER_CUDA_DEFAULT(void, set_attention_fused, (bool on), {})
 EMBER_CUDA_DEFAULT(bool, attention_fused, (), { return false; })
+// Whether the fused kernels' bfloat16 path (attention_forward_bf16 / attention_backward_bf16) runs its
+// products on the tensor cores (WMMA, on a GPU of compute capability 8.0 or more): on unless
+// EMBER_ATTENTION_TENSOR_CORES=off (or 0), or set_attention_tensor_cores(false); off, the CUDA-core kernels.
+EMBER_CUDA_DEFAULT(void, set_attention_tensor_cores, (bool on), {})
+EMBER_CUDA_DEFAULT(bool, attention_tensor_cores, (), { return false; })
 // The largest head size the fused kernels take (128; 0 without CUDA).
 EMBER_CUDA_DEFAULT(int64_t, attention_max_head_dim, (), { return 0; })
 EMBER_CUDA_ENTRY(void, attention_forward, (int device, bool float64, const void* qkv, const bool* key_padding_mask,

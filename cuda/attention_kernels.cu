@@ -48,16 +48,20 @@
 // product (Q, K, V, dO as they are staged, P and dS as they are written to shared memory) are rounded to
 // bfloat16, the products summed in float; the scores, the online softmax, lse and D = dO . O stay float32
 // (D from the unrounded dO), as a bf16 tensor-core kernel computes. Its tensors (qkv, O, dO, dqkv) are
-// float32, or bfloat16 (S = BFloat16: read exactly, each result rounded once as it is stored). Plain CUDA only (no warp shuffles, no tensor-core instructions, no atomics), so that a
-// CPU emulator of CUDA can run it; the arithmetic is on the CUDA cores.
+// float32, or bfloat16 (S = BFloat16: read exactly, each result rounded once as it is stored).
+// The flash_* kernels are plain CUDA (no warp shuffles, no tensor-core instructions, no atomics), the
+// arithmetic on the CUDA cores; mixed precision runs by default on the tensor-core kernels of tc::
+// (WMMA, which the CPU emulator of CUDA runs through its mma.h), the same algorithm and roundings.
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
 #include <cuda_bf16.h>
+#include <mma.h>
 
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
@@ -563,6 +567,459 @@ __global__ void flash_backward_dkv_kernel(const S* qkv, const bool* pad, Dims d,
   }
 }
 
+// ---- Tensor cores for mixed precision (attention_forward_bf16 / attention_backward_bf16, on a GPU of
+// compute capability 8.0 or more, unless EMBER_ATTENTION_TENSOR_CORES=off). The same algorithm and the
+// same roundings as the kernels above with d.bf16 (Q, K, V, dO rounded to bfloat16 as they are staged,
+// P and dS as they are written; the scores, the online softmax, lse and D in float32), but every product
+// is WMMA's m16n16k16 (bfloat16 operands, float accumulation) on the tensor cores instead of a loop of
+// float multiply-adds on the CUDA cores. A fragment's layout over the warp's lanes is unspecified, so the
+// kernels never touch one element-wise: a product's result is stored to a float tile in shared memory,
+// the softmax and the masks work there with any thread on any element, and its bfloat16 result is loaded
+// as the next product's operand. What must live across key tiles does so where its layout is known: the
+// forward's output accumulator in each thread's registers (rescaled by the online softmax's alpha, a
+// per-row factor a fragment cannot be given), the backward's dQ, dK and dV in fragments (plain sums).
+// 256 threads = 8 warps; each product's 16 x 16 output tiles are dealt to the warps in turn.
+// Tiles: 64 query rows by 64 keys in every kernel (the dK/dV kernel: 64 keys by 64 query rows).
+namespace tc {
+
+using Bf16 = __nv_bfloat16;
+using FragA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, Bf16, nvcuda::wmma::row_major>;
+using FragB = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, Bf16, nvcuda::wmma::row_major>;
+using FragBt = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, Bf16, nvcuda::wmma::col_major>;
+using FragC = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+
+constexpr int kWarps = kBlock / 32;
+constexpr int kRows = 64;  // query rows (keys in the dK/dV kernel) per block
+constexpr int kCols = 64;  // keys (query rows in the dK/dV kernel) per tile
+constexpr int kLds = kCols + 4;  // row stride of the float score tiles (WMMA: a multiple of 4 floats)
+constexpr int kLdp = kCols + 8;  // of the bfloat16 weight tiles (a multiple of 8 bfloat16)
+constexpr int kParts = kBlock / kRows;  // threads per row in the forward's softmax and in D
+constexpr size_t kAlign = 128;          // every array's start (WMMA needs 32 bytes)
+
+constexpr size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// Loops over a warp's fragments unrolled, so that each fragment is a register, not local memory
+// (nvcc; the emulator's g++ has no such pragma and needs none).
+#if defined(__CUDACC__)
+#define EMBER_UNROLL _Pragma("unroll")
+#else
+#define EMBER_UNROLL
+#endif
+
+template <int DMAX>
+struct Strides {
+  static constexpr int H = DMAX + 8;  // the bfloat16 [rows][DMAX] operand tiles
+  static constexpr int O = DMAX + 4;  // the float [rows][DMAX] output tiles
+};
+
+// The dynamic shared memory, its start rounded up to kAlign (each kernel asks for kAlign more bytes).
+__device__ __forceinline__ unsigned char* aligned_shared(void* base) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(base);
+  return reinterpret_cast<unsigned char*>((p + kAlign - 1) / kAlign * kAlign);
+}
+
+// Byte offsets of each kernel's arrays (each starts kAlign-aligned), and the bytes to ask for.
+template <int DMAX>
+struct ForwardLayout {
+  static constexpr size_t q = 0;                                               // Qh [kRows][H] bf16
+  static constexpr size_t k = q + aligned(2 * kRows * Strides<DMAX>::H);       // Kh [kCols][H] bf16
+  static constexpr size_t v = k + aligned(2 * kCols * Strides<DMAX>::H);       // Vh [kCols][H] bf16
+  static constexpr size_t s = v + aligned(2 * kCols * Strides<DMAX>::H);       // Ss [kRows][kLds] float
+  static constexpr size_t p = s + aligned(4 * kRows * kLds);                   // Ph [kRows][kLdp] bf16
+  static constexpr size_t pv = p + aligned(2 * kRows * kLdp);                  // PVs [kRows][O] float
+  static constexpr size_t stats = pv + aligned(4 * kRows * Strides<DMAX>::O);  // m, l, alpha, max/sum parts
+  static constexpr size_t flags = stats + aligned(4 * kRows * (3 + 2 * kParts));  // kflag [kCols] int
+  static constexpr size_t bytes = flags + aligned(4 * kCols) + kAlign;
+};
+template <int DMAX>
+struct BackwardLayout {  // both backward kernels: two bf16 [rows] tiles, two bf16 [cols] tiles, ...
+  static constexpr size_t a = 0;                                                // Qh (dQ) or Kh (dK/dV)
+  static constexpr size_t b = a + aligned(2 * kRows * Strides<DMAX>::H);       // dOh or Vh
+  static constexpr size_t c = b + aligned(2 * kRows * Strides<DMAX>::H);       // Kh or Qh
+  static constexpr size_t d = c + aligned(2 * kCols * Strides<DMAX>::H);       // Vh or dOh
+  static constexpr size_t s = d + aligned(2 * kCols * Strides<DMAX>::H);       // Ss [kRows][kLds] float
+  static constexpr size_t dp = s + aligned(4 * kRows * kLds);                  // dPs, likewise
+  static constexpr size_t p = dp + aligned(4 * kRows * kLds);                  // Ph [kRows][kLdp] bf16
+  static constexpr size_t ds = p + aligned(2 * kRows * kLdp);                  // dSh, likewise
+  static constexpr size_t stats = ds + aligned(2 * kRows * kLdp);              // lse, D, D's parts
+  static constexpr size_t flags = stats + aligned(4 * kRows * (2 + kParts));   // kflag [kRows or kCols] int
+  static constexpr size_t bytes = flags + aligned(4 * kRows) + kAlign;
+  // The float [kRows][O] tile the results leave through, over Ss and dPs once the loop is done.
+  static_assert(2 * aligned(4 * kRows * kLds) >= 4 * kRows * Strides<DMAX>::O, "the output tile fits Ss and dPs");
+};
+
+// dst[r][c] (row stride H) = element (first + r, c) of a [T, Dh] block of `src` (rows `stride` apart),
+// rounded to bfloat16 (exact for a bfloat16 source), for r < ROWS; zero past row T - 1 and column Dh - 1.
+template <int DMAX, int ROWS, typename S>
+__device__ __forceinline__ void load_rows_bf16(Bf16* dst, const S* src, int64_t stride, int64_t first, const Dims& d) {
+  for (int idx = threadIdx.x; idx < ROWS * DMAX; idx += kBlock) {
+    const int r = idx / DMAX, c = idx % DMAX;
+    const int64_t row = first + r;
+    dst[r * Strides<DMAX>::H + c] = __float2bfloat16_rn((row < d.T && c < d.Dh) ? float(src[row * stride + c]) : 0.0f);
+  }
+}
+
+// C [M][N] (float, row stride ldc) = A B^T for bfloat16 row-major A [M][K] and B [N][K]: B read as a
+// column-major K x N operand. Each warp makes every kWarps-th 16 x 16 tile of C.
+template <int M, int N, int K>
+__device__ __forceinline__ void product_abt(float* C, int ldc, const Bf16* A, int lda, const Bf16* B, int ldb) {
+  constexpr int tiles_n = N / 16;
+  for (int t = threadIdx.x / 32; t < (M / 16) * tiles_n; t += kWarps) {
+    const int tm = t / tiles_n, tn = t % tiles_n;
+    FragC c;
+    nvcuda::wmma::fill_fragment(c, 0.0f);
+    EMBER_UNROLL
+    for (int k = 0; k < K; k += 16) {
+      FragA a;
+      FragBt b;
+      nvcuda::wmma::load_matrix_sync(a, A + tm * 16 * lda + k, lda);
+      nvcuda::wmma::load_matrix_sync(b, B + tn * 16 * ldb + k, ldb);
+      nvcuda::wmma::mma_sync(c, a, b, c);
+    }
+    nvcuda::wmma::store_matrix_sync(C + tm * 16 * ldc + tn * 16, c, ldc, nvcuda::wmma::mem_row_major);
+  }
+}
+
+// The warp's tiles of an [M][N] result, kept in fragments across calls: tile warp + kWarps i for i < PER.
+template <int M, int N>
+struct WarpTiles {
+  static constexpr int count = (M / 16) * (N / 16);
+  static constexpr int PER = (count + kWarps - 1) / kWarps;
+  FragC acc[PER];
+  __device__ __forceinline__ void zero() {
+    EMBER_UNROLL
+    for (int i = 0; i < PER; ++i)
+      if (threadIdx.x / 32 + kWarps * i < count) nvcuda::wmma::fill_fragment(acc[i], 0.0f);
+  }
+  // acc += A B for bfloat16 row-major A [M][K] and B [K][N].
+  template <int K>
+  __device__ __forceinline__ void add_product(const Bf16* A, int lda, const Bf16* B, int ldb) {
+    EMBER_UNROLL
+    for (int i = 0; i < PER; ++i) {
+      const int t = threadIdx.x / 32 + kWarps * i;
+      if (t >= count) continue;  // the same for every lane of the warp
+      const int tm = t / (N / 16), tn = t % (N / 16);
+      EMBER_UNROLL
+      for (int k = 0; k < K; k += 16) {
+        FragA a;
+        FragB b;
+        nvcuda::wmma::load_matrix_sync(a, A + tm * 16 * lda + k, lda);
+        nvcuda::wmma::load_matrix_sync(b, B + k * ldb + tn * 16, ldb);
+        nvcuda::wmma::mma_sync(acc[i], a, b, acc[i]);
+      }
+    }
+  }
+  __device__ __forceinline__ void store(float* C, int ldc) const {
+    EMBER_UNROLL
+    for (int i = 0; i < PER; ++i) {
+      const int t = threadIdx.x / 32 + kWarps * i;
+      if (t < count)
+        nvcuda::wmma::store_matrix_sync(C + (t / (N / 16)) * 16 * ldc + (t % (N / 16)) * 16, acc[i], ldc,
+                                        nvcuda::wmma::mem_row_major);
+    }
+  }
+};
+
+// Builds for a GPU without bfloat16 WMMA (compute capability below 8.0) compile the kernels empty; the
+// host never launches them there (tensor_cores_usable).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define EMBER_TC_KERNEL_BODY 0
+#else
+#define EMBER_TC_KERNEL_BODY 1
+#endif
+
+// ---- Forward. Block (b, h, query tile): blockIdx.x = (b * H + h) * n_query_tiles + qt, as flash_forward_kernel.
+template <int DMAX, typename S>
+__global__ void __launch_bounds__(kBlock) forward_kernel(const S* qkv, const bool* pad, Dims d, float scale, S* out,
+                                                         double* lse) {
+#if EMBER_TC_KERNEL_BODY
+  using L = ForwardLayout<DMAX>;
+  constexpr int H = Strides<DMAX>::H, LDO = Strides<DMAX>::O;
+  constexpr int RPT = kRows / kGrid, OPT = DMAX / kGrid, cols_per_part = kCols / kParts;
+  extern __shared__ double shared_mem[];
+  unsigned char* base = aligned_shared(shared_mem);
+  Bf16* Qh = reinterpret_cast<Bf16*>(base + L::q);
+  Bf16* Kh = reinterpret_cast<Bf16*>(base + L::k);
+  Bf16* Vh = reinterpret_cast<Bf16*>(base + L::v);
+  float* Ss = reinterpret_cast<float*>(base + L::s);
+  Bf16* Ph = reinterpret_cast<Bf16*>(base + L::p);
+  float* PVs = reinterpret_cast<float*>(base + L::pv);
+  float* m_s = reinterpret_cast<float*>(base + L::stats);
+  float* l_s = m_s + kRows;
+  float* alpha_s = l_s + kRows;
+  float* max_part = alpha_s + kRows;
+  float* sum_part = max_part + kRows * kParts;
+  int* kflag = reinterpret_cast<int*>(base + L::flags);
+
+  const int tid = threadIdx.x, ty = tid / kGrid, tx = tid % kGrid;
+  const int row = tid / kParts, part = tid % kParts;
+  const int64_t n_qt = (d.T + kRows - 1) / kRows;
+  const int64_t qt = blockIdx.x % n_qt, bh = blockIdx.x / n_qt, h = bh % d.H, b = bh / d.H;
+  const int64_t q0 = qt * kRows, row_stride = 3 * d.D;
+  const S* q = qkv + b * d.T * row_stride + h * d.Dh;
+  const bool* pad_row = pad != nullptr ? pad + b * d.T : nullptr;
+
+  load_rows_bf16<DMAX, kRows>(Qh, q, row_stride, q0, d);
+  if (tid < kRows) {
+    const attn::SoftmaxState<float> st = attn::softmax_start<float>();
+    m_s[tid] = st.m;
+    l_s[tid] = st.l;
+  }
+  float acc[RPT][OPT];
+  for (int r = 0; r < RPT; ++r)
+    for (int o = 0; o < OPT; ++o) acc[r][o] = 0.0f;
+
+  const int64_t kt_end = key_tiles_for(d, q0, kRows, kCols);
+  for (int64_t kt = 0; kt < kt_end; ++kt) {
+    const int64_t k0 = kt * kCols;
+    if (!any_key_live<kCols>(pad_row, k0, d.T) || !tile_in_band(d, q0, kRows, k0, kCols)) continue;
+    __syncthreads();  // the previous tile's Kh, Vh, Ph, PVs and kflag are no longer read (and Qh is loaded)
+    load_rows_bf16<DMAX, kCols>(Kh, q + d.D, row_stride, k0, d);
+    load_rows_bf16<DMAX, kCols>(Vh, q + 2 * d.D, row_stride, k0, d);
+    load_key_flags<kCols>(kflag, pad_row, k0, d.T);
+    __syncthreads();
+
+    // 1. Scores on the tensor cores, then scaled and masked in shared memory.
+    product_abt<kRows, kCols, DMAX>(Ss, kLds, Qh, H, Kh, H);
+    __syncthreads();
+    for (int idx = tid; idx < kRows * kCols; idx += kBlock) {
+      const int i = idx / kCols, j = idx % kCols;
+      float& s = Ss[i * kLds + j];
+      s = masked_at(d, kflag[j] != 0, q0 + i, k0 + j) ? attn::neg_inf<float>() : scale * s;
+    }
+    __syncthreads();
+
+    // 2. Online softmax, as flash_forward_kernel's; the weights go to Ph in bfloat16.
+    const float* srow = Ss + row * kLds + part * cols_per_part;
+    float tile_max = attn::neg_inf<float>();
+    for (int c = 0; c < cols_per_part; ++c) tile_max = srow[c] > tile_max ? srow[c] : tile_max;
+    max_part[row * kParts + part] = tile_max;
+    __syncthreads();
+    tile_max = max_part[row * kParts];
+    for (int p = 1; p < kParts; ++p) tile_max = max_part[row * kParts + p] > tile_max ? max_part[row * kParts + p] : tile_max;
+    attn::SoftmaxState<float> st{m_s[row], l_s[row]};
+    const float alpha = attn::softmax_rescale(st, tile_max);
+    float sum = 0.0f;
+    Bf16* prow = Ph + row * kLdp + part * cols_per_part;
+    for (int c = 0; c < cols_per_part; ++c) {
+      const float w = attn::softmax_weight(st, srow[c]);
+      prow[c] = __float2bfloat16_rn(w);  // P V's operand; the sum is of the float32 weights
+      sum += w;
+    }
+    sum_part[row * kParts + part] = sum;
+    __syncthreads();
+    if (part == 0) {
+      float total = sum_part[row * kParts];
+      for (int p = 1; p < kParts; ++p) total += sum_part[row * kParts + p];
+      attn::softmax_add(st, total);
+      m_s[row] = st.m;
+      l_s[row] = st.l;
+      alpha_s[row] = alpha;
+    }
+    // 3. P V on the tensor cores (Ph was written before the barrier above), then O = alpha O + P V.
+    {
+      WarpTiles<kRows, DMAX> pv;
+      pv.zero();
+      pv.template add_product<kCols>(Ph, kLdp, Vh, H);
+      pv.store(PVs, LDO);
+    }
+    __syncthreads();
+    for (int r = 0; r < RPT; ++r) {
+      const int i = ty + kGrid * r;
+      const float a = alpha_s[i];
+      for (int o = 0; o < OPT; ++o) acc[r][o] = a * acc[r][o] + PVs[i * LDO + tx + kGrid * o];
+    }
+  }
+  __syncthreads();  // m_s, l_s final (also when every tile was skipped)
+
+  for (int r = 0; r < RPT; ++r) {
+    const int i = ty + kGrid * r;
+    if (q0 + i >= d.T) continue;
+    const float norm = attn::softmax_norm(attn::SoftmaxState<float>{m_s[i], l_s[i]});
+    S* o_row = out + (b * d.T + q0 + i) * d.D + h * d.Dh;
+    for (int o = 0; o < OPT; ++o)
+      if (tx + kGrid * o < d.Dh) o_row[tx + kGrid * o] = S(acc[r][o] * norm);
+  }
+  if (tid < kRows && q0 + tid < d.T)
+    lse[bh * d.T + q0 + tid] = double(attn::softmax_lse(attn::SoftmaxState<float>{m_s[tid], l_s[tid]}));
+#endif
+}
+
+// ---- Backward, kernel 1 of 2: dQ and delta (D_i), as flash_backward_dq_kernel. Block (b, h, query tile).
+// (DMAX 64 is held to 128 registers, 2 blocks per SM: left free, ptxas picked 80 and spilled.)
+template <int DMAX, typename S>
+__global__ void __launch_bounds__(kBlock, DMAX == 64 ? 2 : 1) backward_dq_kernel(const S* qkv, const bool* pad, Dims d, float scale,
+                                                             const S* out, const S* dout, const double* lse,
+                                                             double* delta, S* dqkv) {
+#if EMBER_TC_KERNEL_BODY
+  using L = BackwardLayout<DMAX>;
+  constexpr int H = Strides<DMAX>::H, LDO = Strides<DMAX>::O;
+  extern __shared__ double shared_mem[];
+  unsigned char* base = aligned_shared(shared_mem);
+  Bf16* Qh = reinterpret_cast<Bf16*>(base + L::a);
+  Bf16* dOh = reinterpret_cast<Bf16*>(base + L::b);
+  Bf16* Kh = reinterpret_cast<Bf16*>(base + L::c);
+  Bf16* Vh = reinterpret_cast<Bf16*>(base + L::d);
+  float* Ss = reinterpret_cast<float*>(base + L::s);
+  float* dPs = reinterpret_cast<float*>(base + L::dp);
+  Bf16* dSh = reinterpret_cast<Bf16*>(base + L::ds);
+  float* lse_s = reinterpret_cast<float*>(base + L::stats);
+  float* d_s = lse_s + kRows;
+  float* d_part = d_s + kRows;
+  int* kflag = reinterpret_cast<int*>(base + L::flags);
+  float* dQs = Ss;  // [kRows][LDO], once the loop is done
+
+  const int tid = threadIdx.x;
+  const int64_t n_qt = (d.T + kRows - 1) / kRows;
+  const int64_t qt = blockIdx.x % n_qt, bh = blockIdx.x / n_qt, h = bh % d.H, b = bh / d.H;
+  const int64_t q0 = qt * kRows, row_stride = 3 * d.D;
+  const S* q = qkv + b * d.T * row_stride + h * d.Dh;
+  const S* o_head = out + b * d.T * d.D + h * d.Dh;
+  const S* do_head = dout + b * d.T * d.D + h * d.Dh;
+  const bool* pad_row = pad != nullptr ? pad + b * d.T : nullptr;
+
+  load_rows_bf16<DMAX, kRows>(Qh, q, row_stride, q0, d);
+  load_rows_bf16<DMAX, kRows>(dOh, do_head, d.D, q0, d);
+  // D_i = dO_i . O_i from the unrounded dO, in flash_backward_dq_kernel's order (the same bits).
+  {
+    const int row = tid / kParts, part = tid % kParts;
+    const int64_t i = q0 + row;
+    float partial = 0.0f;
+    if (i < d.T)
+      for (int64_t c = part; c < d.Dh; c += kParts) partial += float(do_head[i * d.D + c]) * float(o_head[i * d.D + c]);
+    d_part[row * kParts + part] = partial;
+    __syncthreads();
+    if (part == 0) {
+      float total = d_part[row * kParts];
+      for (int p = 1; p < kParts; ++p) total += d_part[row * kParts + p];
+      d_s[row] = total;
+      lse_s[row] = i < d.T ? float(lse[bh * d.T + i]) : 0.0f;
+      if (i < d.T) delta[bh * d.T + i] = double(total);
+    }
+  }
+  WarpTiles<kRows, DMAX> dq;
+  dq.zero();
+
+  const int64_t kt_end = key_tiles_for(d, q0, kRows, kCols);
+  for (int64_t kt = 0; kt < kt_end; ++kt) {
+    const int64_t k0 = kt * kCols;
+    if (!any_key_live<kCols>(pad_row, k0, d.T) || !tile_in_band(d, q0, kRows, k0, kCols)) continue;
+    __syncthreads();  // the previous tile is no longer read; d_s and lse_s written
+    load_rows_bf16<DMAX, kCols>(Kh, q + d.D, row_stride, k0, d);
+    load_rows_bf16<DMAX, kCols>(Vh, q + 2 * d.D, row_stride, k0, d);
+    load_key_flags<kCols>(kflag, pad_row, k0, d.T);
+    __syncthreads();
+    product_abt<kRows, kCols, DMAX>(Ss, kLds, Qh, H, Kh, H);    // the forward's scores
+    product_abt<kRows, kCols, DMAX>(dPs, kLds, dOh, H, Vh, H);  // dP = dO V^T
+    __syncthreads();
+    for (int idx = tid; idx < kRows * kCols; idx += kBlock) {
+      const int i = idx / kCols, j = idx % kCols;
+      const bool masked = q0 + i >= d.T || masked_at(d, kflag[j] != 0, q0 + i, k0 + j);
+      const float p = attn::softmax_prob(masked, scale * Ss[i * kLds + j], lse_s[i]);
+      dSh[i * kLdp + j] = __float2bfloat16_rn(attn::softmax_grad_score(p, dPs[i * kLds + j], d_s[i]));
+    }
+    __syncthreads();
+    dq.template add_product<kCols>(dSh, kLdp, Kh, H);  // dQ += dS K
+  }
+  __syncthreads();  // Ss and dPs no longer read: dQs goes over them
+  dq.store(dQs, LDO);
+  __syncthreads();
+  for (int idx = tid; idx < kRows * DMAX; idx += kBlock) {
+    const int r = idx / DMAX, c = idx % DMAX;
+    const int64_t i = q0 + r;
+    if (i < d.T && c < d.Dh) dqkv[(b * d.T + i) * row_stride + h * d.Dh + c] = S(scale * dQs[r * LDO + c]);
+  }
+#endif
+}
+
+// ---- Backward, kernel 2 of 2: dK and dV, as flash_backward_dkv_kernel. Block (b, h, key tile); the
+// rows of its tiles are keys, the columns query rows.
+template <int DMAX, typename S>
+__global__ void __launch_bounds__(kBlock) backward_dkv_kernel(const S* qkv, const bool* pad, Dims d, float scale,
+                                                              const S* dout, const double* lse, const double* delta,
+                                                              S* dqkv) {
+#if EMBER_TC_KERNEL_BODY
+  using L = BackwardLayout<DMAX>;
+  constexpr int H = Strides<DMAX>::H, LDO = Strides<DMAX>::O;
+  extern __shared__ double shared_mem[];
+  unsigned char* base = aligned_shared(shared_mem);
+  Bf16* Kh = reinterpret_cast<Bf16*>(base + L::a);
+  Bf16* Vh = reinterpret_cast<Bf16*>(base + L::b);
+  Bf16* Qh = reinterpret_cast<Bf16*>(base + L::c);
+  Bf16* dOh = reinterpret_cast<Bf16*>(base + L::d);
+  float* Ss = reinterpret_cast<float*>(base + L::s);    // S^T [keys][queries]
+  float* dPs = reinterpret_cast<float*>(base + L::dp);  // dP^T
+  Bf16* Ph = reinterpret_cast<Bf16*>(base + L::p);      // P^T
+  Bf16* dSh = reinterpret_cast<Bf16*>(base + L::ds);    // dS^T
+  float* lse_s = reinterpret_cast<float*>(base + L::stats);
+  float* d_s = lse_s + kCols;
+  int* kflag = reinterpret_cast<int*>(base + L::flags);
+  float* outs = Ss;  // [kRows][LDO]: dK, then dV, once the loop is done
+
+  const int tid = threadIdx.x;
+  const int64_t n_kt = (d.T + kRows - 1) / kRows;
+  const int64_t kt = blockIdx.x % n_kt, bh = blockIdx.x / n_kt, h = bh % d.H, b = bh / d.H;
+  const int64_t k0 = kt * kRows, row_stride = 3 * d.D;
+  const S* q = qkv + b * d.T * row_stride + h * d.Dh;
+  const S* do_head = dout + b * d.T * d.D + h * d.Dh;
+  const bool* pad_row = pad != nullptr ? pad + b * d.T : nullptr;
+
+  load_rows_bf16<DMAX, kRows>(Kh, q + d.D, row_stride, k0, d);
+  load_rows_bf16<DMAX, kRows>(Vh, q + 2 * d.D, row_stride, k0, d);
+  load_key_flags<kRows>(kflag, pad_row, k0, d.T);
+  WarpTiles<kRows, DMAX> dk, dv;
+  dk.zero();
+  dv.zero();
+
+  const int64_t n_qt = any_key_live<kRows>(pad_row, k0, d.T) ? (d.T + kCols - 1) / kCols : 0;
+  const int64_t qt_begin = d.causal ? k0 / kCols : 0;
+  for (int64_t qt = qt_begin; qt < n_qt; ++qt) {
+    const int64_t i0 = qt * kCols;
+    if (!tile_in_band(d, i0, kCols, k0, kRows)) continue;
+    __syncthreads();  // the previous tile is no longer read (and Kh, Vh, kflag are loaded)
+    load_rows_bf16<DMAX, kCols>(Qh, q, row_stride, i0, d);
+    load_rows_bf16<DMAX, kCols>(dOh, do_head, d.D, i0, d);
+    if (tid < kCols) {
+      const int64_t i = i0 + tid;
+      lse_s[tid] = i < d.T ? float(lse[bh * d.T + i]) : 0.0f;
+      d_s[tid] = i < d.T ? float(delta[bh * d.T + i]) : 0.0f;
+    }
+    __syncthreads();
+    product_abt<kRows, kCols, DMAX>(Ss, kLds, Kh, H, Qh, H);    // S^T = K Q^T
+    product_abt<kRows, kCols, DMAX>(dPs, kLds, Vh, H, dOh, H);  // dP^T = V dO^T
+    __syncthreads();
+    for (int idx = tid; idx < kRows * kCols; idx += kBlock) {
+      const int j = idx / kCols, i = idx % kCols;
+      const bool masked = i0 + i >= d.T || masked_at(d, kflag[j] != 0, i0 + i, k0 + j);
+      const float p = attn::softmax_prob(masked, scale * Ss[j * kLds + i], lse_s[i]);
+      Ph[j * kLdp + i] = __float2bfloat16_rn(p);
+      dSh[j * kLdp + i] = __float2bfloat16_rn(attn::softmax_grad_score(p, dPs[j * kLds + i], d_s[i]));
+    }
+    __syncthreads();
+    dv.template add_product<kCols>(Ph, kLdp, dOh, H);  // dV += P^T dO
+    dk.template add_product<kCols>(dSh, kLdp, Qh, H);  // dK += dS^T Q
+  }
+  // dK, then dV, each through the float tile over Ss and dPs.
+  auto write = [&](const WarpTiles<kRows, DMAX>& tiles, int64_t column, float factor) {
+    __syncthreads();  // Ss and dPs (or the previous output) no longer read
+    tiles.store(outs, LDO);
+    __syncthreads();
+    for (int idx = tid; idx < kRows * DMAX; idx += kBlock) {
+      const int r = idx / DMAX, c = idx % DMAX;
+      const int64_t j = k0 + r;
+      if (j < d.T && c < d.Dh) dqkv[(b * d.T + j) * row_stride + column + h * d.Dh + c] = S(factor * outs[r * LDO + c]);
+    }
+  };
+  write(dk, d.D, scale);
+  write(dv, 2 * d.D, 1.0f);
+#endif
+}
+
+#undef EMBER_TC_KERNEL_BODY
+#undef EMBER_UNROLL
+
+}  // namespace tc
+
 // ---- Host side.
 
 // Calls fn(std::integral_constant<int, DMAX>{}) with the smallest DMAX of 16, 32, 64, 128 that holds Dh.
@@ -661,6 +1118,54 @@ void backward_typed(int device, const S* qkv, const bool* pad, const Dims& d, co
   });
 }
 
+// The tensor-core kernels (tc:: above) for a bfloat16 attention: S the tensors' type, float32 or bfloat16.
+template <typename S>
+void forward_tensor_cores(int device, const S* qkv, const bool* pad, const Dims& d, S* out, double* lse) {
+  cudaStream_t stream = use_device(device);
+  const float scale = 1.0f / std::sqrt(float(d.Dh));
+  with_head_dim(d.Dh, [&](auto dmax) {
+    constexpr int DMAX = decltype(dmax)::value;
+    const int64_t blocks = d.B * d.H * ((d.T + tc::kRows - 1) / tc::kRows);
+    check_blocks(blocks);
+    const size_t shared = tc::ForwardLayout<DMAX>::bytes;
+    reserve_shared(tc::forward_kernel<DMAX, S>, shared, device, "tc::forward_kernel");
+    tc::forward_kernel<DMAX, S><<<unsigned(blocks), kBlock, shared, stream>>>(qkv, pad, d, scale, out, lse);
+    EMBER_CUDA_LAUNCHED("tc::forward_kernel");
+  });
+}
+
+template <typename S>
+void backward_tensor_cores(int device, const S* qkv, const bool* pad, const Dims& d, const S* out, const S* dout,
+                           const double* lse, double* delta, S* dqkv) {
+  cudaStream_t stream = use_device(device);
+  const float scale = 1.0f / std::sqrt(float(d.Dh));
+  with_head_dim(d.Dh, [&](auto dmax) {
+    constexpr int DMAX = decltype(dmax)::value;
+    const int64_t blocks = d.B * d.H * ((d.T + tc::kRows - 1) / tc::kRows);  // query tiles, then key tiles
+    check_blocks(blocks);
+    const size_t shared = tc::BackwardLayout<DMAX>::bytes;
+    reserve_shared(tc::backward_dq_kernel<DMAX, S>, shared, device, "tc::backward_dq_kernel");
+    reserve_shared(tc::backward_dkv_kernel<DMAX, S>, shared, device, "tc::backward_dkv_kernel");
+    // Kernel 1 writes delta, which kernel 2 reads: the stream runs them in this order.
+    tc::backward_dq_kernel<DMAX, S>
+        <<<unsigned(blocks), kBlock, shared, stream>>>(qkv, pad, d, scale, out, dout, lse, delta, dqkv);
+    EMBER_CUDA_LAUNCHED("tc::backward_dq_kernel");
+    tc::backward_dkv_kernel<DMAX, S><<<unsigned(blocks), kBlock, shared, stream>>>(qkv, pad, d, scale, dout, lse, delta, dqkv);
+    EMBER_CUDA_LAUNCHED("tc::backward_dkv_kernel");
+  });
+}
+
+std::atomic<int> use_tensor_cores{-1};  // -1: not decided yet (read EMBER_ATTENTION_TENSOR_CORES on first use)
+
+// Whether this device runs the bfloat16 attention on the tensor-core kernels: asked for (the default) and
+// bfloat16 WMMA there (compute capability 8.0 or more).
+bool tensor_cores_usable(int device) {
+  if (!attention_tensor_cores()) return false;
+  int major = 0;
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 8;
+}
+
 std::atomic<int> use_fused{-1};  // -1: not decided yet (read EMBER_ATTENTION on first use)
 
 }  // namespace
@@ -680,6 +1185,18 @@ bool attention_fused() {
 }
 
 int64_t attention_max_head_dim() { return kMaxHeadDim; }
+
+void set_attention_tensor_cores(bool on) { use_tensor_cores = on ? 1 : 0; }
+
+bool attention_tensor_cores() {
+  int value = use_tensor_cores.load();
+  if (value < 0) {
+    const char* env = std::getenv("EMBER_ATTENTION_TENSOR_CORES");
+    value = env != nullptr && (std::strcmp(env, "off") == 0 || std::strcmp(env, "0") == 0) ? 0 : 1;
+    use_tensor_cores = value;
+  }
+  return value == 1;
+}
 
 void window_attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B,
                               int64_t T, int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, void* out,
@@ -728,6 +1245,14 @@ void attention_forward_bf16(int device, int dtype, const void* qkv, const bool* 
                             int64_t heads, int64_t D, bool causal, void* out, double* lse, float* probs) {
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, -1, 0, true);
+  if (probs == nullptr && tensor_cores_usable(device)) {  // the weights, when asked for, come from flash_probs_kernel
+    if (dtype == kBFloat16)
+      forward_tensor_cores(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d, static_cast<BFloat16*>(out),
+                           lse);
+    else
+      forward_tensor_cores(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<float*>(out), lse);
+    return;
+  }
   if (dtype == kBFloat16)
     forward_typed<float, BFloat16>(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d,
                                    static_cast<BFloat16*>(out), lse, probs);
@@ -741,6 +1266,16 @@ void attention_backward_bf16(int device, int dtype, const void* qkv, const bool*
                              const double* lse, double* delta, void* grad_qkv) {
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, -1, 0, true);
+  if (tensor_cores_usable(device)) {
+    if (dtype == kBFloat16)
+      backward_tensor_cores(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d,
+                            static_cast<const BFloat16*>(out), static_cast<const BFloat16*>(grad_out), lse, delta,
+                            static_cast<BFloat16*>(grad_qkv));
+    else
+      backward_tensor_cores(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
+                            static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
+    return;
+  }
   if (dtype == kBFloat16)
     backward_typed<float, BFloat16>(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d,
                                     static_cast<const BFloat16*>(out), static_cast<const BFloat16*>(grad_out), lse,

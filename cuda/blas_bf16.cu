@@ -3,7 +3,8 @@
 // into a compact row-major bfloat16 copy by one gather kernel, read through any strides; then one
 // cublasGemmStridedBatchedEx with CUDA_R_16BF inputs, a CUDA_R_32F C and CUBLAS_COMPUTE_32F (tensor cores
 // on a GPU). The row-major to column-major mapping is cuda/blas.cu's: C^T = B^T A^T, B first, M and N
-// swapped. gemm_bf16_typed also writes a bfloat16 C, from a float32 scratch of the sums.
+// swapped. gemm_bf16_typed also writes a bfloat16 C: cuBLAS writes it directly (CUDA_R_16BF C, each entry
+// the float32 sum rounded once), a bias folded in as beta = 1 on C filled with the bias rounded to bfloat16.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU.
 #include <cublas_v2.h>
 
@@ -42,9 +43,9 @@ __global__ void start_from_bias(float* out, const float* bias, int64_t cols, int
   EMBER_CUDA_LOOP(i, n) out[i] = bias[i % cols];
 }
 
-// out[r * ld + c] = in[r * cols + c] rounded to bfloat16, once.
-__global__ void round_rows_bf16(const float* in, int64_t cols, int64_t n, BFloat16* out, int64_t ld) {
-  EMBER_CUDA_LOOP(i, n) out[(i / cols) * ld + i % cols] = BFloat16(in[i]);
+// A bfloat16 [rows, cols] block (rows ld apart) set to the bias, rounded to bfloat16, on every row.
+__global__ void start_from_bias_bf16(BFloat16* out, int64_t ld, const float* bias, int64_t cols, int64_t n) {
+  EMBER_CUDA_LOOP(i, n) out[(i / cols) * ld + i % cols] = BFloat16(bias[i % cols]);
 }
 
 // A device buffer from the caching allocator for the length of one call (stream-ordered reuse).
@@ -110,44 +111,52 @@ void gemm_bf16_typed(int device, int64_t M, int64_t N, int64_t K, const void* A,
   cublasHandle_t handle = bf16_handle(device);
   EMBER_CUBLAS_CHECK(cublasSetStream(handle, stream));
   const int64_t a_n = M * K, b_n = K * N;
-  Scratch a16(device, size_t(a_n > 0 ? a_n : 1) * sizeof(BFloat16));
-  Scratch b16(device, size_t(b_n > 0 ? b_n : 1) * sizeof(BFloat16));
-  // Each operand [rows, cols] into a compact row-major bfloat16 copy of n = rows * cols entries.
-  auto compact = [&](const void* in, int dtype, int64_t rs, int64_t cs, int64_t rows, int64_t cols, int64_t n,
-                     void* out) {
-    if (n == 0) return;
+  // A bfloat16 operand that is already compact and row-major (a bf16 linear's activations, its gradients)
+  // is read in place; any other goes into a compact row-major bfloat16 copy of n = rows * cols entries.
+  auto in_place = [](int dtype, int64_t rs, int64_t cs, int64_t rows, int64_t cols) {
+    return dtype == kBFloat16 && (cs == 1 || cols <= 1) && (rs == cols || rows <= 1);
+  };
+  const bool a_in_place = in_place(a_dtype, a_rs, a_cs, M, K), b_in_place = in_place(b_dtype, b_rs, b_cs, K, N);
+  Scratch a16(device, a_in_place || a_n == 0 ? 1 : size_t(a_n) * sizeof(BFloat16));
+  Scratch b16(device, b_in_place || b_n == 0 ? 1 : size_t(b_n) * sizeof(BFloat16));
+  auto operand = [&](const void* in, int dtype, int64_t rs, int64_t cs, int64_t rows, int64_t cols, int64_t n,
+                     bool as_is, void* copy) -> const void* {
+    if (as_is) return in;
+    if (n == 0) return copy;
     if (dtype == kFloat32)
       to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), 0, rs, cs, rows, cols, n,
-                                                              static_cast<BFloat16*>(out));
+                                                              static_cast<BFloat16*>(copy));
     else
       to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const BFloat16*>(in), 0, rs, cs, rows, cols,
-                                                              n, static_cast<BFloat16*>(out));
+                                                              n, static_cast<BFloat16*>(copy));
     EMBER_CUDA_LAUNCHED("to_compact_bf16");
+    return copy;
   };
-  compact(A, a_dtype, a_rs, a_cs, M, K, a_n, a16.ptr);
-  compact(B, b_dtype, b_rs, b_cs, K, N, b_n, b16.ptr);
-  // The float32 sums: C itself (ldc apart), or a compact scratch that is then rounded into a bfloat16 C.
+  const void* a_bf = operand(A, a_dtype, a_rs, a_cs, M, K, a_n, a_in_place, a16.ptr);
+  const void* b_bf = operand(B, b_dtype, b_rs, b_cs, K, N, b_n, b_in_place, b16.ptr);
+  // The sums start from the bias (beta = 1 on C set to it): float32 as it is; a bfloat16 C holds it rounded
+  // to bfloat16, so y = round(sum + round(bias)), one more rounding than the CPU's round(sum + bias): at
+  // most u |bias| more (docs/precision.md). cuBLAS rounds each bfloat16 entry once from its float32 sum.
   const bool rounded = c_dtype == kBFloat16;
-  Scratch sums(device, rounded ? size_t(M * N) * sizeof(float) : 1);
-  float* c32 = rounded ? static_cast<float*>(sums.ptr) : static_cast<float*>(C);
-  const int64_t ld32 = rounded ? N : ldc;
   float beta = 0.0f;
-  if (bias != nullptr) {  // the sums start from the bias
-    if (ld32 != N) raise_message("gemm_bf16: a float32 C with a bias must be compact (ldc = N)");
-    start_from_bias<<<blocks_for(M * N), kThreads, 0, stream>>>(c32, bias, N, M * N);
-    EMBER_CUDA_LAUNCHED("start_from_bias");
+  if (bias != nullptr) {
+    if (rounded) {
+      start_from_bias_bf16<<<blocks_for(M * N), kThreads, 0, stream>>>(static_cast<BFloat16*>(C), ldc, bias, N, M * N);
+      EMBER_CUDA_LAUNCHED("start_from_bias_bf16");
+    } else {
+      if (ldc != N) raise_message("gemm_bf16: a float32 C with a bias must be compact (ldc = N)");
+      start_from_bias<<<blocks_for(M * N), kThreads, 0, stream>>>(static_cast<float*>(C), bias, N, M * N);
+      EMBER_CUDA_LAUNCHED("start_from_bias");
+    }
     beta = 1.0f;
   }
   // C^T (N x M) = B^T (N x K) A^T (K x M): the compact copies are row-major, so ld = K for A, N for B.
   const float alpha = 1.0f;
   // (A batch of one: the strided-batched call is the one cuda/cublas_loader.cpp already resolves.)
-  EMBER_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, b16.ptr,
-                                                CUDA_R_16BF, int(N), 0, a16.ptr, CUDA_R_16BF, int(K > 1 ? K : 1), 0, &beta,
-                                                c32, CUDA_R_32F, int(ld32), 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  if (rounded) {
-    round_rows_bf16<<<blocks_for(M * N), kThreads, 0, stream>>>(c32, N, M * N, static_cast<BFloat16*>(C), ldc);
-    EMBER_CUDA_LAUNCHED("round_rows_bf16");
-  }
+  EMBER_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, b_bf,
+                                                CUDA_R_16BF, int(N), 0, a_bf, CUDA_R_16BF, int(K > 1 ? K : 1), 0, &beta,
+                                                C, rounded ? CUDA_R_16BF : CUDA_R_32F, int(ldc), 0, 1,
+                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace ember::cuda

@@ -581,9 +581,11 @@ CUDA_TEST_CASE("mixed precision on the GPU: cublasGemmEx in bfloat16 equals the 
     return matmul(a, b);
   }();
   CHECK(!identical(mm_cpu, f32));  // the GPU's result is the bf16 one, not float32's
-  // linear in the scope: bfloat16 y on both devices (the float32 sums of the same bfloat16 products, from
-  // the bias, rounded once), so within one bfloat16 step of the CPU's; x float32 or bfloat16. From the same
-  // bfloat16 g, the gradients differ only in the order of their float32 sums.
+  // linear in the scope: bfloat16 y on both devices, the float32 sums of the same bfloat16 products, from
+  // the bias, rounded once; x float32 or bfloat16. The GPU's sums start from the bias rounded to bfloat16
+  // (cuBLAS writes the bfloat16 y itself, beta = 1 on y filled with the bias: no float32 scratch), so its y
+  // is within one bfloat16 step of the CPU's linear given that rounded bias. From the same bfloat16 g, the
+  // gradients differ only in the order of their float32 sums.
   auto within_one_step = [](const Tensor& got, const Tensor& want) {
     const Tensor a = got.to(Device::cpu()).contiguous(), b = want.contiguous();
     REQUIRE(a.dtype() == Dtype::BFloat16);
@@ -606,7 +608,7 @@ CUDA_TEST_CASE("mixed precision on the GPU: cublasGemmEx in bfloat16 equals the 
     Tensor xc = x_in.detach().requires_grad_(), wc = w.detach().requires_grad_(), bc = bias.detach().requires_grad_();
     Tensor yg = linear(xg, wg, bg), yc = linear(xc, wc, bc);
     REQUIRE(yg.device() == gpu);
-    within_one_step(yg, yc);
+    within_one_step(yg, linear(x_in, w, bias.to(Dtype::BFloat16).to(Dtype::Float32)));
     const Tensor g16 = uniform(yc.shape(), -1, 1, gen).to(Dtype::BFloat16), g = g16.to(Dtype::Float32);
     yg.backward(g16.to(gpu));
     yc.backward(g16);
@@ -637,21 +639,31 @@ CUDA_TEST_CASE("mixed precision on the GPU: cublasGemmEx in bfloat16 equals the 
   ember::testing::check_values(xn.grad().to(Device::cpu()), std::vector<double>(4 * 37, 0.0), 0);
 }
 
-CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloat16 stay within attention's bound") {
-  // The fused kernels round Q, K, V, dO and the weights P, dS as they stage them and keep the online
-  // softmax in float32: the same bound as the CPU's (which rounds the normalised P instead).
+namespace {
+
+// The fused kernels round Q, K, V, dO and the weights P, dS as they stage them and keep the online
+// softmax in float32: the same bound as the CPU's (which rounds the normalised P instead). Run with their
+// products on the tensor cores (WMMA: mma.h on the emulator) or on the CUDA cores.
+void check_fused_attention_bf16(bool tensor_cores, int64_t T, int64_t D, int64_t H, int64_t pad_from, bool causal) {
+  const int64_t B = 2;
+  INFO((tensor_cores ? "tensor cores" : "CUDA cores") << ", T " << T << ", heads " << H << " of " << D / H);
   Generator gen(18);
   const Device gpu = Device::cuda(0);
-  const int64_t B = 2, T = 37, D = 24, H = 3;
   Tensor qkv = uniform({B, T, 3 * D}, -1, 1, gen);
   Tensor mask = zeros({B, T}, Dtype::Bool);
-  for (int64_t t = 30; t < T; ++t) mask.data<bool>()[T + t] = true;
+  for (int64_t t = pad_from; t < T; ++t) mask.data<bool>()[T + t] = true;
   testing::AttentionKernels fused(true);
+  const bool tensor_cores_before = cuda::attention_tensor_cores();
+  cuda::set_attention_tensor_cores(tensor_cores);
+  struct Restore {
+    bool tensor_cores;
+    ~Restore() { cuda::set_attention_tensor_cores(tensor_cores); }
+  } restore{tensor_cores_before};
   Tensor g = uniform({B, T, D}, -1, 1, gen).to(gpu);
   auto run = [&](bool bf16, Tensor& grad) {
     MixedPrecisionGuard precision(bf16 ? Precision::BFloat16 : Precision::Float32);
     Tensor x = qkv.to(gpu).detach().requires_grad_();
-    Tensor out = attention(x, H, mask.to(gpu));
+    Tensor out = attention(x, H, mask.to(gpu), causal);
     out.backward(g);
     grad = x.grad();
     return out;
@@ -659,6 +671,18 @@ CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloa
   Tensor d32, d16;
   const Tensor o32 = run(false, d32), o16 = run(true, d16);
   CHECK(check_attention_bound(o16, o32, qkv, H) > 0);
+  // And against the CPU's float32 attention (the GPU's float32 fused kernels are checked against it in
+  // test_cuda_ops.cpp): the same bound.
+  Tensor cpu_grad;
+  const Tensor cpu32 = [&] {
+    Tensor x = qkv.detach().requires_grad_();
+    Tensor out = attention(x, H, mask, causal);
+    out.backward(g.to(Device::cpu()));
+    cpu_grad = x.grad();
+    return out;
+  }();
+  CHECK(check_attention_bound(o16, cpu32, qkv, H) > 0);
+  CHECK(relative_norm_error(d16, cpu_grad) <= 8 * u);
   const double relative = relative_norm_error(d16, d32);
   INFO("relative error of dqkv: " << relative);
   CHECK(relative > 0);
@@ -670,7 +694,7 @@ CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloa
   // float32 path kept it unrounded, so it matches that path's gradient rounded, up to that.
   const Tensor qkv16 = qkv.to(Dtype::BFloat16), g16 = g.to(Dtype::BFloat16);
   Tensor x16 = qkv16.to(gpu).detach().requires_grad_();
-  const Tensor out16 = attention(x16, H, mask.to(gpu));
+  const Tensor out16 = attention(x16, H, mask.to(gpu), causal);
   REQUIRE(out16.dtype() == Dtype::BFloat16);
   out16.backward(g16);
   REQUIRE(x16.grad().dtype() == Dtype::BFloat16);
@@ -679,7 +703,7 @@ CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloa
   {
     MixedPrecisionGuard bf16;
     Tensor x = qkv16.to(Dtype::Float32).to(gpu).detach().requires_grad_();
-    widened = attention(x, H, mask.to(gpu));
+    widened = attention(x, H, mask.to(gpu), causal);
     widened.backward(g16.to(Dtype::Float32));
     widened_grad = x.grad();
   }
@@ -690,4 +714,17 @@ CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloa
   const double grad_error = relative_norm_error(x16.grad().to(Dtype::Float32), widened_grad);
   INFO("relative difference of the bfloat16 gradient from the float32 path's: " << grad_error);
   CHECK(grad_error <= 2 * u);  // its own rounding (u) and D's from the rounded output
+}
+
+}  // namespace
+
+CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloat16 stay within attention's bound") {
+  // Both bfloat16 paths: the tensor cores (the default) and the CUDA cores (EMBER_ATTENTION_TENSOR_CORES=off).
+  // Three shapes: one tile with a padded row (T 37, head size 8); several 64-row tiles, causal, with the
+  // recipe's head size 32 and padding; two tiles of the largest head size, 128 (the most shared memory).
+  for (const bool tensor_cores : {true, false}) {
+    check_fused_attention_bf16(tensor_cores, 37, 24, 3, 30, false);
+    check_fused_attention_bf16(tensor_cores, 150, 64, 2, 97, true);
+    check_fused_attention_bf16(tensor_cores, 70, 256, 2, 41, false);
+  }
 }

@@ -67,15 +67,23 @@ bool reference_blas() {
   return on;
 }
 
-// The reference loop (see the top of the file).
-template <typename T, typename In>
+// A result of the sums' type T stored as C's type Out: a bfloat16 C rounded once, to nearest even.
+template <typename Out, typename T>
+Out store_as(T value) {
+  if constexpr (std::is_same_v<Out, __nv_bfloat16>) return __float2bfloat16_rn(value);
+  else return value;
+}
+
+// The reference loop (see the top of the file). Out: C's type (T, or bfloat16 with float sums: C read
+// exactly, alpha sum + beta C computed in float and rounded once).
+template <typename T, typename In, typename Out = T>
 void reference_gemm(cublasOperation_t transa, cublasOperation_t transb, long long m, long long n, long long k, T a,
                     const In* A, long long lda, long long strideA, const In* B, long long ldb, long long strideB, T b,
-                    T* C, long long ldc, long long strideC, long long batch, bool read_ab) {
+                    Out* C, long long ldc, long long strideC, long long batch, bool read_ab) {
   for (long long p = 0; p < batch; ++p) {
     const In* Ab = A + p * strideA;
     const In* Bb = B + p * strideB;
-    T* Cb = C + p * strideC;
+    Out* Cb = C + p * strideC;
     for (long long j = 0; j < n; ++j) {
       for (long long i = 0; i < m; ++i) {
         T sum = T(0);
@@ -86,8 +94,8 @@ void reference_gemm(cublasOperation_t transa, cublasOperation_t transb, long lon
             sum += x * y;
           }
         }
-        T& c = Cb[i + j * ldc];
-        c = b == T(0) ? a * sum : a * sum + b * c;  // beta == 0: C is not read
+        Out& c = Cb[i + j * ldc];
+        c = store_as<Out>(b == T(0) ? a * sum : a * sum + b * T(c));  // beta == 0: C is not read
       }
     }
   }
@@ -110,11 +118,12 @@ void cpu_gemm(cublasOperation_t transa, cublasOperation_t transb, long long m, l
                              strideC, ldc);
 }
 
-// T: C's type and the sums'; In: A's and B's (bfloat16 for the mixed-type GEMMs, read exactly).
-template <typename T, typename In = T>
+// T: the sums' type (and alpha's, beta's); In: A's and B's (bfloat16 for the mixed-type GEMMs, read
+// exactly); Out: C's (T, or bfloat16 for a mixed-type GEMM with a bfloat16 C).
+template <typename T, typename In = T, typename Out = T>
 cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                     int m, int n, int k, const T* alpha, const In* A, int lda, long long strideA, const In* B, int ldb,
-                    long long strideB, const T* beta, T* C, int ldc, long long strideC, int batch) {
+                    long long strideB, const T* beta, Out* C, int ldc, long long strideC, int batch) {
   const std::string call = name;
   if (handle == nullptr) return fail(CUBLAS_STATUS_NOT_INITIALIZED, call + ": no handle (cublasCreate)");
   ember_emu::count_launch(name, handle->stream);
@@ -150,7 +159,7 @@ cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t t
   const cudaError_t queued = ember_emu::enqueue(handle->stream, [=] {
     ember_emu::DeviceAccess access;
     // alpha == 0 or k == 0: A and B are not read (their NaNs must not reach C), as in cuBLAS.
-    if constexpr (std::is_same_v<T, In>) {
+    if constexpr (std::is_same_v<T, In> && std::is_same_v<T, Out>) {
       if (read_ab && !reference_blas()) {
         try {
           cpu_gemm<T>(transa, transb, m, n, k, a, A, lda, strideA, B, ldb, strideB, b, C, ldc, strideC, batch);
@@ -160,7 +169,7 @@ cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t t
         return cudaSuccess;
       }
     }
-    reference_gemm<T, In>(transa, transb, m, n, k, a, A, lda, strideA, B, ldb, strideB, b, C, ldc, strideC, batch,
+    reference_gemm<T, In, Out>(transa, transb, m, n, k, a, A, lda, strideA, B, ldb, strideB, b, C, ldc, strideC, batch,
                           read_ab);
     return cudaSuccess;
   });
@@ -231,19 +240,26 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
 
 namespace {
 
-// The mixed-type GEMMs: A and B both bfloat16 or both float32, C float32, computed in float32.
+// The mixed-type GEMMs: A and B both bfloat16 or both float32, C float32 (or bfloat16, with bfloat16 A and B),
+// computed in float32.
 cublasStatus_t gemm_ex(const char* name, cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                        int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype, int lda,
                        long long strideA, const void* B, cudaDataType Btype, int ldb, long long strideB,
                        const void* beta, void* C, cudaDataType Ctype, int ldc, long long strideC, int batch,
                        cublasComputeType_t compute) {
   const std::string call = name;
-  if (compute != CUBLAS_COMPUTE_32F || Ctype != CUDA_R_32F || Atype != Btype ||
-      (Atype != CUDA_R_16BF && Atype != CUDA_R_32F))
-    return fail(CUBLAS_STATUS_NOT_SUPPORTED, call + ": only A, B in CUDA_R_16BF or CUDA_R_32F, C in CUDA_R_32F and "
-                                                    "CUBLAS_COMPUTE_32F are emulated");
+  if (compute != CUBLAS_COMPUTE_32F || Atype != Btype || (Atype != CUDA_R_16BF && Atype != CUDA_R_32F) ||
+      (Ctype != CUDA_R_32F && !(Ctype == CUDA_R_16BF && Atype == CUDA_R_16BF)))
+    return fail(CUBLAS_STATUS_NOT_SUPPORTED, call + ": only A, B in CUDA_R_16BF or CUDA_R_32F, C in CUDA_R_32F (or "
+                                                    "CUDA_R_16BF with CUDA_R_16BF A, B) and CUBLAS_COMPUTE_32F are "
+                                                    "emulated");
   const float* a = static_cast<const float*>(alpha);
   const float* b = static_cast<const float*>(beta);
+  if (Ctype == CUDA_R_16BF)
+    return gemm<float, __nv_bfloat16, __nv_bfloat16>(name, handle, transa, transb, m, n, k, a,
+                                                     static_cast<const __nv_bfloat16*>(A), lda, strideA,
+                                                     static_cast<const __nv_bfloat16*>(B), ldb, strideB, b,
+                                                     static_cast<__nv_bfloat16*>(C), ldc, strideC, batch);
   float* c = static_cast<float*>(C);
   if (Atype == CUDA_R_16BF)
     return gemm<float, __nv_bfloat16>(name, handle, transa, transb, m, n, k, a, static_cast<const __nv_bfloat16*>(A),

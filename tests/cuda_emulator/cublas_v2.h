@@ -1,6 +1,6 @@
 // A stand-in for cuBLAS's <cublas_v2.h> in the CPU emulator: the handle, stream and math-mode
 // calls, status strings, the four GEMMs cuda/blas.cu calls and the two mixed-type ones of
-// cuda/blas_bf16.cu (cublasGemmEx, cublasGemmStridedBatchedEx: bfloat16 or float32 A and B, float32 C,
+// cuda/blas_bf16.cu (cublasGemmEx, cublasGemmStridedBatchedEx: bfloat16 or float32 A and B, float32 C (or bfloat16 with bfloat16 A, B),
 // CUBLAS_COMPUTE_32F only; the bfloat16 values are read exactly and summed in float32), computed
 // (cublas.cpp) by Ember's CPU GEMM for float32 and float64, by a plain reference loop for bfloat16,
 // with exactly cuBLAS's column-major conventions:

@@ -2,7 +2,9 @@
 // CUDA like cuda/*.cu and translated the same way (translate.py); built into ember_tests_emulated
 // only. The kernels here are wrong on purpose where a test says so.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -21,6 +23,42 @@
 namespace {
 
 constexpr int kBlock = 64;
+
+// WMMA (mma.h). Warp w makes rows 16 w .. 16 w + 15 of C [32][32] = A [32][48] B + C0, where B [48][32]
+// is given as its transpose Bt [32][48] (read as a column-major operand) and C0 column-major: every
+// layout the calls take. Fragments are loaded, multiplied and stored by all lanes of a warp together.
+__global__ void wmma_product_kernel(const __nv_bfloat16* A, const __nv_bfloat16* Bt, const float* C0, float* C) {
+  using namespace nvcuda;
+  const int tm = int(threadIdx.x) / warpSize;
+  for (int tn = 0; tn < 2; ++tn) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+    wmma::load_matrix_sync(c, C0 + tn * 16 * 32 + tm * 16, 32, wmma::mem_col_major);
+    for (int k = 0; k < 48; k += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+      wmma::load_matrix_sync(a, A + tm * 16 * 48 + k, 48);
+      wmma::load_matrix_sync(b, Bt + tn * 16 * 48 + k, 48);
+      wmma::mma_sync(c, a, b, c);
+    }
+    wmma::store_matrix_sync(C + tm * 16 * 32 + tn * 16, c, 32, wmma::mem_row_major);
+  }
+}
+
+// C [16][16] = A B with B row-major, by one warp, from a zero-filled accumulator; then lanes 16..31
+// alone fill another fragment (wrong: a WMMA call is the whole warp's).
+__global__ void wmma_row_major_kernel(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, bool diverge) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+  wmma::fill_fragment(c, 0.0f);
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
+  wmma::load_matrix_sync(a, A, 16);
+  wmma::load_matrix_sync(b, B, 16);
+  wmma::mma_sync(c, a, b, c);
+  wmma::store_matrix_sync(C, c, 16, wmma::mem_row_major);
+  if (diverge && threadIdx.x >= 16) wmma::fill_fragment(c, 1.0f);
+}
+
 
 // Each block: thread t writes t to shared memory, then thread 0 adds them up.
 __global__ void block_sum_kernel(int* out, bool with_barrier) {
@@ -383,6 +421,59 @@ TEST_CASE("emulator: a shuffle that lanes of its mask never reach, a mask withou
   shuffle_outside_mask_kernel<<<1, 32>>>(out);
   CHECK(last_error_text().find("lane 15 reads lane 16, which is not in the mask") != std::string::npos);
   cudaFree(out);
+}
+
+TEST_CASE("emulator: WMMA (mma.h) multiplies bfloat16 tiles like a plain product, in every layout, as a warp") {
+  // Entries that are multiples of 1/4 in [-2, 2] (exact in bfloat16) and C0 multiples of 1/16: every
+  // product and sum is exact in float, so the emulated tensor-core product equals the plain one exactly.
+  std::vector<__nv_bfloat16> a(32 * 48), bt(32 * 48), b16(16 * 16);
+  std::vector<float> c0(32 * 32);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = __float2bfloat16_rn(float(int(i * 7 % 17) - 8) / 4);
+    bt[i] = __float2bfloat16_rn(float(int(i * 5 % 13) - 6) / 4);
+  }
+  for (size_t i = 0; i < c0.size(); ++i) c0[i] = float(int(i * 3 % 11) - 5) / 16;
+  for (size_t i = 0; i < b16.size(); ++i) b16[i] = __float2bfloat16_rn(float(int(i % 9) - 4) / 4);
+  __nv_bfloat16 *da = nullptr, *dbt = nullptr, *db = nullptr;
+  float *dc0 = nullptr, *dc = nullptr;
+  REQUIRE(cudaMalloc(&da, a.size() * sizeof(__nv_bfloat16)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&dbt, bt.size() * sizeof(__nv_bfloat16)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&db, b16.size() * sizeof(__nv_bfloat16)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&dc0, c0.size() * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&dc, 32 * 32 * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(da, a.data(), a.size() * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dbt, bt.data(), bt.size() * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(db, b16.data(), b16.size() * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dc0, c0.data(), c0.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+
+  wmma_product_kernel<<<1, 64>>>(da, dbt, dc0, dc);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<float> c = to_host(dc, 32 * 32);
+  int64_t nonzero = 0;
+  for (int m = 0; m < 32; ++m)
+    for (int n = 0; n < 32; ++n) {
+      double want = c0[size_t(n * 32 + m)];  // C0 is column-major
+      for (int k = 0; k < 48; ++k) want += double(float(a[size_t(m * 48 + k)])) * double(float(bt[size_t(n * 48 + k)]));
+      INFO("C[" << m << "][" << n << "]");
+      CHECK(double(c[size_t(m * 32 + n)]) == want);
+      nonzero += want != 0 ? 1 : 0;
+    }
+  CHECK(nonzero > 900);  // the comparison is of real sums, not of zeros
+
+  wmma_row_major_kernel<<<1, 32>>>(da, db, dc, false);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<float> c16 = to_host(dc, 16 * 16);
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 16; ++n) {
+      double want = 0;
+      for (int k = 0; k < 16; ++k) want += double(float(a[size_t(m * 16 + k)])) * double(float(b16[size_t(k * 16 + n)]));
+      CHECK(double(c16[size_t(m * 16 + n)]) == want);
+    }
+  wmma_row_major_kernel<<<1, 32>>>(da, db, dc, true);
+  const std::string text = last_error_text();
+  CHECK(text.find("emulator_test.cu:") != std::string::npos);
+  CHECK(text.find("lane 0 of the mask ended without reaching it") != std::string::npos);
+  cudaFree(da), cudaFree(dbt), cudaFree(db), cudaFree(dc0), cudaFree(dc);
 }
 
 TEST_CASE("emulator: atomics add up every thread's update") {

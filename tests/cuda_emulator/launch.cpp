@@ -679,6 +679,8 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = int(kDefaultSharedLimit); return cudaSuccess;
     case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(kMaxSharedLimit); return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;  // an H100's 9.0 (mma.h's WMMA)
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
   }
   return set_error(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute " + std::to_string(int(attr)) +
                                               " not emulated");
