@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
-#include "helpers.h"
-#include "unary_cases.h"
+#include "tests/helpers.h"
+#include "tests/unary_cases.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -49,98 +49,104 @@ Tensor bools(std::initializer_list<double> values, const Shape& shape) { return 
 // composed of the rows' matmul, softmax and masked_fill; their errors name those.)
 std::vector<SavedCase> saved_tensor_cases(Device device) {
   std::vector<SavedCase> c;
+  auto expect = [&c](std::string op, std::vector<Tensor> inputs, std::function<Tensor(In)> f, std::vector<Read> reads,
+                     Read output = Read::No, std::vector<size_t> frozen = {}) {
+    c.push_back({std::move(op), std::move(inputs), std::move(f), std::move(reads), output, std::move(frozen)});
+  };
   const Read No = Read::No, Yes = Read::Yes;
   // ---- Element-wise math: what its derivative reads (core/unary_math.h), the input or the output.
   uint64_t seed = 100;
   for (const UnaryCase& u : every_unary_op())
-    c.push_back({u.name, {random64({2, 3}, ++seed, u.low, u.high)}, [op = u.op](In in) { return op(in[0]); },
-                 {u.reads == math::Reads::Input ? Yes : No}, u.reads == math::Reads::Output ? Yes : No});
+    expect(u.name, {random64({2, 3}, ++seed, u.low, u.high)}, [op = u.op](In in) { return op(in[0]); },
+           {u.reads == math::Reads::Input ? Yes : No}, u.reads == math::Reads::Output ? Yes : No);
 
   const Tensor a = random64({2, 3}, 1), row = random64({3}, 2, 0.5, 1.5);
   // ---- Arithmetic: a product and a quotient read their operands, a sum and a difference nothing.
-  c.push_back({"add", {a, row}, [](In in) { return in[0] + in[1]; }, {No, No}});
-  c.push_back({"sub", {a, row}, [](In in) { return in[0] - in[1]; }, {No, No}});
-  c.push_back({"mul", {a, row}, [](In in) { return in[0] * in[1]; }, {Yes, Yes}});
-  c.push_back({"div", {a, row}, [](In in) { return in[0] / in[1]; }, {Yes, Yes}});
+  expect("add", {a, row}, [](In in) { return in[0] + in[1]; }, {No, No});
+  expect("sub", {a, row}, [](In in) { return in[0] - in[1]; }, {No, No});
+  expect("mul", {a, row}, [](In in) { return in[0] * in[1]; }, {Yes, Yes});
+  expect("div", {a, row}, [](In in) { return in[0] / in[1]; }, {Yes, Yes});
 
   // ---- Linear algebra and normalisation
-  c.push_back({"matmul", {a, random64({3, 4}, 3)}, [](In in) { return matmul(in[0], in[1]); }, {Yes, Yes}});
-  c.push_back({"matmul", {a, random64({4, 3}, 4)},  // a transposed operand is read in place, a view of it saved
-               [](In in) { return matmul(in[0], in[1].transpose(0, 1)); }, {Yes, Yes}});
-  c.push_back({"linear", {a, random64({4, 3}, 5), random64({4}, 6)},
-               [](In in) { return linear(in[0], in[1], in[2]); }, {Yes, Yes, No}});
+  expect("matmul", {a, random64({3, 4}, 3)}, [](In in) { return matmul(in[0], in[1]); }, {Yes, Yes});
+  expect("matmul", {a, random64({4, 3}, 4)},  // a transposed operand is read in place, a view of it saved
+         [](In in) { return matmul(in[0], in[1].transpose(0, 1)); }, {Yes, Yes});
+  expect("linear", {a, random64({4, 3}, 5), random64({4}, 6)},
+         [](In in) { return linear(in[0], in[1], in[2]); }, {Yes, Yes, No});
   // An operand read only for another's gradient is not kept when that one is frozen: it may change.
-  c.push_back({"mul", {a, row}, [](In in) { return in[0] * in[1]; }, {No, Yes}, No, {1}});
-  c.push_back({"mul", {a, row}, [](In in) { return in[0] * in[1]; }, {Yes, No}, No, {0}});
-  c.push_back({"div", {a, row}, [](In in) { return in[0] / in[1]; }, {No, Yes}, No, {1}});
-  c.push_back({"div", {a, row}, [](In in) { return in[0] / in[1]; }, {Yes, Yes}, No, {0}});
-  c.push_back({"matmul", {a, random64({3, 4}, 3)}, [](In in) { return matmul(in[0], in[1]); }, {No, Yes}, No, {1}});
-  c.push_back({"matmul", {a, random64({3, 4}, 3)}, [](In in) { return matmul(in[0], in[1]); }, {Yes, No}, No, {0}});
-  c.push_back({"linear", {a, random64({4, 3}, 5), random64({4}, 6)},
-               [](In in) { return linear(in[0], in[1], in[2]); }, {No, Yes, No}, No, {1, 2}});
-  c.push_back({"linear", {a, random64({4, 3}, 5), random64({4}, 6)},  // a first layer: its input frozen
-               [](In in) { return linear(in[0], in[1], in[2]); }, {Yes, No, No}, No, {0}});
-  c.push_back({"layer_norm", {a, random64({3}, 7), random64({3}, 8)},
-               [](In in) { return layer_norm(in[0], in[1], in[2]); }, {Yes, Yes, No}});
-  c.push_back({"rms_norm", {a, random64({3}, 9)}, [](In in) { return rms_norm(in[0], in[1]); }, {Yes, Yes}});
-  c.push_back({"softmax", {a}, [](In in) { return softmax(in[0], 1); }, {No}, Yes});
-  c.push_back({"log_softmax", {a}, [](In in) { return log_softmax(in[0], 0); }, {No}, Yes});
+  expect("mul", {a, row}, [](In in) { return in[0] * in[1]; }, {No, Yes}, No, {1});
+  expect("mul", {a, row}, [](In in) { return in[0] * in[1]; }, {Yes, No}, No, {0});
+  expect("div", {a, row}, [](In in) { return in[0] / in[1]; }, {No, Yes}, No, {1});
+  expect("div", {a, row}, [](In in) { return in[0] / in[1]; }, {Yes, Yes}, No, {0});
+  expect("matmul", {a, random64({3, 4}, 3)}, [](In in) { return matmul(in[0], in[1]); }, {No, Yes}, No, {1});
+  expect("matmul", {a, random64({3, 4}, 3)}, [](In in) { return matmul(in[0], in[1]); }, {Yes, No}, No, {0});
+  expect("linear", {a, random64({4, 3}, 5), random64({4}, 6)},
+         [](In in) { return linear(in[0], in[1], in[2]); }, {No, Yes, No}, No, {1, 2});
+  expect("linear", {a, random64({4, 3}, 5), random64({4}, 6)},  // a first layer: its input frozen
+         [](In in) { return linear(in[0], in[1], in[2]); }, {Yes, No, No}, No, {0});
+  expect("layer_norm", {a, random64({3}, 7), random64({3}, 8)},
+         [](In in) { return layer_norm(in[0], in[1], in[2]); }, {Yes, Yes, No});
+  expect("rms_norm", {a, random64({3}, 9)}, [](In in) { return rms_norm(in[0], in[1]); }, {Yes, Yes});
+  expect("softmax", {a}, [](In in) { return softmax(in[0], 1); }, {No}, Yes);
+  expect("log_softmax", {a}, [](In in) { return log_softmax(in[0], 0); }, {No}, Yes);
   // The targets: on a GPU the op checks them on a host copy and uploads that (Read::OnCpu).
-  c.push_back({"cross_entropy", {random64({3, 4}, 10), ids({1, 0, 3}, {3})},
-               [](In in) { return cross_entropy(in[0], in[1]); }, {Yes, Read::OnCpu}});
-  c.push_back({"cross_entropy", {random64({3, 4}, 10), ids({1, -100, 3}, {3})},
-               [](In in) { return cross_entropy(in[0], in[1], -100); }, {Yes, Read::OnCpu}});
+  expect("cross_entropy", {random64({3, 4}, 10), ids({1, 0, 3}, {3})},
+         [](In in) { return cross_entropy(in[0], in[1]); }, {Yes, Read::OnCpu});
+  expect("cross_entropy", {random64({3, 4}, 10), ids({1, -100, 3}, {3})},
+         [](In in) { return cross_entropy(in[0], in[1], -100); }, {Yes, Read::OnCpu});
 
   // ---- Attention: qkv [B, T, 3 D] and the padding mask [B, T]; the CPU's backward reads the
   // probabilities it kept, a GPU's fused one the output (window attention's reads it on both).
   const Tensor qkv = random64({2, 3, 12}, 11), padding = bools({0, 0, 1, 0, 0, 0}, {2, 3});
-  c.push_back({"attention", {qkv, padding}, [](In in) { return attention(in[0], 2, in[1]); }, {Yes, Yes},
-               Read::OnGpu});
-  c.push_back({"attention", {qkv}, [](In in) { return attention(in[0], 2, Tensor(), /*causal=*/true); }, {Yes},
-               Read::OnGpu});
+  expect("attention", {qkv, padding}, [](In in) { return attention(in[0], 2, in[1]); }, {Yes, Yes},
+         Read::OnGpu);
+  expect("attention", {qkv}, [](In in) { return attention(in[0], 2, Tensor(), /*causal=*/true); }, {Yes},
+         Read::OnGpu);
   const Tensor qkv5 = random64({2, 5, 12}, 12), padding5 = bools({0, 0, 0, 0, 1, 0, 0, 0, 0, 0}, {2, 5});
-  c.push_back({"window_attention", {qkv5, padding5},
-               [](In in) { return window_attention(in[0], 2, /*window=*/1, /*global=*/1, in[1]); }, {Yes, Yes}, Yes});
+  expect("window_attention", {qkv5, padding5},
+         [](In in) { return window_attention(in[0], 2, /*window=*/1, /*global=*/1, in[1]); }, {Yes, Yes}, Yes);
 
   // ---- Indexing, masking, joining: they move values, their backwards read masks and shapes only.
-  c.push_back({"embedding", {random64({5, 3}, 13), ids({4, 0, 4, 2}, {2, 2})},
-               [](In in) { return embedding(in[0], in[1]); }, {No, No}});
-  c.push_back({"masked_fill", {a, bools({1, 0, 0}, {3})}, [](In in) { return masked_fill(in[0], in[1], -2.0); },
-               {No, Yes}});
-  c.push_back({"where", {bools({1, 0, 1, 0, 0, 1}, {2, 3}), a, row},
-               [](In in) { return where(in[0], in[1], in[2]); }, {Yes, No, No}});
-  c.push_back({"cat", {a, random64({1, 3}, 14)}, [](In in) { return cat({in[0], in[1]}, 0); }, {No, No}});
-  c.push_back({"stack", {a, random64({2, 3}, 15)}, [](In in) { return stack({in[0], in[1]}, 1); }, {No, No}});
+  expect("embedding", {random64({5, 3}, 13), ids({4, 0, 4, 2}, {2, 2})},
+         [](In in) { return embedding(in[0], in[1]); }, {No, No});
+  expect("masked_fill", {a, bools({1, 0, 0}, {3})}, [](In in) { return masked_fill(in[0], in[1], -2.0); },
+         {No, Yes});
+  expect("where", {bools({1, 0, 1, 0, 0, 1}, {2, 3}), a, row},
+         [](In in) { return where(in[0], in[1], in[2]); }, {Yes, No, No});
+  expect("cat", {a, random64({1, 3}, 14)}, [](In in) { return cat({in[0], in[1]}, 0); }, {No, No});
+  expect("stack", {a, random64({2, 3}, 15)}, [](In in) { return stack({in[0], in[1]}, 1); }, {No, No});
 
   // ---- Reductions: max reads its input and its result (the ties); the others nothing.
-  c.push_back({"sum", {a}, [](In in) { return sum(in[0], {1}); }, {No}});
-  c.push_back({"mean", {a}, [](In in) { return mean(in[0]); }, {No}});
-  c.push_back({"max", {a}, [](In in) { return max(in[0], {1}); }, {Yes}, Yes});
-  c.push_back({"max", {a}, [](In in) { return max(in[0]); }, {Yes}, Yes});
-  c.push_back({"var", {a}, [](In in) { return var(in[0], {0}); }, {No}});
-  c.push_back({"sum_to", {a}, [](In in) { return sum_to(in[0], {1, 3}); }, {No}});
+  expect("sum", {a}, [](In in) { return sum(in[0], {1}); }, {No});
+  expect("mean", {a}, [](In in) { return mean(in[0]); }, {No});
+  expect("max", {a}, [](In in) { return max(in[0], {1}); }, {Yes}, Yes);
+  expect("max", {a}, [](In in) { return max(in[0]); }, {Yes}, Yes);
+  expect("var", {a}, [](In in) { return var(in[0], {0}); }, {No});
+  expect("sum_to", {a}, [](In in) { return sum_to(in[0], {1, 3}); }, {No});
 
   // ---- Dropout: the mask comes again from (seed, offset), not from the input.
-  c.push_back({"dropout", {a}, [](In in) {
-                 Generator gen(7);
-                 return dropout(in[0], 0.5, /*training=*/true, gen);
-               }, {No}});
+  expect("dropout", {a},
+         [](In in) {
+           Generator gen(7);
+           return dropout(in[0], 0.5, /*training=*/true, gen);
+         },
+         {No});
 
   // ---- Views and conversions: only shapes.
-  c.push_back({"view", {a}, [](In in) { return in[0].view({3, 2}); }, {No}});
-  c.push_back({"reshape", {a}, [](In in) { return in[0].transpose(0, 1).reshape({6}); }, {No}});
-  c.push_back({"permute", {a}, [](In in) { return in[0].permute({1, 0}); }, {No}});
-  c.push_back({"narrow", {a}, [](In in) { return in[0].narrow(1, 1, 2); }, {No}});
-  c.push_back({"select", {a}, [](In in) { return in[0].select(0, 1); }, {No}});
-  c.push_back({"expand", {row}, [](In in) { return in[0].expand({2, 3}); }, {No}});
-  c.push_back({"squeeze", {a}, [](In in) { return in[0].unsqueeze(0).squeeze(0); }, {No}});
-  c.push_back({"clone", {a}, [](In in) { return in[0].clone(); }, {No}});
-  c.push_back({"contiguous", {a}, [](In in) { return in[0].transpose(0, 1).contiguous(); }, {No}});
-  c.push_back({"to", {a}, [](In in) { return in[0].to(Dtype::Float32); }, {No}});
+  expect("view", {a}, [](In in) { return in[0].view({3, 2}); }, {No});
+  expect("reshape", {a}, [](In in) { return in[0].transpose(0, 1).reshape({6}); }, {No});
+  expect("permute", {a}, [](In in) { return in[0].permute({1, 0}); }, {No});
+  expect("narrow", {a}, [](In in) { return in[0].narrow(1, 1, 2); }, {No});
+  expect("select", {a}, [](In in) { return in[0].select(0, 1); }, {No});
+  expect("expand", {row}, [](In in) { return in[0].expand({2, 3}); }, {No});
+  expect("squeeze", {a}, [](In in) { return in[0].unsqueeze(0).squeeze(0); }, {No});
+  expect("clone", {a}, [](In in) { return in[0].clone(); }, {No});
+  expect("contiguous", {a}, [](In in) { return in[0].transpose(0, 1).contiguous(); }, {No});
+  expect("to", {a}, [](In in) { return in[0].to(Dtype::Float32); }, {No});
 
   if (device.is_cuda()) {  // targets staged on the GPU (stage_ids): read there, so saved like the others
-    c.push_back({"cross_entropy", {random64({3, 4}, 16), ids({2, 0, 3}, {3})},
-                 [](In in) { return cross_entropy(in[0], DeviceIds{in[1], Tensor(), 4}); }, {Yes, Yes}});
+    expect("cross_entropy", {random64({3, 4}, 16), ids({2, 0, 3}, {3})},
+           [](In in) { return cross_entropy(in[0], DeviceIds{in[1], Tensor(), 4}); }, {Yes, Yes});
   }
   return c;
 }
