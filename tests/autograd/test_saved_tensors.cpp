@@ -3,12 +3,19 @@
 // and the backward is an ember::Error naming the op, never a gradient computed from the new values;
 // and what the backward does not read may change freely (no false alarm, the same gradient).
 // To add an op: add its row to saved_tensor_cases() (an element-wise op gets its row from
-// core/unary_math.h's lists, tests/unary_cases.h).
+// core/unary_math.h's lists, tests/unary_cases.h); an op that records a backward without a row fails
+// the last case here.
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "autograd/grad_mode.h"
 #include "tests/helpers.h"
 #include "tests/unary_cases.h"
@@ -140,9 +147,15 @@ std::vector<SavedCase> saved_tensor_cases(Device device) {
   expect("select", {a}, [](In in) { return in[0].select(0, 1); }, {No});
   expect("expand", {row}, [](In in) { return in[0].expand({2, 3}); }, {No});
   expect("squeeze", {a}, [](In in) { return in[0].unsqueeze(0).squeeze(0); }, {No});
+  expect("unsqueeze", {a}, [](In in) { return in[0].unsqueeze(1); }, {No});
   expect("clone", {a}, [](In in) { return in[0].clone(); }, {No});
   expect("contiguous", {a}, [](In in) { return in[0].transpose(0, 1).contiguous(); }, {No});
   expect("to", {a}, [](In in) { return in[0].to(Dtype::Float32); }, {No});
+
+  // ---- Activation checkpointing (autograd/checkpoint.h) keeps its inputs for the recompute, whatever fn reads.
+  expect("checkpoint", {a, row},
+         [](In in) { return checkpoint([](const std::vector<Tensor>& x) { return x[0] + x[1]; }, {in[0], in[1]}); },
+         {Yes, Yes});
 
   if (device.is_cuda()) {  // targets staged on the GPU (stage_ids): read there, so saved like the others
     expect("cross_entropy", {random64({3, 4}, 16), ids({2, 0, 3}, {3})},
@@ -203,4 +216,31 @@ DEVICE_TEST_CASE("autograd: every op's backward reads only what it saved: change
       }
     }
   }
+}
+
+TEST_CASE("autograd: the saved-tensor walk has a row for every op that records a backward") {
+  // Each record("<op>", ...) of core/ops/ and autograd/ names an op: one without a row in
+  // saved_tensor_cases() fails here. (The ops that record a name held in a variable are the
+  // element-wise ops, whose rows come from core/unary_math.h's lists, and softmax / log_softmax.)
+  std::set<std::string> rows;
+  for (const SavedCase& c : saved_tensor_cases(Device::cpu())) rows.insert(c.op);
+  const std::filesystem::path root = std::filesystem::path(EMBER_TEST_DATA).parent_path().parent_path();
+  const std::regex recorded(R"re(record\("(\w+)")re");
+  int found = 0;
+  for (const char* folder : {"core/ops", "autograd"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(root / folder)) {
+      if (entry.path().extension() != ".cpp") continue;
+      std::ifstream file(entry.path());
+      std::stringstream text;
+      text << file.rdbuf();
+      const std::string source = text.str();
+      for (std::sregex_iterator m(source.begin(), source.end(), recorded), end; m != end; ++m) {
+        const std::string op = (*m)[1];
+        INFO(entry.path().string() << " records " << op);
+        CHECK(rows.count(op) == 1);
+        ++found;
+      }
+    }
+  }
+  CHECK(found >= 30);  // the scan read the op files
 }
