@@ -1,10 +1,12 @@
 // Element-wise ops: values against known numbers, broadcasting, and float64 gradchecks
 // (including broadcast and non-contiguous inputs).
 #include <limits>
+#include <string>
 
 #include "core/allocator.h"
 #include "core/unary_math.h"
 #include "helpers.h"
+#include "unary_cases.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -80,25 +82,12 @@ TEST_CASE("elementwise: each unary op keeps for backward only what its derivativ
   // The graph of sum(op(2 x)) holds the intermediate a = 2 x if op's derivative reads its input, and
   // op(a) if it reads its output: 4 KiB each here (1024 floats), nothing else (the scaling by 2 reads
   // neither, sum keeps shapes). Before, every unary op kept both its input and its output.
-  struct Case {
-    const char* name;
-    std::function<Tensor(const Tensor&)> op;
-    int input, output;  // what the derivative reads
-  };
-  const std::vector<Case> cases = {
-      {"neg", [](const Tensor& a) { return neg(a); }, 0, 0},      {"exp", [](const Tensor& a) { return exp(a); }, 0, 1},
-      {"log", [](const Tensor& a) { return log(a); }, 1, 0},      {"sqrt", [](const Tensor& a) { return sqrt(a); }, 0, 1},
-      {"rsqrt", [](const Tensor& a) { return rsqrt(a); }, 0, 1},  {"tanh", [](const Tensor& a) { return tanh(a); }, 0, 1},
-      {"sigmoid", [](const Tensor& a) { return sigmoid(a); }, 0, 1}, {"relu", [](const Tensor& a) { return relu(a); }, 1, 0},
-      {"gelu", [](const Tensor& a) { return gelu(a); }, 1, 0},    {"softplus", [](const Tensor& a) { return softplus(a); }, 1, 0},
-      {"abs", [](const Tensor& a) { return abs(a); }, 1, 0},      {"pow", [](const Tensor& a) { return pow(a, 3.0); }, 1, 0},
-      {"add_scalar", [](const Tensor& a) { return a + 1.0; }, 0, 0}, {"mul_scalar", [](const Tensor& a) { return a * 3.0; }, 0, 0},
-  };
   Generator gen(3);
   Tensor x = uniform({1024}, 0.5, 2.0, gen).requires_grad_();
   const int64_t block = 1024 * 4;
-  for (const Case& c : cases) {
+  for (const UnaryCase& c : every_unary_op()) {
     INFO(std::string(c.name));
+    const int input = c.reads == math::Reads::Input, output = c.reads == math::Reads::Output;
     (void)sum(c.op(x * 2.0));  // once before measuring: lazily made buffers (a thread's scratch) are not the graph's
     // NOTE: with free blocks cached, a request may get a larger cached block, counted at its size.
     allocator_for(Device::cpu()).release_cached();
@@ -106,7 +95,7 @@ TEST_CASE("elementwise: each unary op keeps for backward only what its derivativ
     Tensor loss = sum(c.op(x * 2.0));
     const int64_t held = memory_stats().allocated - before;  // what the graph keeps, and the loss (a few bytes)
     INFO("the graph holds " << held << " bytes");
-    CHECK(held / block == c.input + c.output);
+    CHECK(held / block == input + output);
     CHECK(held % block < 256);
     x.zero_grad();
     loss.backward();  // and the gradient it gives is still the derivative
@@ -153,20 +142,15 @@ TEST_CASE("gradcheck: every unary op on transposed and broadcast inputs, and rea
   // What each op keeps for backward depends on what its derivative reads (core/unary_math.h), and an op
   // that reads neither is handed the gradient itself as a stand-in: here a stride-0 view (sum's backward).
   using Unary = std::function<Tensor(const Tensor&)>;
-  const std::vector<std::pair<const char*, Unary>> ops = {
-      {"neg", [](const Tensor& a) { return neg(a); }},       {"exp", [](const Tensor& a) { return exp(a); }},
-      {"log", [](const Tensor& a) { return log(a); }},       {"sqrt", [](const Tensor& a) { return sqrt(a); }},
-      {"rsqrt", [](const Tensor& a) { return rsqrt(a); }},   {"tanh", [](const Tensor& a) { return tanh(a); }},
-      {"sigmoid", [](const Tensor& a) { return sigmoid(a); }}, {"relu", [](const Tensor& a) { return relu(a); }},
-      {"gelu", [](const Tensor& a) { return gelu(a); }},     {"softplus", [](const Tensor& a) { return softplus(a); }},
-      {"abs", [](const Tensor& a) { return abs(a); }},       {"pow 2.5", [](const Tensor& a) { return pow(a, 2.5); }},
-      {"pow 0", [](const Tensor& a) { return pow(a, 0.0); }}, {"pow 1", [](const Tensor& a) { return pow(a, 1.0); }},
-      {"pow -2", [](const Tensor& a) { return pow(a, -2.0); }}, {"add_scalar", [](const Tensor& a) { return a + 1.5; }},
-      {"mul_scalar", [](const Tensor& a) { return a * -3.0; }}};
+  std::vector<std::pair<std::string, Unary>> ops;
+  for (const UnaryCase& c : every_unary_op()) ops.emplace_back(c.name, c.op);
+  // pow's exponents with their own rules at x^(e - 1) (core/unary_math.h).
+  for (double e : {2.5, 0.0, 1.0, -2.0})
+    ops.emplace_back("pow " + std::to_string(e), [e](const Tensor& a) { return pow(a, e); });
   Tensor x = random64({4, 3}, 61, 0.3, 1.7);  // positive and away from 0: log, sqrt, rsqrt, pow, relu, abs
   Tensor row = random64({3}, 62, 0.3, 1.7);
   for (const auto& [name, op] : ops) {
-    INFO(std::string(name));
+    INFO(name);
     check_gradient([op = op](auto& in) { return op(in[0].transpose(0, 1)); }, {x.clone()});
     check_gradient([op = op](auto& in) { return sum(op(in[0] * in[1]), {0}); }, {x.clone(), row.clone()});
   }

@@ -75,27 +75,28 @@ Tensor sub(const Tensor& a_in, const Tensor& b_in) {
   return y;
 }
 
-// d(a*b) = (dy * b, dy * a)
+// d(a*b) = (dy * b, dy * a): each operand is saved for the other's gradient only (a frozen b times
+// an activation a: a may change after the forward, as in PyTorch).
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   auto [a, b] = promoted(a_in, b_in);
   Tensor y = binary_kernel(math::Mul{}, a, b, "mul");
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  record("mul", y, {a, b}, [a = save(a), b = save(b), need_a, need_b](const Tensor& g) -> Grads {
-    return {need_a ? sum_to(g * b.get(), a.get().shape()) : Tensor(),
-            need_b ? sum_to(g * a.get(), b.get().shape()) : Tensor()};
+  record("mul", y, {a, b}, [a = need_b ? save(a) : SavedTensor(), b = need_a ? save(b) : SavedTensor(),
+                            sa = a.shape(), sb = b.shape(), need_a, need_b](const Tensor& g) -> Grads {
+    return {need_a ? sum_to(g * b.get(), sa) : Tensor(), need_b ? sum_to(g * a.get(), sb) : Tensor()};
   });
   return y;
 }
 
-// d(a/b) = (dy / b, -dy * a / b^2)
+// d(a/b) = (dy / b, -dy * a / b^2): b is read for both gradients, a for b's only.
 Tensor div(const Tensor& a_in, const Tensor& b_in) {
   auto [a, b] = promoted(a_in, b_in);
   Tensor y = binary_kernel(math::Div{}, a, b, "div");
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  record("div", y, {a, b}, [a = save(a), b = save(b), need_a, need_b](const Tensor& g) -> Grads {
+  record("div", y, {a, b}, [a = need_b ? save(a) : SavedTensor(), b = save(b), sa = a.shape(), sb = b.shape(), need_a,
+                            need_b](const Tensor& g) -> Grads {
     Tensor ga = g / b.get();
-    return {need_a ? sum_to(ga, a.get().shape()) : Tensor(),
-            need_b ? sum_to(-ga * a.get() / b.get(), b.get().shape()) : Tensor()};
+    return {need_a ? sum_to(ga, sa) : Tensor(), need_b ? sum_to(-ga * a.get() / b.get(), sb) : Tensor()};
   });
   return y;
 }

@@ -78,8 +78,12 @@ Tensor cross_entropy(const Tensor& logits, const DeviceIds& targets) {
   CrossEntropyForward f = gpu::cross_entropy_forward(x, t, ignore_index, logits.size(0));
   Tensor loss = f.loss;
   f.loss = Tensor();  // NOTE: the closure must not hold the output (its own node would own it: a cycle)
-  record("cross_entropy", loss, {logits}, [saved_x = save(x), t, f](const Tensor& g) -> Grads {
-    return {gpu::cross_entropy_backward(saved_x.get(), t, f, ignore_index, g)};
+  // The staged targets are saved like any input: a copy_ or fill_ of them before backward is an error.
+  // NOTE: the trainer's refills for the next batch (stage_ids, upload_into) do not bump the version,
+  // so they raise nothing; they go to the other of two buffers (examples/imdb/prefetch.h) or between
+  // steps (a graph's inputs), never into targets a pending backward reads.
+  record("cross_entropy", loss, {logits}, [saved_x = save(x), saved_t = save(t), f](const Tensor& g) -> Grads {
+    return {gpu::cross_entropy_backward(saved_x.get(), saved_t.get(), f, ignore_index, g)};
   });
   return loss;
 }

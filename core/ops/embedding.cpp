@@ -143,9 +143,12 @@ Tensor embedding(const Tensor& weight, const DeviceIds& ids) {
   Shape out_shape = ids.ids.shape();
   out_shape.push_back(D);
   Tensor out = gpu::embedding_forward(weight, ids.ids, out_shape);
-  record("embedding", out, {weight}, [buckets = ids.buckets, n = ids.ids.numel(), V, D](const Tensor& g) -> Grads {
-    return {gpu::embedding_backward(g.contiguous(), V, D, buckets, n)};
-  });
+  // The staged buckets are saved like any tensor the backward reads (cross_entropy's staged targets
+  // say why the trainer's refills do not trip the check).
+  record("embedding", out, {weight},
+         [buckets = save(ids.buckets), n = ids.ids.numel(), V, D](const Tensor& g) -> Grads {
+           return {gpu::embedding_backward(g.contiguous(), V, D, buckets.get(), n)};
+         });
   return out;
 }
 
