@@ -7,8 +7,8 @@
 #   1. bench/train_step_bench: the step eager (composed and fused attention) and replayed as a CUDA
 #      graph (--cuda-graph, as the trainer runs it): host microseconds, and what it asks of the GPU
 #      (launches, library calls, copies, memsets, host waits);
-#   2. imdb train --device cuda, 3 epochs on an IMDb-sized set (tests/data/imdb_small.json repeated
-#      to 50,000 reviews): host microseconds per step and per evaluated batch, and the whole run's
+#   2. imdb train --device cuda, 3 epochs on a synthetic set of IMDb's size, review lengths and
+#      vocabulary size: host microseconds per step and per evaluated batch, and the whole run's
 #      counts per step.
 # The emulator's own cost per call (well under a microsecond: a lock, a count, a queued no-op) is
 # not a GPU driver's (about 2-4 us a launch): for a GPU, add the work items per step times that.
@@ -44,12 +44,28 @@ for mode in composed fused graph-composed graph-fused; do
     --warmup 3 --steps-only --threads 1 "${graph[@]}" | tail -n 1 > "$OUT/step-$mode.json"
 done
 
-# 2. The trainer: IMDb's size from the shipped sample (its 4 quarters: test neg, train neg, test pos, train pos).
+# 2. The trainer on a set of IMDb's size and vocabulary: 50,000 reviews (25,000 to train, 25,000 to
+# test) as long as the shipped sample's, of words drawn from 40,000 by Zipf's law (the 20,000 most
+# frequent make the recipe's vocabulary), in the sample's order of labels (test neg, train neg, test pos, train pos).
 python3 - tests/data/imdb_small.json "$OUT/imdb50k.json" <<'PY'
-import json, sys
+import json, random, re, string, sys
 small = json.load(open(sys.argv[1]))
 q = len(small) // 4
-json.dump([r for k in range(4) for _ in range(12500 // q) for r in small[k * q:(k + 1) * q]], open(sys.argv[2], "w"))
+rng = random.Random(0)
+def word(i):
+    s = ""
+    while True:
+        s += string.ascii_lowercase[i % 26]
+        i //= 26
+        if i == 0:
+            return "w" + s
+cumulative = list(__import__("itertools").accumulate(1.0 / (i + 1) for i in range(40000)))
+reviews = []
+for k in range(4):
+    for n in range(12500):
+        length = len(re.findall(r"[a-z0-9']+", small[k * q + n % q]["t"].lower()))
+        reviews.append({"t": " ".join(word(i) for i in rng.choices(range(40000), cum_weights=cumulative, k=length)), "s": k // 2})
+json.dump(reviews, open(sys.argv[2], "w"))
 PY
 EMBER_EMULATOR_COUNTS=1 "$IMDB" train --data "$OUT/imdb50k.json" --device cuda --epochs "$epochs" --threads 1 \
   --out "$OUT/run" > "$OUT/train.log" 2> "$OUT/train.err" || { cat "$OUT/train.err"; exit 1; }

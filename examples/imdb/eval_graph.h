@@ -2,8 +2,8 @@
 // replayed like the steps). Per padded batch shape, the forward pass, the argmax and the count of
 // correct predictions, added on the GPU to one running count, are captured after that shape's
 // first (eager) batch and then replayed as one launch per batch. The host stages each batch (its
-// ids checked and uploaded through pinned staging, graph_step.h) and waits only when the count is
-// read, once per evaluation.
+// ids checked and uploaded through pinned staging, graph_step.h; no buckets, which only a backward
+// needs) and waits only when the count is read, once per evaluation.
 //
 //   GraphEvaluator graphs(model, device);            // kept for the run: each shape is captured once
 //   for (...) graphs.add(pad_for_graphs(batch, max_len));

@@ -46,13 +46,14 @@ Tensor gpu_step(nn::TransformerClassifier& model, optim::Optimizer& optimizer, c
   return loss;
 }
 
-void stage_batch(const Batch& batch, const nn::ClassifierConfig& model, Device device, DeviceBatch& in) {
+void stage_batch(const Batch& batch, const nn::ClassifierConfig& model, Device device, DeviceBatch& in,
+                 bool with_buckets) {
   const int64_t B = batch.batch, T = batch.seq_len;
   in.batch = B;
   in.seq_len = T;
-  stage_ids(from_vector(batch.tokens, {B, T}), model.vocab_size, /*with_buckets=*/true, device, in.tokens);
+  stage_ids(from_vector(batch.tokens, {B, T}), model.vocab_size, with_buckets, device, in.tokens);
   if (!in.positions.ids.defined())  // the same for every batch of this shape
-    stage_ids(arange(T).view({1, T}), model.max_len, /*with_buckets=*/true, device, in.positions);
+    stage_ids(arange(T).view({1, T}), model.max_len, with_buckets, device, in.positions);
   std::vector<uint8_t> padding(batch.key_mask.size());
   for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
   if (!in.mask.defined()) in.mask = Tensor::empty({B, T}, Dtype::Bool, device);

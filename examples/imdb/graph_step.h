@@ -35,10 +35,12 @@ constexpr int64_t kGraphPadMultiple = 32;
 Batch pad_for_graphs(const Batch& batch, int64_t max_len);
 
 // The batch's inputs into `into` on the GPU, as a graph reads them (stage_ids, core/ops.h: tokens
-// and positions with the embedding backward's buckets, labels; the padding mask): uploaded through
-// pinned staging, no wait. Tensors of `into` already made are rewritten in place (a graph's inputs
-// keep their addresses); the positions, the same for every batch of its length, are staged once.
-void stage_batch(const Batch& batch, const nn::ClassifierConfig& model, Device device, DeviceBatch& into);
+// and positions, with the embedding backward's buckets when `with_buckets`, labels; the padding
+// mask): uploaded through pinned staging, no wait. Tensors of `into` already made are rewritten in
+// place (a graph's inputs keep their addresses); the positions, the same for every batch of its
+// length, are staged once. (Without buckets: for a forward without gradients, an evaluation's.)
+void stage_batch(const Batch& batch, const nn::ClassifierConfig& model, Device device, DeviceBatch& into,
+                 bool with_buckets = true);
 
 // One training step on inputs already on the GPU: zero_grad, forward, cross-entropy, backward,
 // clipping of the gradients' norm to `clip` (if > 0; the norm stays on the GPU), the optimiser's
