@@ -78,10 +78,10 @@ def per(counts, n):
             "copies_on_device", "memsets", "event_records", "stream_waits", "host_waits"]
     return "  ".join(f"{k} {counts[k] / n:.1f}" for k in keys)
 print("The training step (bench/train_step_bench, recipe h = 4, 32 x 256, fp32), emulator dry mode, per step:")
-print(f"{'mode':16} {'host us':>8}  what it asks of the GPU")
+print(f"{'mode':16} {'host us':>8} {'(CPU)':>6}  what it asks of the GPU")
 for mode in ["composed", "fused", "graph-composed", "graph-fused"]:
     r = json.loads(open(f"{out}/step-{mode}.json").read())
-    print(f"{mode:16} {1e3 * r['step_ms']:8.0f}  {per(r['emulator_counts'], r['steps'])}")
+    print(f"{mode:16} {1e3 * r['step_ms']:8.0f} {1e3 * r['step_cpu_ms']:6.0f}  {per(r['emulator_counts'], r['steps'])}")
 records = [json.loads(l) for l in open(f"{out}/run/metrics.jsonl")]
 epochs = [r for r in records if r.get("kind") == "epoch"]
 steps_per_epoch = epochs[0]["step"]
@@ -95,4 +95,5 @@ for e in epochs:
     print(f"  epoch {e['epoch']}: {1e6 * e['train_seconds'] / steps_per_epoch:.0f} us per step (train), "
           f"{1e6 * e['eval_seconds'] / eval_batches:.0f} us per evaluated batch of 64 ({e['eval_seconds']:.2f} s)")
 print(f"  whole run, per training step (evaluations, saves and captures included): {per(counts, total_steps)}")
+print("  (wall-clock seconds from metrics.jsonl: on a busy machine they include time the process waited for a core)")
 PY
