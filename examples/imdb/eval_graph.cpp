@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "core/error.h"
 #include "core/ops.h"
 #include "examples/imdb/graph_step.h"
 

@@ -3,6 +3,7 @@
 // gradient exchange, the GPU's graphs and prefetching) and whose run() trains epoch after epoch.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>

@@ -19,6 +19,7 @@
 // NaN, a gradient norm of 0, predictions of class 0), so only programs that survive that are
 // timed this way; fresh cudaMalloc memory is not filled either, and a host wait keeps no call stack.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
