@@ -47,6 +47,11 @@
 #include "nn/checkpoint.h"
 #include "optim/schedule.h"
 
+// The CUDA emulator's counts (tests/cuda_emulator/counters.h), when this program runs on it: weak
+// references, null on a GPU.
+extern "C" __attribute__((weak)) void ember_emulator_reset_counts();
+extern "C" __attribute__((weak)) std::size_t ember_emulator_counts_json(char* out, std::size_t size);
+
 namespace {
 
 using namespace ember;
@@ -109,11 +114,6 @@ Flags parse(int argc, char** argv) {
               "step: give --warmup 1 or more");
   return f;
 }
-
-// The CUDA emulator's counts (tests/cuda_emulator/counters.h), when this program runs on it: weak
-// references, null on a GPU.
-extern "C" __attribute__((weak)) void ember_emulator_reset_counts();
-extern "C" __attribute__((weak)) size_t ember_emulator_counts_json(char* out, size_t size);
 
 bool on_emulator() { return &ember_emulator_counts_json != nullptr; }
 
