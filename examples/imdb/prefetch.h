@@ -65,6 +65,7 @@ class BatchPrefetcher {
  private:
   struct Slot {
     Tensor ids, buckets, positions, position_buckets, labels, mask;  // flat, of the largest batch's sizes
+    int64_t positions_len = 0;  // the length whose positions (0 .. T-1, with buckets) the slot holds
     DeviceBatch view;
     GpuEvent uploaded, read;
     explicit Slot(Device device) : uploaded(device), read(device) {}
