@@ -18,8 +18,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 #include <string>
 #include <vector>
 

@@ -52,6 +52,7 @@
 // CPU emulator of CUDA can run it; the arithmetic is on the CUDA cores.
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -3,6 +3,8 @@
 // each functor __host__ __device__, so the GPU runs the very formulas the CPU tests check). float32,
 // float64, and bfloat16 computed in float, each result rounded once (the CPU's tables hold the same values).
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
+#include <cstdint>
+
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "cuda/launch.h"

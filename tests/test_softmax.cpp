@@ -1,9 +1,12 @@
 // Softmax and log-softmax: known values, numerical stability (large values, -inf), any dim,
 // non-contiguous inputs, the vectorised float exp, fused backward against a composed reference,
 // float64 gradchecks and errors.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/cpu/lanes.h"
 #include "core/cpu/rows.h"

@@ -3,7 +3,13 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <set>
+#include <string>
+#include <system_error>
+#include <vector>
 
 #include "core/error.h"
 #include "examples/imdb/truncation.h"

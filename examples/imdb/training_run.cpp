@@ -3,12 +3,22 @@
 // gradient exchange, the GPU's graphs and prefetching) and whose run() trains epoch after epoch.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 

@@ -5,10 +5,14 @@
 #include <cxxabi.h>
 #include <execinfo.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace ember_emu {
 namespace {

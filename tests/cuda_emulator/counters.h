@@ -12,6 +12,7 @@
 // in macros that pass __FILE__ and __LINE__) and with the host's call stack, so a test that finds
 // one names the .cu line and the functions that led there.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>

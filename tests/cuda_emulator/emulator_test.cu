@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
