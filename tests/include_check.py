@@ -24,7 +24,7 @@ FOLDERS = ("core", "autograd", "nn", "optim", "cuda", "examples", "bench", "test
 SUFFIXES = (".h", ".cpp", ".cu", ".cuh")
 INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<([^>]+)>", re.M)
 STD_USE = re.compile(r"(?<![\w])std[ \t]*::[ \t]*(\w+)")
-WORD = re.compile(r"(?<![\w.])(?<!::)(?<!->)\b([A-Za-z_]\w*)\b")
+WORD = re.compile(r"(?<![\w.])(?<!\w::)(?<!>::)(?<!->)\b([A-Za-z_]\w*)\b")  # not a.x, p->x, T::x (but ::x)
 # A word before "name(" that makes it a declaration (void free(...)), not a call; these keywords do not.
 CALL_AFTER = {"return", "else", "do", "throw", "case", "co_return", "co_yield", "not", "and", "or"}
 

@@ -216,6 +216,8 @@ BARE_FUNCTIONS = {
     **_each("cstdlib", "getenv setenv unsetenv exit _Exit abort atexit malloc calloc realloc free "
                        "aligned_alloc posix_memalign atoi atol atoll strtol strtoll strtoul strtoull strtod"),
     "assert": "cassert",
+    # POSIX, the few functions whose names say it (a test's ::getpid() once leaned on another header)
+    **_each("unistd.h", "getpid getppid sysconf isatty usleep unlink"),
 }
 
 

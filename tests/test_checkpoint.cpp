@@ -5,6 +5,8 @@
 #include <fstream>
 #include <string>
 
+#include <unistd.h>
+
 #include "nn/checkpoint.h"
 #include "nn/transformer.h"
 #include "helpers.h"
