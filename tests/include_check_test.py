@@ -32,6 +32,9 @@ CASES = [
     ("tests/copy.cu", "#include <cstdint>\nvoid f(void* a, const void* b, size_t n) { memcpy(a, b, n); }\n",
      "tests/copy.cu:2: uses memcpy without including <cstring>",
      "#include <cstring>\n#include <cstdint>\nvoid f(void* a, const void* b, size_t n) { memcpy(a, b, n); }\n"),
+    ("tests/pid.cpp", "#include <string>\nstd::string f() { return std::to_string(::getpid()); }\n",
+     "tests/pid.cpp:2: uses getpid without including <unistd.h>",
+     "#include <string>\n#include <unistd.h>\nstd::string f() { return std::to_string(::getpid()); }\n"),
     ("bench/odd.cpp", "int f() { return std::no_such_thing(1'000); }\n",
      "bench/odd.cpp:1: std::no_such_thing is not in tests/std_symbols.py", None),
 ]
