@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>

@@ -5,7 +5,10 @@
 // row first (a stable counting sort), then each thread owns whole rows and adds their positions'
 // gradients in position order. No two threads ever touch the same row, so there are no races.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ops/op_support.h"

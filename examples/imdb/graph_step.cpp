@@ -2,6 +2,10 @@
 #include "examples/imdb/graph_step.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 

@@ -1,6 +1,8 @@
 // BatchPrefetcher (examples/imdb/prefetch.h): two sets of GPU buffers, filled on the copy stream.
 #include "examples/imdb/prefetch.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/error.h"

@@ -18,6 +18,7 @@
 // it is done (its event), never by waiting: another block is taken while one is busy.
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include "core/copy_stream.h"

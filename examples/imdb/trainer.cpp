@@ -2,7 +2,16 @@
 // training_run.cpp).
 #include "examples/imdb/trainer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include <fmt/ranges.h>
 

@@ -3,8 +3,10 @@
 // prediction from a saved run (trainer.cpp).
 #pragma once
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 

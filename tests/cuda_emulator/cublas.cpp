@@ -8,6 +8,7 @@
 // additions differs; bfloat16 read exactly, summed in float32).
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <type_traits>
 

@@ -4,7 +4,9 @@
 // (n, c, h, w) of a packed tensor sits at ((n * C + c) * H + h) * W + w), or the C * H * W values
 // of one n in INSTANCE mode.
 #include <cmath>
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "counters.h"

@@ -7,6 +7,7 @@
 #include <mma.h>
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>

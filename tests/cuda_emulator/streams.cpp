@@ -28,12 +28,14 @@
 // (cudaErrorStreamCaptureIsolation); each also invalidates the capture, so cudaStreamEndCapture
 // returns cudaErrorStreamCaptureInvalidated. A graph's nodes run in capture order (a valid order:
 // every dependency was made before the work that needs it); a graph launch is one queued item.
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "counters.h"

@@ -5,6 +5,9 @@
 // graphs, and no step makes the host wait. Built into ember_tests_emulated only.
 #include <doctest/doctest.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
