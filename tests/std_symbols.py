@@ -117,7 +117,7 @@ STD_NAMES = {
     **_each("source_location", "source_location"), **_each("charconv", "from_chars to_chars chars_format "
                                                           "from_chars_result to_chars_result"),
     **_each("format", "format format_to vformat formatter"), **_each("ratio", "ratio"),
-    **_each("complex", "complex"), **_each("valarray", "valarray"), **_each("regex", "regex smatch "
+    **_each("complex", "complex"), **_each("valarray", "valarray"), **_each("regex", "regex smatch sregex_iterator "
                                                                              "regex_match regex_search"),
     **_each("coroutine", "coroutine_handle suspend_always suspend_never"),
     **_each("locale", "locale use_facet"),

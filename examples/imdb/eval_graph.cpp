@@ -2,6 +2,7 @@
 #include "examples/imdb/eval_graph.h"
 
 #include <cmath>
+#include <cstdint>
 #include <exception>
 #include <string>
 

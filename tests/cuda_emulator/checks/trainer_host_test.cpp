@@ -5,6 +5,7 @@
 // ember_tests_emulated only (it reads the emulator's counts).
 #include <doctest/doctest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
