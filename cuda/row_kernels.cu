@@ -43,81 +43,10 @@ template <> struct Accum<int32_t> { using type = int64_t; };
 template <> struct Accum<int64_t> { using type = int64_t; };
 
 template <typename T>
-__global__ void reduce_kernel(const T* in, T* out, int64_t n, int kind) {
-  using Acc = typename Accum<T>::type;
-  const T* row = in + int64_t(blockIdx.x) * n;
-  if (kind == kSum) {
-    Acc acc = 0;
-    for (int64_t j = threadIdx.x; j < n; j += kThreads) acc += Acc(row[j]);
-    acc = block_reduce(acc, SumOp{});
-    if (threadIdx.x == 0) out[blockIdx.x] = T(acc);
-  } else {
-    T acc = row[0];
-    for (int64_t j = threadIdx.x; j < n; j += kThreads) acc = row[j] > acc ? row[j] : acc;
-    acc = block_reduce(acc, MaxOp{});
-    if (threadIdx.x == 0) out[blockIdx.x] = acc;
-  }
-}
-
-template <typename T>
-__global__ void argmax_kernel(const T* in, int64_t* out, int64_t n) {
-  __shared__ T best_value[kThreads];
-  __shared__ int64_t best_index[kThreads];
-  const T* row = in + int64_t(blockIdx.x) * n;
-  T best = row[0];
-  int64_t index = 0;
-  for (int64_t j = threadIdx.x; j < n; j += kThreads)
-    if (row[j] > best) best = row[j], index = j;
-  best_value[threadIdx.x] = best;
-  best_index[threadIdx.x] = index;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
-    int t = threadIdx.x;
-    if (t < stride) {
-      T v = best_value[t + stride];
-      int64_t i = best_index[t + stride];
-      if (v > best_value[t] || (v == best_value[t] && i < best_index[t])) best_value[t] = v, best_index[t] = i;
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[blockIdx.x] = best_index[0];
-}
-
-template <typename T>
 __device__ T row_max(const T* row, int64_t n) {
   T m = T(-INFINITY);
   for (int64_t j = threadIdx.x; j < n; j += kThreads) m = row[j] > m ? row[j] : m;
   return block_reduce(m, MaxOp{});
-}
-
-template <typename T>
-__global__ void softmax_forward_kernel(const T* x, T* y, int64_t n, bool log) {
-  const T* row = x + int64_t(blockIdx.x) * n;
-  T* out = y + int64_t(blockIdx.x) * n;
-  const T m = row_max(row, n);
-  double s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += kThreads) s += double(std::exp(row[j] - m));
-  s = block_reduce(s, SumOp{});
-  if (log) {
-    const T log_s = T(std::log(s));
-    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = (row[j] - m) - log_s;
-  } else {
-    const T inv = T(1.0 / s);
-    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = std::exp(row[j] - m) * inv;
-  }
-}
-
-template <typename T>
-__global__ void softmax_backward_kernel(const T* grad, const T* y, T* dx, int64_t n, bool log) {
-  const int64_t base = int64_t(blockIdx.x) * n;
-  double acc = 0;
-  for (int64_t j = threadIdx.x; j < n; j += kThreads)
-    acc += log ? double(grad[base + j]) : double(grad[base + j]) * double(y[base + j]);
-  const T total = T(block_reduce(acc, SumOp{}));
-  for (int64_t j = threadIdx.x; j < n; j += kThreads) {
-    T g = grad[base + j], v = y[base + j];
-    dx[base + j] = log ? g - std::exp(v) * total : v * (g - total);
-  }
 }
 
 // ---- Short rows: one warp per row, several rows per block, sums by warp shuffles (no shared
@@ -167,6 +96,55 @@ __device__ __forceinline__ void warp_max_and_sum_exp(const T* row, int64_t n, in
   s = warp_sum(s);
 }
 
+// Rows go to blocks; grids are limited to 2^31 - 1 blocks in x, far above any row count here.
+unsigned grid_rows(int64_t rows) {
+  if (rows > 2147483647) raise_message("CUDA row kernel: more than 2^31 - 1 rows");
+  return unsigned(rows);
+}
+
+// ---- Reductions: sum / max and argmax of each row.
+
+template <typename T>
+__global__ void reduce_kernel(const T* in, T* out, int64_t n, int kind) {
+  using Acc = typename Accum<T>::type;
+  const T* row = in + int64_t(blockIdx.x) * n;
+  if (kind == kSum) {
+    Acc acc = 0;
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) acc += Acc(row[j]);
+    acc = block_reduce(acc, SumOp{});
+    if (threadIdx.x == 0) out[blockIdx.x] = T(acc);
+  } else {
+    T acc = row[0];
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) acc = row[j] > acc ? row[j] : acc;
+    acc = block_reduce(acc, MaxOp{});
+    if (threadIdx.x == 0) out[blockIdx.x] = acc;
+  }
+}
+
+template <typename T>
+__global__ void argmax_kernel(const T* in, int64_t* out, int64_t n) {
+  __shared__ T best_value[kThreads];
+  __shared__ int64_t best_index[kThreads];
+  const T* row = in + int64_t(blockIdx.x) * n;
+  T best = row[0];
+  int64_t index = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads)
+    if (row[j] > best) best = row[j], index = j;
+  best_value[threadIdx.x] = best;
+  best_index[threadIdx.x] = index;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    int t = threadIdx.x;
+    if (t < stride) {
+      T v = best_value[t + stride];
+      int64_t i = best_index[t + stride];
+      if (v > best_value[t] || (v == best_value[t] && i < best_index[t])) best_value[t] = v, best_index[t] = i;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = best_index[0];
+}
+
 // out[r] = sum or max of in[r, :], rows of n <= kWarpRowMax: reduce_kernel's sums (in double, or
 // int64 for integers) and maxima, a warp per row. Before it, a short row took a whole block and ten
 // __syncthreads: the recipe's position-embedding gradient (the sum over the batch of 32) was 32,768
@@ -188,6 +166,83 @@ __global__ void reduce_warp_kernel(const T* in, T* out, int64_t rows, int64_t n,
       acc = warp_max(acc);
       if (lane == 0) out[r] = acc;
     }
+  }
+}
+
+}  // namespace
+
+void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows, int64_t n) {
+  if (rows == 0) return;
+  if (n == 0 && kind == kMax) raise_message("max: cannot reduce an empty dim");
+  cudaStream_t stream = use_device(device);
+  if (n > 0 && n <= kWarpRowMax) {  // short rows: a warp each
+    const unsigned blocks = warp_row_blocks(rows);
+    switch (dtype) {
+      case kFloat32: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), rows, n, int(kind)); break;
+      case kFloat64: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), rows, n, int(kind)); break;
+      case kInt32: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), static_cast<int32_t*>(out), rows, n, int(kind)); break;
+      case kInt64: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), static_cast<int64_t*>(out), rows, n, int(kind)); break;
+      default: raise_message("sum / max: unsupported dtype on CUDA");
+    }
+    EMBER_CUDA_LAUNCHED("reduce_warp_kernel");
+    return;
+  }
+  unsigned grid = grid_rows(rows);
+  switch (dtype) {
+    case kFloat32: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), n, int(kind)); break;
+    case kFloat64: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), n, int(kind)); break;
+    case kInt32: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), static_cast<int32_t*>(out), n, int(kind)); break;
+    case kInt64: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), static_cast<int64_t*>(out), n, int(kind)); break;
+    default: raise_message("sum / max: unsupported dtype on CUDA");
+  }
+  EMBER_CUDA_LAUNCHED("reduce_kernel");
+}
+
+void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n) {
+  if (rows == 0) return;
+  if (n == 0) raise_message("argmax: cannot reduce an empty dim");
+  cudaStream_t stream = use_device(device);
+  unsigned grid = grid_rows(rows);
+  switch (dtype) {
+    case kFloat32: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in), out, n); break;
+    case kFloat64: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const double*>(in), out, n); break;
+    case kInt32: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), out, n); break;
+    case kInt64: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), out, n); break;
+    default: raise_message("argmax: unsupported dtype on CUDA");
+  }
+  EMBER_CUDA_LAUNCHED("argmax_kernel");
+}
+
+// ---- Softmax and log-softmax.
+namespace {
+
+template <typename T>
+__global__ void softmax_forward_kernel(const T* x, T* y, int64_t n, bool log) {
+  const T* row = x + int64_t(blockIdx.x) * n;
+  T* out = y + int64_t(blockIdx.x) * n;
+  const T m = row_max(row, n);
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) s += double(std::exp(row[j] - m));
+  s = block_reduce(s, SumOp{});
+  if (log) {
+    const T log_s = T(std::log(s));
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = (row[j] - m) - log_s;
+  } else {
+    const T inv = T(1.0 / s);
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = std::exp(row[j] - m) * inv;
+  }
+}
+
+template <typename T>
+__global__ void softmax_backward_kernel(const T* grad, const T* y, T* dx, int64_t n, bool log) {
+  const int64_t base = int64_t(blockIdx.x) * n;
+  double acc = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads)
+    acc += log ? double(grad[base + j]) : double(grad[base + j]) * double(y[base + j]);
+  const T total = T(block_reduce(acc, SumOp{}));
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) {
+    T g = grad[base + j], v = y[base + j];
+    dx[base + j] = log ? g - std::exp(v) * total : v * (g - total);
   }
 }
 
@@ -225,6 +280,54 @@ __global__ void softmax_backward_warp_kernel(const T* grad, const T* y, T* dx, i
     }
   }
 }
+
+}  // namespace
+
+void softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log) {
+  if (rows == 0 || n == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (n <= kWarpRowMax) {  // short rows: a warp each
+    if (float64)
+      softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const double*>(x), static_cast<double*>(y), rows, n, log);
+    else
+      softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const float*>(x), static_cast<float*>(y), rows, n, log);
+    EMBER_CUDA_LAUNCHED("softmax_forward_warp_kernel");
+    return;
+  }
+  if (float64)
+    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const double*>(x), static_cast<double*>(y), n, log);
+  else
+    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const float*>(x), static_cast<float*>(y), n, log);
+  EMBER_CUDA_LAUNCHED("softmax_forward_kernel");
+}
+
+void softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
+                      bool log) {
+  if (rows == 0 || n == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (n <= kWarpRowMax) {  // short rows: a warp each
+    if (float64)
+      softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const double*>(grad), static_cast<const double*>(y), static_cast<double*>(dx), rows, n, log);
+    else
+      softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const float*>(grad), static_cast<const float*>(y), static_cast<float*>(dx), rows, n, log);
+    EMBER_CUDA_LAUNCHED("softmax_backward_warp_kernel");
+    return;
+  }
+  if (float64)
+    softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const double*>(grad), static_cast<const double*>(y), static_cast<double*>(dx), n, log);
+  else
+    softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const float*>(grad), static_cast<const float*>(y), static_cast<float*>(dx), n, log);
+  EMBER_CUDA_LAUNCHED("softmax_backward_kernel");
+}
+
+// ---- Layer norm: forward, dx, then dweight and dbias by chunks of rows.
+namespace {
 
 // Layer norm of rows of D <= kWarpRowMax: the mean, then the mean square deviation (two passes),
 // both of the row shifted by its first element, like the CPU.
@@ -364,6 +467,76 @@ __global__ void layer_norm_combine_kernel(const double* partial, int64_t chunks,
   if (dbias != nullptr) dbias[j] = T(b);
 }
 
+}  // namespace
+
+void layer_norm_forward(int device, bool float64, const void* x, const void* weight, const void* bias, void* y,
+                        double* mean, double* rstd, int64_t rows, int64_t D, double eps) {
+  if (rows == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (D <= kWarpRowMax) {  // short rows: a warp each
+    if (float64)
+      layer_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<const double*>(bias),
+          static_cast<double*>(y), mean, rstd, rows, D, eps);
+    else
+      layer_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<const float*>(bias),
+          static_cast<float*>(y), mean, rstd, rows, D, eps);
+    EMBER_CUDA_LAUNCHED("layer_norm_forward_warp_kernel");
+    return;
+  }
+  if (float64)
+    layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<const double*>(bias),
+        static_cast<double*>(y), mean, rstd, D, eps);
+  else
+    layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<const float*>(bias),
+        static_cast<float*>(y), mean, rstd, D, eps);
+  EMBER_CUDA_LAUNCHED("layer_norm_forward_kernel");
+}
+
+int64_t layer_norm_chunks(int64_t rows) { return (rows + kLayerNormChunkRows - 1) / kLayerNormChunkRows; }
+
+template <typename T>
+void layer_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, const double* mean, const double* rstd,
+                               const T* w, T* dx, T* dw, T* db, int64_t rows, int64_t D, double* partial) {
+  if (dx != nullptr && D <= kWarpRowMax) {  // short rows: a warp each
+    layer_norm_dx_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(grad, x, mean, rstd, w, dx, rows, D);
+    EMBER_CUDA_LAUNCHED("layer_norm_dx_warp_kernel");
+  } else if (dx != nullptr) {
+    layer_norm_dx_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(grad, x, mean, rstd, w, dx, D);
+    EMBER_CUDA_LAUNCHED("layer_norm_dx_kernel");
+  }
+  if (dw != nullptr || db != nullptr) {
+    const int64_t chunks = layer_norm_chunks(rows);
+    if (chunks > 65535) raise_message("layer_norm backward: too many rows for the CUDA kernel (over 4 million)");
+    dim3 grid(unsigned((D + kThreads - 1) / kThreads), unsigned(chunks));
+    layer_norm_partial_kernel<<<grid, kThreads, 0, stream>>>(grad, x, mean, rstd, rows, D, partial, chunks);
+    EMBER_CUDA_LAUNCHED("layer_norm_partial_kernel");
+    layer_norm_combine_kernel<<<unsigned((D + kThreads - 1) / kThreads), kThreads, 0, stream>>>(partial, chunks, D, dw, db);
+    EMBER_CUDA_LAUNCHED("layer_norm_combine_kernel");
+  }
+}
+
+void layer_norm_backward(int device, bool float64, const void* grad, const void* x, const double* mean,
+                         const double* rstd, const void* weight, void* dx, void* dweight, void* dbias, int64_t rows,
+                         int64_t D, double* partial) {
+  if (rows == 0 || D == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (float64)
+    layer_norm_backward_typed(stream, static_cast<const double*>(grad), static_cast<const double*>(x), mean, rstd,
+                              static_cast<const double*>(weight), static_cast<double*>(dx), static_cast<double*>(dweight),
+                              static_cast<double*>(dbias), rows, D, partial);
+  else
+    layer_norm_backward_typed(stream, static_cast<const float*>(grad), static_cast<const float*>(x), mean, rstd,
+                              static_cast<const float*>(weight), static_cast<float*>(dx), static_cast<float*>(dweight),
+                              static_cast<float*>(dbias), rows, D, partial);
+}
+
+// ---- Cross-entropy.
+namespace {
+
 template <typename T>
 __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, int64_t C, int64_t ignore_index,
                                              T* row_max_out, T* sum_exp_out, double* row_loss) {
@@ -447,163 +620,7 @@ __global__ void cross_entropy_backward_warp_kernel(const T* logits, const int64_
   }
 }
 
-// Rows go to blocks; grids are limited to 2^31 - 1 blocks in x, far above any row count here.
-unsigned grid_rows(int64_t rows) {
-  if (rows > 2147483647) raise_message("CUDA row kernel: more than 2^31 - 1 rows");
-  return unsigned(rows);
-}
-
 }  // namespace
-
-void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows, int64_t n) {
-  if (rows == 0) return;
-  if (n == 0 && kind == kMax) raise_message("max: cannot reduce an empty dim");
-  cudaStream_t stream = use_device(device);
-  if (n > 0 && n <= kWarpRowMax) {  // short rows: a warp each
-    const unsigned blocks = warp_row_blocks(rows);
-    switch (dtype) {
-      case kFloat32: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), rows, n, int(kind)); break;
-      case kFloat64: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), rows, n, int(kind)); break;
-      case kInt32: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), static_cast<int32_t*>(out), rows, n, int(kind)); break;
-      case kInt64: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), static_cast<int64_t*>(out), rows, n, int(kind)); break;
-      default: raise_message("sum / max: unsupported dtype on CUDA");
-    }
-    EMBER_CUDA_LAUNCHED("reduce_warp_kernel");
-    return;
-  }
-  unsigned grid = grid_rows(rows);
-  switch (dtype) {
-    case kFloat32: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), n, int(kind)); break;
-    case kFloat64: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), n, int(kind)); break;
-    case kInt32: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), static_cast<int32_t*>(out), n, int(kind)); break;
-    case kInt64: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), static_cast<int64_t*>(out), n, int(kind)); break;
-    default: raise_message("sum / max: unsupported dtype on CUDA");
-  }
-  EMBER_CUDA_LAUNCHED("reduce_kernel");
-}
-
-void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n) {
-  if (rows == 0) return;
-  if (n == 0) raise_message("argmax: cannot reduce an empty dim");
-  cudaStream_t stream = use_device(device);
-  unsigned grid = grid_rows(rows);
-  switch (dtype) {
-    case kFloat32: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in), out, n); break;
-    case kFloat64: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const double*>(in), out, n); break;
-    case kInt32: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), out, n); break;
-    case kInt64: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), out, n); break;
-    default: raise_message("argmax: unsupported dtype on CUDA");
-  }
-  EMBER_CUDA_LAUNCHED("argmax_kernel");
-}
-
-void softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log) {
-  if (rows == 0 || n == 0) return;
-  cudaStream_t stream = use_device(device);
-  if (n <= kWarpRowMax) {  // short rows: a warp each
-    if (float64)
-      softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const double*>(x), static_cast<double*>(y), rows, n, log);
-    else
-      softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const float*>(x), static_cast<float*>(y), rows, n, log);
-    EMBER_CUDA_LAUNCHED("softmax_forward_warp_kernel");
-    return;
-  }
-  if (float64)
-    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const double*>(x), static_cast<double*>(y), n, log);
-  else
-    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const float*>(x), static_cast<float*>(y), n, log);
-  EMBER_CUDA_LAUNCHED("softmax_forward_kernel");
-}
-
-void softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
-                      bool log) {
-  if (rows == 0 || n == 0) return;
-  cudaStream_t stream = use_device(device);
-  if (n <= kWarpRowMax) {  // short rows: a warp each
-    if (float64)
-      softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const double*>(grad), static_cast<const double*>(y), static_cast<double*>(dx), rows, n, log);
-    else
-      softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const float*>(grad), static_cast<const float*>(y), static_cast<float*>(dx), rows, n, log);
-    EMBER_CUDA_LAUNCHED("softmax_backward_warp_kernel");
-    return;
-  }
-  if (float64)
-    softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const double*>(grad), static_cast<const double*>(y), static_cast<double*>(dx), n, log);
-  else
-    softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const float*>(grad), static_cast<const float*>(y), static_cast<float*>(dx), n, log);
-  EMBER_CUDA_LAUNCHED("softmax_backward_kernel");
-}
-
-void layer_norm_forward(int device, bool float64, const void* x, const void* weight, const void* bias, void* y,
-                        double* mean, double* rstd, int64_t rows, int64_t D, double eps) {
-  if (rows == 0) return;
-  cudaStream_t stream = use_device(device);
-  if (D <= kWarpRowMax) {  // short rows: a warp each
-    if (float64)
-      layer_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<const double*>(bias),
-          static_cast<double*>(y), mean, rstd, rows, D, eps);
-    else
-      layer_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<const float*>(bias),
-          static_cast<float*>(y), mean, rstd, rows, D, eps);
-    EMBER_CUDA_LAUNCHED("layer_norm_forward_warp_kernel");
-    return;
-  }
-  if (float64)
-    layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<const double*>(bias),
-        static_cast<double*>(y), mean, rstd, D, eps);
-  else
-    layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<const float*>(bias),
-        static_cast<float*>(y), mean, rstd, D, eps);
-  EMBER_CUDA_LAUNCHED("layer_norm_forward_kernel");
-}
-
-int64_t layer_norm_chunks(int64_t rows) { return (rows + kLayerNormChunkRows - 1) / kLayerNormChunkRows; }
-
-template <typename T>
-void layer_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, const double* mean, const double* rstd,
-                               const T* w, T* dx, T* dw, T* db, int64_t rows, int64_t D, double* partial) {
-  if (dx != nullptr && D <= kWarpRowMax) {  // short rows: a warp each
-    layer_norm_dx_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(grad, x, mean, rstd, w, dx, rows, D);
-    EMBER_CUDA_LAUNCHED("layer_norm_dx_warp_kernel");
-  } else if (dx != nullptr) {
-    layer_norm_dx_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(grad, x, mean, rstd, w, dx, D);
-    EMBER_CUDA_LAUNCHED("layer_norm_dx_kernel");
-  }
-  if (dw != nullptr || db != nullptr) {
-    const int64_t chunks = layer_norm_chunks(rows);
-    if (chunks > 65535) raise_message("layer_norm backward: too many rows for the CUDA kernel (over 4 million)");
-    dim3 grid(unsigned((D + kThreads - 1) / kThreads), unsigned(chunks));
-    layer_norm_partial_kernel<<<grid, kThreads, 0, stream>>>(grad, x, mean, rstd, rows, D, partial, chunks);
-    EMBER_CUDA_LAUNCHED("layer_norm_partial_kernel");
-    layer_norm_combine_kernel<<<unsigned((D + kThreads - 1) / kThreads), kThreads, 0, stream>>>(partial, chunks, D, dw, db);
-    EMBER_CUDA_LAUNCHED("layer_norm_combine_kernel");
-  }
-}
-
-void layer_norm_backward(int device, bool float64, const void* grad, const void* x, const double* mean,
-                         const double* rstd, const void* weight, void* dx, void* dweight, void* dbias, int64_t rows,
-                         int64_t D, double* partial) {
-  if (rows == 0 || D == 0) return;
-  cudaStream_t stream = use_device(device);
-  if (float64)
-    layer_norm_backward_typed(stream, static_cast<const double*>(grad), static_cast<const double*>(x), mean, rstd,
-                              static_cast<const double*>(weight), static_cast<double*>(dx), static_cast<double*>(dweight),
-                              static_cast<double*>(dbias), rows, D, partial);
-  else
-    layer_norm_backward_typed(stream, static_cast<const float*>(grad), static_cast<const float*>(x), mean, rstd,
-                              static_cast<const float*>(weight), static_cast<float*>(dx), static_cast<float*>(dweight),
-                              static_cast<float*>(dbias), rows, D, partial);
-}
 
 void cross_entropy_forward(int device, bool float64, const void* logits, const int64_t* targets, int64_t N, int64_t C,
                            int64_t ignore_index, void* row_max, void* sum_exp, double* row_loss) {
