@@ -66,6 +66,7 @@
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "core/online_softmax.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -1203,12 +1204,11 @@ void window_attention_forward(int device, bool float64, const void* qkv, const b
                               double* lse, void* probs) {
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, window, global);
-  if (float64)
-    forward_typed(device, static_cast<const double*>(qkv), key_padding_mask, d, static_cast<double*>(out), lse,
-                  static_cast<double*>(probs));
-  else
-    forward_typed(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<float*>(out), lse,
-                  static_cast<float*>(probs));
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    forward_typed(device, static_cast<const T*>(qkv), key_padding_mask, d, static_cast<T*>(out), lse,
+                  static_cast<T*>(probs));
+  });
 }
 
 void window_attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B,
@@ -1217,12 +1217,11 @@ void window_attention_backward(int device, bool float64, const void* qkv, const 
                                void* grad_qkv) {
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, window, global);
-  if (float64)
-    backward_typed<double>(device, static_cast<const double*>(qkv), key_padding_mask, d, static_cast<const double*>(out),
-                           static_cast<const double*>(grad_out), lse, delta, static_cast<double*>(grad_qkv));
-  else
-    backward_typed<float>(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
-                          static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    backward_typed<T>(device, static_cast<const T*>(qkv), key_padding_mask, d, static_cast<const T*>(out),
+                      static_cast<const T*>(grad_out), lse, delta, static_cast<T*>(grad_qkv));
+  });
 }
 
 // attention(): the same kernels without a band.

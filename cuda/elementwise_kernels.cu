@@ -19,6 +19,7 @@
 #include "core/merge_dims.h"
 #include "core/random.h"
 #include "core/unary_math.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -53,20 +54,6 @@ int64_t numel(const Shape8& shape) {
   int64_t n = 1;
   for (int d = 0; d < shape.ndim; ++d) n *= shape.size[d];
   return n;
-}
-
-// Calls fn(T{}) for the C++ type of `dtype`.
-template <typename Fn>
-void dispatch(int dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case kFloat32: fn(float{}); return;
-    case kFloat64: fn(double{}); return;
-    case kBFloat16: fn(BFloat16{}); return;
-    case kInt32: fn(int32_t{}); return;
-    case kInt64: fn(int64_t{}); return;
-    case kBool: fn(bool{}); return;
-    default: raise_message(op);
-  }
 }
 
 template <typename D, typename S>
@@ -144,7 +131,7 @@ void launch_binary(const F& f, int device, const Shape8& shape_in, const Operand
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(a.dtype, "binary op: unsupported dtype on CUDA", [&](auto tag) {
+  dispatch_storable(a.dtype, "binary op: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
     using R = typename std::conditional<math::is_comparison<F>, bool, T>::type;
     // NOTE: the op (core/ops/binary.cpp) refuses arithmetic on bool; this only keeps it from being compiled.
@@ -168,9 +155,9 @@ void copy(int device, const Shape8& shape_in, const Operand& dst_in, const Opera
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(dst.dtype, "copy: unsupported destination dtype on CUDA", [&](auto d_tag) {
+  dispatch_storable(dst.dtype, "copy: unsupported destination dtype on CUDA", [&](auto d_tag) {
     using D = decltype(d_tag);
-    dispatch(src.dtype, "copy: unsupported source dtype on CUDA", [&](auto s_tag) {
+    dispatch_storable(src.dtype, "copy: unsupported source dtype on CUDA", [&](auto s_tag) {
       using S = decltype(s_tag);
       copy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<D*>(dst.data), dst,
                                                           static_cast<const S*>(src.data), src);
@@ -186,7 +173,7 @@ void fill(int device, const Shape8& shape_in, const Operand& dst_in, double valu
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(dst.dtype, "fill_: unsupported dtype on CUDA", [&](auto tag) {
+  dispatch_storable(dst.dtype, "fill_: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
     fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(dst.data), dst, static_cast<T>(value));
   });
@@ -200,7 +187,7 @@ void add_into(int device, const Shape8& shape_in, const Operand& dst_in, const O
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(dst.dtype, "add_: unsupported dtype on CUDA", [&](auto tag) {
+  dispatch_storable(dst.dtype, "add_: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same<T, bool>::value) {
       raise_message("add_: not defined for bool tensors");
@@ -220,14 +207,12 @@ void scale(int device, const Shape8& shape_in, const Operand& dst_in, double val
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  if (dst.dtype == kFloat32)
-    scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<float*>(dst.data), dst, float(value));
-  else if (dst.dtype == kFloat64)
-    scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<double*>(dst.data), dst, value);
-  else if (dst.dtype == kBFloat16)
-    scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<BFloat16*>(dst.data), dst, float(value));
-  else
-    raise_message("mul_: expected a floating tensor (float32, float64 or bfloat16) on CUDA");
+  const char* not_floating = "mul_: expected a floating tensor (float32, float64 or bfloat16) on CUDA";
+  dispatch_real(dst.dtype, not_floating, [&](auto tag) {
+    using T = decltype(tag);  // value in compute_type<T>: float for float32 and bfloat16
+    scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(dst.data), dst,
+                                                         compute_type<T>(value));
+  });
   EMBER_CUDA_LAUNCHED("scale_kernel");
 }
 
@@ -247,7 +232,7 @@ void select(int device, const Shape8& shape_in, const Operand& out_in, const Ope
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(out.dtype, "where: unsupported dtype on CUDA", [&](auto tag) {
+  dispatch_storable(out.dtype, "where: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
     select_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(out.data), out,
                                                           static_cast<const bool*>(cond.data), cond,
@@ -261,17 +246,12 @@ void dropout(int device, int dtype, const void* in, void* out, int64_t n, uint64
              uint64_t threshold, double scale, const uint64_t* state) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  if (dtype == kFloat64)
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), n,
-                                                           seed, first, threshold, scale, state);
-  else if (dtype == kFloat32)
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), n,
-                                                           seed, first, threshold, float(scale), state);
-  else if (dtype == kBFloat16)
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const BFloat16*>(in), static_cast<BFloat16*>(out),
-                                                           n, seed, first, threshold, float(scale), state);
-  else
-    raise_message("dropout: expected a floating tensor (float32, float64 or bfloat16) on CUDA");
+  const char* not_floating = "dropout: expected a floating tensor (float32, float64 or bfloat16) on CUDA";
+  dispatch_real(dtype, not_floating, [&](auto tag) {
+    using T = decltype(tag);  // scale in compute_type<T>: float for float32 and bfloat16
+    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n, seed, first,
+                                                           threshold, compute_type<T>(scale), state);
+  });
   EMBER_CUDA_LAUNCHED("dropout_kernel");
 }
 

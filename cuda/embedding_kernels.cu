@@ -4,6 +4,7 @@
 // sum deterministically, in the same order as on the CPU.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include "core/cuda_ops.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -38,12 +39,11 @@ void embedding_forward(int device, bool float64, const void* weight, int64_t w_r
                        int64_t n, int64_t D, void* out) {
   if (n * D == 0) return;
   cudaStream_t stream = use_device(device);
-  if (float64)
-    gather_kernel<<<blocks_for(n * D), kThreads, 0, stream>>>(static_cast<const double*>(weight), w_rs, w_cs, ids, n, D,
-                                                              static_cast<double*>(out));
-  else
-    gather_kernel<<<blocks_for(n * D), kThreads, 0, stream>>>(static_cast<const float*>(weight), w_rs, w_cs, ids, n, D,
-                                                              static_cast<float*>(out));
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    gather_kernel<<<blocks_for(n * D), kThreads, 0, stream>>>(static_cast<const T*>(weight), w_rs, w_cs, ids, n, D,
+                                                              static_cast<T*>(out));
+  });
   EMBER_CUDA_LAUNCHED("gather_kernel");
 }
 
@@ -53,12 +53,11 @@ void embedding_backward(int device, bool float64, const void* grad, const int64_
   if (nrows > 2147483647) raise_message("embedding backward: too many distinct ids for the CUDA kernel");
   cudaStream_t stream = use_device(device);
   int threads = D >= 256 ? 256 : (D >= 128 ? 128 : (D >= 64 ? 64 : 32));
-  if (float64)
-    scatter_kernel<<<unsigned(nrows), threads, 0, stream>>>(static_cast<const double*>(grad), rows, starts, positions, D,
-                                                            static_cast<double*>(dweight), count);
-  else
-    scatter_kernel<<<unsigned(nrows), threads, 0, stream>>>(static_cast<const float*>(grad), rows, starts, positions, D,
-                                                            static_cast<float*>(dweight), count);
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    scatter_kernel<<<unsigned(nrows), threads, 0, stream>>>(static_cast<const T*>(grad), rows, starts, positions, D,
+                                                            static_cast<T*>(dweight), count);
+  });
   EMBER_CUDA_LAUNCHED("scatter_kernel");
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/cuda_ops.h"
 #include "core/update_rules.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -153,10 +154,10 @@ void adam_step(int device, bool float64, const TensorList& tensors, const AdamHy
                const AdamHyper* device_hyper) {
   cudaStream_t stream = use_device(device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    if (float64)
-      adam_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper, device_hyper);
-    else
-      adam_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper, device_hyper);
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      adam_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper, device_hyper);
+    });
     EMBER_CUDA_LAUNCHED("adam_kernel");
   });
 }
@@ -164,10 +165,10 @@ void adam_step(int device, bool float64, const TensorList& tensors, const AdamHy
 void sgd_step(int device, bool float64, const TensorList& tensors, const SgdHyper& hyper) {
   cudaStream_t stream = use_device(device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    if (float64)
-      sgd_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper);
-    else
-      sgd_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper);
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      sgd_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper);
+    });
     EMBER_CUDA_LAUNCHED("sgd_kernel");
   });
 }
@@ -186,10 +187,10 @@ void sum_squares(int device, bool float64, const TensorList& tensors, double* pa
       chunks.first[t + 1] = chunks.first[t] + chunks_of(batch.offsets[t + 1] - batch.offsets[t]);
     const int64_t blocks = chunks.first[batch.count];
     if (blocks > 2147483647) raise_message("clip_grad_norm (CUDA): too many elements");
-    if (float64)
-      sum_squares_kernel<double><<<unsigned(blocks), kThreads, 0, stream>>>(batch, chunks, partials);
-    else
-      sum_squares_kernel<float><<<unsigned(blocks), kThreads, 0, stream>>>(batch, chunks, partials);
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      sum_squares_kernel<T><<<unsigned(blocks), kThreads, 0, stream>>>(batch, chunks, partials);
+    });
     EMBER_CUDA_LAUNCHED("sum_squares_kernel");
     partials += blocks;
   });
@@ -198,10 +199,10 @@ void sum_squares(int device, bool float64, const TensorList& tensors, double* pa
 void scale_all(int device, bool float64, const TensorList& tensors, double value) {
   cudaStream_t stream = use_device(device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    if (float64)
-      scale_all_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, value);
-    else
-      scale_all_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, float(value));
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      scale_all_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, T(value));
+    });
     EMBER_CUDA_LAUNCHED("scale_all_kernel");
   });
 }
@@ -215,10 +216,10 @@ void clip_scale(int device, const double* partials, int64_t count, double max_no
 void scale_all_by(int device, bool float64, const TensorList& tensors, const double* factor) {
   cudaStream_t stream = use_device(device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    if (float64)
-      scale_all_by_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, factor);
-    else
-      scale_all_by_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, factor);
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      scale_all_by_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, factor);
+    });
     EMBER_CUDA_LAUNCHED("scale_all_by_kernel");
   });
 }

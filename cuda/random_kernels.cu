@@ -4,6 +4,7 @@
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include "core/cuda_ops.h"
 #include "core/random.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -23,10 +24,10 @@ void random_fill(int device, bool float64, void* data, int64_t n, bool normal, u
                  double b) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  if (float64)
-    random_fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<double*>(data), n, normal, seed, first, a, b);
-  else
-    random_fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<float*>(data), n, normal, seed, first, a, b);
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    random_fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(data), n, normal, seed, first, a, b);
+  });
   EMBER_CUDA_LAUNCHED("random_fill_kernel");
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "core/cuda_ops.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -177,24 +178,19 @@ void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* o
   cudaStream_t stream = use_device(device);
   if (n > 0 && n <= kWarpRowMax) {  // short rows: a warp each
     const unsigned blocks = warp_row_blocks(rows);
-    switch (dtype) {
-      case kFloat32: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), rows, n, int(kind)); break;
-      case kFloat64: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), rows, n, int(kind)); break;
-      case kInt32: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), static_cast<int32_t*>(out), rows, n, int(kind)); break;
-      case kInt64: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), static_cast<int64_t*>(out), rows, n, int(kind)); break;
-      default: raise_message("sum / max: unsupported dtype on CUDA");
-    }
+    dispatch<float, double, int32_t, int64_t>(dtype, "sum / max: unsupported dtype on CUDA", [&](auto tag) {
+      using T = decltype(tag);
+      reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), rows, n,
+                                                          int(kind));
+    });
     EMBER_CUDA_LAUNCHED("reduce_warp_kernel");
     return;
   }
   unsigned grid = grid_rows(rows);
-  switch (dtype) {
-    case kFloat32: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), n, int(kind)); break;
-    case kFloat64: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), n, int(kind)); break;
-    case kInt32: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), static_cast<int32_t*>(out), n, int(kind)); break;
-    case kInt64: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), static_cast<int64_t*>(out), n, int(kind)); break;
-    default: raise_message("sum / max: unsupported dtype on CUDA");
-  }
+  dispatch<float, double, int32_t, int64_t>(dtype, "sum / max: unsupported dtype on CUDA", [&](auto tag) {
+    using T = decltype(tag);
+    reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n, int(kind));
+  });
   EMBER_CUDA_LAUNCHED("reduce_kernel");
 }
 
@@ -203,13 +199,10 @@ void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t ro
   if (n == 0) raise_message("argmax: cannot reduce an empty dim");
   cudaStream_t stream = use_device(device);
   unsigned grid = grid_rows(rows);
-  switch (dtype) {
-    case kFloat32: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in), out, n); break;
-    case kFloat64: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const double*>(in), out, n); break;
-    case kInt32: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), out, n); break;
-    case kInt64: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), out, n); break;
-    default: raise_message("argmax: unsupported dtype on CUDA");
-  }
+  dispatch<float, double, int32_t, int64_t>(dtype, "argmax: unsupported dtype on CUDA", [&](auto tag) {
+    using T = decltype(tag);
+    argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(in), out, n);
+  });
   EMBER_CUDA_LAUNCHED("argmax_kernel");
 }
 
@@ -287,19 +280,19 @@ void softmax_forward(int device, bool float64, const void* x, void* y, int64_t r
   if (rows == 0 || n == 0) return;
   cudaStream_t stream = use_device(device);
   if (n <= kWarpRowMax) {  // short rows: a warp each
-    if (float64)
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
       softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const double*>(x), static_cast<double*>(y), rows, n, log);
-    else
-      softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const float*>(x), static_cast<float*>(y), rows, n, log);
+          static_cast<const T*>(x), static_cast<T*>(y), rows, n, log);
+    });
     EMBER_CUDA_LAUNCHED("softmax_forward_warp_kernel");
     return;
   }
-  if (float64)
-    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const double*>(x), static_cast<double*>(y), n, log);
-  else
-    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const float*>(x), static_cast<float*>(y), n, log);
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n,
+                                                                     log);
+  });
   EMBER_CUDA_LAUNCHED("softmax_forward_kernel");
 }
 
@@ -308,21 +301,19 @@ void softmax_backward(int device, bool float64, const void* grad, const void* y,
   if (rows == 0 || n == 0) return;
   cudaStream_t stream = use_device(device);
   if (n <= kWarpRowMax) {  // short rows: a warp each
-    if (float64)
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
       softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const double*>(grad), static_cast<const double*>(y), static_cast<double*>(dx), rows, n, log);
-    else
-      softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const float*>(grad), static_cast<const float*>(y), static_cast<float*>(dx), rows, n, log);
+          static_cast<const T*>(grad), static_cast<const T*>(y), static_cast<T*>(dx), rows, n, log);
+    });
     EMBER_CUDA_LAUNCHED("softmax_backward_warp_kernel");
     return;
   }
-  if (float64)
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
     softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const double*>(grad), static_cast<const double*>(y), static_cast<double*>(dx), n, log);
-  else
-    softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const float*>(grad), static_cast<const float*>(y), static_cast<float*>(dx), n, log);
+        static_cast<const T*>(grad), static_cast<const T*>(y), static_cast<T*>(dx), n, log);
+  });
   EMBER_CUDA_LAUNCHED("softmax_backward_kernel");
 }
 
@@ -474,25 +465,21 @@ void layer_norm_forward(int device, bool float64, const void* x, const void* wei
   if (rows == 0) return;
   cudaStream_t stream = use_device(device);
   if (D <= kWarpRowMax) {  // short rows: a warp each
-    if (float64)
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
       layer_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<const double*>(bias),
-          static_cast<double*>(y), mean, rstd, rows, D, eps);
-    else
-      layer_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<const float*>(bias),
-          static_cast<float*>(y), mean, rstd, rows, D, eps);
+          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
+          static_cast<T*>(y), mean, rstd, rows, D, eps);
+    });
     EMBER_CUDA_LAUNCHED("layer_norm_forward_warp_kernel");
     return;
   }
-  if (float64)
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
     layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<const double*>(bias),
-        static_cast<double*>(y), mean, rstd, D, eps);
-  else
-    layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<const float*>(bias),
-        static_cast<float*>(y), mean, rstd, D, eps);
+        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
+        static_cast<T*>(y), mean, rstd, D, eps);
+  });
   EMBER_CUDA_LAUNCHED("layer_norm_forward_kernel");
 }
 
@@ -524,14 +511,12 @@ void layer_norm_backward(int device, bool float64, const void* grad, const void*
                          int64_t D, double* partial) {
   if (rows == 0 || D == 0) return;
   cudaStream_t stream = use_device(device);
-  if (float64)
-    layer_norm_backward_typed(stream, static_cast<const double*>(grad), static_cast<const double*>(x), mean, rstd,
-                              static_cast<const double*>(weight), static_cast<double*>(dx), static_cast<double*>(dweight),
-                              static_cast<double*>(dbias), rows, D, partial);
-  else
-    layer_norm_backward_typed(stream, static_cast<const float*>(grad), static_cast<const float*>(x), mean, rstd,
-                              static_cast<const float*>(weight), static_cast<float*>(dx), static_cast<float*>(dweight),
-                              static_cast<float*>(dbias), rows, D, partial);
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    layer_norm_backward_typed(stream, static_cast<const T*>(grad), static_cast<const T*>(x), mean, rstd,
+                              static_cast<const T*>(weight), static_cast<T*>(dx), static_cast<T*>(dweight),
+                              static_cast<T*>(dbias), rows, D, partial);
+  });
 }
 
 // ---- Cross-entropy.
@@ -627,25 +612,21 @@ void cross_entropy_forward(int device, bool float64, const void* logits, const i
   if (N == 0) return;
   cudaStream_t stream = use_device(device);
   if (C <= kWarpRowMax) {  // short rows (the classifier's 2 classes): a warp each
-    if (float64)
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
       cross_entropy_forward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
-          static_cast<const double*>(logits), targets, N, C, ignore_index, static_cast<double*>(row_max),
-          static_cast<double*>(sum_exp), row_loss);
-    else
-      cross_entropy_forward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
-          static_cast<const float*>(logits), targets, N, C, ignore_index, static_cast<float*>(row_max),
-          static_cast<float*>(sum_exp), row_loss);
+          static_cast<const T*>(logits), targets, N, C, ignore_index, static_cast<T*>(row_max),
+          static_cast<T*>(sum_exp), row_loss);
+    });
     EMBER_CUDA_LAUNCHED("cross_entropy_forward_warp_kernel");
     return;
   }
-  if (float64)
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
     cross_entropy_forward_kernel<<<grid_rows(N), kThreads, 0, stream>>>(
-        static_cast<const double*>(logits), targets, C, ignore_index, static_cast<double*>(row_max),
-        static_cast<double*>(sum_exp), row_loss);
-  else
-    cross_entropy_forward_kernel<<<grid_rows(N), kThreads, 0, stream>>>(
-        static_cast<const float*>(logits), targets, C, ignore_index, static_cast<float*>(row_max),
-        static_cast<float*>(sum_exp), row_loss);
+        static_cast<const T*>(logits), targets, C, ignore_index, static_cast<T*>(row_max),
+        static_cast<T*>(sum_exp), row_loss);
+  });
   EMBER_CUDA_LAUNCHED("cross_entropy_forward_kernel");
 }
 
@@ -655,25 +636,21 @@ void cross_entropy_backward(int device, bool float64, const void* logits, const 
   if (N * C == 0) return;
   cudaStream_t stream = use_device(device);
   if (C <= kWarpRowMax) {
-    if (float64)
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
       cross_entropy_backward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
-          static_cast<const double*>(logits), targets, static_cast<const double*>(row_max),
-          static_cast<const double*>(sum_exp), static_cast<double*>(dlogits), N, C, ignore_index, grad, count);
-    else
-      cross_entropy_backward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
-          static_cast<const float*>(logits), targets, static_cast<const float*>(row_max),
-          static_cast<const float*>(sum_exp), static_cast<float*>(dlogits), N, C, ignore_index, grad, count);
+          static_cast<const T*>(logits), targets, static_cast<const T*>(row_max),
+          static_cast<const T*>(sum_exp), static_cast<T*>(dlogits), N, C, ignore_index, grad, count);
+    });
     EMBER_CUDA_LAUNCHED("cross_entropy_backward_warp_kernel");
     return;
   }
-  if (float64)
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
     cross_entropy_backward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(
-        static_cast<const double*>(logits), targets, static_cast<const double*>(row_max),
-        static_cast<const double*>(sum_exp), static_cast<double*>(dlogits), N, C, ignore_index, grad, count);
-  else
-    cross_entropy_backward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(
-        static_cast<const float*>(logits), targets, static_cast<const float*>(row_max),
-        static_cast<const float*>(sum_exp), static_cast<float*>(dlogits), N, C, ignore_index, grad, count);
+        static_cast<const T*>(logits), targets, static_cast<const T*>(row_max),
+        static_cast<const T*>(sum_exp), static_cast<T*>(dlogits), N, C, ignore_index, grad, count);
+  });
   EMBER_CUDA_LAUNCHED("cross_entropy_backward_kernel");
 }
 
@@ -803,21 +780,19 @@ void rms_norm_forward(int device, bool float64, const void* x, const void* weigh
   if (rows == 0) return;
   cudaStream_t stream = use_device(device);
   if (D <= kWarpRowMax) {  // short rows: a warp each
-    if (float64)
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
       rms_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<double*>(y), rstd, rows, D, eps);
-    else
-      rms_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<float*>(y), rstd, rows, D, eps);
+          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(y), rstd, rows, D, eps);
+    });
     EMBER_CUDA_LAUNCHED("rms_norm_forward_warp_kernel");
     return;
   }
-  if (float64)
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
     rms_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<double*>(y), rstd, D, eps);
-  else
-    rms_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<float*>(y), rstd, D, eps);
+        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(y), rstd, D, eps);
+  });
   EMBER_CUDA_LAUNCHED("rms_norm_forward_kernel");
 }
 
@@ -825,14 +800,12 @@ void rms_norm_backward(int device, bool float64, const void* grad, const void* x
                        const void* weight, void* dx, void* dweight, int64_t rows, int64_t D, double* partial) {
   if (rows == 0) return;  // dweight stays as the op made it: zeros
   cudaStream_t stream = use_device(device);
-  if (float64)
-    rms_norm_backward_typed(stream, static_cast<const double*>(grad), static_cast<const double*>(x), rstd,
-                            static_cast<const double*>(weight), static_cast<double*>(dx), static_cast<double*>(dweight),
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    rms_norm_backward_typed(stream, static_cast<const T*>(grad), static_cast<const T*>(x), rstd,
+                            static_cast<const T*>(weight), static_cast<T*>(dx), static_cast<T*>(dweight),
                             rows, D, partial);
-  else
-    rms_norm_backward_typed(stream, static_cast<const float*>(grad), static_cast<const float*>(x), rstd,
-                            static_cast<const float*>(weight), static_cast<float*>(dx), static_cast<float*>(dweight),
-                            rows, D, partial);
+  });
 }
 
 }  // namespace ember::cuda

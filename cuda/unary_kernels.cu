@@ -4,6 +4,7 @@
 // float64, and bfloat16 computed in float, each result rounded once (the CPU's tables hold the same values).
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
+#include "cuda/dispatch.h"
 #include "cuda/gpu_nan.h"
 #include "cuda/launch.h"
 
@@ -24,22 +25,14 @@ __global__ void backward_kernel(F f, const T* grad, const T* x, const T* y, T* g
     grad_x[i] = T(gpu_float(C(grad[i]) * f.df(C(x[i]), C(y[i]))));
 }
 
-// Calls fn(T{}) for the element type of `dtype`.
-template <typename Fn>
-void dispatch(int dtype, Fn&& fn) {
-  switch (dtype) {
-    case kFloat32: fn(float{}); return;
-    case kFloat64: fn(double{}); return;
-    case kBFloat16: fn(BFloat16{}); return;
-    default: raise_message("element-wise math: expected a floating tensor (float32, float64 or bfloat16) on CUDA");
-  }
-}
+constexpr const char* kNotFloating =
+    "element-wise math: expected a floating tensor (float32, float64 or bfloat16) on CUDA";
 
 template <typename F>
 void launch_forward(const F& f, int device, int dtype, const void* x, void* y, int64_t n) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(dtype, [&](auto tag) {
+  dispatch_real(dtype, kNotFloating, [&](auto tag) {
     using T = decltype(tag);
     forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const T*>(x), static_cast<T*>(y), n);
   });
@@ -51,7 +44,7 @@ void launch_backward(const F& f, int device, int dtype, const void* grad, const 
                      void* grad_x, int64_t n) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(dtype, [&](auto tag) {
+  dispatch_real(dtype, kNotFloating, [&](auto tag) {
     using T = decltype(tag);
     backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const T*>(grad), static_cast<const T*>(x),
                                                             static_cast<const T*>(y), static_cast<T*>(grad_x), n);
