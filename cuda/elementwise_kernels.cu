@@ -56,18 +56,22 @@ int64_t numel(const Shape8& shape) {
   return n;
 }
 
+// dst = src converted to D (static_cast), elementwise over `shape`; a grid-stride loop, a thread per element.
 template <typename D, typename S>
 __global__ void copy_kernel(const __grid_constant__ Shape8 shape, int64_t n, D* dst, const __grid_constant__ Operand d,
                             const S* src, const __grid_constant__ Operand s) {
   EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] = static_cast<D>(src[offset_of(shape, s.stride, i)]);
 }
 
+// dst = value at every element of `shape`; a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void fill_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst, const __grid_constant__ Operand d,
                             T value) {
   EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] = value;
 }
 
+// dst += alpha * src (in compute_type<T>), src broadcast by its strides; a grid-stride loop, a thread per
+// element.
 template <typename T, typename C = compute_type<T>>
 __global__ void add_into_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst,
                                 const __grid_constant__ Operand d, const T* src, const __grid_constant__ Operand s,
@@ -78,6 +82,7 @@ __global__ void add_into_kernel(const __grid_constant__ Shape8 shape, int64_t n,
   }
 }
 
+// dst *= value (in compute_type<T>); a grid-stride loop, a thread per element.
 template <typename T, typename C = compute_type<T>>
 __global__ void scale_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst, const __grid_constant__ Operand d,
                              C value) {
@@ -87,6 +92,8 @@ __global__ void scale_kernel(const __grid_constant__ Shape8 shape, int64_t n, T*
   }
 }
 
+// out = f(a, b) (an arithmetic or comparison functor, computed in compute_type<T>, stored as R); a
+// grid-stride loop, a thread per element.
 template <typename F, typename T, typename R, typename C = compute_type<T>>
 __global__ void binary_kernel(F f, const __grid_constant__ Shape8 shape, int64_t n, R* out,
                               const __grid_constant__ Operand o, const T* a, const __grid_constant__ Operand oa,
@@ -97,6 +104,8 @@ __global__ void binary_kernel(F f, const __grid_constant__ Shape8 shape, int64_t
   }
 }
 
+// out = cond ? a : b (where / masked_fill), each operand by its own strides; a grid-stride loop, a
+// thread per element.
 template <typename T>
 __global__ void select_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* out,
                               const __grid_constant__ Operand o, const bool* cond, const __grid_constant__ Operand oc,
@@ -108,6 +117,8 @@ __global__ void select_kernel(const __grid_constant__ Shape8 shape, int64_t n, T
   }
 }
 
+// out[i] = in[i] * scale where random_bits(seed, first + i) (core/random.h, counter-based, EMBER_HD) keeps
+// element i, else 0; contiguous operands, a grid-stride loop, a thread per element.
 template <typename T, typename C = compute_type<T>>
 __global__ void dropout_kernel(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, uint64_t threshold,
                                C scale, const uint64_t* state) {
@@ -249,8 +260,8 @@ void dropout(int device, int dtype, const void* in, void* out, int64_t n, uint64
   const char* not_floating = "dropout: expected a floating tensor (float32, float64 or bfloat16) on CUDA";
   dispatch_real(dtype, not_floating, [&](auto tag) {
     using T = decltype(tag);  // scale in compute_type<T>: float for float32 and bfloat16
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n, seed, first,
-                                                           threshold, compute_type<T>(scale), state);
+    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n, seed,
+                                                           first, threshold, compute_type<T>(scale), state);
   });
   EMBER_CUDA_LAUNCHED("dropout_kernel");
 }

@@ -10,6 +10,8 @@
 namespace ember::cuda {
 namespace {
 
+// out[r, c] = weight[ids[r], c] (weight read through its strides); a grid-stride loop over the n * D
+// outputs, a thread per element.
 template <typename T>
 __global__ void gather_kernel(const T* weight, int64_t w_rs, int64_t w_cs, const int64_t* ids, int64_t n, int64_t D,
                               T* out) {
@@ -19,6 +21,8 @@ __global__ void gather_kernel(const T* weight, int64_t w_rs, int64_t w_cs, const
   }
 }
 
+// dweight[rows[k], :] += the grad rows of id rows[k] (positions[starts[k] .. starts[k + 1])), summed in
+// that order: one block per distinct id, its threads striding over the D columns; no atomics.
 template <typename T>
 __global__ void scatter_kernel(const T* grad, const int64_t* rows, const int64_t* starts, const int64_t* positions,
                                int64_t D, T* dweight, const int64_t* count) {

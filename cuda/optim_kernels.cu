@@ -36,6 +36,8 @@ __device__ __forceinline__ void locate(const Batch& batch, int64_t i, int& t, in
   j = i - batch.offsets[t];
 }
 
+// One Adam(W) step (core/update_rules.h's AdamRule, the CPU's formula) on every element of the batch's
+// tensors, seen as one flat range; a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void adam_kernel(Batch batch, AdamHyper h, const AdamHyper* device_hyper) {
   if (device_hyper != nullptr) h = *device_hyper;  // a CUDA graph's step: this step's numbers, uploaded before it
@@ -51,6 +53,8 @@ __global__ void adam_kernel(Batch batch, AdamHyper h, const AdamHyper* device_hy
   }
 }
 
+// One SGD step, with momentum where state1 is set (SgdRule, the CPU's formula), on every element of the
+// batch's tensors seen as one flat range; a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void sgd_kernel(Batch batch, SgdHyper h) {
   const SgdRule<T> rule{T(h.lr), T(h.momentum), h.first_step};
@@ -75,6 +79,7 @@ struct ChunkStarts {
 
 int64_t chunks_of(int64_t n) { return (n + kNormChunk - 1) / kNormChunk; }
 
+// partials[c] = the sum of squares of chunk c (see above): one block per chunk, a fixed tree in shared memory.
 template <typename T>
 __global__ void sum_squares_kernel(Batch batch, ChunkStarts chunks, double* partials) {
   __shared__ double sums[kThreads];

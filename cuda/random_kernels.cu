@@ -10,6 +10,8 @@
 namespace ember::cuda {
 namespace {
 
+// data[i] = uniform_element or normal_element(seed, first, i, a, b) (core/random.h: uniform on [a, b), or
+// normal with mean a and std b; counter-based, the CPU's formulas); a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void random_fill_kernel(T* data, int64_t n, bool normal, uint64_t seed, uint64_t first, double a,
                                    double b) {

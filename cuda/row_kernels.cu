@@ -105,6 +105,8 @@ unsigned grid_rows(int64_t rows) {
 
 // ---- Reductions: sum / max and argmax of each row.
 
+// out[r] = sum (accumulated in double, int64 for integers) or max of in[r, :]: one block per row, a
+// fixed tree (block_reduce).
 template <typename T>
 __global__ void reduce_kernel(const T* in, T* out, int64_t n, int kind) {
   using Acc = typename Accum<T>::type;
@@ -122,6 +124,8 @@ __global__ void reduce_kernel(const T* in, T* out, int64_t n, int kind) {
   }
 }
 
+// out[r] = the index of the largest in[r, :], the first on ties: one block per row, each thread's best
+// of its strided subset, then a fixed tree in shared memory.
 template <typename T>
 __global__ void argmax_kernel(const T* in, int64_t* out, int64_t n) {
   __shared__ T best_value[kThreads];
@@ -209,6 +213,8 @@ void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t ro
 // ---- Softmax and log-softmax.
 namespace {
 
+// y[r, :] = softmax(x[r, :]) (or log-softmax): one block per row; the max and the sum of exp(x - max),
+// in double, by block_reduce.
 template <typename T>
 __global__ void softmax_forward_kernel(const T* x, T* y, int64_t n, bool log) {
   const T* row = x + int64_t(blockIdx.x) * n;
@@ -226,6 +232,8 @@ __global__ void softmax_forward_kernel(const T* x, T* y, int64_t n, bool log) {
   }
 }
 
+// dx[r, :] from grad and y = softmax (or log-softmax) of the row: one block per row, the row's sum of
+// grad * y (or of grad) in double by block_reduce.
 template <typename T>
 __global__ void softmax_backward_kernel(const T* grad, const T* y, T* dx, int64_t n, bool log) {
   const int64_t base = int64_t(blockIdx.x) * n;
@@ -378,6 +386,8 @@ __global__ void layer_norm_dx_warp_kernel(const T* grad, const T* x, const doubl
   }
 }
 
+// y[r, :] = (x - mean) * rstd * w + b, and the row's mean and rstd for the backward: one block per row,
+// the two passes' sums in double by block_reduce.
 template <typename T>
 __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T* y, double* mean_out,
                                           double* rstd_out, int64_t D, double eps) {
@@ -404,6 +414,8 @@ __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T*
   }
 }
 
+// dx[r, :] = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = grad * w: one block per row, the two
+// means in double by block_reduce.
 template <typename T>
 __global__ void layer_norm_dx_kernel(const T* grad, const T* x, const double* mean, const double* rstd, const T* w,
                                      T* dx, int64_t D) {
@@ -445,6 +457,8 @@ __global__ void layer_norm_partial_kernel(const T* grad, const T* x, const doubl
   partial[(chunks + c) * D + j] = pb;
 }
 
+// dweight[j] and dbias[j] = the sums over the chunks, in order, of layer_norm_partial_kernel's partials:
+// a thread per column j.
 template <typename T>
 __global__ void layer_norm_combine_kernel(const double* partial, int64_t chunks, int64_t D, T* dweight, T* dbias) {
   const int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -522,6 +536,8 @@ void layer_norm_backward(int device, bool float64, const void* grad, const void*
 // ---- Cross-entropy.
 namespace {
 
+// For row r (target not ignored): the row's max, its sum of exp(x - max) and the loss
+// log(sum) - (x[target] - max): one block per row, the sum in double by block_reduce.
 template <typename T>
 __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, int64_t C, int64_t ignore_index,
                                              T* row_max_out, T* sum_exp_out, double* row_loss) {
@@ -543,6 +559,8 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* tar
   }
 }
 
+// dlogits = (softmax(logits) - onehot(target)) * grad / count (0 on ignored rows), from the forward's
+// max and sum: a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* targets, const T* row_max,
                                               const T* sum_exp, T* dlogits, int64_t N, int64_t C,
@@ -698,6 +716,8 @@ __global__ void rms_norm_partial_kernel(const T* grad, const T* x, const double*
   partial[c * D + j] = p;
 }
 
+// dweight[j] = the sum over the chunks, in order, of rms_norm_partial_kernel's partials: a thread per
+// column j.
 template <typename T>
 __global__ void rms_norm_combine_kernel(const double* partial, int64_t chunks, int64_t D, T* dweight) {
   const int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -734,6 +754,8 @@ __global__ void rms_norm_forward_warp_kernel(const T* x, const T* w, T* y, doubl
   }
 }
 
+// dx of RMS norm (rms_norm_dx_kernel's formula), rows of D <= kWarpRowMax: one warp per row, sums by
+// warp shuffles.
 template <typename T>
 __global__ void rms_norm_dx_warp_kernel(const T* grad, const T* x, const double* rstd, const T* w, T* dx,
                                         int64_t rows, int64_t D) {

@@ -19,6 +19,7 @@ __global__ void forward_kernel(F f, const T* x, T* y, int64_t n) {
     y[i] = T(gpu_float(f.f(C(x[i]))));  // gpu_float: a NaN as the GPU writes it (cuda/gpu_nan.h)
 }
 
+// grad_x = grad * f'(x, y), in compute_type<T>; a grid-stride loop, a thread per element.
 template <typename T, typename F, typename C = compute_type<T>>
 __global__ void backward_kernel(F f, const T* grad, const T* x, const T* y, T* grad_x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
