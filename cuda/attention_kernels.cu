@@ -351,7 +351,8 @@ __global__ void flash_forward_kernel(const S* qkv, const bool* pad, Dims d, T sc
 
 // ---- The attention weights, when asked for: probs[b, h, i, j] = e^(s_ij - lse_i), every key
 // tile (masked entries are written as 0, so every entry of a row with no unmasked key is 0, like the CPU).
-// Shared: Qs [BR][DMAX+1], Ks [BC][DMAX+1], kflag [BC].
+// Shared: Qs [BR][DMAX+1], Ks [BC][DMAX+1], kflag [BC]. One block per BR-row query tile of one (batch,
+// head), as flash_forward_kernel: its 16 x 16 threads each write RPT x CPT entries of every key tile.
 template <typename T, int DMAX, typename S = T>
 __global__ void flash_probs_kernel(const S* qkv, const bool* pad, Dims d, T scale, const double* lse, T* probs) {
   using C = Tiles<T, DMAX>;

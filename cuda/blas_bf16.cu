@@ -21,7 +21,7 @@ namespace {
 
 // out [batch, rows, cols] (compact, row-major) = in(b, r, c) = in[b * bs + r * rs + c * cs]: a float32
 // operand rounded (ember::BFloat16 rounds as __float2bfloat16_rn: nearest even, NaN kept), a bfloat16 one
-// copied exactly.
+// copied exactly. A grid-stride loop, a thread per element of out.
 template <typename S>
 __global__ void to_compact_bf16(const S* in, int64_t bs, int64_t rs, int64_t cs, int64_t rows, int64_t cols,
                                 int64_t n, BFloat16* out) {

@@ -101,7 +101,8 @@ __global__ void sum_squares_kernel(Batch batch, ChunkStarts chunks, double* part
   if (threadIdx.x == 0) partials[c] = sums[0];
 }
 
-// Clipping's scaling: params[t][j] *= value, every tensor (like Tensor::mul_, in the tensor's type).
+// Clipping's scaling: params[t][j] *= value, every tensor (like Tensor::mul_, in the tensor's type); the
+// batch's tensors as one flat range, a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void scale_all_kernel(Batch batch, T value) {
   EMBER_CUDA_LOOP(i, batch.offsets[batch.count]) {
@@ -121,7 +122,7 @@ __global__ void clip_scale_kernel(const double* partials, int64_t count, double 
   norm_scale[1] = norm > max_norm && norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
 }
 
-// params[t][j] *= *factor (read on the GPU), in the tensor's type like scale_all_kernel.
+// params[t][j] *= *factor (read on the GPU), in the tensor's type and parallelised like scale_all_kernel.
 template <typename T>
 __global__ void scale_all_by_kernel(Batch batch, const double* factor) {
   const T value = T(*factor);

@@ -440,6 +440,7 @@ __global__ void layer_norm_dx_kernel(const T* grad, const T* x, const double* me
 constexpr int64_t kLayerNormChunkRows = 64;
 
 // partial[c, j] = sum over the rows of chunk c (in order) of grad * xhat; partial[chunks + c, j] of grad.
+// A thread per (column j, chunk c): blockIdx.y is the chunk.
 template <typename T>
 __global__ void layer_norm_partial_kernel(const T* grad, const T* x, const double* mean, const double* rstd,
                                           int64_t rows, int64_t D, double* partial, int64_t chunks) {
@@ -677,7 +678,8 @@ void cross_entropy_backward(int device, bool float64, const void* logits, const 
 // order (the CPU's order too).
 namespace {
 
-// y[r, :] = x[r, :] * rstd[r] * w, rstd[r] = 1 / sqrt(mean(x[r, :]^2) + eps).
+// y[r, :] = x[r, :] * rstd[r] * w, rstd[r] = 1 / sqrt(mean(x[r, :]^2) + eps): one block per row, the sum of
+// squares in double by block_reduce.
 template <typename T>
 __global__ void rms_norm_forward_kernel(const T* x, const T* w, T* y, double* rstd_out, int64_t D, double eps) {
   const int64_t base = int64_t(blockIdx.x) * D;
@@ -689,7 +691,8 @@ __global__ void rms_norm_forward_kernel(const T* x, const T* w, T* y, double* rs
   if (threadIdx.x == 0) rstd_out[blockIdx.x] = rstd;
 }
 
-// dx[r, :] = rstd * (gw - xhat * mean(gw * xhat)), gw = grad * w, xhat = x * rstd.
+// dx[r, :] = rstd * (gw - xhat * mean(gw * xhat)), gw = grad * w, xhat = x * rstd: one block per row, the
+// mean in double by block_reduce.
 template <typename T>
 __global__ void rms_norm_dx_kernel(const T* grad, const T* x, const double* rstd, const T* w, T* dx, int64_t D) {
   const int64_t base = int64_t(blockIdx.x) * D;
@@ -705,6 +708,7 @@ __global__ void rms_norm_dx_kernel(const T* grad, const T* x, const double* rstd
 }
 
 // partial[c, j] = sum over the rows of chunk c (in order) of grad * xhat; dweight[j] = sum over c in order.
+// A thread per (column j, chunk c): blockIdx.y is the chunk.
 template <typename T>
 __global__ void rms_norm_partial_kernel(const T* grad, const T* x, const double* rstd, int64_t rows, int64_t D,
                                         double* partial) {

@@ -11,8 +11,8 @@
 namespace ember::cuda {
 namespace {
 
-// T is computed in compute_type<T> (core/bfloat16.h): float for bfloat16, each result rounded once, as the
-// CPU's bfloat16 loops.
+// y = f(x), a grid-stride loop, a thread per element. T is computed in compute_type<T> (core/bfloat16.h):
+// float for bfloat16, each result rounded once, as the CPU's bfloat16 loops.
 template <typename T, typename F, typename C = compute_type<T>>
 __global__ void forward_kernel(F f, const T* x, T* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
