@@ -1246,19 +1246,16 @@ void attention_forward_bf16(int device, int dtype, const void* qkv, const bool* 
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, -1, 0, true);
   if (probs == nullptr && tensor_cores_usable(device)) {  // the weights, when asked for, come from flash_probs_kernel
-    if (dtype == kBFloat16)
-      forward_tensor_cores(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d, static_cast<BFloat16*>(out),
-                           lse);
-    else
-      forward_tensor_cores(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<float*>(out), lse);
+    dispatch_bf16_or_float(dtype, [&](auto tag) {
+      using S = decltype(tag);
+      forward_tensor_cores(device, static_cast<const S*>(qkv), key_padding_mask, d, static_cast<S*>(out), lse);
+    });
     return;
   }
-  if (dtype == kBFloat16)
-    forward_typed<float, BFloat16>(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d,
-                                   static_cast<BFloat16*>(out), lse, probs);
-  else
-    forward_typed<float>(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<float*>(out), lse,
-                         probs);
+  dispatch_bf16_or_float(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    forward_typed<float, S>(device, static_cast<const S*>(qkv), key_padding_mask, d, static_cast<S*>(out), lse, probs);
+  });
 }
 
 void attention_backward_bf16(int device, int dtype, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
@@ -1267,22 +1264,18 @@ void attention_backward_bf16(int device, int dtype, const void* qkv, const bool*
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, -1, 0, true);
   if (tensor_cores_usable(device)) {
-    if (dtype == kBFloat16)
-      backward_tensor_cores(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d,
-                            static_cast<const BFloat16*>(out), static_cast<const BFloat16*>(grad_out), lse, delta,
-                            static_cast<BFloat16*>(grad_qkv));
-    else
-      backward_tensor_cores(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
-                            static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
+    dispatch_bf16_or_float(dtype, [&](auto tag) {
+      using S = decltype(tag);
+      backward_tensor_cores(device, static_cast<const S*>(qkv), key_padding_mask, d, static_cast<const S*>(out),
+                            static_cast<const S*>(grad_out), lse, delta, static_cast<S*>(grad_qkv));
+    });
     return;
   }
-  if (dtype == kBFloat16)
-    backward_typed<float, BFloat16>(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d,
-                                    static_cast<const BFloat16*>(out), static_cast<const BFloat16*>(grad_out), lse,
-                                    delta, static_cast<BFloat16*>(grad_qkv));
-  else
-    backward_typed<float>(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
-                          static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
+  dispatch_bf16_or_float(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    backward_typed<float, S>(device, static_cast<const S*>(qkv), key_padding_mask, d, static_cast<const S*>(out),
+                             static_cast<const S*>(grad_out), lse, delta, static_cast<S*>(grad_qkv));
+  });
 }
 
 }  // namespace ember::cuda

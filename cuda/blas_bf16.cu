@@ -14,6 +14,7 @@
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "cuda/check.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -116,12 +117,11 @@ void gemm_bf16_typed(int device, int64_t M, int64_t N, int64_t K, const void* A,
                      bool as_is, void* copy) -> const void* {
     if (as_is) return in;
     if (n == 0) return copy;
-    if (dtype == kFloat32)
-      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), 0, rs, cs, rows, cols, n,
+    dispatch_bf16_or_float(dtype, [&](auto tag) {
+      using S = decltype(tag);
+      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(in), 0, rs, cs, rows, cols, n,
                                                               static_cast<BFloat16*>(copy));
-    else
-      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const BFloat16*>(in), 0, rs, cs, rows, cols,
-                                                              n, static_cast<BFloat16*>(copy));
+    });
     EMBER_CUDA_LAUNCHED("to_compact_bf16");
     return copy;
   };

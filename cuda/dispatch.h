@@ -26,6 +26,16 @@ void dispatch_floating(bool float64, Fn&& fn) {
     fn(float{});
 }
 
+// Calls fn(BFloat16{}) where `dtype` is kBFloat16, else fn(float{}): the mixed-precision entries (bfloat16
+// attention and GEMM), whose tensors are float32 or bfloat16 (their callers check which).
+template <typename Fn>
+void dispatch_bf16_or_float(int dtype, Fn&& fn) {
+  if (dtype == kBFloat16)
+    fn(BFloat16{});
+  else
+    fn(float{});
+}
+
 // The ScalarType (core/cuda_ops.h) of each element type.
 template <typename T> struct DtypeOf;
 template <> struct DtypeOf<float> { static constexpr int value = kFloat32; };
