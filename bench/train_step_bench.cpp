@@ -24,10 +24,8 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
-#include "bench/json_number.h"
 #include "core/allocator.h"
 #include "core/gpu.h"
 #include "core/ops.h"
@@ -222,28 +220,15 @@ void run(const Flags& f) {
     run_tokens_per_s = double(real_tokens) / run_seconds;
   }
 
-  nlohmann::ordered_json step_ms_all = nlohmann::ordered_json::array();
-  for (double ms : step_ms) step_ms_all.push_back(json_number(ms, "{:.2f}"));
-  nlohmann::ordered_json result;
-  result["framework"] = "ember";
-  result["precision"] = f.precision;
-  result["heads"] = f.heads;
-  result["threads"] = num_threads();
-  result["first_loss"] = json_number(first_loss, "{:.8f}");
-  result["step_ms"] = json_number(median(step_ms), "{:.3f}");
-  result["step_ms_all"] = step_ms_all;
-  result["step_cpu_ms"] = json_number(median(step_cpu_ms), "{:.3f}");
-  result["forward_ms"] = json_number(median(forward_ms), "{:.3f}");
-  result["run_steps"] = run_steps;
-  result["run_seconds"] = json_number(run_seconds, "{:.3f}");
-  result["run_tokens_per_s"] = json_number(run_tokens_per_s, "{:.1f}");
-  result["run_last_loss"] = json_number(run_last_loss, "{:.6f}");
-  result["peak_rss_bytes"] = peak_rss_bytes();
-  result["peak_tensor_bytes"] = memory_stats().peak_allocated;
-  result["device"] = device.str();
-  result["peak_gpu_bytes"] = device.is_cuda() ? memory_stats(device).peak_allocated : 0;
-  result["timed_from_monotonic_s"] = json_number(timed_from, "{:.6f}");
-  fmt::print("{}\n", result.dump());
+  fmt::print(
+      "{{\"framework\": \"ember\", \"precision\": \"{}\", \"heads\": {}, \"threads\": {}, \"first_loss\": {:.8f}, "
+      "\"step_ms\": {:.3f}, \"step_ms_all\": [{:.2f}], \"step_cpu_ms\": {:.3f}, \"forward_ms\": {:.3f}, "
+      "\"run_steps\": {}, \"run_seconds\": {:.3f}, \"run_tokens_per_s\": {:.1f}, \"run_last_loss\": {:.6f}, "
+      "\"peak_rss_bytes\": {}, \"peak_tensor_bytes\": {}, \"device\": \"{}\", \"peak_gpu_bytes\": {}, "
+      "\"timed_from_monotonic_s\": {:.6f}}}\n",
+      f.precision, f.heads, num_threads(), first_loss, median(step_ms), fmt::join(step_ms, ", "), median(step_cpu_ms), median(forward_ms), run_steps,
+      run_seconds, run_tokens_per_s, run_last_loss, peak_rss_bytes(), memory_stats().peak_allocated, device.str(),
+      device.is_cuda() ? memory_stats(device).peak_allocated : 0, timed_from);
 }
 
 }  // namespace
