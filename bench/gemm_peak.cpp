@@ -20,7 +20,9 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "bench/json_number.h"
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "core/device.h"
@@ -70,7 +72,7 @@ int main(int argc, char** argv) try {
   const Device device = Device::parse(f.device);
   EMBER_CHECK(device.type == DeviceType::CUDA, "--device must be cuda or cuda:N, got '{}'", f.device);
   if (cuda_device_count() <= device.index) {
-    fmt::print("{{\"skipped\": \"no CUDA device {}\"}}\n", device.str());
+    fmt::print("{}\n", nlohmann::ordered_json{{"skipped", "no CUDA device " + device.str()}}.dump());
     return 0;
   }
   const int64_t n = f.n;
@@ -114,11 +116,20 @@ int main(int argc, char** argv) try {
   std::sort(sorted.begin(), sorted.end());
   const double best_ms = sorted.front(), median_ms = sorted[sorted.size() / 2];
   const double flops = 2.0 * double(n) * double(n) * double(n);
-  fmt::print("{{\"device\": \"{}\", \"n\": {}, \"operands\": \"bfloat16, float32 sums and C (cuBLAS)\", \"timings\": {}, "
-             "\"per_round\": {}, \"best_ms\": {:.4f}, \"median_ms\": {:.4f}, \"tflops\": {:.6g}, \"median_tflops\": {:.6g}, "
-             "\"checked\": {}, \"worst_relative_error\": {:.3g}, \"correct\": {}}}\n",
-             device.str(), n, f.timings, f.per_round, best_ms, median_ms, flops / (best_ms * 1e-3) / 1e12,
-             flops / (median_ms * 1e-3) / 1e12, checked, worst, correct ? "true" : "false");
+  nlohmann::ordered_json result;
+  result["device"] = device.str();
+  result["n"] = n;
+  result["operands"] = "bfloat16, float32 sums and C (cuBLAS)";
+  result["timings"] = f.timings;
+  result["per_round"] = f.per_round;
+  result["best_ms"] = json_number(best_ms, "{:.4f}");
+  result["median_ms"] = json_number(median_ms, "{:.4f}");
+  result["tflops"] = json_number(flops / (best_ms * 1e-3) / 1e12, "{:.6g}");
+  result["median_tflops"] = json_number(flops / (median_ms * 1e-3) / 1e12, "{:.6g}");
+  result["checked"] = checked;
+  result["worst_relative_error"] = json_number(worst, "{:.3g}");
+  result["correct"] = correct;
+  fmt::print("{}\n", result.dump());
   return correct ? 0 : 1;
 } catch (const std::exception& e) {
   fmt::print(stderr, "gemm_peak: {}\n", e.what());

@@ -66,6 +66,7 @@
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "core/online_softmax.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -350,7 +351,8 @@ __global__ void flash_forward_kernel(const S* qkv, const bool* pad, Dims d, T sc
 
 // ---- The attention weights, when asked for: probs[b, h, i, j] = e^(s_ij - lse_i), every key
 // tile (masked entries are written as 0, so every entry of a row with no unmasked key is 0, like the CPU).
-// Shared: Qs [BR][DMAX+1], Ks [BC][DMAX+1], kflag [BC].
+// Shared: Qs [BR][DMAX+1], Ks [BC][DMAX+1], kflag [BC]. One block per BR-row query tile of one (batch,
+// head), as flash_forward_kernel: its 16 x 16 threads each write RPT x CPT entries of every key tile.
 template <typename T, int DMAX, typename S = T>
 __global__ void flash_probs_kernel(const S* qkv, const bool* pad, Dims d, T scale, const double* lse, T* probs) {
   using C = Tiles<T, DMAX>;
@@ -1203,12 +1205,11 @@ void window_attention_forward(int device, bool float64, const void* qkv, const b
                               double* lse, void* probs) {
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, window, global);
-  if (float64)
-    forward_typed(device, static_cast<const double*>(qkv), key_padding_mask, d, static_cast<double*>(out), lse,
-                  static_cast<double*>(probs));
-  else
-    forward_typed(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<float*>(out), lse,
-                  static_cast<float*>(probs));
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    forward_typed(device, static_cast<const T*>(qkv), key_padding_mask, d, static_cast<T*>(out), lse,
+                  static_cast<T*>(probs));
+  });
 }
 
 void window_attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B,
@@ -1217,12 +1218,11 @@ void window_attention_backward(int device, bool float64, const void* qkv, const 
                                void* grad_qkv) {
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, window, global);
-  if (float64)
-    backward_typed<double>(device, static_cast<const double*>(qkv), key_padding_mask, d, static_cast<const double*>(out),
-                           static_cast<const double*>(grad_out), lse, delta, static_cast<double*>(grad_qkv));
-  else
-    backward_typed<float>(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
-                          static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    backward_typed<T>(device, static_cast<const T*>(qkv), key_padding_mask, d, static_cast<const T*>(out),
+                      static_cast<const T*>(grad_out), lse, delta, static_cast<T*>(grad_qkv));
+  });
 }
 
 // attention(): the same kernels without a band.
@@ -1246,19 +1246,16 @@ void attention_forward_bf16(int device, int dtype, const void* qkv, const bool* 
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, -1, 0, true);
   if (probs == nullptr && tensor_cores_usable(device)) {  // the weights, when asked for, come from flash_probs_kernel
-    if (dtype == kBFloat16)
-      forward_tensor_cores(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d, static_cast<BFloat16*>(out),
-                           lse);
-    else
-      forward_tensor_cores(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<float*>(out), lse);
+    dispatch_bf16_or_float(dtype, [&](auto tag) {
+      using S = decltype(tag);
+      forward_tensor_cores(device, static_cast<const S*>(qkv), key_padding_mask, d, static_cast<S*>(out), lse);
+    });
     return;
   }
-  if (dtype == kBFloat16)
-    forward_typed<float, BFloat16>(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d,
-                                   static_cast<BFloat16*>(out), lse, probs);
-  else
-    forward_typed<float>(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<float*>(out), lse,
-                         probs);
+  dispatch_bf16_or_float(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    forward_typed<float, S>(device, static_cast<const S*>(qkv), key_padding_mask, d, static_cast<S*>(out), lse, probs);
+  });
 }
 
 void attention_backward_bf16(int device, int dtype, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
@@ -1267,22 +1264,18 @@ void attention_backward_bf16(int device, int dtype, const void* qkv, const bool*
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, -1, 0, true);
   if (tensor_cores_usable(device)) {
-    if (dtype == kBFloat16)
-      backward_tensor_cores(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d,
-                            static_cast<const BFloat16*>(out), static_cast<const BFloat16*>(grad_out), lse, delta,
-                            static_cast<BFloat16*>(grad_qkv));
-    else
-      backward_tensor_cores(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
-                            static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
+    dispatch_bf16_or_float(dtype, [&](auto tag) {
+      using S = decltype(tag);
+      backward_tensor_cores(device, static_cast<const S*>(qkv), key_padding_mask, d, static_cast<const S*>(out),
+                            static_cast<const S*>(grad_out), lse, delta, static_cast<S*>(grad_qkv));
+    });
     return;
   }
-  if (dtype == kBFloat16)
-    backward_typed<float, BFloat16>(device, static_cast<const BFloat16*>(qkv), key_padding_mask, d,
-                                    static_cast<const BFloat16*>(out), static_cast<const BFloat16*>(grad_out), lse,
-                                    delta, static_cast<BFloat16*>(grad_qkv));
-  else
-    backward_typed<float>(device, static_cast<const float*>(qkv), key_padding_mask, d, static_cast<const float*>(out),
-                          static_cast<const float*>(grad_out), lse, delta, static_cast<float*>(grad_qkv));
+  dispatch_bf16_or_float(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    backward_typed<float, S>(device, static_cast<const S*>(qkv), key_padding_mask, d, static_cast<const S*>(out),
+                             static_cast<const S*>(grad_out), lse, delta, static_cast<S*>(grad_qkv));
+  });
 }
 
 }  // namespace ember::cuda

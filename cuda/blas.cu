@@ -13,15 +13,8 @@
 #include <mutex>
 
 #include "core/cuda_ops.h"
+#include "cuda/check.h"
 #include "cuda/launch.h"
-
-#define EMBER_CUBLAS_CHECK(call)                                                                             \
-  do {                                                                                                       \
-    cublasStatus_t ember_status_ = (call);                                                                   \
-    if (ember_status_ != CUBLAS_STATUS_SUCCESS)                                                              \
-      ::ember::cuda::raise_error("cuBLAS", #call, __FILE__, __LINE__,                                        \
-                                 ::ember::cuda::cublas_status_string(int(ember_status_)));                   \
-  } while (0)
 
 namespace ember::cuda {
 namespace {

@@ -15,22 +15,16 @@
 #include "core/allocator.h"
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
+#include "cuda/check.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
-
-#define EMBER_CUBLAS_CHECK(call)                                                                             \
-  do {                                                                                                       \
-    cublasStatus_t ember_status_ = (call);                                                                   \
-    if (ember_status_ != CUBLAS_STATUS_SUCCESS)                                                              \
-      ::ember::cuda::raise_error("cuBLAS", #call, __FILE__, __LINE__,                                        \
-                                 ::ember::cuda::cublas_status_string(int(ember_status_)));                   \
-  } while (0)
 
 namespace ember::cuda {
 namespace {
 
 // out [batch, rows, cols] (compact, row-major) = in(b, r, c) = in[b * bs + r * rs + c * cs]: a float32
 // operand rounded (ember::BFloat16 rounds as __float2bfloat16_rn: nearest even, NaN kept), a bfloat16 one
-// copied exactly.
+// copied exactly. A grid-stride loop, a thread per element of out.
 template <typename S>
 __global__ void to_compact_bf16(const S* in, int64_t bs, int64_t rs, int64_t cs, int64_t rows, int64_t cols,
                                 int64_t n, BFloat16* out) {
@@ -125,12 +119,11 @@ void gemm_bf16_typed(int device, int64_t M, int64_t N, int64_t K, const void* A,
                      bool as_is, void* copy) -> const void* {
     if (as_is) return in;
     if (n == 0) return copy;
-    if (dtype == kFloat32)
-      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), 0, rs, cs, rows, cols, n,
+    dispatch_bf16_or_float(dtype, [&](auto tag) {
+      using S = decltype(tag);
+      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(in), 0, rs, cs, rows, cols, n,
                                                               static_cast<BFloat16*>(copy));
-    else
-      to_compact_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const BFloat16*>(in), 0, rs, cs, rows, cols,
-                                                              n, static_cast<BFloat16*>(copy));
+    });
     EMBER_CUDA_LAUNCHED("to_compact_bf16");
     return copy;
   };

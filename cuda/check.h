@@ -1,6 +1,8 @@
-// Checked CUDA and library calls: a failure raises ember::Error naming the call, the file and line,
-// and the library's own message. The message is built by host C++ (cuda/errors.cpp), so the .cu
-// files that include this need neither fmt nor core/error.h.
+// Checked CUDA, cuBLAS and cuDNN calls: a failure raises ember::Error naming the call, the file and
+// line, and the library's own message. The message is built by host C++ (cuda/errors.cpp), so the .cu
+// files that include this need neither fmt nor core/error.h. EMBER_CUBLAS_CHECK and EMBER_CUDNN_CHECK
+// name the libraries' types only when they are used: a file using them includes <cublas_v2.h> or
+// <cudnn.h> itself, and the others do not depend on those libraries.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -26,4 +28,19 @@ const char* cublas_status_string(int status);
     cudaError_t ember_status_ = (call);                                                              \
     if (ember_status_ != cudaSuccess)                                                                \
       ::ember::cuda::raise_error("CUDA", #call, __FILE__, __LINE__, cudaGetErrorString(ember_status_)); \
+  } while (0)
+
+#define EMBER_CUBLAS_CHECK(call)                                                                             \
+  do {                                                                                                       \
+    cublasStatus_t ember_status_ = (call);                                                                   \
+    if (ember_status_ != CUBLAS_STATUS_SUCCESS)                                                              \
+      ::ember::cuda::raise_error("cuBLAS", #call, __FILE__, __LINE__,                                        \
+                                 ::ember::cuda::cublas_status_string(int(ember_status_)));                   \
+  } while (0)
+
+#define EMBER_CUDNN_CHECK(call)                                                                   \
+  do {                                                                                            \
+    cudnnStatus_t ember_status_ = (call);                                                         \
+    if (ember_status_ != CUDNN_STATUS_SUCCESS)                                                    \
+      ::ember::cuda::raise_error("cuDNN", #call, __FILE__, __LINE__, cudnnGetErrorString(ember_status_)); \
   } while (0)

@@ -11,17 +11,11 @@
 #include <mutex>
 
 #include "core/cuda_ops.h"
+#include "cuda/check.h"
 #include "cuda/launch.h"
 
 #ifdef EMBER_WITH_CUDNN
 #include <cudnn.h>
-
-#define EMBER_CUDNN_CHECK(call)                                                                   \
-  do {                                                                                            \
-    cudnnStatus_t ember_status_ = (call);                                                         \
-    if (ember_status_ != CUDNN_STATUS_SUCCESS)                                                    \
-      ::ember::cuda::raise_error("cuDNN", #call, __FILE__, __LINE__, cudnnGetErrorString(ember_status_)); \
-  } while (0)
 #endif
 
 namespace ember::cuda {

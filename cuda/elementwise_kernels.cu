@@ -20,6 +20,7 @@
 #include "core/merge_dims.h"
 #include "core/random.h"
 #include "core/unary_math.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -56,32 +57,22 @@ int64_t numel(const Shape8& shape) {
   return n;
 }
 
-// Calls fn(T{}) for the C++ type of `dtype`.
-template <typename Fn>
-void dispatch(int dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case kFloat32: fn(float{}); return;
-    case kFloat64: fn(double{}); return;
-    case kBFloat16: fn(BFloat16{}); return;
-    case kInt32: fn(int32_t{}); return;
-    case kInt64: fn(int64_t{}); return;
-    case kBool: fn(bool{}); return;
-    default: raise_message(op);
-  }
-}
-
+// dst = src converted to D (static_cast), elementwise over `shape`; a grid-stride loop, a thread per element.
 template <typename D, typename S>
 __global__ void copy_kernel(const __grid_constant__ Shape8 shape, int64_t n, D* dst, const __grid_constant__ Operand d,
                             const S* src, const __grid_constant__ Operand s) {
   EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] = static_cast<D>(src[offset_of(shape, s.stride, i)]);
 }
 
+// dst = value at every element of `shape`; a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void fill_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst, const __grid_constant__ Operand d,
                             T value) {
   EMBER_CUDA_LOOP(i, n) dst[offset_of(shape, d.stride, i)] = value;
 }
 
+// dst += alpha * src (in compute_type<T>), src broadcast by its strides; a grid-stride loop, a thread per
+// element.
 template <typename T, typename C = compute_type<T>>
 __global__ void add_into_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst,
                                 const __grid_constant__ Operand d, const T* src, const __grid_constant__ Operand s,
@@ -92,6 +83,7 @@ __global__ void add_into_kernel(const __grid_constant__ Shape8 shape, int64_t n,
   }
 }
 
+// dst *= value (in compute_type<T>); a grid-stride loop, a thread per element.
 template <typename T, typename C = compute_type<T>>
 __global__ void scale_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* dst, const __grid_constant__ Operand d,
                              C value) {
@@ -101,6 +93,8 @@ __global__ void scale_kernel(const __grid_constant__ Shape8 shape, int64_t n, T*
   }
 }
 
+// out = f(a, b) (an arithmetic or comparison functor, computed in compute_type<T>, stored as R); a
+// grid-stride loop, a thread per element.
 template <typename F, typename T, typename R, typename C = compute_type<T>>
 __global__ void binary_kernel(F f, const __grid_constant__ Shape8 shape, int64_t n, R* out,
                               const __grid_constant__ Operand o, const T* a, const __grid_constant__ Operand oa,
@@ -111,6 +105,8 @@ __global__ void binary_kernel(F f, const __grid_constant__ Shape8 shape, int64_t
   }
 }
 
+// out = cond ? a : b (where / masked_fill), each operand by its own strides; a grid-stride loop, a
+// thread per element.
 template <typename T>
 __global__ void select_kernel(const __grid_constant__ Shape8 shape, int64_t n, T* out,
                               const __grid_constant__ Operand o, const bool* cond, const __grid_constant__ Operand oc,
@@ -122,6 +118,8 @@ __global__ void select_kernel(const __grid_constant__ Shape8 shape, int64_t n, T
   }
 }
 
+// out[i] = in[i] * scale where random_bits(seed, first + i) (core/random.h, counter-based, EMBER_HD) keeps
+// element i, else 0; contiguous operands, a grid-stride loop, a thread per element.
 template <typename T, typename C = compute_type<T>>
 __global__ void dropout_kernel(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, uint64_t threshold,
                                C scale, const uint64_t* state) {
@@ -145,7 +143,7 @@ void launch_binary(const F& f, int device, const Shape8& shape_in, const Operand
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(a.dtype, "binary op: unsupported dtype on CUDA", [&](auto tag) {
+  dispatch_storable(a.dtype, "binary op: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
     using R = typename std::conditional<math::is_comparison<F>, bool, T>::type;
     // NOTE: the op (core/ops/binary.cpp) refuses arithmetic on bool; this only keeps it from being compiled.
@@ -169,9 +167,9 @@ void copy(int device, const Shape8& shape_in, const Operand& dst_in, const Opera
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(dst.dtype, "copy: unsupported destination dtype on CUDA", [&](auto d_tag) {
+  dispatch_storable(dst.dtype, "copy: unsupported destination dtype on CUDA", [&](auto d_tag) {
     using D = decltype(d_tag);
-    dispatch(src.dtype, "copy: unsupported source dtype on CUDA", [&](auto s_tag) {
+    dispatch_storable(src.dtype, "copy: unsupported source dtype on CUDA", [&](auto s_tag) {
       using S = decltype(s_tag);
       copy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<D*>(dst.data), dst,
                                                           static_cast<const S*>(src.data), src);
@@ -187,7 +185,7 @@ void fill(int device, const Shape8& shape_in, const Operand& dst_in, double valu
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(dst.dtype, "fill_: unsupported dtype on CUDA", [&](auto tag) {
+  dispatch_storable(dst.dtype, "fill_: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
     fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(dst.data), dst, static_cast<T>(value));
   });
@@ -201,7 +199,7 @@ void add_into(int device, const Shape8& shape_in, const Operand& dst_in, const O
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(dst.dtype, "add_: unsupported dtype on CUDA", [&](auto tag) {
+  dispatch_storable(dst.dtype, "add_: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same<T, bool>::value) {
       raise_message("add_: not defined for bool tensors");
@@ -221,14 +219,12 @@ void scale(int device, const Shape8& shape_in, const Operand& dst_in, double val
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  if (dst.dtype == kFloat32)
-    scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<float*>(dst.data), dst, float(value));
-  else if (dst.dtype == kFloat64)
-    scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<double*>(dst.data), dst, value);
-  else if (dst.dtype == kBFloat16)
-    scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<BFloat16*>(dst.data), dst, float(value));
-  else
-    raise_message("mul_: expected a floating tensor (float32, float64 or bfloat16) on CUDA");
+  const char* not_floating = "mul_: expected a floating tensor (float32, float64 or bfloat16) on CUDA";
+  dispatch_real(dst.dtype, not_floating, [&](auto tag) {
+    using T = decltype(tag);  // value in compute_type<T>: float for float32 and bfloat16
+    scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(dst.data), dst,
+                                                         compute_type<T>(value));
+  });
   EMBER_CUDA_LAUNCHED("scale_kernel");
 }
 
@@ -248,7 +244,7 @@ void select(int device, const Shape8& shape_in, const Operand& out_in, const Ope
   int64_t n = numel(shape);
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  dispatch(out.dtype, "where: unsupported dtype on CUDA", [&](auto tag) {
+  dispatch_storable(out.dtype, "where: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
     select_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(out.data), out,
                                                           static_cast<const bool*>(cond.data), cond,
@@ -262,17 +258,12 @@ void dropout(int device, int dtype, const void* in, void* out, int64_t n, uint64
              uint64_t threshold, double scale, const uint64_t* state) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  if (dtype == kFloat64)
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), n,
-                                                           seed, first, threshold, scale, state);
-  else if (dtype == kFloat32)
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), n,
-                                                           seed, first, threshold, float(scale), state);
-  else if (dtype == kBFloat16)
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const BFloat16*>(in), static_cast<BFloat16*>(out),
-                                                           n, seed, first, threshold, float(scale), state);
-  else
-    raise_message("dropout: expected a floating tensor (float32, float64 or bfloat16) on CUDA");
+  const char* not_floating = "dropout: expected a floating tensor (float32, float64 or bfloat16) on CUDA";
+  dispatch_real(dtype, not_floating, [&](auto tag) {
+    using T = decltype(tag);  // scale in compute_type<T>: float for float32 and bfloat16
+    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n, seed,
+                                                           first, threshold, compute_type<T>(scale), state);
+  });
   EMBER_CUDA_LAUNCHED("dropout_kernel");
 }
 

@@ -6,11 +6,14 @@
 #include <cstdint>
 
 #include "core/cuda_ops.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
 namespace {
 
+// out[r, c] = weight[ids[r], c] (weight read through its strides); a grid-stride loop over the n * D
+// outputs, a thread per element.
 template <typename T>
 __global__ void gather_kernel(const T* weight, int64_t w_rs, int64_t w_cs, const int64_t* ids, int64_t n, int64_t D,
                               T* out) {
@@ -20,6 +23,8 @@ __global__ void gather_kernel(const T* weight, int64_t w_rs, int64_t w_cs, const
   }
 }
 
+// dweight[rows[k], :] += the grad rows of id rows[k] (positions[starts[k] .. starts[k + 1])), summed in
+// that order: one block per distinct id, its threads striding over the D columns; no atomics.
 template <typename T>
 __global__ void scatter_kernel(const T* grad, const int64_t* rows, const int64_t* starts, const int64_t* positions,
                                int64_t D, T* dweight, const int64_t* count) {
@@ -40,12 +45,11 @@ void embedding_forward(int device, bool float64, const void* weight, int64_t w_r
                        int64_t n, int64_t D, void* out) {
   if (n * D == 0) return;
   cudaStream_t stream = use_device(device);
-  if (float64)
-    gather_kernel<<<blocks_for(n * D), kThreads, 0, stream>>>(static_cast<const double*>(weight), w_rs, w_cs, ids, n, D,
-                                                              static_cast<double*>(out));
-  else
-    gather_kernel<<<blocks_for(n * D), kThreads, 0, stream>>>(static_cast<const float*>(weight), w_rs, w_cs, ids, n, D,
-                                                              static_cast<float*>(out));
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    gather_kernel<<<blocks_for(n * D), kThreads, 0, stream>>>(static_cast<const T*>(weight), w_rs, w_cs, ids, n, D,
+                                                              static_cast<T*>(out));
+  });
   EMBER_CUDA_LAUNCHED("gather_kernel");
 }
 
@@ -55,12 +59,11 @@ void embedding_backward(int device, bool float64, const void* grad, const int64_
   if (nrows > 2147483647) raise_message("embedding backward: too many distinct ids for the CUDA kernel");
   cudaStream_t stream = use_device(device);
   int threads = D >= 256 ? 256 : (D >= 128 ? 128 : (D >= 64 ? 64 : 32));
-  if (float64)
-    scatter_kernel<<<unsigned(nrows), threads, 0, stream>>>(static_cast<const double*>(grad), rows, starts, positions, D,
-                                                            static_cast<double*>(dweight), count);
-  else
-    scatter_kernel<<<unsigned(nrows), threads, 0, stream>>>(static_cast<const float*>(grad), rows, starts, positions, D,
-                                                            static_cast<float*>(dweight), count);
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    scatter_kernel<<<unsigned(nrows), threads, 0, stream>>>(static_cast<const T*>(grad), rows, starts, positions, D,
+                                                            static_cast<T*>(dweight), count);
+  });
   EMBER_CUDA_LAUNCHED("scatter_kernel");
 }
 

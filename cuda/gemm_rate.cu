@@ -15,16 +15,12 @@
 namespace ember::cuda {
 namespace {
 
-void check_cublas(cublasStatus_t status, const char* call, int line) {
-  if (status != CUBLAS_STATUS_SUCCESS) raise_error("cuBLAS", call, __FILE__, line, cublas_status_string(int(status)));
-}
-
 cublasHandle_t rate_handle(int device) {
   static cublasHandle_t handles[16] = {};
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   if (device < 0 || device >= 16) raise_message("gemm_bf16_bare: device index out of range [0, 16)");
-  if (handles[device] == nullptr) check_cublas(cublasCreate(&handles[device]), "cublasCreate", __LINE__);
+  if (handles[device] == nullptr) EMBER_CUBLAS_CHECK(cublasCreate(&handles[device]));
   return handles[device];
 }
 
@@ -34,13 +30,12 @@ void gemm_bf16_bare(int device, int64_t M, int64_t N, int64_t K, const void* A, 
   if (M <= 0 || N <= 0 || K <= 0) raise_message("gemm_bf16_bare: M, N and K must be positive");
   cudaStream_t stream = use_device(device);
   cublasHandle_t handle = rate_handle(device);
-  check_cublas(cublasSetStream(handle, stream), "cublasSetStream", __LINE__);
+  EMBER_CUBLAS_CHECK(cublasSetStream(handle, stream));
   // Row-major C = A B as column-major C^T = B^T A^T (cuda/blas.cu's mapping): B first, M and N swapped.
   const float alpha = 1.0f, beta = 0.0f;
-  check_cublas(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, B,
-                                          CUDA_R_16BF, int(N), 0, A, CUDA_R_16BF, int(K), 0, &beta, C, CUDA_R_32F,
-                                          int(N), 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmStridedBatchedEx", __LINE__);
+  EMBER_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, B,
+                                                CUDA_R_16BF, int(N), 0, A, CUDA_R_16BF, int(K), 0, &beta, C, CUDA_R_32F,
+                                                int(N), 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace ember::cuda

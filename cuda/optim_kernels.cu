@@ -11,6 +11,7 @@
 
 #include "core/cuda_ops.h"
 #include "core/update_rules.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -36,6 +37,8 @@ __device__ __forceinline__ void locate(const Batch& batch, int64_t i, int& t, in
   j = i - batch.offsets[t];
 }
 
+// One Adam(W) step (core/update_rules.h's AdamRule, the CPU's formula) on every element of the batch's
+// tensors, seen as one flat range; a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void adam_kernel(Batch batch, AdamHyper h, const AdamHyper* device_hyper) {
   if (device_hyper != nullptr) h = *device_hyper;  // a CUDA graph's step: this step's numbers, uploaded before it
@@ -51,6 +54,8 @@ __global__ void adam_kernel(Batch batch, AdamHyper h, const AdamHyper* device_hy
   }
 }
 
+// One SGD step, with momentum where state1 is set (SgdRule, the CPU's formula), on every element of the
+// batch's tensors seen as one flat range; a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void sgd_kernel(Batch batch, SgdHyper h) {
   const SgdRule<T> rule{T(h.lr), T(h.momentum), h.first_step};
@@ -75,6 +80,7 @@ struct ChunkStarts {
 
 int64_t chunks_of(int64_t n) { return (n + kNormChunk - 1) / kNormChunk; }
 
+// partials[c] = the sum of squares of chunk c (see above): one block per chunk, a fixed tree in shared memory.
 template <typename T>
 __global__ void sum_squares_kernel(Batch batch, ChunkStarts chunks, double* partials) {
   __shared__ double sums[kThreads];
@@ -96,7 +102,8 @@ __global__ void sum_squares_kernel(Batch batch, ChunkStarts chunks, double* part
   if (threadIdx.x == 0) partials[c] = sums[0];
 }
 
-// Clipping's scaling: params[t][j] *= value, every tensor (like Tensor::mul_, in the tensor's type).
+// Clipping's scaling: params[t][j] *= value, every tensor (like Tensor::mul_, in the tensor's type); the
+// batch's tensors as one flat range, a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void scale_all_kernel(Batch batch, T value) {
   EMBER_CUDA_LOOP(i, batch.offsets[batch.count]) {
@@ -116,7 +123,7 @@ __global__ void clip_scale_kernel(const double* partials, int64_t count, double 
   norm_scale[1] = norm > max_norm && norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
 }
 
-// params[t][j] *= *factor (read on the GPU), in the tensor's type like scale_all_kernel.
+// params[t][j] *= *factor (read on the GPU), in the tensor's type and parallelised like scale_all_kernel.
 template <typename T>
 __global__ void scale_all_by_kernel(Batch batch, const double* factor) {
   const T value = T(*factor);
@@ -154,10 +161,10 @@ void adam_step(int device, bool float64, const TensorList& tensors, const AdamHy
                const AdamHyper* device_hyper) {
   cudaStream_t stream = use_device(device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    if (float64)
-      adam_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper, device_hyper);
-    else
-      adam_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper, device_hyper);
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      adam_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper, device_hyper);
+    });
     EMBER_CUDA_LAUNCHED("adam_kernel");
   });
 }
@@ -165,10 +172,10 @@ void adam_step(int device, bool float64, const TensorList& tensors, const AdamHy
 void sgd_step(int device, bool float64, const TensorList& tensors, const SgdHyper& hyper) {
   cudaStream_t stream = use_device(device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    if (float64)
-      sgd_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper);
-    else
-      sgd_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper);
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      sgd_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper);
+    });
     EMBER_CUDA_LAUNCHED("sgd_kernel");
   });
 }
@@ -187,10 +194,10 @@ void sum_squares(int device, bool float64, const TensorList& tensors, double* pa
       chunks.first[t + 1] = chunks.first[t] + chunks_of(batch.offsets[t + 1] - batch.offsets[t]);
     const int64_t blocks = chunks.first[batch.count];
     if (blocks > 2147483647) raise_message("clip_grad_norm (CUDA): too many elements");
-    if (float64)
-      sum_squares_kernel<double><<<unsigned(blocks), kThreads, 0, stream>>>(batch, chunks, partials);
-    else
-      sum_squares_kernel<float><<<unsigned(blocks), kThreads, 0, stream>>>(batch, chunks, partials);
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      sum_squares_kernel<T><<<unsigned(blocks), kThreads, 0, stream>>>(batch, chunks, partials);
+    });
     EMBER_CUDA_LAUNCHED("sum_squares_kernel");
     partials += blocks;
   });
@@ -199,10 +206,10 @@ void sum_squares(int device, bool float64, const TensorList& tensors, double* pa
 void scale_all(int device, bool float64, const TensorList& tensors, double value) {
   cudaStream_t stream = use_device(device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    if (float64)
-      scale_all_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, value);
-    else
-      scale_all_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, float(value));
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      scale_all_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, T(value));
+    });
     EMBER_CUDA_LAUNCHED("scale_all_kernel");
   });
 }
@@ -216,10 +223,10 @@ void clip_scale(int device, const double* partials, int64_t count, double max_no
 void scale_all_by(int device, bool float64, const TensorList& tensors, const double* factor) {
   cudaStream_t stream = use_device(device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    if (float64)
-      scale_all_by_kernel<double><<<blocks_for(total), kThreads, 0, stream>>>(batch, factor);
-    else
-      scale_all_by_kernel<float><<<blocks_for(total), kThreads, 0, stream>>>(batch, factor);
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      scale_all_by_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, factor);
+    });
     EMBER_CUDA_LAUNCHED("scale_all_by_kernel");
   });
 }

@@ -6,11 +6,14 @@
 
 #include "core/cuda_ops.h"
 #include "core/random.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
 namespace {
 
+// data[i] = uniform_element or normal_element(seed, first, i, a, b) (core/random.h: uniform on [a, b), or
+// normal with mean a and std b; counter-based, the CPU's formulas); a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void random_fill_kernel(T* data, int64_t n, bool normal, uint64_t seed, uint64_t first, double a,
                                    double b) {
@@ -25,10 +28,10 @@ void random_fill(int device, bool float64, void* data, int64_t n, bool normal, u
                  double b) {
   if (n == 0) return;
   cudaStream_t stream = use_device(device);
-  if (float64)
-    random_fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<double*>(data), n, normal, seed, first, a, b);
-  else
-    random_fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<float*>(data), n, normal, seed, first, a, b);
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    random_fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(data), n, normal, seed, first, a, b);
+  });
   EMBER_CUDA_LAUNCHED("random_fill_kernel");
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/cuda_ops.h"
+#include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
 namespace ember::cuda {
@@ -44,81 +45,10 @@ template <> struct Accum<int32_t> { using type = int64_t; };
 template <> struct Accum<int64_t> { using type = int64_t; };
 
 template <typename T>
-__global__ void reduce_kernel(const T* in, T* out, int64_t n, int kind) {
-  using Acc = typename Accum<T>::type;
-  const T* row = in + int64_t(blockIdx.x) * n;
-  if (kind == kSum) {
-    Acc acc = 0;
-    for (int64_t j = threadIdx.x; j < n; j += kThreads) acc += Acc(row[j]);
-    acc = block_reduce(acc, SumOp{});
-    if (threadIdx.x == 0) out[blockIdx.x] = T(acc);
-  } else {
-    T acc = row[0];
-    for (int64_t j = threadIdx.x; j < n; j += kThreads) acc = row[j] > acc ? row[j] : acc;
-    acc = block_reduce(acc, MaxOp{});
-    if (threadIdx.x == 0) out[blockIdx.x] = acc;
-  }
-}
-
-template <typename T>
-__global__ void argmax_kernel(const T* in, int64_t* out, int64_t n) {
-  __shared__ T best_value[kThreads];
-  __shared__ int64_t best_index[kThreads];
-  const T* row = in + int64_t(blockIdx.x) * n;
-  T best = row[0];
-  int64_t index = 0;
-  for (int64_t j = threadIdx.x; j < n; j += kThreads)
-    if (row[j] > best) best = row[j], index = j;
-  best_value[threadIdx.x] = best;
-  best_index[threadIdx.x] = index;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
-    int t = threadIdx.x;
-    if (t < stride) {
-      T v = best_value[t + stride];
-      int64_t i = best_index[t + stride];
-      if (v > best_value[t] || (v == best_value[t] && i < best_index[t])) best_value[t] = v, best_index[t] = i;
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[blockIdx.x] = best_index[0];
-}
-
-template <typename T>
 __device__ T row_max(const T* row, int64_t n) {
   T m = T(-INFINITY);
   for (int64_t j = threadIdx.x; j < n; j += kThreads) m = row[j] > m ? row[j] : m;
   return block_reduce(m, MaxOp{});
-}
-
-template <typename T>
-__global__ void softmax_forward_kernel(const T* x, T* y, int64_t n, bool log) {
-  const T* row = x + int64_t(blockIdx.x) * n;
-  T* out = y + int64_t(blockIdx.x) * n;
-  const T m = row_max(row, n);
-  double s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += kThreads) s += double(std::exp(row[j] - m));
-  s = block_reduce(s, SumOp{});
-  if (log) {
-    const T log_s = T(std::log(s));
-    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = (row[j] - m) - log_s;
-  } else {
-    const T inv = T(1.0 / s);
-    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = std::exp(row[j] - m) * inv;
-  }
-}
-
-template <typename T>
-__global__ void softmax_backward_kernel(const T* grad, const T* y, T* dx, int64_t n, bool log) {
-  const int64_t base = int64_t(blockIdx.x) * n;
-  double acc = 0;
-  for (int64_t j = threadIdx.x; j < n; j += kThreads)
-    acc += log ? double(grad[base + j]) : double(grad[base + j]) * double(y[base + j]);
-  const T total = T(block_reduce(acc, SumOp{}));
-  for (int64_t j = threadIdx.x; j < n; j += kThreads) {
-    T g = grad[base + j], v = y[base + j];
-    dx[base + j] = log ? g - std::exp(v) * total : v * (g - total);
-  }
 }
 
 // ---- Short rows: one warp per row, several rows per block, sums by warp shuffles (no shared
@@ -168,6 +98,59 @@ __device__ __forceinline__ void warp_max_and_sum_exp(const T* row, int64_t n, in
   s = warp_sum(s);
 }
 
+// Rows go to blocks; grids are limited to 2^31 - 1 blocks in x, far above any row count here.
+unsigned grid_rows(int64_t rows) {
+  if (rows > 2147483647) raise_message("CUDA row kernel: more than 2^31 - 1 rows");
+  return unsigned(rows);
+}
+
+// ---- Reductions: sum / max and argmax of each row.
+
+// out[r] = sum (accumulated in double, int64 for integers) or max of in[r, :]: one block per row, a
+// fixed tree (block_reduce).
+template <typename T>
+__global__ void reduce_kernel(const T* in, T* out, int64_t n, int kind) {
+  using Acc = typename Accum<T>::type;
+  const T* row = in + int64_t(blockIdx.x) * n;
+  if (kind == kSum) {
+    Acc acc = 0;
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) acc += Acc(row[j]);
+    acc = block_reduce(acc, SumOp{});
+    if (threadIdx.x == 0) out[blockIdx.x] = T(acc);
+  } else {
+    T acc = row[0];
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) acc = row[j] > acc ? row[j] : acc;
+    acc = block_reduce(acc, MaxOp{});
+    if (threadIdx.x == 0) out[blockIdx.x] = acc;
+  }
+}
+
+// out[r] = the index of the largest in[r, :], the first on ties: one block per row, each thread's best
+// of its strided subset, then a fixed tree in shared memory.
+template <typename T>
+__global__ void argmax_kernel(const T* in, int64_t* out, int64_t n) {
+  __shared__ T best_value[kThreads];
+  __shared__ int64_t best_index[kThreads];
+  const T* row = in + int64_t(blockIdx.x) * n;
+  T best = row[0];
+  int64_t index = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads)
+    if (row[j] > best) best = row[j], index = j;
+  best_value[threadIdx.x] = best;
+  best_index[threadIdx.x] = index;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    int t = threadIdx.x;
+    if (t < stride) {
+      T v = best_value[t + stride];
+      int64_t i = best_index[t + stride];
+      if (v > best_value[t] || (v == best_value[t] && i < best_index[t])) best_value[t] = v, best_index[t] = i;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = best_index[0];
+}
+
 // out[r] = sum or max of in[r, :], rows of n <= kWarpRowMax: reduce_kernel's sums (in double, or
 // int64 for integers) and maxima, a warp per row. Before it, a short row took a whole block and ten
 // __syncthreads: the recipe's position-embedding gradient (the sum over the batch of 32) was 32,768
@@ -189,6 +172,79 @@ __global__ void reduce_warp_kernel(const T* in, T* out, int64_t rows, int64_t n,
       acc = warp_max(acc);
       if (lane == 0) out[r] = acc;
     }
+  }
+}
+
+}  // namespace
+
+void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows, int64_t n) {
+  if (rows == 0) return;
+  if (n == 0 && kind == kMax) raise_message("max: cannot reduce an empty dim");
+  cudaStream_t stream = use_device(device);
+  if (n > 0 && n <= kWarpRowMax) {  // short rows: a warp each
+    const unsigned blocks = warp_row_blocks(rows);
+    dispatch<float, double, int32_t, int64_t>(dtype, "sum / max: unsupported dtype on CUDA", [&](auto tag) {
+      using T = decltype(tag);
+      reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), rows, n,
+                                                          int(kind));
+    });
+    EMBER_CUDA_LAUNCHED("reduce_warp_kernel");
+    return;
+  }
+  unsigned grid = grid_rows(rows);
+  dispatch<float, double, int32_t, int64_t>(dtype, "sum / max: unsupported dtype on CUDA", [&](auto tag) {
+    using T = decltype(tag);
+    reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n, int(kind));
+  });
+  EMBER_CUDA_LAUNCHED("reduce_kernel");
+}
+
+void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n) {
+  if (rows == 0) return;
+  if (n == 0) raise_message("argmax: cannot reduce an empty dim");
+  cudaStream_t stream = use_device(device);
+  unsigned grid = grid_rows(rows);
+  dispatch<float, double, int32_t, int64_t>(dtype, "argmax: unsupported dtype on CUDA", [&](auto tag) {
+    using T = decltype(tag);
+    argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(in), out, n);
+  });
+  EMBER_CUDA_LAUNCHED("argmax_kernel");
+}
+
+// ---- Softmax and log-softmax.
+namespace {
+
+// y[r, :] = softmax(x[r, :]) (or log-softmax): one block per row; the max and the sum of exp(x - max),
+// in double, by block_reduce.
+template <typename T>
+__global__ void softmax_forward_kernel(const T* x, T* y, int64_t n, bool log) {
+  const T* row = x + int64_t(blockIdx.x) * n;
+  T* out = y + int64_t(blockIdx.x) * n;
+  const T m = row_max(row, n);
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) s += double(std::exp(row[j] - m));
+  s = block_reduce(s, SumOp{});
+  if (log) {
+    const T log_s = T(std::log(s));
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = (row[j] - m) - log_s;
+  } else {
+    const T inv = T(1.0 / s);
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) out[j] = std::exp(row[j] - m) * inv;
+  }
+}
+
+// dx[r, :] from grad and y = softmax (or log-softmax) of the row: one block per row, the row's sum of
+// grad * y (or of grad) in double by block_reduce.
+template <typename T>
+__global__ void softmax_backward_kernel(const T* grad, const T* y, T* dx, int64_t n, bool log) {
+  const int64_t base = int64_t(blockIdx.x) * n;
+  double acc = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads)
+    acc += log ? double(grad[base + j]) : double(grad[base + j]) * double(y[base + j]);
+  const T total = T(block_reduce(acc, SumOp{}));
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) {
+    T g = grad[base + j], v = y[base + j];
+    dx[base + j] = log ? g - std::exp(v) * total : v * (g - total);
   }
 }
 
@@ -226,6 +282,52 @@ __global__ void softmax_backward_warp_kernel(const T* grad, const T* y, T* dx, i
     }
   }
 }
+
+}  // namespace
+
+void softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log) {
+  if (rows == 0 || n == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (n <= kWarpRowMax) {  // short rows: a warp each
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<T*>(y), rows, n, log);
+    });
+    EMBER_CUDA_LAUNCHED("softmax_forward_warp_kernel");
+    return;
+  }
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n,
+                                                                     log);
+  });
+  EMBER_CUDA_LAUNCHED("softmax_forward_kernel");
+}
+
+void softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
+                      bool log) {
+  if (rows == 0 || n == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (n <= kWarpRowMax) {  // short rows: a warp each
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const T*>(grad), static_cast<const T*>(y), static_cast<T*>(dx), rows, n, log);
+    });
+    EMBER_CUDA_LAUNCHED("softmax_backward_warp_kernel");
+    return;
+  }
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const T*>(grad), static_cast<const T*>(y), static_cast<T*>(dx), n, log);
+  });
+  EMBER_CUDA_LAUNCHED("softmax_backward_kernel");
+}
+
+// ---- Layer norm: forward, dx, then dweight and dbias by chunks of rows.
+namespace {
 
 // Layer norm of rows of D <= kWarpRowMax: the mean, then the mean square deviation (two passes),
 // both of the row shifted by its first element, like the CPU.
@@ -285,6 +387,8 @@ __global__ void layer_norm_dx_warp_kernel(const T* grad, const T* x, const doubl
   }
 }
 
+// y[r, :] = (x - mean) * rstd * w + b, and the row's mean and rstd for the backward: one block per row,
+// the two passes' sums in double by block_reduce.
 template <typename T>
 __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T* y, double* mean_out,
                                           double* rstd_out, int64_t D, double eps) {
@@ -311,6 +415,8 @@ __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T*
   }
 }
 
+// dx[r, :] = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = grad * w: one block per row, the two
+// means in double by block_reduce.
 template <typename T>
 __global__ void layer_norm_dx_kernel(const T* grad, const T* x, const double* mean, const double* rstd, const T* w,
                                      T* dx, int64_t D) {
@@ -335,6 +441,7 @@ __global__ void layer_norm_dx_kernel(const T* grad, const T* x, const double* me
 constexpr int64_t kLayerNormChunkRows = 64;
 
 // partial[c, j] = sum over the rows of chunk c (in order) of grad * xhat; partial[chunks + c, j] of grad.
+// A thread per (column j, chunk c): blockIdx.y is the chunk.
 template <typename T>
 __global__ void layer_norm_partial_kernel(const T* grad, const T* x, const double* mean, const double* rstd,
                                           int64_t rows, int64_t D, double* partial, int64_t chunks) {
@@ -352,6 +459,8 @@ __global__ void layer_norm_partial_kernel(const T* grad, const T* x, const doubl
   partial[(chunks + c) * D + j] = pb;
 }
 
+// dweight[j] and dbias[j] = the sums over the chunks, in order, of layer_norm_partial_kernel's partials:
+// a thread per column j.
 template <typename T>
 __global__ void layer_norm_combine_kernel(const double* partial, int64_t chunks, int64_t D, T* dweight, T* dbias) {
   const int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -365,6 +474,72 @@ __global__ void layer_norm_combine_kernel(const double* partial, int64_t chunks,
   if (dbias != nullptr) dbias[j] = T(b);
 }
 
+}  // namespace
+
+void layer_norm_forward(int device, bool float64, const void* x, const void* weight, const void* bias, void* y,
+                        double* mean, double* rstd, int64_t rows, int64_t D, double eps) {
+  if (rows == 0) return;
+  cudaStream_t stream = use_device(device);
+  if (D <= kWarpRowMax) {  // short rows: a warp each
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
+      layer_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
+          static_cast<T*>(y), mean, rstd, rows, D, eps);
+    });
+    EMBER_CUDA_LAUNCHED("layer_norm_forward_warp_kernel");
+    return;
+  }
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
+        static_cast<T*>(y), mean, rstd, D, eps);
+  });
+  EMBER_CUDA_LAUNCHED("layer_norm_forward_kernel");
+}
+
+int64_t layer_norm_chunks(int64_t rows) { return (rows + kLayerNormChunkRows - 1) / kLayerNormChunkRows; }
+
+template <typename T>
+void layer_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, const double* mean, const double* rstd,
+                               const T* w, T* dx, T* dw, T* db, int64_t rows, int64_t D, double* partial) {
+  if (dx != nullptr && D <= kWarpRowMax) {  // short rows: a warp each
+    layer_norm_dx_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(grad, x, mean, rstd, w, dx, rows, D);
+    EMBER_CUDA_LAUNCHED("layer_norm_dx_warp_kernel");
+  } else if (dx != nullptr) {
+    layer_norm_dx_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(grad, x, mean, rstd, w, dx, D);
+    EMBER_CUDA_LAUNCHED("layer_norm_dx_kernel");
+  }
+  if (dw != nullptr || db != nullptr) {
+    const int64_t chunks = layer_norm_chunks(rows);
+    if (chunks > 65535) raise_message("layer_norm backward: too many rows for the CUDA kernel (over 4 million)");
+    dim3 grid(unsigned((D + kThreads - 1) / kThreads), unsigned(chunks));
+    layer_norm_partial_kernel<<<grid, kThreads, 0, stream>>>(grad, x, mean, rstd, rows, D, partial, chunks);
+    EMBER_CUDA_LAUNCHED("layer_norm_partial_kernel");
+    layer_norm_combine_kernel<<<unsigned((D + kThreads - 1) / kThreads), kThreads, 0, stream>>>(partial, chunks, D, dw, db);
+    EMBER_CUDA_LAUNCHED("layer_norm_combine_kernel");
+  }
+}
+
+void layer_norm_backward(int device, bool float64, const void* grad, const void* x, const double* mean,
+                         const double* rstd, const void* weight, void* dx, void* dweight, void* dbias, int64_t rows,
+                         int64_t D, double* partial) {
+  if (rows == 0 || D == 0) return;
+  cudaStream_t stream = use_device(device);
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    layer_norm_backward_typed(stream, static_cast<const T*>(grad), static_cast<const T*>(x), mean, rstd,
+                              static_cast<const T*>(weight), static_cast<T*>(dx), static_cast<T*>(dweight),
+                              static_cast<T*>(dbias), rows, D, partial);
+  });
+}
+
+// ---- Cross-entropy.
+namespace {
+
+// For row r (target not ignored): the row's max, its sum of exp(x - max) and the loss
+// log(sum) - (x[target] - max): one block per row, the sum in double by block_reduce.
 template <typename T>
 __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, int64_t C, int64_t ignore_index,
                                              T* row_max_out, T* sum_exp_out, double* row_loss) {
@@ -386,6 +561,8 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* tar
   }
 }
 
+// dlogits = (softmax(logits) - onehot(target)) * grad / count (0 on ignored rows), from the forward's
+// max and sum: a grid-stride loop, a thread per element.
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* targets, const T* row_max,
                                               const T* sum_exp, T* dlogits, int64_t N, int64_t C,
@@ -448,188 +625,28 @@ __global__ void cross_entropy_backward_warp_kernel(const T* logits, const int64_
   }
 }
 
-// Rows go to blocks; grids are limited to 2^31 - 1 blocks in x, far above any row count here.
-unsigned grid_rows(int64_t rows) {
-  if (rows > 2147483647) raise_message("CUDA row kernel: more than 2^31 - 1 rows");
-  return unsigned(rows);
-}
-
 }  // namespace
-
-void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows, int64_t n) {
-  if (rows == 0) return;
-  if (n == 0 && kind == kMax) raise_message("max: cannot reduce an empty dim");
-  cudaStream_t stream = use_device(device);
-  if (n > 0 && n <= kWarpRowMax) {  // short rows: a warp each
-    const unsigned blocks = warp_row_blocks(rows);
-    switch (dtype) {
-      case kFloat32: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), rows, n, int(kind)); break;
-      case kFloat64: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), rows, n, int(kind)); break;
-      case kInt32: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), static_cast<int32_t*>(out), rows, n, int(kind)); break;
-      case kInt64: reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), static_cast<int64_t*>(out), rows, n, int(kind)); break;
-      default: raise_message("sum / max: unsupported dtype on CUDA");
-    }
-    EMBER_CUDA_LAUNCHED("reduce_warp_kernel");
-    return;
-  }
-  unsigned grid = grid_rows(rows);
-  switch (dtype) {
-    case kFloat32: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out), n, int(kind)); break;
-    case kFloat64: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const double*>(in), static_cast<double*>(out), n, int(kind)); break;
-    case kInt32: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), static_cast<int32_t*>(out), n, int(kind)); break;
-    case kInt64: reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), static_cast<int64_t*>(out), n, int(kind)); break;
-    default: raise_message("sum / max: unsupported dtype on CUDA");
-  }
-  EMBER_CUDA_LAUNCHED("reduce_kernel");
-}
-
-void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n) {
-  if (rows == 0) return;
-  if (n == 0) raise_message("argmax: cannot reduce an empty dim");
-  cudaStream_t stream = use_device(device);
-  unsigned grid = grid_rows(rows);
-  switch (dtype) {
-    case kFloat32: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in), out, n); break;
-    case kFloat64: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const double*>(in), out, n); break;
-    case kInt32: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int32_t*>(in), out, n); break;
-    case kInt64: argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const int64_t*>(in), out, n); break;
-    default: raise_message("argmax: unsupported dtype on CUDA");
-  }
-  EMBER_CUDA_LAUNCHED("argmax_kernel");
-}
-
-void softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log) {
-  if (rows == 0 || n == 0) return;
-  cudaStream_t stream = use_device(device);
-  if (n <= kWarpRowMax) {  // short rows: a warp each
-    if (float64)
-      softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const double*>(x), static_cast<double*>(y), rows, n, log);
-    else
-      softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const float*>(x), static_cast<float*>(y), rows, n, log);
-    EMBER_CUDA_LAUNCHED("softmax_forward_warp_kernel");
-    return;
-  }
-  if (float64)
-    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const double*>(x), static_cast<double*>(y), n, log);
-  else
-    softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const float*>(x), static_cast<float*>(y), n, log);
-  EMBER_CUDA_LAUNCHED("softmax_forward_kernel");
-}
-
-void softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
-                      bool log) {
-  if (rows == 0 || n == 0) return;
-  cudaStream_t stream = use_device(device);
-  if (n <= kWarpRowMax) {  // short rows: a warp each
-    if (float64)
-      softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const double*>(grad), static_cast<const double*>(y), static_cast<double*>(dx), rows, n, log);
-    else
-      softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const float*>(grad), static_cast<const float*>(y), static_cast<float*>(dx), rows, n, log);
-    EMBER_CUDA_LAUNCHED("softmax_backward_warp_kernel");
-    return;
-  }
-  if (float64)
-    softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const double*>(grad), static_cast<const double*>(y), static_cast<double*>(dx), n, log);
-  else
-    softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const float*>(grad), static_cast<const float*>(y), static_cast<float*>(dx), n, log);
-  EMBER_CUDA_LAUNCHED("softmax_backward_kernel");
-}
-
-void layer_norm_forward(int device, bool float64, const void* x, const void* weight, const void* bias, void* y,
-                        double* mean, double* rstd, int64_t rows, int64_t D, double eps) {
-  if (rows == 0) return;
-  cudaStream_t stream = use_device(device);
-  if (D <= kWarpRowMax) {  // short rows: a warp each
-    if (float64)
-      layer_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<const double*>(bias),
-          static_cast<double*>(y), mean, rstd, rows, D, eps);
-    else
-      layer_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<const float*>(bias),
-          static_cast<float*>(y), mean, rstd, rows, D, eps);
-    EMBER_CUDA_LAUNCHED("layer_norm_forward_warp_kernel");
-    return;
-  }
-  if (float64)
-    layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<const double*>(bias),
-        static_cast<double*>(y), mean, rstd, D, eps);
-  else
-    layer_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<const float*>(bias),
-        static_cast<float*>(y), mean, rstd, D, eps);
-  EMBER_CUDA_LAUNCHED("layer_norm_forward_kernel");
-}
-
-int64_t layer_norm_chunks(int64_t rows) { return (rows + kLayerNormChunkRows - 1) / kLayerNormChunkRows; }
-
-template <typename T>
-void layer_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, const double* mean, const double* rstd,
-                               const T* w, T* dx, T* dw, T* db, int64_t rows, int64_t D, double* partial) {
-  if (dx != nullptr && D <= kWarpRowMax) {  // short rows: a warp each
-    layer_norm_dx_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(grad, x, mean, rstd, w, dx, rows, D);
-    EMBER_CUDA_LAUNCHED("layer_norm_dx_warp_kernel");
-  } else if (dx != nullptr) {
-    layer_norm_dx_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(grad, x, mean, rstd, w, dx, D);
-    EMBER_CUDA_LAUNCHED("layer_norm_dx_kernel");
-  }
-  if (dw != nullptr || db != nullptr) {
-    const int64_t chunks = layer_norm_chunks(rows);
-    if (chunks > 65535) raise_message("layer_norm backward: too many rows for the CUDA kernel (over 4 million)");
-    dim3 grid(unsigned((D + kThreads - 1) / kThreads), unsigned(chunks));
-    layer_norm_partial_kernel<<<grid, kThreads, 0, stream>>>(grad, x, mean, rstd, rows, D, partial, chunks);
-    EMBER_CUDA_LAUNCHED("layer_norm_partial_kernel");
-    layer_norm_combine_kernel<<<unsigned((D + kThreads - 1) / kThreads), kThreads, 0, stream>>>(partial, chunks, D, dw, db);
-    EMBER_CUDA_LAUNCHED("layer_norm_combine_kernel");
-  }
-}
-
-void layer_norm_backward(int device, bool float64, const void* grad, const void* x, const double* mean,
-                         const double* rstd, const void* weight, void* dx, void* dweight, void* dbias, int64_t rows,
-                         int64_t D, double* partial) {
-  if (rows == 0 || D == 0) return;
-  cudaStream_t stream = use_device(device);
-  if (float64)
-    layer_norm_backward_typed(stream, static_cast<const double*>(grad), static_cast<const double*>(x), mean, rstd,
-                              static_cast<const double*>(weight), static_cast<double*>(dx), static_cast<double*>(dweight),
-                              static_cast<double*>(dbias), rows, D, partial);
-  else
-    layer_norm_backward_typed(stream, static_cast<const float*>(grad), static_cast<const float*>(x), mean, rstd,
-                              static_cast<const float*>(weight), static_cast<float*>(dx), static_cast<float*>(dweight),
-                              static_cast<float*>(dbias), rows, D, partial);
-}
 
 void cross_entropy_forward(int device, bool float64, const void* logits, const int64_t* targets, int64_t N, int64_t C,
                            int64_t ignore_index, void* row_max, void* sum_exp, double* row_loss) {
   if (N == 0) return;
   cudaStream_t stream = use_device(device);
   if (C <= kWarpRowMax) {  // short rows (the classifier's 2 classes): a warp each
-    if (float64)
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
       cross_entropy_forward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
-          static_cast<const double*>(logits), targets, N, C, ignore_index, static_cast<double*>(row_max),
-          static_cast<double*>(sum_exp), row_loss);
-    else
-      cross_entropy_forward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
-          static_cast<const float*>(logits), targets, N, C, ignore_index, static_cast<float*>(row_max),
-          static_cast<float*>(sum_exp), row_loss);
+          static_cast<const T*>(logits), targets, N, C, ignore_index, static_cast<T*>(row_max),
+          static_cast<T*>(sum_exp), row_loss);
+    });
     EMBER_CUDA_LAUNCHED("cross_entropy_forward_warp_kernel");
     return;
   }
-  if (float64)
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
     cross_entropy_forward_kernel<<<grid_rows(N), kThreads, 0, stream>>>(
-        static_cast<const double*>(logits), targets, C, ignore_index, static_cast<double*>(row_max),
-        static_cast<double*>(sum_exp), row_loss);
-  else
-    cross_entropy_forward_kernel<<<grid_rows(N), kThreads, 0, stream>>>(
-        static_cast<const float*>(logits), targets, C, ignore_index, static_cast<float*>(row_max),
-        static_cast<float*>(sum_exp), row_loss);
+        static_cast<const T*>(logits), targets, C, ignore_index, static_cast<T*>(row_max),
+        static_cast<T*>(sum_exp), row_loss);
+  });
   EMBER_CUDA_LAUNCHED("cross_entropy_forward_kernel");
 }
 
@@ -639,25 +656,21 @@ void cross_entropy_backward(int device, bool float64, const void* logits, const 
   if (N * C == 0) return;
   cudaStream_t stream = use_device(device);
   if (C <= kWarpRowMax) {
-    if (float64)
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
       cross_entropy_backward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
-          static_cast<const double*>(logits), targets, static_cast<const double*>(row_max),
-          static_cast<const double*>(sum_exp), static_cast<double*>(dlogits), N, C, ignore_index, grad, count);
-    else
-      cross_entropy_backward_warp_kernel<<<warp_row_blocks(N), kThreads, 0, stream>>>(
-          static_cast<const float*>(logits), targets, static_cast<const float*>(row_max),
-          static_cast<const float*>(sum_exp), static_cast<float*>(dlogits), N, C, ignore_index, grad, count);
+          static_cast<const T*>(logits), targets, static_cast<const T*>(row_max),
+          static_cast<const T*>(sum_exp), static_cast<T*>(dlogits), N, C, ignore_index, grad, count);
+    });
     EMBER_CUDA_LAUNCHED("cross_entropy_backward_warp_kernel");
     return;
   }
-  if (float64)
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
     cross_entropy_backward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(
-        static_cast<const double*>(logits), targets, static_cast<const double*>(row_max),
-        static_cast<const double*>(sum_exp), static_cast<double*>(dlogits), N, C, ignore_index, grad, count);
-  else
-    cross_entropy_backward_kernel<<<blocks_for(N * C), kThreads, 0, stream>>>(
-        static_cast<const float*>(logits), targets, static_cast<const float*>(row_max),
-        static_cast<const float*>(sum_exp), static_cast<float*>(dlogits), N, C, ignore_index, grad, count);
+        static_cast<const T*>(logits), targets, static_cast<const T*>(row_max),
+        static_cast<const T*>(sum_exp), static_cast<T*>(dlogits), N, C, ignore_index, grad, count);
+  });
   EMBER_CUDA_LAUNCHED("cross_entropy_backward_kernel");
 }
 
@@ -666,7 +679,8 @@ void cross_entropy_backward(int device, bool float64, const void* logits, const 
 // order (the CPU's order too).
 namespace {
 
-// y[r, :] = x[r, :] * rstd[r] * w, rstd[r] = 1 / sqrt(mean(x[r, :]^2) + eps).
+// y[r, :] = x[r, :] * rstd[r] * w, rstd[r] = 1 / sqrt(mean(x[r, :]^2) + eps): one block per row, the sum of
+// squares in double by block_reduce.
 template <typename T>
 __global__ void rms_norm_forward_kernel(const T* x, const T* w, T* y, double* rstd_out, int64_t D, double eps) {
   const int64_t base = int64_t(blockIdx.x) * D;
@@ -678,7 +692,8 @@ __global__ void rms_norm_forward_kernel(const T* x, const T* w, T* y, double* rs
   if (threadIdx.x == 0) rstd_out[blockIdx.x] = rstd;
 }
 
-// dx[r, :] = rstd * (gw - xhat * mean(gw * xhat)), gw = grad * w, xhat = x * rstd.
+// dx[r, :] = rstd * (gw - xhat * mean(gw * xhat)), gw = grad * w, xhat = x * rstd: one block per row, the
+// mean in double by block_reduce.
 template <typename T>
 __global__ void rms_norm_dx_kernel(const T* grad, const T* x, const double* rstd, const T* w, T* dx, int64_t D) {
   const int64_t base = int64_t(blockIdx.x) * D;
@@ -694,6 +709,7 @@ __global__ void rms_norm_dx_kernel(const T* grad, const T* x, const double* rstd
 }
 
 // partial[c, j] = sum over the rows of chunk c (in order) of grad * xhat; dweight[j] = sum over c in order.
+// A thread per (column j, chunk c): blockIdx.y is the chunk.
 template <typename T>
 __global__ void rms_norm_partial_kernel(const T* grad, const T* x, const double* rstd, int64_t rows, int64_t D,
                                         double* partial) {
@@ -705,6 +721,8 @@ __global__ void rms_norm_partial_kernel(const T* grad, const T* x, const double*
   partial[c * D + j] = p;
 }
 
+// dweight[j] = the sum over the chunks, in order, of rms_norm_partial_kernel's partials: a thread per
+// column j.
 template <typename T>
 __global__ void rms_norm_combine_kernel(const double* partial, int64_t chunks, int64_t D, T* dweight) {
   const int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -741,6 +759,8 @@ __global__ void rms_norm_forward_warp_kernel(const T* x, const T* w, T* y, doubl
   }
 }
 
+// dx of RMS norm (rms_norm_dx_kernel's formula), rows of D <= kWarpRowMax: one warp per row, sums by
+// warp shuffles.
 template <typename T>
 __global__ void rms_norm_dx_warp_kernel(const T* grad, const T* x, const double* rstd, const T* w, T* dx,
                                         int64_t rows, int64_t D) {
@@ -787,21 +807,19 @@ void rms_norm_forward(int device, bool float64, const void* x, const void* weigh
   if (rows == 0) return;
   cudaStream_t stream = use_device(device);
   if (D <= kWarpRowMax) {  // short rows: a warp each
-    if (float64)
+    dispatch_floating(float64, [&](auto tag) {
+      using T = decltype(tag);
       rms_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<double*>(y), rstd, rows, D, eps);
-    else
-      rms_norm_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-          static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<float*>(y), rstd, rows, D, eps);
+          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(y), rstd, rows, D, eps);
+    });
     EMBER_CUDA_LAUNCHED("rms_norm_forward_warp_kernel");
     return;
   }
-  if (float64)
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
     rms_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const double*>(x), static_cast<const double*>(weight), static_cast<double*>(y), rstd, D, eps);
-  else
-    rms_norm_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
-        static_cast<const float*>(x), static_cast<const float*>(weight), static_cast<float*>(y), rstd, D, eps);
+        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(y), rstd, D, eps);
+  });
   EMBER_CUDA_LAUNCHED("rms_norm_forward_kernel");
 }
 
@@ -809,14 +827,12 @@ void rms_norm_backward(int device, bool float64, const void* grad, const void* x
                        const void* weight, void* dx, void* dweight, int64_t rows, int64_t D, double* partial) {
   if (rows == 0) return;  // dweight stays as the op made it: zeros
   cudaStream_t stream = use_device(device);
-  if (float64)
-    rms_norm_backward_typed(stream, static_cast<const double*>(grad), static_cast<const double*>(x), rstd,
-                            static_cast<const double*>(weight), static_cast<double*>(dx), static_cast<double*>(dweight),
+  dispatch_floating(float64, [&](auto tag) {
+    using T = decltype(tag);
+    rms_norm_backward_typed(stream, static_cast<const T*>(grad), static_cast<const T*>(x), rstd,
+                            static_cast<const T*>(weight), static_cast<T*>(dx), static_cast<T*>(dweight),
                             rows, D, partial);
-  else
-    rms_norm_backward_typed(stream, static_cast<const float*>(grad), static_cast<const float*>(x), rstd,
-                            static_cast<const float*>(weight), static_cast<float*>(dx), static_cast<float*>(dweight),
-                            rows, D, partial);
+  });
 }
 
 }  // namespace ember::cuda
