@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "core/ops.h"
+#include "core/tensor.h"
 
 namespace ember {
 namespace {
