@@ -1,9 +1,13 @@
 // Anomaly mode: the switch, the module path stack and the finite-value checks.
 #include "autograd/anomaly.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"

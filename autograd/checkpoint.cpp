@@ -1,8 +1,11 @@
 // Activation checkpointing (autograd/checkpoint.h): a no-grad forward, a recompute in backward.
 #include "autograd/checkpoint.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "autograd/node.h"
 #include "autograd/recompute_cache.h"

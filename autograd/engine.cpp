@@ -1,7 +1,10 @@
 // The backward engine: walks the graph from the output in reverse topological order,
 // calling each node's backward once, with all gradients for its output summed first.
+#include <cstddef>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "autograd/hooks.h"
 #include "autograd/node.h"

@@ -1,7 +1,12 @@
 // gradcheck: analytic gradients (backward) against central finite differences, in float64.
 #include "autograd/gradcheck.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"

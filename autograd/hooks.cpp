@@ -2,8 +2,12 @@
 #include "autograd/hooks.h"
 
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"

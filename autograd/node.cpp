@@ -1,4 +1,8 @@
 // Recording ops into the graph.
+#include <cstddef>
+#include <memory>
+#include <utility>
+
 #include "autograd/node.h"
 
 namespace ember {

@@ -1,9 +1,11 @@
 // The autograd graph: a Node per recorded op, its edges to the inputs, and record(), which ops call.
 #pragma once
+#include <cstddef>
 #include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/anomaly.h"

@@ -1,4 +1,11 @@
 // What a checkpoint's forward keeps for its recompute (autograd/recompute_cache.h).
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "autograd/recompute_cache.h"
 
 #include "core/error.h"

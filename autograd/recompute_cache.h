@@ -22,10 +22,12 @@
 // in the forward's order (checkpoint's own rule: fn computes the same thing twice); an op in another's
 // place is an error. A second recompute (backward with retain_graph) finds nothing kept and computes.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"

@@ -1,4 +1,7 @@
 // SavedTensor: the version check of a tensor saved for backward (autograd/saved_tensor.h).
+#include <cstdint>
+#include <string>
+
 #include "autograd/saved_tensor.h"
 
 #include "autograd/node.h"

@@ -11,6 +11,7 @@
 // Shapes are kept in sync with bench/matmul_torch.py.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -9,7 +9,9 @@
 // The bf16 rows with "bfloat16 in" take their input rounded to bfloat16 first, as the model's layers
 // after the first do in the scope (a bf16 linear's output is bfloat16).
 // Usage: precision_bench [--threads N] [--seed S]
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>

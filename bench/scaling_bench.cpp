@@ -10,7 +10,10 @@
 //   buckets, the same touched embedding rows): the communication alone, for a link's cost.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 

@@ -8,6 +8,8 @@
 // NOTE: compiled by CI and run small on the CPU emulator (--smoke), not yet on a GPU (see docs/cuda.md).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -10,16 +10,27 @@
 //       the first N batches of the recipe's epoch 1 on IMDb ("<i>.tokens", "<i>.mask", "<i>.labels")
 //   train_step_bench --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
 //                    [--batches FILE] [--run-steps N] [--device cpu|cuda[:N]] [--precision fp32|bf16]
+//                    [--cuda-graph]
 //       times S training steps and S forward passes after W warm-up steps (--steps-only: no forward
 //       passes; --forward-only: no training steps), then (with --batches)
 //       trains N steps on the real batches from fresh copies of the same weights; --precision bf16
-//       runs all of it in the mixed-precision scope (core/precision.h), as `imdb train --precision bf16`
+//       runs all of it in the mixed-precision scope (core/precision.h), as `imdb train --precision bf16`;
+//       --cuda-graph (a GPU) runs each training step as the trainer does with --cuda-graph on: the
+//       batch staged, then the whole step (forward to AdamW) replayed as one CUDA graph
+//       (examples/imdb/graph_step.h), captured after the first warm-up step (W >= 1).
+// On the CUDA emulator the JSON also holds "emulator_counts": what the timed steps asked of the GPU
+// (counters.h: launches by kernel, copies, host waits), for S steps; with EMBER_EMULATOR_DRY=1 the
+// step times are then the host's alone (bench/host_time.sh, docs/cuda.md "The host's share").
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,9 +43,15 @@
 #include "core/parallel.h"
 #include "core/precision.h"
 #include "core/random.h"
+#include "examples/imdb/graph_step.h"
 #include "examples/imdb/trainer.h"
 #include "nn/checkpoint.h"
 #include "optim/schedule.h"
+
+// The CUDA emulator's counts (tests/cuda_emulator/counters.h), when this program runs on it: weak
+// references, null on a GPU.
+extern "C" __attribute__((weak)) void ember_emulator_reset_counts();
+extern "C" __attribute__((weak)) std::size_t ember_emulator_counts_json(char* out, std::size_t size);
 
 namespace {
 
@@ -62,6 +79,7 @@ struct Flags {
   int64_t batch_size = 32, len = 256;  // the batch --write-init writes
   bool forward_only = false;  // time only the forward passes (for profiling inference)
   bool steps_only = false;    // time only the training steps (for profiling a step: bench/profile_ops.sh)
+  bool cuda_graph = false;    // each training step replayed as a CUDA graph (the trainer's --cuda-graph on)
   uint64_t seed = 0;
 };
 
@@ -69,8 +87,8 @@ Flags parse(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
-    if (flag == "--forward-only" || flag == "--steps-only") {
-      (flag == "--forward-only" ? f.forward_only : f.steps_only) = true;
+    if (flag == "--forward-only" || flag == "--steps-only" || flag == "--cuda-graph") {
+      (flag == "--forward-only" ? f.forward_only : flag == "--steps-only" ? f.steps_only : f.cuda_graph) = true;
       continue;
     }
     EMBER_CHECK(i + 1 < argc, "train_step_bench: {} needs a value", flag);
@@ -93,7 +111,17 @@ Flags parse(int argc, char** argv) {
     else if (flag == "--len") f.len = std::stoll(value);
     else fail("train_step_bench: unknown flag {}", flag);
   }
+  EMBER_CHECK(!f.cuda_graph || f.warmup >= 1, "train_step_bench: --cuda-graph captures the step after a warm-up "
+              "step: give --warmup 1 or more");
   return f;
+}
+
+bool on_emulator() { return &ember_emulator_counts_json != nullptr; }
+
+std::string emulator_counts() {
+  std::string text(ember_emulator_counts_json(nullptr, 0) + 1, '\0');
+  text.resize(ember_emulator_counts_json(text.data(), text.size()));
+  return text;
 }
 
 nn::ClassifierConfig model_config(int64_t heads) {
@@ -157,7 +185,31 @@ struct Trainee {
     optimizer.step();
     return loss.item<float>();  // the one wait of the step: its time includes the GPU's work
   }
+
+  // --cuda-graph: the same step as the trainer's graphed one (clipping to 1, as above), on a batch
+  // as its batcher gives it: staged, then replayed (each shape's first step runs eagerly and is captured).
+  [[gnu::noinline]] double graph_step(const imdb::Batch& batch) {
+    if (!graphs) graphs.emplace(model, optimizer, gen, model.parameters().front().device(), 1.0, /*quiet=*/true);
+    return graphs->run(batch).item<float>();  // the step's one wait, as above
+  }
+
+ private:
+  std::optional<imdb::GraphStep> graphs;
 };
+
+// Host tensors (tokens and labels int64, `padding` bool, true at padding) as the trainer's batcher's batch.
+imdb::Batch batch_of(const Tensor& tokens, const Tensor& padding, const Tensor& labels) {
+  imdb::Batch b;
+  b.batch = tokens.size(0);
+  b.seq_len = tokens.size(1);
+  b.tokens = tokens.to_vector<int64_t>();
+  b.labels = labels.to_vector<int64_t>();
+  const bool* pad = padding.data<bool>();
+  b.key_mask.resize(size_t(padding.numel()));
+  for (size_t i = 0; i < b.key_mask.size(); ++i) b.key_mask[i] = pad[i] ? 0 : 1;
+  b.real_tokens = int64_t(std::count(b.key_mask.begin(), b.key_mask.end(), uint8_t(1)));
+  return b;
+}
 
 void run(const Flags& f) {
   set_num_threads(int(f.threads));
@@ -167,6 +219,8 @@ void run(const Flags& f) {
   // Tokens and labels stay on the host, as in the trainer: the embedding and cross-entropy upload them.
   Tensor tokens = init.at("batch.tokens"), labels = init.at("batch.labels");
   Tensor mask = zeros(tokens.shape(), Dtype::Bool, device);  // a full batch: no padding
+  EMBER_CHECK(!f.cuda_graph || device.is_cuda(), "train_step_bench: --cuda-graph needs --device cuda, not {}", f.device);
+  const imdb::Batch batch = batch_of(tokens, zeros(tokens.shape(), Dtype::Bool), labels);  // for --cuda-graph
   Trainee trainee(f.heads, init, device);
   if (device.is_cuda()) reset_peak_memory(device);
 
@@ -181,11 +235,15 @@ void run(const Flags& f) {
   trainee.model.train();
   std::vector<double> step_ms, forward_ms, step_cpu_ms;
   double timed_from = 0;  // CLOCK_MONOTONIC seconds when the timed steps began (profiles skip the warm-up)
+  std::string step_counts = "null";  // on the emulator: what the timed steps asked of the GPU
   for (int64_t i = 0; i < (f.forward_only ? 0 : f.warmup + f.steps); ++i) {
+    if (i == f.warmup && on_emulator()) ember_emulator_reset_counts();
     auto start = Clock::now();
     if (i == f.warmup) timed_from = std::chrono::duration<double>(start.time_since_epoch()).count();
     std::clock_t cpu_start = std::clock();
-    trainee.step(tokens, mask, labels);
+    if (f.cuda_graph) trainee.graph_step(batch);
+    else trainee.step(tokens, mask, labels);
+    if (i + 1 == f.warmup + f.steps && on_emulator()) step_counts = emulator_counts();
     if (i >= f.warmup) {
       step_ms.push_back(1e3 * seconds_since(start));
       step_cpu_ms.push_back(1e3 * double(std::clock() - cpu_start) / CLOCKS_PER_SEC);
@@ -212,7 +270,9 @@ void run(const Flags& f) {
     for (; run_steps < f.run_steps && batches.count(std::to_string(run_steps) + ".tokens"); ++run_steps) {
       std::string i = std::to_string(run_steps);
       const Tensor& m = batches.at(i + ".mask");
-      run_last_loss = fresh.step(batches.at(i + ".tokens"), m.to(device), batches.at(i + ".labels"));
+      run_last_loss = f.cuda_graph ? fresh.graph_step(imdb::pad_for_graphs(
+                                         batch_of(batches.at(i + ".tokens"), m, batches.at(i + ".labels")), fresh.model.config.max_len))
+                                   : fresh.step(batches.at(i + ".tokens"), m.to(device), batches.at(i + ".labels"));
       const bool* padding = m.data<bool>();
       for (int64_t j = 0; j < m.numel(); ++j) real_tokens += padding[j] ? 0 : 1;
     }
@@ -225,10 +285,11 @@ void run(const Flags& f) {
       "\"step_ms\": {:.3f}, \"step_ms_all\": [{:.2f}], \"step_cpu_ms\": {:.3f}, \"forward_ms\": {:.3f}, "
       "\"run_steps\": {}, \"run_seconds\": {:.3f}, \"run_tokens_per_s\": {:.1f}, \"run_last_loss\": {:.6f}, "
       "\"peak_rss_bytes\": {}, \"peak_tensor_bytes\": {}, \"device\": \"{}\", \"peak_gpu_bytes\": {}, "
-      "\"timed_from_monotonic_s\": {:.6f}}}\n",
+      "\"timed_from_monotonic_s\": {:.6f}, \"cuda_graph\": {}, \"steps\": {}, \"emulator_counts\": {}}}\n",
       f.precision, f.heads, num_threads(), first_loss, median(step_ms), fmt::join(step_ms, ", "), median(step_cpu_ms), median(forward_ms), run_steps,
       run_seconds, run_tokens_per_s, run_last_loss, peak_rss_bytes(), memory_stats().peak_allocated, device.str(),
-      device.is_cuda() ? memory_stats(device).peak_allocated : 0, timed_from);
+      device.is_cuda() ? memory_stats(device).peak_allocated : 0, timed_from, f.cuda_graph, f.forward_only ? 0 : f.steps,
+      step_counts);
 }
 
 }  // namespace

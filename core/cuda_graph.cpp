@@ -1,6 +1,7 @@
 // CudaGraph (core/cuda_graph.h): the Tensor-free side is in cuda/graph.cu.
 #include "core/cuda_graph.h"
 
+#include <functional>
 #include <utility>
 
 #include "core/cuda_ops.h"

@@ -2,6 +2,8 @@
 #include "core/device.h"
 
 #include <charconv>
+#include <string>
+#include <system_error>
 
 #include "core/error.h"
 

@@ -1,5 +1,6 @@
 // Where a tensor's memory lives: the CPU or CUDA device N.
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace ember {

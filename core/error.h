@@ -3,6 +3,7 @@
 #include <fmt/core.h>  // the light half of fmt: fmt::format of built-in types (a TU that formats more includes fmt/format.h)
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ember {
 

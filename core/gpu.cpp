@@ -3,6 +3,9 @@
 #include "core/gpu.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "core/error.h"
 #include "core/ops.h"

@@ -6,6 +6,7 @@
 // backend" (core/cuda_ops_stubs.cpp); no tensor can be on a GPU there anyway.
 // NOTE: compiled by CI and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "core/cuda_ops.h"

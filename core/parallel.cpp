@@ -1,9 +1,12 @@
 // The CPU thread pool behind parallel_for: persistent workers that spin briefly, then sleep on a futex.
 #include "core/parallel.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>

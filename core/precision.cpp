@@ -1,4 +1,6 @@
 // The per-thread precision of products (core/precision.h).
+#include <string_view>
+
 #include "core/precision.h"
 
 #include "core/cpu/gemm.h"

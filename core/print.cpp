@@ -2,6 +2,11 @@
 #include "core/print.h"
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
 
 #include "core/tensor.h"
 

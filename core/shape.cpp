@@ -1,4 +1,9 @@
 // Shapes and strides: sizes per dimension, element counts, broadcasting, printing.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
 #include "core/shape.h"
 
 #include <fmt/format.h>

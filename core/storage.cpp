@@ -1,4 +1,7 @@
 // Storage: a reference-counted block of device memory that one or more tensors view.
+#include <cstddef>
+#include <cstdint>
+
 #include "core/storage.h"
 
 #include "core/allocator.h"

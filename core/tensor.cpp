@@ -1,4 +1,11 @@
 // Tensor: construction, accessors, raw data access and device checks.
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <utility>
+#include <vector>
+
 #include "core/tensor.h"
 
 #include "core/error.h"

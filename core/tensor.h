@@ -1,8 +1,10 @@
 // Tensor: a typed, shaped, strided view of reference-counted storage that can record autograd history.
 #pragma once
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"

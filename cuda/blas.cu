@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 
 #include <atomic>
+#include <cstdint>
 #include <mutex>
 
 #include "core/cuda_ops.h"

@@ -8,6 +8,8 @@
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU.
 #include <cublas_v2.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <mutex>
 
 #include "core/allocator.h"

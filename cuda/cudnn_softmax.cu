@@ -5,6 +5,7 @@
 // times the two. Off by default: the own kernel is the one the parity tests hold to the CPU.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>

@@ -11,6 +11,7 @@
 // their arrays in place from the parameter space; without it, taking their address made every
 // thread copy them to local memory first (152-392 bytes per thread; tests/ptxas_check.py checks).
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
+#include <cstdint>
 #include <initializer_list>
 #include <type_traits>
 

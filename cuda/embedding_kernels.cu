@@ -3,6 +3,8 @@
 // builds them), one block per distinct row and one thread per column: no atomics, so repeated ids
 // sum deterministically, in the same order as on the CPU.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
+#include <cstdint>
+
 #include "core/cuda_ops.h"
 #include "cuda/launch.h"
 

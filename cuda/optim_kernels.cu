@@ -7,6 +7,7 @@
 // core/ops/optimizer_steps.cpp calls.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <cmath>
+#include <cstdint>
 
 #include "core/cuda_ops.h"
 #include "core/update_rules.h"

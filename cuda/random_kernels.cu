@@ -2,6 +2,8 @@
 // pure function of (seed, first + i) in core/random.h that the CPU's loop calls, so a seed gives
 // the same tensor on either device (no cuRAND, whose streams the CPU could not reproduce).
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
+#include <cstdint>
+
 #include "core/cuda_ops.h"
 #include "core/random.h"
 #include "cuda/launch.h"

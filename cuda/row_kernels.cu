@@ -8,6 +8,7 @@
 // atomics: the same input always gives the same bits, whatever the GPU.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <cmath>
+#include <cstdint>
 
 #include "core/cuda_ops.h"
 #include "cuda/launch.h"

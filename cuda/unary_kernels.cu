@@ -2,6 +2,8 @@
 // grad_x = grad * f'(x, y), instantiated for every functor of core/unary_math.h (EMBER_HD makes
 // each functor __host__ __device__, so the GPU runs the very formulas the CPU tests check). float32,
 // float64, and bfloat16 computed in float, each result rounded once (the CPU's tables hold the same values).
+#include <cstdint>
+
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "cuda/gpu_nan.h"

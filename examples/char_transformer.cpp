@@ -3,9 +3,13 @@
 // Usage: char_transformer [--steps N] [--text PATH]   (defaults: 400 steps, examples/data/sonnets.txt)
 // Exits 1 unless the loss went down.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "core/file_io.h"

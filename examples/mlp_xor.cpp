@@ -1,8 +1,10 @@
 // The smallest thing Ember can learn: XOR with a two-layer MLP. Read this file first.
 // Usage: mlp_xor [--steps N]   (default 500). Exits 1 unless the loss went down.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "nn/layers.h"
 #include "optim/optimizer.h"

@@ -1,4 +1,7 @@
 // Multi-head self-attention: the fused QKV projection, the attention op, the output projection.
+#include <cstdint>
+#include <memory>
+
 #include "nn/attention.h"
 
 namespace ember::nn {

@@ -6,6 +6,9 @@
 //   weights = softmax(scores)     each query's distribution over keys
 //   out = (weights @ v) merged    [B, T, D] -> output projection
 #pragma once
+#include <cstdint>
+#include <memory>
+
 #include "nn/layers.h"
 
 namespace ember::nn {

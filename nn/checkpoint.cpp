@@ -2,7 +2,11 @@
 #include "nn/checkpoint.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/safetensors.h"

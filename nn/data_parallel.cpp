@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "core/distributed/agreement.h"
 #include "core/error.h"

@@ -17,6 +17,7 @@
 // of the whole batch's mean loss (examples/imdb/trainer.cpp does).
 #pragma once
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

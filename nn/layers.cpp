@@ -1,4 +1,6 @@
 // The basic layers: parameter shapes and initialisation; forward passes are single ops.
+#include <cstdint>
+
 #include "nn/layers.h"
 
 namespace ember::nn {

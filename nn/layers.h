@@ -1,6 +1,8 @@
 // The basic layers: Linear, Embedding, LayerNorm, Dropout, GELU.
 // Initialisation follows the IMDb recipe: weights N(0, 0.02), biases 0, LayerNorm gain 1 and shift 0.
 #pragma once
+#include <cstdint>
+
 #include "core/ops.h"
 #include "nn/module.h"
 

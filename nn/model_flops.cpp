@@ -2,6 +2,7 @@
 #include "nn/model_flops.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 

@@ -1,4 +1,10 @@
 // Module: parameter and sub-module registration, and the walks over the module tree.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "nn/module.h"
 
 #include "autograd/grad_mode.h"

@@ -1,6 +1,7 @@
 // Module: the base of every layer. It registers parameters and sub-modules by name, so that
 // parameters(), named_parameters(), train()/eval() and the state dict walk the whole tree.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>

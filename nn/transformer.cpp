@@ -1,4 +1,9 @@
 // The pre-LayerNorm encoder block and the IMDb classifier.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "nn/transformer.h"
 
 #include "autograd/checkpoint.h"

@@ -1,5 +1,7 @@
 // The pre-LayerNorm Transformer encoder block and the IMDb recipe's classifier built from it.
 #pragma once
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "nn/attention.h"

@@ -1,8 +1,11 @@
 // Optimiser base: parameter groups (each with its own weight decay), a learning rate, a step count,
 // and per-parameter state tensors that a checkpoint can save and restore.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"

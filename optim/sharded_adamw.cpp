@@ -2,7 +2,14 @@
 // the whole-moment state for checkpoints.
 #include "optim/sharded_adamw.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"

@@ -11,6 +11,8 @@
 // It sends as many bytes as a plain all-reduce (a reduce-scatter plus an all-gather) and keeps
 // 2 x params / N moment values per rank instead of 2 x params.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>

@@ -3,10 +3,12 @@
 #   1. sanitizers: AddressSanitizer + UndefinedBehaviorSanitizer (CPU only, -O1 -g1 and the test files
 #      at -O0: the build is most of CI's time; no benchmarks,
 #      no CUDA emulator: its fibers switch stacks behind ASan's back) in build-asan/ (skip with
-#      EMBER_SANITIZE_CI=0);
-#   2. the normal Release build in build/, with the CUDA tests also run on the CPU emulator
+#      EMBER_SANITIZE_CI=0), built with clang 16 and its standard library, libc++, strict about
+#      transitive includes (_LIBCPP_REMOVE_TRANSITIVE_INCLUDES): the second toolchain CI builds and
+#      tests with, at no extra build;
+#   2. the normal Release build in build/ (GCC), with the CUDA tests also run on the CPU emulator
 #      ("emulated: ..." tests, docs/cuda.md).
-# Between them, scripts/tsan.sh runs the threaded tests under ThreadSanitizer (build-tsan/; skip
+# Between them, scripts/tsan.sh runs the threaded tests under ThreadSanitizer (build-tsan/, GCC; skip
 # with EMBER_TSAN_CI=0); a data race fails the run.
 # Each configuration's ctest summary is printed; the last line is the ctest-style summary of the
 # whole run (both configurations), and the exit code is non-zero if any test failed in either.
@@ -25,6 +27,15 @@ if [ ! -x /usr/bin/chromium ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
+# The sanitizer build's toolchain: clang 16, libc++ (with libc++abi) and clang's sanitizer runtimes.
+clang_packages=(clang-16 libc++-16-dev libc++abi-16-dev libclang-rt-16-dev)
+if [ "${EMBER_SANITIZE_CI:-1}" != 0 ] && ! dpkg -s "${clang_packages[@]}" >/dev/null 2>&1; then
+  echo "test: installing ${clang_packages[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${clang_packages[@]}" >/dev/null
+fi
+
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 summary() { grep -E "tests passed|tests failed" "$1" | tail -n 1; }
@@ -32,8 +43,9 @@ status=0
 
 if [ "${EMBER_SANITIZE_CI:-1}" != 0 ]; then
   start=$(date +%s)
-  echo "== sanitizer configuration (ASan + UBSan): building $ASAN_DIR"
+  echo "== sanitizer configuration (ASan + UBSan, clang 16 + libc++): building $ASAN_DIR"
   cmake -S . -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DCMAKE_CXX_COMPILER=clang++-16 -DCMAKE_CXX_FLAGS="-stdlib=libc++ -D_LIBCPP_REMOVE_TRANSITIVE_INCLUDES" \
     -DEMBER_TEST_OPT=-O0 -DEMBER_SANITIZE=ON -DEMBER_BENCH=OFF -DEMBER_CUDA=OFF -DEMBER_CUDA_EMULATOR=OFF >/dev/null
   cmake --build "$ASAN_DIR" -j"$JOBS" >"$logs/asan-build.log" 2>&1 || { tail -50 "$logs/asan-build.log"; exit 1; }
   built=$(date +%s)

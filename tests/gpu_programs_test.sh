@@ -2,7 +2,7 @@
 # The programs bench/gpu-check.sh runs on a GPU, run on the CPU emulator of CUDA with small sizes,
 # each also on the CPU where that gives a number to hold the GPU path to:
 #   1. train_step_bench: the same weights and batch on cpu and cuda: equal first losses, a step timed,
-#      GPU memory reported; and the same kernel launches for a batch of 2 as of 4;
+#      GPU memory reported; the same kernel launches for a batch of 2 as of 4; --cuda-graph replays;
 #   2. softmax_gpu_bench --smoke: the own softmax kernel and cuDNN's agree on every shape;
 #   3. imdb train --device cuda (a tiny model, one epoch of the shipped small data): finishes, logs
 #      GPU memory every epoch, and its step losses follow the CPU run's.
@@ -52,6 +52,19 @@ if ! cmp -s "$OUT/launches.txt" "$OUT/launches4.txt"; then
   fail "the launches of a step depend on the batch size"
 fi
 echo "launches for a batch of 2 and of 4 (a forward, a step, a forward): $(head -n 1 "$OUT/launches.txt")"
+
+# 1c. --cuda-graph: after a warm-up step (run op by op, then captured), each timed step is one graph
+# launch and the step's uploads, with one wait (the loss read), as the emulator counts them.
+graph=$("$STEP_BENCH" --init "$OUT/init.safetensors" --heads 4 --steps 2 --warmup 1 --steps-only --device cuda --cuda-graph |
+  tail -n 1) || fail "train_step_bench --cuda-graph"
+python3 - "$graph" <<'PY' || fail "train_step_bench --cuda-graph: not one graph launch per step"
+import json, sys
+r = json.loads(sys.argv[1])
+c = r["emulator_counts"]
+assert r["cuda_graph"] is True and r["steps"] == 2, r
+assert c["graph_launches"] == 2 and c["library_calls"] == 0 and c["host_waits"] == 2, c
+print("train_step_bench --cuda-graph: %d work items for 2 replayed steps" % c["work_items"])
+PY
 
 # 2. The softmax benchmark: every shape's row of numbers, both differences tiny.
 "$SOFTMAX_BENCH" --smoke > "$OUT/softmax.txt" 2>&1 || { cat "$OUT/softmax.txt"; fail "softmax_gpu_bench --smoke"; }

@@ -4,7 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/gradcheck.h"

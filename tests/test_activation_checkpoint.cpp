@@ -1,6 +1,11 @@
 // Activation checkpointing (autograd/checkpoint.h): gradients bit-identical to the plain run's, with
 // dropout (the same masks), nested, under no-grad; the memory it saves; errors that name the problem.
+#include <cstdint>
 #include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "autograd/checkpoint.h"
 #include "autograd/node.h"

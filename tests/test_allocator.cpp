@@ -1,5 +1,7 @@
 // The caching CPU allocator: blocks are reused, statistics add up, huge requests are clear errors;
 // and the block cache it shares with the CUDA allocator (core/block_cache.h).
+#include <cstddef>
+#include <cstdint>
 #include <set>
 #include <vector>
 

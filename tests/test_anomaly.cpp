@@ -1,8 +1,12 @@
 // Anomaly mode: the first op that makes a NaN or an infinity is named, with its input shapes and
 // the module path, in forward and in backward; off, nothing is checked.
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "autograd/anomaly.h"
 #include "autograd/grad_mode.h"

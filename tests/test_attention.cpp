@@ -1,7 +1,10 @@
 // The attention op: known numbers, the fused kernel against the composed reference (values, weights
 // and gradients, with padding and causal masks), float64 gradchecks, and bad inputs.
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "autograd/node.h"
 #include "core/allocator.h"

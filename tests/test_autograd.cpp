@@ -1,4 +1,8 @@
 // The autograd engine: accumulation, reuse, no-grad, detach, freeing the graph, supplied gradients.
+#include <cmath>
+#include <cstdint>
+#include <string>
+
 #include "autograd/node.h"
 #include "helpers.h"
 #include "optim/optimizer.h"

@@ -1,6 +1,11 @@
 // Checkpoints: tensors round-trip through safetensors; corrupt files and mismatched models are clear errors.
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 #include "nn/checkpoint.h"
 #include "nn/transformer.h"

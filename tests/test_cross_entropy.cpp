@@ -1,6 +1,9 @@
 // cross_entropy: known values, against log_softmax + a hand-written NLL (values and gradients),
 // ignore_index (including every row ignored), int32 targets, float64 gradchecks, and every error.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/parallel.h"

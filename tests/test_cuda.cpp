@@ -1,5 +1,7 @@
 // The CUDA device plumbing: allocation, copies both ways, the fill kernel. Skipped without a GPU.
+#include <cstddef>
 #include <iterator>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/unary_math.h"

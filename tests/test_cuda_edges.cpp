@@ -1,6 +1,10 @@
 // The CUDA paths at the edges: every op on zero-size dims (tests/zero_size_cases.h), attention rows
 // that see no key (fused and composed, against the CPU), and backward's seed on the wrong device.
 // Skipped, with the reason printed, where there is no GPU; CI runs them on the emulator.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "core/cuda_ops.h"
 #include "cuda_skip.h"
 #include "helpers.h"

@@ -4,10 +4,14 @@
 // step of the IMDb recipe's model (small sizes) on both devices. Each case is skipped, with the
 // reason printed, where there is no GPU; the last cases check what a machine without one does.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <filesystem>
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 #include <unistd.h>
 
 #include "core/allocator.h"

@@ -4,8 +4,11 @@
 // asserted here.)
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "core/parallel.h"
 #include "examples/imdb/trainer.h"

@@ -1,9 +1,11 @@
 // Tests for the IMDb example's digests (libcrypto): published test vectors, chunked updates, files.
 #include <doctest/doctest.h>
 
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <unistd.h>
 
 #include "core/error.h"

@@ -1,5 +1,11 @@
 // dropout: kept fraction, scale, the exact counter-based mask, reproducibility from the
 // generator state, thread-count independence, identity in eval, gradcheck, errors.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "core/parallel.h"
 #include "helpers.h"
 

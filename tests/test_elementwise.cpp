@@ -1,7 +1,14 @@
 // Element-wise ops: values against known numbers, broadcasting, and float64 gradchecks
 // (including broadcast and non-contiguous inputs).
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/unary_math.h"

@@ -1,5 +1,9 @@
 // embedding: row lookup against known values, repeated ids summed in the gradient (deterministic
 // for any thread count), gradcheck, and the error for out-of-range ids.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "core/parallel.h"
 #include "helpers.h"
 

@@ -3,11 +3,15 @@
 // float result of the unrounded operands within the bound of docs/precision.md.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/bfloat16.h"

@@ -1,6 +1,9 @@
 // Gradient-ready hooks (autograd/hooks.h): called once per backward pass per leaf the pass reaches,
 // after the last gradient for it has been added, while the rest of the graph is still to come;
 // not for leaves the pass does not reach; gone with their handle.
+#include <string>
+#include <vector>
+
 #include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "helpers.h"

@@ -2,6 +2,9 @@
 // (values and gradients), float64 gradchecks (with and without affine parameters, non-contiguous
 // inputs), thread-count independence of dweight / dbias, and errors.
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "core/parallel.h"
 #include "helpers.h"

@@ -1,5 +1,7 @@
 // The linear op (x W^T + b in one GEMM): known numbers, agreement with matmul + add, gradchecks,
 // strided inputs, and bad inputs.
+#include <vector>
+
 #include "tests/helpers.h"
 
 using namespace ember;

@@ -1,6 +1,13 @@
 // Whole reviews in the trainer: truncation (head, tail, head+tail), the --attention setting's text form,
 // the settings' range checks and their record in a checkpoint's metadata, and a small run with window
 // attention and activation checkpointing end to end.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/tokenizer.h"
 #include "examples/imdb/trainer.h"

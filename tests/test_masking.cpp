@@ -1,6 +1,11 @@
 // masked_fill and where: values with broadcasting, bool masks from comparisons and conversions,
 // gradchecks (broadcast and non-contiguous inputs), errors.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
+#include <vector>
 
 #include "helpers.h"
 

@@ -1,5 +1,10 @@
 // matmul: known products, a triple-loop reference on random odd shapes (batched, broadcast,
 // transposed, sliced, float32 and float64), gradchecks, no copies of transposed operands, errors.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "core/allocator.h"
 #include "helpers.h"
 

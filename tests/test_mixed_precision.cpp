@@ -3,6 +3,9 @@
 // significand and the reduction length; everything else stays float32, bit for bit.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/cuda_ops.h"

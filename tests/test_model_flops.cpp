@@ -1,6 +1,8 @@
 // The model FLOPs of nn/model_flops.h against a hand count, product by product, of a tiny model.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+
 #include "nn/model_flops.h"
 
 using namespace ember;

@@ -1,5 +1,10 @@
 // nn/: every module's output on small known inputs, gradchecks in float64, and errors.
 #include <cmath>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "nn/transformer.h"

@@ -9,7 +9,9 @@
 // outputs and weights, 4e-6 for the gradients (inputs in [-2, 2], head sizes 8 to 64).
 // This checks the algorithm, not the CUDA code itself; the GPU parity tests (tests/test_cuda_ops.cpp)
 // check the kernels where there is a GPU.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>

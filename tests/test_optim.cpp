@@ -1,5 +1,9 @@
 // optim/: SGD, Adam, AdamW against steps computed by hand; schedules; clipping; state round trip.
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
 
 #include "optim/optimizer.h"
 #include "optim/schedule.h"

@@ -3,8 +3,12 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "examples/imdb/report.h"
 #include "examples/imdb/svg.h"

@@ -3,7 +3,10 @@
 // strided inputs, zero-size inputs, errors, a dweight independent of the thread count, and the CUDA
 // kernels against the CPU (run on the CUDA emulator in CI, skipped without a GPU elsewhere).
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "core/parallel.h"
 #include "cuda_skip.h"

@@ -1,9 +1,12 @@
 // Softmax and log-softmax: known values, numerical stability (large values, -inf), any dim,
 // non-contiguous inputs, the vectorised float exp, fused backward against a composed reference,
 // float64 gradchecks and errors.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/cpu/lanes.h"
 #include "core/cpu/rows.h"
@@ -146,7 +149,8 @@ TEST_CASE("softmax: the 16-lane exp gives the scalar exp's bits; the row blocks 
     const math::Floats16 e = math::exp_vec(v);
     for (int k = 0; k < 16; ++k) {
       const float scalar = math::exp_vec(xs[i0 + k]);
-      mismatches += std::isnan(scalar) ? !std::isnan(e[k]) : std::memcmp(&scalar, &e[k], sizeof scalar) != 0;
+      const float lane = e[k];  // (clang takes no address of a vector type's element)
+      mismatches += std::isnan(scalar) ? !std::isnan(lane) : std::memcmp(&scalar, &lane, sizeof scalar) != 0;
     }
   }
   CHECK(mismatches == 0);

@@ -1,4 +1,9 @@
 // Tensor core: creation, dtypes, views without copies, contiguity, printing, random generators.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "core/parallel.h"
 #include "core/print.h"
 #include "helpers.h"

@@ -1,6 +1,9 @@
 // The IMDb trainer with --precision bf16 on the shipped small data: it learns as the float32 run does,
 // and its weights and AdamW state stay float32 (master weights).
+#include <cmath>
+#include <cstddef>
 #include <filesystem>
+#include <vector>
 
 #include "core/precision.h"
 #include "examples/imdb/trainer.h"

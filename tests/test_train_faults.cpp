@@ -1,9 +1,14 @@
 // The IMDb trainer under faults: hostile metadata, resumes that must be refused without touching
 // the folder, a second trainer on the same folder, divergence, and resumes that must end exactly
 // as an uninterrupted run.
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/file_io.h"

@@ -1,7 +1,12 @@
 // The IMDb trainer on the shipped small data: the loss falls, and a resumed run matches an uninterrupted one.
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 

@@ -3,6 +3,10 @@
 // gradchecks of both; the edges (window >= T is full attention, windows 0 and 1, no global tokens, rows
 // that see nothing, zero-size dims); memory that grows with T x window; bad inputs.
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "autograd/node.h"
 #include "core/allocator.h"

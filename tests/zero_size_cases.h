@@ -9,8 +9,11 @@
 // To add an op: add its rows to zero_size_cases().
 #pragma once
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "helpers.h"

@@ -4,9 +4,11 @@
 // tensors ever held at once: a step that needs 2 GiB keeps its blocks for the next step, and the
 // blocks that dynamic padding's changing sizes leave behind are bounded.
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <string>
 
 #include "core/allocator.h"
 #include "core/block_cache.h"

@@ -1,4 +1,8 @@
 // CPU copies, fills and in-place accumulation over strided tensors (checked by the ops: core/ops/views.cpp).
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
 #include "core/cpu/elementwise.h"
 
 namespace ember::cpu {

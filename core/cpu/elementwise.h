@@ -2,6 +2,8 @@
 // the functor (core/unary_math.h), vectorised on contiguous rows and threaded when large.
 #pragma once
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 

@@ -17,6 +17,7 @@
 // against the reference GEMM.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 
 #include "core/bfloat16.h"

@@ -15,10 +15,16 @@
 #include <immintrin.h>
 
 #include <array>
+#include <cstdint>
 #include <utility>
 
+// (clang has no push_options: its attribute pragma gives every function up to the pop the same target.)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 
 namespace ember::cpu::detail {
 namespace {
@@ -103,7 +109,11 @@ const GemmKernel<float> kAvx2Float = {"avx2", kMR, kNV * kLanes, kLanes, 256, 96
 
 }  // namespace ember::cpu::detail
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace ember::cpu::detail {
 

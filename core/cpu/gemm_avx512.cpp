@@ -23,15 +23,23 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <utility>
 
+// (clang has no push_options: its attribute pragma gives every function up to the pop the same target.)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512bw,fma,prfchw"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512bw,fma,prfchw")
+#endif
 // NOTE: GCC 12 warns "__Y is used uninitialized" inside its own AVX-512 intrinsic headers
 // (their deliberate self-initialized undefined vectors); the warning is about the header.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // (GCC's alone)
+#endif
 
 namespace ember::cpu::detail {
 namespace {
@@ -481,7 +489,11 @@ const GemmKernel<BFloat16, float, float> kAvx512RoundedFromBf16 = rounded_kernel
 }  // namespace ember::cpu::detail
 
 #pragma GCC diagnostic pop
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace ember::cpu::detail {
 

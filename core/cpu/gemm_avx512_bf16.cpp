@@ -18,6 +18,7 @@
 // float32 tensor needs no conversion pass of its own. bfloat16 operands are packed as they are.
 // NOTE: compiled for AVX-512 BF16 through a target pragma; only the selection at the bottom runs
 // on any CPU.
+#include <cstdint>
 #include <cstring>
 
 #include "core/bfloat16.h"
@@ -31,11 +32,18 @@
 #include <chrono>
 #include <utility>
 
+// (clang has no push_options: its attribute pragma gives every function up to the pop the same target.)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,fma,prfchw"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,fma,prfchw")
+#endif
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // (GCC's alone)
+#endif
 
 namespace ember::cpu::detail {
 namespace {
@@ -457,7 +465,11 @@ const GemmKernel<BFloat16, uint16_t, float> kAvx512Bf16FromBf16 = {
 }  // namespace ember::cpu::detail
 
 #pragma GCC diagnostic pop
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace ember::cpu::detail {
 

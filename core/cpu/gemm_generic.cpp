@@ -2,6 +2,8 @@
 //
 // Register tile kMR x kNR, accumulated in a local array; the packing pads edge panels with
 // zeros, so the loops always run over the full tile and only the store is bounded.
+#include <cstdint>
+
 #include "core/cpu/gemm_kernels.h"
 #include "core/cpu/gemm_pack.h"
 

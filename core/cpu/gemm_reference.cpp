@@ -1,4 +1,6 @@
 // The readable GEMM reference: a triple loop with a double accumulator, for tests to compare against.
+#include <cstdint>
+
 #include "core/cpu/gemm.h"
 
 namespace ember::cpu {

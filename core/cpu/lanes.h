@@ -154,16 +154,21 @@ inline void lookup_store(const BFloat16* table, const BFloat16* keys, BFloat16* 
 namespace ember::cpu {
 
 // n bfloat16 widened to float (exact), and n floats rounded to bfloat16 (nearest even, NaN kept): whole
-// rows, 16 at a time.
+// rows, 16 at a time, then the last n % 16 one by one.
+// NOTE: the 16-wide part ends at `whole`, worked out before the loops; the tail loop starts there and
+// runs fewer than 16 times. (A vector loop tested `i + 16 <= n` and the tail went on from wherever it
+// stopped: GCC 13, inlining both into apply_widened<Gelu>, warned that the tail's count could reach
+// 2^62 iterations, past any array: -Waggressive-loop-optimizations.)
+inline int64_t whole_lanes(int64_t n) { return n - n % lanes::kLanes; }
 inline void widen(const BFloat16* in, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + lanes::kLanes <= n; i += lanes::kLanes) lanes::store(out + i, lanes::load_widened(in + i));
-  for (; i < n; ++i) out[i] = float(in[i]);
+  const int64_t whole = whole_lanes(n);
+  for (int64_t i = 0; i < whole; i += lanes::kLanes) lanes::store(out + i, lanes::load_widened(in + i));
+  for (int64_t i = whole; i < n; ++i) out[i] = float(in[i]);
 }
 inline void narrow(const float* in, BFloat16* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + lanes::kLanes <= n; i += lanes::kLanes) lanes::store_rounded(out + i, lanes::load(in + i));
-  for (; i < n; ++i) out[i] = BFloat16(in[i]);
+  const int64_t whole = whole_lanes(n);
+  for (int64_t i = 0; i < whole; i += lanes::kLanes) lanes::store_rounded(out + i, lanes::load(in + i));
+  for (int64_t i = whole; i < n; ++i) out[i] = BFloat16(in[i]);
 }
 
 }  // namespace ember::cpu

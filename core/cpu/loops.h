@@ -1,7 +1,9 @@
 // The CPU's one strided loop: walks N same-shaped (possibly broadcast or transposed) operands
 // row by row, merging dims that are contiguous in every operand, optionally over the thread pool.
 #pragma once
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include "core/merge_dims.h"

@@ -4,8 +4,11 @@
 #include "core/cpu/reduce.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <numeric>
+#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"

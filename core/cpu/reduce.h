@@ -1,5 +1,6 @@
 // CPU reduction kernels over a tensor seen as [outer, R, inner]: out[o, i] = reduce over r of x[o, r, i].
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"

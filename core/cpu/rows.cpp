@@ -3,6 +3,7 @@
 // the result of the same scalar loop.
 #include "core/cpu/rows.h"
 
+#include <cstdint>
 #include <limits>
 
 #include "core/cpu/lanes.h"

@@ -1,6 +1,7 @@
 // The measured choice between gathered and scalar table lookups; see table_lookup.h.
 #include "core/cpu/table_lookup.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>

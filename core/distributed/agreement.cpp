@@ -1,9 +1,17 @@
 // Agreement between ranks: strings as byte tensors through the group's collectives.
 #include "core/distributed/agreement.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
 #include <new>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/ops.h"

@@ -1,4 +1,9 @@
 // The communication thread: a queue, a worker, and the first error kept for wait_all().
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <utility>
+
 #include "core/distributed/comm_thread.h"
 
 namespace ember::distributed {

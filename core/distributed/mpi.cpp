@@ -5,9 +5,14 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
 #include <thread>
 
 #include "core/distributed/watchdog.h"

@@ -1,4 +1,6 @@
 // The MPI backend of a build without MPI: says so, and how to get the distributed build.
+#include <memory>
+
 #include "core/distributed/mpi.h"
 
 #include "core/error.h"

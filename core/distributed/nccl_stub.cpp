@@ -1,6 +1,8 @@
 // The NCCL backend of a build without it (no CUDA, or CUDA without NCCL): says so.
 // NOTE: compiled into each library that lacks EMBER_WITH_NCCL (CMakeLists.txt: the variant sources).
 #ifndef EMBER_WITH_NCCL
+#include <memory>
+
 #include "core/distributed/nccl.h"
 
 #include "core/error.h"

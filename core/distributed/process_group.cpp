@@ -1,8 +1,14 @@
 // The process group's checks, shared by every backend, and the default overlap (a communication thread).
 #include "core/distributed/process_group.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
 
 #include "core/distributed/comm_thread.h"
 #include "core/error.h"

@@ -2,6 +2,12 @@
 #include "core/distributed/watchdog.h"
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
 
 namespace ember::distributed {
 

@@ -2,6 +2,9 @@
 #include "core/distributed/world.h"
 
 #include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
 
 #include "core/distributed/mpi.h"
 #include "core/error.h"

@@ -9,6 +9,8 @@
 // gradient through it (FlashAttention's rule), on the CPU and the GPU alike, where a plain softmax of an
 // all -inf row would make it NaN (docs/attention.md says why).
 #include <cmath>
+#include <cstdint>
+#include <string>
 
 #include "core/cpu/attention.h"
 #include "core/ops/op_support.h"

@@ -1,5 +1,7 @@
 // Element-wise arithmetic with NumPy broadcasting. The gradient of a broadcast input is the
 // output gradient summed back to the input's shape (sum_to), the one place broadcasting is undone.
+#include <utility>
+
 #include "core/cpu/elementwise.h"
 #include "core/ops/op_support.h"
 #include "core/unary_math.h"

@@ -1,4 +1,9 @@
 // Creating tensors: constants, ranges and tensors from C++ values.
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
 #include "core/cpu/elementwise.h"
 #include "core/ops/op_support.h"
 

@@ -11,6 +11,8 @@
 // and uploaded without the host waiting; targets already on the GPU are read back to be checked
 // (the host waits for the GPU). The backward reads its incoming gradient on the GPU, never on the host.
 // Kernels: core/cpu/cross_entropy.cpp.
+#include <cstdint>
+
 #include "core/cpu/cross_entropy.h"
 #include "core/ops/op_support.h"
 

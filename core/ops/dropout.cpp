@@ -12,7 +12,10 @@
 //
 // p == 0 or !training: returns x itself (no copy, the generator is not advanced).
 // p == 1: every element is dropped; the result (and gradient) is all zeros.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "core/cpu/elementwise.h"
 #include "core/ops/op_support.h"

@@ -5,7 +5,10 @@
 // row first (a stable counting sort), then each thread owns whole rows and adds their positions'
 // gradients in position order. No two threads ever touch the same row, so there are no races.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ops/op_support.h"
@@ -135,7 +138,10 @@ Tensor embedding(const Tensor& weight, const DeviceIds& ids) {
   EMBER_CHECK(weight.dim() == 2 && is_floating(weight.dtype()) && weight.device().is_cuda(),
               "embedding: staged ids need a floating 2-D weight on a GPU, got {} {} on {}", dtype_name(weight.dtype()),
               shape_str(weight.shape()), weight.device().str());
-  EMBER_CHECK(ids.ids.defined() && ids.buckets.defined() && ids.ids.device() == weight.device(),
+  // The buckets serve only the backward: ids staged without them do for a forward that records none
+  // (an evaluation's, under NoGradGuard).
+  EMBER_CHECK(ids.ids.defined() && ids.ids.device() == weight.device() &&
+                  (ids.buckets.defined() || !any_requires_grad({weight})),
               "embedding: the staged ids must be on the weight's device {} with their buckets (stage_ids with_buckets)",
               weight.device().str());
   const int64_t V = weight.shape()[0], D = weight.shape()[1];

@@ -1,5 +1,9 @@
 // Joining tensors: cat along an existing dim, stack along a new one (cat of unsqueezed views).
 // Backward of cat: each input's gradient is the narrow view of the output gradient it came from.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "core/cpu/elementwise.h"
 #include "core/ops/op_support.h"
 

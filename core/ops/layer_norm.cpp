@@ -4,6 +4,12 @@
 // forward saving mean and 1/std per row; fused backward giving dx, dweight, dbias. Statistics are
 // computed in the input's dtype, shifted (core/cpu/layer_norm.h); dweight and dbias are summed over
 // rows deterministically, independent of the thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "core/cpu/layer_norm.h"
 #include "core/ops/op_support.h"
 

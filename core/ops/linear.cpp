@@ -9,6 +9,11 @@
 // Mixed precision (core/precision.h): in a bfloat16 scope, or for a bfloat16 input, the input and the
 // weight are rounded to bfloat16, the products summed in float32 and y is bfloat16, as torch.autocast's
 // linear: linear_bf16 below (cpu::gemm_bf16 on the CPU, cuBLAS on a GPU).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "core/cpu/gemm.h"
 #include "core/ops/op_support.h"
 #include "core/parallel.h"

@@ -1,6 +1,8 @@
 // Selection by a bool mask: where(cond, a, b) and masked_fill(x, mask, value), with broadcasting.
 // One kernel picks element-wise between two (possibly broadcast) operands; both ops and both
 // backwards are that kernel: the gradient goes to whichever operand was picked, 0 to the other.
+#include <cstdint>
+
 #include "core/cpu/elementwise.h"
 #include "core/ops/op_support.h"
 

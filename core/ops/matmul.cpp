@@ -8,6 +8,10 @@
 // Mixed precision (core/precision.h): in a bfloat16 scope float32 operands are multiplied as
 // bfloat16 (cpu::gemm_bf16, cuda::gemm_bf16), forward and backward; bfloat16 tensors go that way too.
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "core/cpu/elementwise.h"
 #include "core/cpu/gemm.h"

@@ -4,8 +4,12 @@
 // parameters of a GPU and dtype by one fused launch of the same rules (core/gpu.h,
 // cuda/optim_kernels.cu). Gradient clipping's sum of squares and scaling likewise.
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <map>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/ops/op_support.h"
 #include "core/update_rules.h"

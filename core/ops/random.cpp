@@ -1,6 +1,7 @@
 // Random tensors. Element i of a draw is a pure function of (seed, first + i), so values do
 // not depend on how many threads fill the tensor.
 #include <cmath>
+#include <cstdint>
 
 #include "core/ops/op_support.h"
 

@@ -1,6 +1,9 @@
 // Reductions: sum, mean, max, var over any dims, with keepdim; sum_to undoes broadcasting.
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "core/cpu/reduce.h"
 #include "core/ops/op_support.h"

@@ -4,6 +4,8 @@
 //   softmax:     dx = y * (g - sum(g * y, dim))
 //   log_softmax: dx = g - exp(y) * sum(g, dim)
 // Kernels: core/cpu/softmax.cpp.
+#include <cstdint>
+
 #include "core/cpu/softmax.h"
 #include "core/ops/op_support.h"
 

@@ -1,7 +1,12 @@
 // Views: new shapes, strides and offsets over the same storage, no data copied. Each is
 // differentiable: its backward maps the gradient back through the inverse view.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <numeric>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "core/cpu/elementwise.h"
 #include "core/device_copy.h"

@@ -7,9 +7,11 @@
 // Query i sees key j iff |i - j| <= window, or i < global, or j < global; then padding and causal as in
 // attention(). A query that sees no key gets output 0 and no gradient (docs/attention.md).
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "core/cpu/window_attention.h"

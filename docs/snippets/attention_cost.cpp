@@ -1,7 +1,9 @@
 // docs/attention.md's numbers, compiled and run by CI: the shapes multi-head attention produces,
 // that the head count leaves the parameters unchanged, and the cost table for the IMDb recipe.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "nn/attention.h"
 

@@ -2,7 +2,11 @@
 #include "examples/imdb/batcher.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 

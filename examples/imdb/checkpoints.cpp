@@ -1,7 +1,13 @@
 // The trainer's checkpoints: what they hold (model, AdamW state, step, random stream, the epoch's
 // loss so far, the data's fingerprint), written atomically, read back checked in full.
+#include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 

@@ -1,9 +1,16 @@
 // The single- versus multi-head comparison table.
 #include "examples/imdb/compare.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"

@@ -1,6 +1,7 @@
 // The single- versus multi-head comparison: trains each head count over several seeds and
 // writes a Markdown table (mean ± std), skipping runs that already finished.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -5,8 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
 
 // nlohmann::json: Debian-packaged (nlohmann-json3-dev), header-only and well kept.
 // simdjson would parse faster, but parsing (~0.5 s for 66 MB) is not the bottleneck here.

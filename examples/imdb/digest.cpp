@@ -3,7 +3,11 @@
 
 #include <openssl/evp.h>
 
+#include <cstddef>
 #include <fstream>
+#include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"

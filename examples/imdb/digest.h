@@ -1,6 +1,7 @@
 // Digests through OpenSSL's libcrypto (Debian's libssl-dev): SHA-1 to check the downloaded
 // dataset against its published digest, SHA-256 to fingerprint a run's data.
 #pragma once
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>

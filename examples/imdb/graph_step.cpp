@@ -2,6 +2,10 @@
 #include "examples/imdb/graph_step.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -46,20 +50,22 @@ Tensor gpu_step(nn::TransformerClassifier& model, optim::Optimizer& optimizer, c
   return loss;
 }
 
-void GraphStep::stage(PerShape& s, const Batch& batch) {
+void stage_batch(const Batch& batch, const nn::ClassifierConfig& model, Device device, DeviceBatch& in,
+                 bool with_buckets) {
   const int64_t B = batch.batch, T = batch.seq_len;
-  DeviceBatch& in = s.inputs;
   in.batch = B;
   in.seq_len = T;
-  stage_ids(from_vector(batch.tokens, {B, T}), model_.config.vocab_size, /*with_buckets=*/true, device_, in.tokens);
+  stage_ids(from_vector(batch.tokens, {B, T}), model.vocab_size, with_buckets, device, in.tokens);
   if (!in.positions.ids.defined())  // the same for every batch of this shape
-    stage_ids(arange(T).view({1, T}), model_.config.max_len, /*with_buckets=*/true, device_, in.positions);
+    stage_ids(arange(T).view({1, T}), model.max_len, with_buckets, device, in.positions);
   std::vector<uint8_t> padding(batch.key_mask.size());
   for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
-  if (!in.mask.defined()) in.mask = Tensor::empty({B, T}, Dtype::Bool, device_);
+  if (!in.mask.defined()) in.mask = Tensor::empty({B, T}, Dtype::Bool, device);
   upload_into(in.mask, padding.data(), B * T);
-  stage_ids(from_vector(batch.labels, {B}), model_.config.classes, /*with_buckets=*/false, device_, in.labels);
+  stage_ids(from_vector(batch.labels, {B}), model.classes, /*with_buckets=*/false, device, in.labels);
 }
+
+void GraphStep::stage(PerShape& s, const Batch& batch) { stage_batch(batch, model_.config, device_, s.inputs); }
 
 void GraphStep::copy_in(PerShape& s, const DeviceBatch& batch) {
   const int64_t B = batch.batch, T = batch.seq_len;
@@ -90,16 +96,16 @@ void GraphStep::copy_in(PerShape& s, const DeviceBatch& batch) {
 Tensor GraphStep::run(const Batch& batch) {
   PerShape& s = shapes_[{batch.batch, batch.seq_len}];
   stage(s, batch);
-  return run_staged(s, batch.batch, batch.seq_len);
+  return run_staged(s, batch.batch, batch.seq_len, Tensor());
 }
 
-Tensor GraphStep::run(const DeviceBatch& batch) {
+Tensor GraphStep::run(const DeviceBatch& batch, const Tensor& loss_into) {
   PerShape& s = shapes_[{batch.batch, batch.seq_len}];
   copy_in(s, batch);
-  return run_staged(s, batch.batch, batch.seq_len);
+  return run_staged(s, batch.batch, batch.seq_len, loss_into);
 }
 
-Tensor GraphStep::run_staged(PerShape& s, int64_t B, int64_t T) {
+Tensor GraphStep::run_staged(PerShape& s, int64_t B, int64_t T, const Tensor& loss_into) {
   // This step's numbers, uploaded before it runs (or replays).
   const uint64_t offset = gen_.offset();
   const int64_t state[2] = {int64_t(gen_.seed()), int64_t(offset)};
@@ -117,7 +123,10 @@ Tensor GraphStep::run_staged(PerShape& s, int64_t B, int64_t T) {
     optimizer_.set_step_count(optimizer_.step_count() + 1);
     gen_.take(s.draws);
     ++counts_.replays;
-    return s.loss.detach().clone();  // NOTE: the next replay rewrites s.loss
+    if (!loss_into.defined()) return s.loss.detach().clone();  // NOTE: the next replay rewrites s.loss
+    Tensor slot = loss_into;
+    slot.copy_(s.loss.detach().view(loss_into.shape()));  // on the GPU
+    return slot;
   }
 
   const int64_t steps = optimizer_.step_count();

@@ -34,6 +34,14 @@ namespace ember::imdb {
 constexpr int64_t kGraphPadMultiple = 32;
 Batch pad_for_graphs(const Batch& batch, int64_t max_len);
 
+// The batch's inputs into `into` on the GPU, as a graph reads them (stage_ids, core/ops.h: tokens
+// and positions, with the embedding backward's buckets when `with_buckets`, labels; the padding
+// mask): uploaded through pinned staging, no wait. Tensors of `into` already made are rewritten in
+// place (a graph's inputs keep their addresses); the positions, the same for every batch of its
+// length, are staged once. (Without buckets: for a forward without gradients, an evaluation's.)
+void stage_batch(const Batch& batch, const nn::ClassifierConfig& model, Device device, DeviceBatch& into,
+                 bool with_buckets = true);
+
 // One training step on inputs already on the GPU: zero_grad, forward, cross-entropy, backward,
 // clipping of the gradients' norm to `clip` (if > 0; the norm stays on the GPU), the optimiser's
 // step. What the trainer runs op by op on one GPU (--cuda-graph off), and what GraphStep captures.
@@ -53,7 +61,9 @@ class GraphStep {
   Tensor run(const Batch& batch);
   // The same on a batch already on the GPU (BatchPrefetcher::take, uploaded during the step
   // before): copied on the GPU into the graph's inputs (a device-to-device copy each, no kernel).
-  Tensor run(const DeviceBatch& batch);
+  // With `loss_into` (a float32 GPU tensor of one element: a slot of the trainer's loss log) the
+  // loss is copied there and that is returned, rather than a tensor of its own.
+  Tensor run(const DeviceBatch& batch, const Tensor& loss_into = Tensor());
 
   struct Counts {
     int64_t eager = 0;     // steps run op by op (a shape's first, or one whose capture failed)
@@ -73,7 +83,7 @@ class GraphStep {
   };
   void stage(PerShape& shape, const Batch& batch);
   void copy_in(PerShape& shape, const DeviceBatch& batch);
-  Tensor run_staged(PerShape& shape, int64_t B, int64_t T);
+  Tensor run_staged(PerShape& shape, int64_t B, int64_t T, const Tensor& loss_into);
 
   nn::TransformerClassifier& model_;
   optim::Adam& optimizer_;

@@ -9,8 +9,11 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <limits>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>

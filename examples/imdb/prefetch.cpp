@@ -1,6 +1,8 @@
 // BatchPrefetcher (examples/imdb/prefetch.h): two sets of GPU buffers, filled on the copy stream.
 #include "examples/imdb/prefetch.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/error.h"
@@ -57,7 +59,10 @@ void BatchPrefetcher::prefetch(const Batch& batch) {
   s.read.wait(GpuStream::Copy);  // the step that read this slot's last batch is done (on the GPU)
   stage_ids(from_vector(batch.tokens, {B, T}), model_.vocab_size, /*with_buckets=*/true, device_, v.tokens,
             GpuStream::Copy);
-  stage_ids(arange(T).view({1, T}), model_.max_len, /*with_buckets=*/true, device_, v.positions, GpuStream::Copy);
+  if (s.positions_len != T) {  // the same for every batch of this length: uploaded when it changes
+    stage_ids(arange(T).view({1, T}), model_.max_len, /*with_buckets=*/true, device_, v.positions, GpuStream::Copy);
+    s.positions_len = T;
+  }
   std::vector<uint8_t> padding(batch.key_mask.size());
   for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
   upload_into(v.mask, padding.data(), n, GpuStream::Copy);

@@ -18,6 +18,7 @@
 // it is done (its event), never by waiting: another block is taken while one is busy.
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include "core/copy_stream.h"
@@ -65,6 +66,7 @@ class BatchPrefetcher {
  private:
   struct Slot {
     Tensor ids, buckets, positions, position_buckets, labels, mask;  // flat, of the largest batch's sizes
+    int64_t positions_len = 0;  // the length whose positions (0 .. T-1, with buckets) the slot holds
     DeviceBatch view;
     GpuEvent uploaded, read;
     explicit Slot(Device device) : uploaded(device), read(device) {}

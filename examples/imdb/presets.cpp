@@ -1,6 +1,10 @@
 // The presets' flags, and the reasons for the values a flag's default does not give.
 #include "examples/imdb/presets.h"
 
+#include <cstddef>
+#include <string>
+#include <vector>
+
 #include "core/error.h"
 
 namespace ember::imdb {

@@ -3,6 +3,8 @@
 // every head of every layer on a few short test reviews; and one page comparing head counts.
 #pragma once
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>

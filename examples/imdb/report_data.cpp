@@ -1,7 +1,16 @@
 // The report's inputs: a run's metrics.jsonl, attention weights of a model on a few reviews,
 // and the glue that builds report.html / compare.html from a run folder on disk.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"

@@ -1,9 +1,18 @@
 // Settings: range checks, the metadata text form and its strict parsing, agreement with tensors.
 #include "examples/imdb/settings.h"
 
+#include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <optional>
 #include <set>
+#include <string>
+#include <system_error>
+#include <vector>
 
 #include "core/error.h"
 #include "examples/imdb/truncation.h"
@@ -34,12 +43,33 @@ std::optional<uint64_t> parse_unsigned(const std::string& text) {
   return value;
 }
 
+namespace {
+
+// The whole text as a double, as std::from_chars reads it: no '+', no spaces, no hexadecimal.
+// NOTE: libc++ 16 (clang's standard library) has no std::from_chars of a double (no __cpp_lib_to_chars):
+// there std::strtod reads it, refused where from_chars would refuse it.
+bool read_double(const std::string& text, double& value) {
+#if defined(__cpp_lib_to_chars)
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value);
+  return error == std::errc() && stop == end;
+#else
+  if (text.empty() || text[0] == '+' || std::isspace(static_cast<unsigned char>(text[0])) ||
+      text.find_first_of("xX") != std::string::npos)
+    return false;
+  char* stop = nullptr;
+  errno = 0;
+  value = std::strtod(text.c_str(), &stop);
+  return errno == 0 && stop == text.c_str() + text.size();
+#endif
+}
+
+}  // namespace
+
 std::optional<double> parse_real(const std::string& text, double min, double max) {
   double value = 0;
-  const char* end = text.data() + text.size();
-  auto [stop, error] = std::from_chars(text.data(), end, value);  // "nan" and "inf" parse: refused below
-  if (text.empty() || error != std::errc() || stop != end || !std::isfinite(value) || value < min || value > max)
-    return std::nullopt;
+  // "nan" and "inf" read: refused below
+  if (!read_double(text, value) || !std::isfinite(value) || value < min || value > max) return std::nullopt;
   return value;
 }
 

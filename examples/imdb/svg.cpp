@@ -5,8 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <map>
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace ember::imdb::svg {
 namespace {

@@ -1,4 +1,8 @@
 // tokenize(): collects for_each_token's tokens into a vector of strings.
+#include <string>
+#include <string_view>
+#include <vector>
+
 #include "examples/imdb/tokenizer.h"
 
 namespace ember::imdb {

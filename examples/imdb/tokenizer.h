@@ -1,5 +1,6 @@
 // The IMDb recipe's tokenizer: lowercase, "<br />" -> space, tokens = maximal runs of [a-z0-9'].
 #pragma once
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>

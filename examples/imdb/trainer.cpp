@@ -2,7 +2,16 @@
 // training_run.cpp).
 #include "examples/imdb/trainer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include <fmt/ranges.h>
 
@@ -11,6 +20,8 @@
 #include "core/distributed/world.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
+#include "examples/imdb/eval_graph.h"
+#include "examples/imdb/graph_step.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/tokenizer.h"
 #include "examples/imdb/truncation.h"
@@ -147,9 +158,11 @@ BatchTensors to_tensors(const Batch& batch, Device device) {
 // ---- Evaluation
 
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
-                const std::vector<int>& labels, int64_t batch_size, distributed::ProcessGroup* world) {
+                const std::vector<int>& labels, int64_t batch_size, distributed::ProcessGroup* world,
+                GraphEvaluator* graphs) {
   if (reviews.empty()) return 0.0;
   const int rank = world != nullptr ? world->rank() : 0, ranks = world != nullptr ? world->size() : 1;
+  EMBER_CHECK(graphs == nullptr || ranks == 1, "evaluate: evaluation graphs are for one process, not {} ranks", ranks);
   NoGradGuard no_grad;
   bool was_training = model.is_training();
   model.eval();
@@ -159,11 +172,19 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   Batcher batcher(reviews, labels, batch_size);
   const Device device = model.parameters().front().device();
   int64_t correct = 0;
+  Tensor counted;  // the correct predictions so far, where the model is: read once, at the end
   for (int64_t b = rank; b < batcher.num_batches(); b += ranks) {  // whole batches, shared out in turn
+    if (graphs != nullptr) {
+      graphs->add(pad_for_graphs(batcher.batch(order, b), model.config.max_len));
+      continue;
+    }
     BatchTensors t = to_tensors(batcher.batch(order, b), device);
     Tensor predicted = argmax(model.forward(t.tokens, t.padding_mask), 1);
-    correct += int64_t(sum(eq(predicted, t.labels.to(predicted.device())).to(Dtype::Float64)).item<double>());
+    Tensor batch_correct = sum(eq(predicted, t.labels.to(predicted.device())).to(Dtype::Float64));
+    counted = counted.defined() ? counted + batch_correct : batch_correct;
   }
+  if (graphs != nullptr) correct = graphs->take_correct();
+  else if (counted.defined()) correct = std::llround(counted.item<double>());
   model.train(was_training);
   if (ranks > 1) {
     Tensor count = from_vector(std::vector<int64_t>{correct});

@@ -3,8 +3,10 @@
 // prediction from a saved run (trainer.cpp).
 #pragma once
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -116,9 +118,13 @@ CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& ex
 
 // Accuracy of `model` on encoded reviews (switched to eval mode and back, no grad). With a world,
 // its ranks share the batches (the same batches as one process, so the same predictions) and the
-// counts are summed: collective, every rank gets the accuracy.
+// counts are summed: collective, every rank gets the accuracy. On a GPU the count stays there until
+// the end (one wait per evaluation); with `graphs` (one process, the model's GPU) each batch,
+// padded to a multiple of 32 tokens, is one replay of its shape's graph (eval_graph.h).
+class GraphEvaluator;
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
-                const std::vector<int>& labels, int64_t batch_size = 64, distributed::ProcessGroup* world = nullptr);
+                const std::vector<int>& labels, int64_t batch_size = 64, distributed::ProcessGroup* world = nullptr,
+                GraphEvaluator* graphs = nullptr);
 
 // The accuracy on the test reviews of each whole length (Data::test_lengths, tokens before truncation): the
 // buckets [0, bounds[0]], [bounds[0] + 1, bounds[1]], ..., [bounds.back() + 1, no limit]; bounds increasing.

@@ -3,12 +3,22 @@
 // gradient exchange, the GPU's graphs and prefetching) and whose run() trains epoch after epoch.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +28,7 @@
 #include "core/distributed/world.h"
 #include "core/parallel.h"
 #include "core/precision.h"
+#include "examples/imdb/eval_graph.h"
 #include "examples/imdb/graph_step.h"
 #include "examples/imdb/prefetch.h"
 #include "examples/imdb/progress.h"
@@ -110,6 +121,7 @@ class TrainingRun {
   Batch batch_at(const std::vector<int64_t>& order, int64_t b) const;
   Tensor train_step(const Batch& batch, int64_t batch_rows, const distributed::Range& rows,
                     const std::vector<int64_t>& order, int64_t b, std::optional<Batch>& next_batch);
+  Tensor next_loss_slot();
   void end_epoch(int64_t epoch, double train_seconds, int64_t real_tokens, int64_t padded_tokens);
   void report_best_validation_epoch();
   void finish();
@@ -139,8 +151,12 @@ class TrainingRun {
   std::optional<nn::DataParallel> dp_;
   bool pad_for_graph_ = false;
   std::optional<GraphStep> graph_step_;
+  std::optional<GraphEvaluator> eval_graphs_;  // with graph_step_: the evaluations' graphs, kept for the run
   std::optional<BatchPrefetcher> prefetcher_;
   std::vector<PendingLoss> pending_;
+  // On one GPU: the pending steps' losses, in order, on the GPU (float32 [capacity]); a logging
+  // step reads them all with one copy and one wait (read_losses), not one of each per step.
+  Tensor loss_log_;
   Progress progress_;
   int agreed_signal_ = 0;  // several ranks: a signal any rank received, agreed on after each step
   RunResult result_;
@@ -207,11 +223,14 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   // stays op by op (the all-reduce is not captured), with the same padding: the same numbers.
   pad_for_graph_ = config_.uses_cuda_graph();
   auto* adam = dynamic_cast<optim::Adam*>(optimizer_.get());
-  if (pad_for_graph_ && !several_ && adam != nullptr)
+  if (pad_for_graph_ && !several_ && adam != nullptr) {
     graph_step_.emplace(*model_, *adam, gen_, device_, config_.clip, config_.quiet);
+    eval_graphs_.emplace(*model_, device_);
+  }
   // On one GPU each batch goes up on the copy stream while the step before it runs (prefetch.h);
   // the step reads it there (gpu_step, or the graph's inputs copied from it on the GPU).
   if (device_.is_cuda() && !several_ && !config_.zero) prefetcher_.emplace(device_, config_.model, config_.batch_size);
+  if (prefetcher_) loss_log_ = zeros({std::min(config_.log_every, steps_per_epoch_)}, Dtype::Float32, device_);
   result_.parameters = model_->num_parameters();
   result_.total_steps = total_steps_;
   print_setup();
@@ -359,7 +378,10 @@ Tensor TrainingRun::train_step(const Batch& batch, int64_t batch_rows, const dis
   if (prefetcher_) {
     if (!prefetcher_->has_prefetched()) prefetcher_->prefetch(batch);  // an epoch's first: uploaded now
     const DeviceBatch& inputs = prefetcher_->take();  // the step waits (on the GPU) for its upload
-    loss = graph_step_ ? graph_step_->run(inputs) : gpu_step(*model_, *optimizer_, inputs, config_.clip);
+    Tensor slot = next_loss_slot();
+    loss = graph_step_ ? graph_step_->run(inputs, slot) : gpu_step(*model_, *optimizer_, inputs, config_.clip);
+    if (loss.raw_data() != slot.raw_data()) slot.copy_(loss.detach().view({1}));  // (an eager step's loss)
+    loss = slot;
     prefetcher_->release();
     if (b + 1 < steps_per_epoch_) {  // the next batch, uploaded while this step runs
       next_batch = batch_at(order, b + 1);
@@ -386,9 +408,10 @@ void TrainingRun::end_epoch(int64_t epoch, double train_seconds, int64_t real_to
   EpochResult er;
   er.epoch = epoch + 1;
   er.train_loss = state_.epoch_loss_sum / double(steps_per_epoch_);  // every step of the epoch, resumed or not
-  er.test_accuracy = evaluate(*model_, data_.test_tokens, data_.test_labels, 64, &world_);
+  GraphEvaluator* graphs = eval_graphs_ ? &*eval_graphs_ : nullptr;
+  er.test_accuracy = evaluate(*model_, data_.test_tokens, data_.test_labels, 64, &world_, graphs);
   if (!data_.validation_tokens.empty())
-    er.validation_accuracy = evaluate(*model_, data_.validation_tokens, data_.validation_labels, 64, &world_);
+    er.validation_accuracy = evaluate(*model_, data_.validation_tokens, data_.validation_labels, 64, &world_, graphs);
   er.seconds = train_seconds;
   er.eval_seconds = seconds_since(eval_start);
   er.real_tokens_per_s = double(real_tokens) / train_seconds;
@@ -499,9 +522,19 @@ void TrainingRun::finish() {
   }
 }
 
+// The loss log's slot for the next step's loss (read_losses empties it: a full log is read first).
+Tensor TrainingRun::next_loss_slot() {
+  if (int64_t(pending_.size()) == loss_log_.numel()) read_losses();
+  return loss_log_.narrow(0, int64_t(pending_.size()), 1);
+}
+
 void TrainingRun::read_losses() {
-  for (const PendingLoss& p : pending_) {
-    const double loss_value = p.value ? *p.value : double(p.loss.item<float>());
+  std::vector<float> logged;  // on one GPU: every pending loss, in one copy
+  if (loss_log_.defined() && !pending_.empty())
+    logged = loss_log_.narrow(0, 0, int64_t(pending_.size())).to(Device::cpu()).to_vector<float>();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const PendingLoss& p = pending_[i];
+    const double loss_value = p.value ? *p.value : !logged.empty() ? double(logged[i]) : double(p.loss.item<float>());
     // Several ranks read the same whole-batch loss: they fail together, rank 0 reports it.
     on_every_rank_alike(world_, [&] {
       EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "

@@ -3,7 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "examples/imdb/settings.h"
 #include "examples/imdb/vocabulary.h"

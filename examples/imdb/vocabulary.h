@@ -1,6 +1,8 @@
 // The IMDb vocabulary: [PAD], [UNK], then the most frequent training tokens; encode, save and load.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>

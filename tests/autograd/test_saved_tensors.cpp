@@ -6,6 +6,8 @@
 // core/unary_math.h's lists, tests/unary_cases.h); an op that records a backward without a row fails
 // the last case here.
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -13,6 +15,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/checkpoint.h"

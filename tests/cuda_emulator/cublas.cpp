@@ -8,12 +8,14 @@
 // additions differs; bfloat16 read exactly, summed in float32).
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <type_traits>
 
 #include "core/cpu/gemm.h"
 
 #include "cublas_v2.h"
+#include "counters.h"
 #include "cuda_bf16.h"
 #include "state.h"
 
@@ -155,7 +157,11 @@ cublasStatus_t gemm(const char* name, cublasHandle_t handle, cublasOperation_t t
   if (!in_device(C, m, n, ldc, strideC, batch))
     return fail(CUBLAS_STATUS_INVALID_VALUE, call + ": C (" + std::to_string(m) + " x " + std::to_string(n) + ", ldc " +
                                                  std::to_string(ldc) + ") is not all in device memory");
-  // The product runs when the handle's stream gets to it (streams.cpp).
+  // The product runs when the handle's stream gets to it (streams.cpp); in dry mode, nothing does.
+  if (ember_emu::dry_mode()) {
+    const cudaError_t queued = ember_emu::enqueue(handle->stream, [] { return cudaSuccess; });
+    return queued == cudaSuccess ? CUBLAS_STATUS_SUCCESS : fail(CUBLAS_STATUS_EXECUTION_FAILED, call + ": " + cudaGetErrorString(queued));
+  }
   const cudaError_t queued = ember_emu::enqueue(handle->stream, [=] {
     ember_emu::DeviceAccess access;
     // alpha == 0 or k == 0: A and B are not read (their NaNs must not reach C), as in cuBLAS.

@@ -4,9 +4,12 @@
 // (n, c, h, w) of a packed tensor sits at ((n * C + c) * H + h) * W + w), or the C * H * W values
 // of one n in INSTANCE mode.
 #include <cmath>
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "counters.h"
 #include "cudnn.h"
 #include "state.h"
 
@@ -114,6 +117,12 @@ void backward(cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode, const cudnn
   });
 }
 
+// Dry mode (counters.h): the call queued in its place, as nothing.
+cudnnStatus_t queued_nothing(cudnnHandle_t handle) {
+  const cudaError_t queued = ember_emu::enqueue(handle->stream, [] { return cudaSuccess; });
+  return queued == cudaSuccess ? CUDNN_STATUS_SUCCESS : fail(CUDNN_STATUS_EXECUTION_FAILED, cudaGetErrorString(queued));
+}
+
 }  // namespace
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
@@ -171,6 +180,7 @@ cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t 
   std::string problem = check("cudnnSoftmaxForward", handle, {{xDesc, x}, {yDesc, y}}, algo, mode);
   if (!problem.empty()) return fail(CUDNN_STATUS_BAD_PARAM, problem);
   ember_emu::count_launch("cudnnSoftmaxForward", handle->stream);
+  if (ember_emu::dry_mode()) return queued_nothing(handle);
   // Scalars and the descriptor read at the call; the softmax runs when the stream gets to it.
   const cudnnTensorStruct desc = *xDesc;
   cudaError_t queued;
@@ -199,6 +209,7 @@ cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t
   std::string problem = check("cudnnSoftmaxBackward", handle, {{yDesc, y}, {dyDesc, dy}, {dxDesc, dx}}, algo, mode);
   if (!problem.empty()) return fail(CUDNN_STATUS_BAD_PARAM, problem);
   ember_emu::count_launch("cudnnSoftmaxBackward", handle->stream);
+  if (ember_emu::dry_mode()) return queued_nothing(handle);
   const cudnnTensorStruct desc = *yDesc;
   cudaError_t queued;
   if (desc.type == CUDNN_DATA_DOUBLE) {

@@ -7,6 +7,7 @@
 #include <mma.h>
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -765,4 +766,96 @@ TEST_CASE("emulator graphs: a host wait, cudaMalloc or cudaFree inside a capture
   CHECK(to_host(x, 64)[0] != 2.0f);
   CHECK(cudaFree(x) == cudaSuccess);
   cudaStreamDestroy(stream);
+}
+
+TEST_CASE("emulator dry mode: every call counted exactly, no kernel or library work done, copies to the host read 0") {
+  // A small program, run eagerly and then as a graph, in dry mode (EMBER_EMULATOR_DRY=1).
+  struct DryMode {
+    DryMode() { ember_emu::set_dry_mode(true); }
+    ~DryMode() { ember_emu::set_dry_mode(false); }
+  } dry;
+  constexpr int n = 100;
+  cudaStream_t stream = nullptr, copies = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  REQUIRE(cudaStreamCreate(&copies) == cudaSuccess);
+  cudaEvent_t uploaded = nullptr;
+  REQUIRE(cudaEventCreate(&uploaded) == cudaSuccess);
+  cublasHandle_t handle = nullptr;
+  REQUIRE(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasSetStream(handle, stream) == CUBLAS_STATUS_SUCCESS);
+  float *pinned = nullptr, *x = nullptr, *y = nullptr, *device_one = nullptr;
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&pinned), n * sizeof(float)) == cudaSuccess);
+  ember_emu::reset_counts();
+  REQUIRE(cudaMalloc(&x, n * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&y, n * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&device_one, sizeof(float)) == cudaSuccess);
+  const float one = 1, zero = 0;
+  for (int i = 0; i < n; ++i) pinned[i] = float(i);
+  // Upload on one stream, the other waits for it; x = 2x + 1; y = x (a GEMM); copy y back.
+  auto program = [&] {
+    twice_plus_one_kernel<<<2, 32, 0, stream>>>(x, n);
+    REQUIRE(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, 1, 1, &one, x, n, device_one, 1, &zero, y, n) ==
+            CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cudaMemcpyAsync(x, y, n * sizeof(float), cudaMemcpyDeviceToDevice, stream) == cudaSuccess);
+  };
+  REQUIRE(cudaMemcpyAsync(x, pinned, n * sizeof(float), cudaMemcpyHostToDevice, copies) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(device_one, 0, sizeof(float), copies) == cudaSuccess);
+  REQUIRE(cudaEventRecord(uploaded, copies) == cudaSuccess);
+  REQUIRE(cudaStreamWaitEvent(stream, uploaded, 0) == cudaSuccess);
+  program();
+  program();
+  REQUIRE(cudaMemcpyAsync(pinned, y, n * sizeof(float), cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  ember_emu::Counts c = ember_emu::counts();
+  INFO(ember_emu::describe(c));
+  CHECK(c.mallocs == 3);
+  CHECK(c.kernel_launches == 2);
+  CHECK(c.launches_by_kernel.at("twice_plus_one_kernel") == 2);
+  CHECK(c.library_calls == 2);
+  CHECK(c.launches_by_kernel.at("cublasSgemm") == 2);
+  CHECK(c.copies_to_device == 1);
+  CHECK(c.bytes_to_device == n * 4);
+  CHECK(c.copies_on_device == 2);
+  CHECK(c.bytes_on_device == 2 * n * 4);
+  CHECK(c.copies_to_host == 1);
+  CHECK(c.bytes_to_host == n * 4);
+  CHECK(c.memsets == 1);
+  CHECK(c.event_records == 1);
+  CHECK(c.stream_waits == 1);
+  CHECK(c.host_waits.size() == 1);
+  CHECK(c.work_items() == 2 + 2 + 1 + 2 + 1 + 1);
+  // Nothing ran: the host reads zeros (the kernel and GEMM would have given 2i + 1).
+  CHECK(std::all_of(pinned, pinned + n, [](float v) { return v == 0.0f; }));
+
+  // The program as a graph: captured (its calls are the graph's, not counted), replayed 3 times.
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  program();
+  REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  for (int i = 0; i < 3; ++i) REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+  for (int i = 0; i < n; ++i) pinned[i] = 7.0f;
+  REQUIRE(cudaMemcpy(pinned, x, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  c = ember_emu::counts();
+  CHECK(c.captures == 1);
+  CHECK(c.graph_launches == 3);
+  CHECK(c.kernel_launches == 2 + 3);
+  CHECK(c.library_calls == 2);
+  CHECK(c.copies_on_device == 2);
+  CHECK(c.copies_to_host == 2);
+  CHECK(c.host_waits.size() == 2);
+  CHECK(std::all_of(pinned, pinned + n, [](float v) { return v == 0.0f; }));
+  const std::string json = ember_emu::to_json(c);
+  CHECK(json.find("\"graph_launches\": 3") != std::string::npos);
+  CHECK(json.find("\"twice_plus_one_kernel\": 2") != std::string::npos);
+
+  REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+  cublasDestroy(handle);
+  cudaFree(x), cudaFree(y), cudaFree(device_one);
+  cudaFreeHost(pinned);
+  cudaEventDestroy(uploaded);
+  cudaStreamDestroy(stream);
+  cudaStreamDestroy(copies);
 }

@@ -23,14 +23,17 @@
 // stream gets to it. What it cannot show: timing, or speed.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -419,6 +422,10 @@ void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void
     return;
   }
   if (check_config(config, name) != cudaSuccess) return;
+  if (dry_mode()) {  // queued in its place, as nothing (counters.h)
+    enqueue(config.stream, [] { return cudaSuccess; });
+    return;
+  }
   enqueue(config.stream, [config, name, body, context = std::move(context)] {
     if (!launch_counts.timed) return run_grid(config, name, body, context.get());
     const auto start = std::chrono::steady_clock::now();

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -233,10 +234,11 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
     p = std::aligned_alloc(256, rounded);
   }
   if (p == nullptr) return set_error(cudaErrorMemoryAllocation, "the host is out of memory");
-  {
+  if (!dry_mode()) {  // (dry mode: nothing reads it; the fill would only be timed)
     DeviceAccess access;
     std::memset(p, 0xFF, rounded);
   }
+  note_call(Call::kMalloc);
   std::lock_guard<std::mutex> lock(mutex);
   allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{size, device};
   used_bytes[size_t(device)] += size;
@@ -306,27 +308,34 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
   const bool now = sync || !pinned;
   if (now && refuse_in_capture(sync ? "cudaMemcpy" : "cudaMemcpyAsync with pageable host memory") != cudaSuccess)
     return cudaErrorStreamCaptureUnsupported;
-  if (across) {  // counted (counters.h); a pageable host side makes the host wait
+  // Counted (counters.h), but not inside a capture: the graph's launch counts its copies; a
+  // pageable host side makes the host wait.
+  const bool captured = stream_capturing(stream);
+  if (across && !captured) {
     note_copy(sync ? "cudaMemcpy" : pinned ? "cudaMemcpyAsync" : "cudaMemcpyAsync with pageable host memory",
               dst_device, pinned, count, now);
   } else if (sync) {
     note_copy("cudaMemcpy", true, true, 0, true);
   }
+  if (dst_device && src_device && !captured) note_device_copy(count);
+  const bool dry = dry_mode();  // only a copy to the host does something: it writes zeros
   if (now) {
     const cudaError_t pending = catch_up(sync ? nullptr : stream);
     DeviceAccess access;
-    std::memmove(dst, src, count);
+    if (!dry) std::memmove(dst, src, count);
+    else if (!dst_device) std::memset(dst, 0, count);
     return pending;
   }
-  const bool held = !stream_capturing(stream);  // a graph's copy holds nothing until it runs
+  const bool held = !captured;  // a graph's copy holds nothing until it runs
   if (held && !dst_device) hold_pinned(dst, count, true);
   if (held && !src_device) hold_pinned(src, count, false);
-  return enqueue(stream, [dst, src, count, dst_device, src_device, held] {
+  return enqueue(stream, [dst, src, count, dst_device, src_device, held, dry] {
     if (!dst_device) run_pinned_copy(dst, count, true, true, held);
     if (!src_device) run_pinned_copy(src, count, false, true, held);
     {
       DeviceAccess access;
-      std::memmove(dst, src, count);
+      if (!dry) std::memmove(dst, src, count);
+      else if (!dst_device) std::memset(dst, 0, count);
     }
     if (!dst_device) run_pinned_copy(dst, count, true, false, held);
     if (!src_device) run_pinned_copy(src, count, false, false, held);
@@ -356,7 +365,7 @@ cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_d
   if (refuse_in_capture("cudaMemcpyPeer") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
   catch_up(nullptr, true);  // cudaMemcpyPeer is synchronous: after the work of both devices
   DeviceAccess access;
-  std::memmove(dst, src, count);
+  if (!dry_mode()) std::memmove(dst, src, count);
   return cudaSuccess;
 }
 
@@ -365,6 +374,8 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t str
   if (count == 0) return cudaSuccess;
   std::string problem = check_side("destination", ptr, count, true);
   if (!problem.empty()) return set_error(cudaErrorInvalidValue, "cudaMemset: " + problem);
+  if (!stream_capturing(stream)) note_call(Call::kMemset);
+  if (dry_mode()) return enqueue(stream, [] { return cudaSuccess; });
   return enqueue(stream, [ptr, value, count] {
     DeviceAccess access;
     std::memset(ptr, value, count);

@@ -1,6 +1,7 @@
 // The emulator's shared bookkeeping between its files (not seen by the kernels): the last error
 // of the calling thread, the devices, the streams' queues, and device memory's protection.
 #pragma once
+#include <cstddef>
 #include <functional>
 #include <string>
 

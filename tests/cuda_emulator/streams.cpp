@@ -28,12 +28,14 @@
 // (cudaErrorStreamCaptureIsolation); each also invalidates the capture, so cudaStreamEndCapture
 // returns cudaErrorStreamCaptureInvalidated. A graph's nodes run in capture order (a valid order:
 // every dependency was made before the work that needs it); a graph launch is one queued item.
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "counters.h"
@@ -277,6 +279,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   CUstream_st* s = resolve(stream);
   if (s == &legacy && captures > 0) return capture_error(cudaErrorStreamCaptureImplicit, "cudaEventRecord on the legacy default stream");
   if (s == &legacy) run_streams(true);
+  if (s->capture == nullptr) note_call(Call::kEventRecord);
   event->stream = s;
   event->seq = s->queued;  // after everything queued so far
   event->captured = s->capture;
@@ -317,6 +320,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (s->capture != nullptr)
     return capture_error(cudaErrorStreamCaptureIsolation,
                          "cudaStreamWaitEvent in a capture on an event recorded outside it");
+  note_call(Call::kStreamWait);
   if (event->stream == nullptr || event->stream->done >= event->seq) return cudaSuccess;
   CUstream_st* other = event->stream;
   const uint64_t seq = event->seq;
@@ -367,6 +371,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     return set_error(cudaErrorStreamCaptureInvalidated, "cudaStreamEndCapture: the capture was invalidated by " + why);
   }
   *graph = g;
+  note_call(Call::kCapture);
   return cudaSuccess;
 }
 

@@ -3,7 +3,9 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/distributed/process_group.h"
 #include "core/ops.h"

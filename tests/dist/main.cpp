@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <exception>
 #include <memory>
 
 #include "core/distributed/world.h"

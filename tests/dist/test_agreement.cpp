@@ -1,5 +1,11 @@
 // Agreement between ranks: strings gathered and broadcast, the settings check naming the setting
 // and ranks that differ, one rank's error raised on every rank, named tensors broadcast.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "core/distributed/agreement.h"
 #include "dist_helpers.h"
 #include "helpers.h"

@@ -1,6 +1,12 @@
 // nn::DataParallel across the ranks: the same steps as one process running the whole batch (uneven
 // slices included), parameters bit-identical on every rank, overlapped and non-overlapped bucketing
 // bit-identical, a rank with no rows, ranks with different models.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
 #include "core/distributed/world.h"
 #include "dist_helpers.h"
 #include "helpers.h"

@@ -2,6 +2,10 @@
 // GPU, their data moved by the emulator's nccl.h): collectives against the same formulas as the
 // MPI tests, the side-stream all-reduce, and data parallelism and ZeRO-1 on GPUs taking the same
 // steps as on CPUs over MPI.
+#include <cstddef>
+#include <memory>
+#include <vector>
+
 #include "core/distributed/nccl.h"
 #include "core/distributed/world.h"
 #include "dist_helpers.h"

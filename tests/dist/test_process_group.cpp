@@ -1,5 +1,10 @@
 // The process group's collectives on the world (MPI under mpirun, or one process): values against
 // formulas in the rank, every dtype they take, uneven sizes, the local checks' errors.
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "core/distributed/world.h"
 #include "dist_helpers.h"
 #include "helpers.h"

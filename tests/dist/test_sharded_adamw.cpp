@@ -1,6 +1,12 @@
 // optim::ShardedAdamW (ZeRO-1): the same parameters as plain data parallelism with AdamW and
 // global-norm clipping, bit-identical on every rank; its state whole and interchangeable with
 // AdamW's, whatever the number of ranks that saved or loads it.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "core/distributed/world.h"
 #include "dist_helpers.h"
 #include "helpers.h"

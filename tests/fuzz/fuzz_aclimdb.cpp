@@ -3,8 +3,13 @@
 //   then records separated by '\0', each "name\x01contents"; record i goes into directory i % 4
 //   (names: any bytes except '/' and '\0'; a name without '\x01' makes an empty file).
 // The folder either loads or raises ember::Error; anything else is a bug.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <system_error>
 
 // NOTE: GCC 12 at -O3 warns wrongly about std::string assignment here (-Wrestrict, GCC bug 105651).
 #if defined(__GNUC__) && !defined(__clang__)

@@ -1,5 +1,6 @@
 // Fuzz target: the reviews.json reader, then the vocabulary and encoding on whatever it accepts.
 // A file either loads or raises ember::Error; anything else is a bug.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 

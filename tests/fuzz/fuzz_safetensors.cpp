@@ -1,6 +1,7 @@
 // Fuzz target: the safetensors loader on arbitrary bytes. A file either loads or raises
 // ember::Error; anything else (a crash, a sanitizer report, another exception) is a bug.
 // What loads must also save and load back to the same entries.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 

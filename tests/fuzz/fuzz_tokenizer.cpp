@@ -3,8 +3,13 @@
 //    tokens, stopping exactly where asked;
 //  - a vocabulary built from the text encodes it to ids in range;
 //  - the same bytes as a vocab.txt file either load or raise ember::Error.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/error.h"
 #include "examples/imdb/tokenizer.h"

@@ -5,6 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 

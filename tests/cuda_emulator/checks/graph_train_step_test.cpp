@@ -5,6 +5,9 @@
 // Built into ember_tests_emulated only (it reads the emulator's counts).
 #include <doctest/doctest.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 

@@ -2,6 +2,7 @@
 // recipe's model at small sizes, batches of reviews as the trainer's Batcher makes them, and a model on
 // the GPU with its optimiser that takes the trainer's eager step.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
