@@ -32,6 +32,8 @@ ALLOWED_CALLS = [
      "agreement sends strings as int64 tensors made with the creation ops (no backward, nothing above core)"),
     ("examples/imdb/graph_step.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::.*",
      "the trainer's CUDA-graph step: which work to capture and replay is the program's choice, not an op"),
+    ("examples/imdb/eval_graph.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::.*",
+     "the trainer's evaluation replayed as CUDA graphs, one per padded batch shape"),
     ("examples/imdb/training_run.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::~CudaGraph\(\)",
      "the training run owns the graph step (its destructor)"),
     ("examples/imdb/graph_step.cpp", "*", r"ember::copy_bytes_across_devices\(.*",
@@ -41,6 +43,14 @@ ALLOWED_CALLS = [
      "the prefetcher uploads the next batch on the copy stream while the step runs, ordered by events"),
     ("examples/imdb/training_run.cpp", "*", r"ember::(memory_stats|reset_peak_memory)\(.*",
      "the run reports the peak memory of the CPU and the GPU (core/allocator.h)"),
+    ("*", "cuda/nccl_process_group.cpp", r"ember::distributed::(make_nccl_group|device_for_local_rank)\(.*",
+     "the NCCL process group implements core/distributed/nccl.h, the process groups' interface, in a "
+     "build with NCCL (core/distributed/nccl_stub.cpp otherwise): whoever may use the groups may use it"),
+    ("cuda/nccl_process_group.cpp", "core/ops/creation.cpp", r"ember::ones\(.*",
+     "the NCCL group's barrier all-reduces a one made with a creation op (no backward, nothing above core)"),
+    ("core/cpu/cpu_allocator.cpp", "cuda/runtime.cu", r"ember::cuda_allocator\(int\)",
+     "allocator_for(device) (core/allocator.h) hands out each device's allocator: a GPU's is cuda/runtime.cu's "
+     "in a CUDA build (this file's stub otherwise); not a kernel calling the GPU's side"),
     ("examples/imdb/trainer.cpp", "*", r"ember::cuda_device_count\(\)",
      "the trainer checks that the GPU asked for exists before it builds anything; declared in "
      "core/device.h, it is defined with the allocator (core/cpu/cpu_allocator.cpp's stubs, cuda/runtime.cu)"),
@@ -49,6 +59,7 @@ ALLOWED_CALLS = [
 # (including file, GPU plumbing header, reason): the trainer's files above that reach the plumbing.
 ALLOWED_PLUMBING_INCLUDES = [
     ("examples/imdb/graph_step.h", "core/cuda_graph.h", "the graph step holds its CudaGraph"),
+    ("examples/imdb/eval_graph.h", "core/cuda_graph.h", "the graph evaluator holds a CudaGraph per batch shape"),
     ("examples/imdb/graph_step.cpp", "core/device_copy.h", "the captured input's copy on the GPU"),
     ("examples/imdb/prefetch.h", "core/copy_stream.h", "the prefetcher holds its GpuEvents"),
     ("examples/imdb/training_run.cpp", "core/allocator.h", "the peak memory in the report"),
