@@ -11,10 +11,9 @@
 //   read.record(GpuStream::Compute);
 #pragma once
 #include "core/device.h"
+#include "core/gpu_stream.h"
 
 namespace ember {
-
-enum class GpuStream { Compute, Copy };
 
 // A CUDA event of one GPU: a point in the work queued on one of its streams.
 class GpuEvent {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/copy_stream.h"
+#include "core/gpu_stream.h"
 #include "core/random.h"
 #include "core/tensor.h"
 
@@ -137,7 +137,7 @@ struct DeviceIds {
   Tensor buckets;  // int64 [3n + 2]: the number of distinct ids, rows [n], starts [n + 1], positions [n]
   int64_t bound = 0;
 };
-// `stream`: the GPU's compute stream, or its copy stream (core/copy_stream.h) for an upload that
+// `stream`: the GPU's compute stream, or its copy stream (core/gpu_stream.h) for an upload that
 // runs while the compute stream works (the caller orders the two with events).
 void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device device, DeviceIds& into,
                GpuStream stream = GpuStream::Compute);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops.h"
+#include "core/tensor.h"
 
 namespace ember {
 namespace {

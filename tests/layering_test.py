@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The layering of docs/architecture.md, checked over the #include lines of every source file of
 core/, autograd/, nn/, optim/, cuda/ and examples/ (tests/, bench/ and docs/snippets/ may include
-anything). Each rule below fails with the file, the line and the include that breaks it.
+anything), and, given a build folder, over what each file defines and calls. Each rule below fails
+with the file, the line and the include, or the call, that breaks it.
 
 1. Upward only. The layers, bottom to top: core (core/ but core/ops/: storage, tensors, kernels,
    and core/ops.h, the ops' declarations) < autograd < core/ops (the ops' definitions: each records
@@ -14,10 +15,24 @@ anything). Each rule below fails with the file, the line and the include that br
 4. cuda/ implements the backend interface: it includes only cuda/ and core/ headers, and nothing
    outside cuda/ (but tests/) includes cuda/. Its .cu files are C++17 and reach neither Tensor nor
    fmt: no core/tensor.h, core/error.h, <fmt/...> or <nlohmann/...> anywhere in what they include.
-Usage: layering_test.py <repository root>"""
+5. The GPU's plumbing (core/device_copy.h, core/cuda_graph.h, core/copy_stream.h, core/allocator.h)
+   is core's: autograd, nn, optim and examples include it only where tests/layering_allowed.py says
+   why, and no core header they include pulls it in.
+Given a build folder, the same rules hold for what each file defines and calls (its object file's
+symbols, tests/layering_calls.py): a call goes to a file of its own layer or below (rule 1), the
+CPU kernels and the GPU's side do not call each other (rule 2), only core calls the kernels and the
+GPU's plumbing (rules 3 and 5; cuda/ is the GPU's side), cuda/ calls only cuda/ and core (rule 4),
+and Tensor's members are defined in core/ (6). tests/layering_allowed.py lists the exceptions,
+each with its reason (docs/architecture.md mirrors it). Before checking, the call rules are run on
+planted violations, which must each fail, so that a rule cannot quietly stop seeing.
+Usage: layering_test.py <repository root> [<build folder> [<built library or program>...]]
+(the libraries and programs are named so that scripts/test-area.sh builds them first)."""
+import fnmatch
 import pathlib
 import re
 import sys
+
+from layering_allowed import ALLOWED_CALLS, ALLOWED_PLUMBING_INCLUDES, TENSOR_METHODS_ABOVE_CORE
 
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
 CHECKED = ("core", "autograd", "nn", "optim", "cuda", "examples")
@@ -25,6 +40,10 @@ LEVEL = {"core": 0, "autograd": 1, "core/ops": 2, "nn": 3, "optim": 4, "examples
 GPU_SIDE = {"core/gpu.h", "core/gpu.cpp", "core/cuda_ops.h", "core/cuda_ops_stubs.cpp"}
 KERNEL_HEADERS = ("core/cpu/", "core/gpu.h", "core/cuda_ops.h")
 NOT_IN_CU = ("core/tensor.h", "core/error.h")
+PLUMBING_HEADERS = {"core/device_copy.h", "core/cuda_graph.h", "core/copy_stream.h", "core/allocator.h"}
+# Where the plumbing is defined: its own files, and the allocator's and copies' CPU stubs (core/cpu/)
+# or their CUDA code (cuda/).
+PLUMBING_FILES = ("core/copy_stream.cpp", "core/cuda_graph.cpp", "core/cpu/cpu_allocator.cpp", "cuda/")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
 
@@ -109,6 +128,135 @@ for path in sources:  # rule 4, the .cu files' C++17 world
     for name in sorted(system):
         if name.startswith(("fmt/", "nlohmann/")):
             failures.append(f"{path}: reaches <{name}> through its includes")
+
+
+def below_ops(path):
+    return layer(path) in ("core", "core/ops", "cuda")
+
+
+def plumbing_include_failures():
+    """Rule 5 over includes: each (includer, plumbing header) met walking the includes of the files
+    above the ops, allowed or not."""
+    allowed = {(includer, header) for includer, header, _ in ALLOWED_PLUMBING_INCLUDES}
+    out, reported = [], set()
+    for path in sources:
+        if below_ops(path):
+            continue
+        seen, todo = {path}, [path]
+        while todo:
+            current = todo.pop()
+            for number, quoted, name in includes(current):
+                target = resolve(current, name) if quoted else None
+                if target is None:
+                    continue
+                if target in PLUMBING_HEADERS and (current, target) not in allowed | reported:
+                    reported.add((current, target))
+                    why = ("a file above the ops includes the GPU's plumbing" if not below_ops(current) else
+                           f"pulls the GPU's plumbing into {path} and every other file that includes it")
+                    out.append(f"{current}:{number}: #include \"{name}\": {why} (tests/layering_allowed.py)")
+                elif target not in seen and target not in PLUMBING_HEADERS:
+                    seen.add(target)
+                    todo.append(target)
+    return out
+
+
+failures += plumbing_include_failures()
+
+
+def matches(path, pattern):
+    return fnmatch.fnmatch(path, pattern) or (pattern.endswith("/") and path.startswith(pattern))
+
+
+def tensor_method(name):
+    """The member name of a demangled ember::Tensor::<member>(...) symbol, or None."""
+    m = re.search(r"(?:^|[\s*&])ember::Tensor::(~?\w+)", name)  # after a template's return type
+    return m.group(1) if m else None
+
+
+def allowed_tensor_method(callee, name):
+    return tensor_method(name) in TENSOR_METHODS_ABOVE_CORE.get(callee, ())
+
+
+def call_problem(caller, callee, name):
+    """Why calling `name`, defined in `callee`, from `caller` breaks the layering, or None."""
+    if allowed_tensor_method(callee, name):
+        return None
+    for allowed_caller, allowed_callee, pattern, _ in ALLOWED_CALLS:
+        if matches(caller, allowed_caller) and matches(callee, allowed_callee) and re.fullmatch(pattern, name):
+            return None
+    here, there = layer(caller), layer(callee)
+    if here == "cuda":  # rule 4
+        return None if there in ("cuda", "core") else "cuda/ calls only cuda/ and core"
+    kernels = callee.startswith("core/cpu/") or callee in GPU_SIDE or there == "cuda"
+    if caller.startswith("core/cpu/") and (callee in GPU_SIDE or there == "cuda"):  # rule 2
+        return "the CPU kernels call the GPU's side"
+    if caller in GPU_SIDE and callee.startswith("core/cpu/"):
+        return "the GPU's side calls the CPU kernels"
+    if not below_ops(caller) and callee.startswith(PLUMBING_FILES):  # rule 5
+        return f"{here} calls the GPU's plumbing"
+    if not below_ops(caller) and kernels:  # rule 3
+        return f"{here} calls a device's kernels; go through the ops (core/ops.h)"
+    if there != "cuda" and LEVEL[there] > LEVEL[here]:  # rule 1
+        return f"{here} calls the higher layer {there}"
+    return None
+
+
+def call_failures(definitions, edges):
+    out = []
+    for source, names in sorted(definitions.items()):  # rule 6
+        if layer(source) in ("core", "cuda"):
+            continue
+        for name in sorted(names):
+            if tensor_method(name) and not allowed_tensor_method(source, name):
+                out.append(f"{source} defines {name}: Tensor's members are defined in core/ "
+                           "(or listed in tests/layering_allowed.py)")
+    for (caller, callee), names in sorted(edges.items()):
+        for name in names:
+            why = call_problem(caller, callee, name)
+            if why:
+                out.append(f"{caller} calls {name} ({callee}): {why}")
+    return out
+
+
+# Planted violations, one per rule, each of which the call rules must report: {what: (caller,
+# callee, name)}.
+PLANTED = {
+    "a CPU kernel calling an op": ("core/cpu/reduce.cpp", "core/ops/matmul.cpp", "ember::matmul(ember::Tensor)"),
+    "core calling autograd": ("core/tensor.cpp", "autograd/node.cpp", "ember::record()"),
+    "a Tensor method not on the list": ("core/tensor.cpp", "core/ops/views.cpp", "ember::Tensor::flip() const"),
+    "nn calling a CPU kernel": ("nn/layers.cpp", "core/cpu/gemm.cpp", "ember::cpu::gemm()"),
+    "the CPU kernels calling the GPU's side": ("core/cpu/reduce.cpp", "core/gpu.cpp", "ember::gpu::sum()"),
+    "the trainer calling the plumbing": ("examples/imdb/batcher.cpp", "core/copy_stream.cpp",
+                                         "ember::GpuEvent::record(ember::GpuStream)"),
+    "an allowed name from another file": ("examples/imdb/batcher.cpp", "core/cuda_graph.cpp",
+                                          "ember::CudaGraph::replay()"),
+    "cuda/ calling an op": ("cuda/runtime.cu", "core/ops/creation.cpp", "ember::zeros()"),
+}
+PLANTED_DEFINITION = ("nn/layers.cpp", "ember::Tensor::view(std::vector<long> const&) const")
+
+
+def planted_misses():
+    misses = [what for what, (caller, callee, name) in PLANTED.items() if not call_problem(caller, callee, name)]
+    source, name = PLANTED_DEFINITION
+    if not call_failures({source: {name}}, {}):
+        misses.append("a Tensor method defined in nn/")
+    return misses
+
+
+if len(sys.argv) > 2:
+    import layering_calls
+
+    build = pathlib.Path(sys.argv[2]).resolve()
+    misses = planted_misses()
+    failures += [f"the call rules miss a planted violation: {what}" for what in misses]
+    objects, definitions, edges = layering_calls.calls(root, build)
+    stale = [s for s, obj in objects.items() if obj.stat().st_mtime < (root / s).stat().st_mtime]
+    if len(objects) < 50 or stale:
+        failures.append(f"{build}: {len(objects)} object files, {len(stale)} older than their sources "
+                        f"({', '.join(stale[:3])}): build ember, ember_imdb and imdb first")
+    failures += call_failures(definitions, edges)
+    print(f"{len(objects)} object files read: {sum(len(n) for n in edges.values())} calls between files, "
+          f"{len(PLANTED) + 1 - len(misses)} of {len(PLANTED) + 1} planted violations caught")
 
 for f in failures:
     print("FAIL:", f)
