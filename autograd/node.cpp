@@ -2,10 +2,25 @@
 #include <cstddef>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "autograd/node.h"
 
 namespace ember {
+
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> last_holder_of;  // nodes whose only reference is an edge being freed
+  auto take_inputs = [&](Node& node) {
+    for (Edge& edge : node.inputs)
+      if (edge.node && edge.node.use_count() == 1) last_holder_of.push_back(std::move(edge.node));
+  };
+  take_inputs(*this);
+  while (!last_holder_of.empty()) {
+    std::shared_ptr<Node> node = std::move(last_holder_of.back());
+    last_holder_of.pop_back();
+    take_inputs(*node);  // its inputs move here first, so that freeing it frees no further node
+  }
+}
 
 bool any_requires_grad(const Tensor* inputs, size_t count) {
   if (!grad_enabled()) return false;

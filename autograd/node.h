@@ -37,6 +37,11 @@ class Node {
   // Recorded only in anomaly mode (autograd/anomaly.h), for the backward check's message.
   std::string module_path;          // where in the model the op ran: "blocks.1.attention"
   std::vector<Shape> input_shapes;  // every input's shape
+
+  // Frees the chain of nodes only this one still holds one by one, not recursively: a graph of
+  // 20,000 ops in a row would otherwise take 20,000 nested destructor calls (a stack overflow
+  // under clang's AddressSanitizer, whose frames are larger).
+  ~Node();
 };
 
 // The node whose backward formula runs on this thread now, or nullptr: named in the errors of
