@@ -3,9 +3,10 @@ layering that #include lines cannot show (tests/layering_test.py checks the rule
 
 An object file's undefined symbols are the functions and data it uses from other files; the one
 object file that defines a symbol (a strong definition: code, data, read-only data) is the file it
-calls. A weak definition counts when one file alone makes it (an explicit template instantiation,
-from_vector<int64_t> in core/ops/creation.cpp); inline functions, made in every object that uses
-them, belong to their header, which the include rules check. The objects read are those of the
+calls. A weak definition counts when one file alone makes it and it is a template's instantiation
+(from_vector<int64_t> in core/ops/creation.cpp); inline functions, made in every object that uses
+them (or in one, where an unoptimised build leaves them out of line), belong to their header, which
+the include rules check. The objects read are those of the
 library and the trainer (CMake targets ember_objects, ember, ember_imdb_objects, imdb); each names
 its source: CMakeFiles/<target>.dir/<source path>.o."""
 import pathlib
@@ -56,8 +57,11 @@ def symbol_table(objects):
         elif kind in WEAK:
             weak.setdefault(name, set()).add(source)
     strong = set().union(*defined.values())
+    # Only a template's instantiation: an inline function left out of line in one object (at -O0 or -O1, as
+    # the sanitizer build compiles) is its header's, wherever the compiler happened to emit it.
+    readable = demangle(weak)
     for name, sources in weak.items():
-        if len(sources) == 1 and name not in strong:
+        if len(sources) == 1 and name not in strong and "<" in readable[name].split("(")[0]:
             defined[sources.pop()].add(name)
     return defined, used
 
