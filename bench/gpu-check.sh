@@ -76,7 +76,9 @@ capped() {
 }
 
 # ---- 0. The environment, before anything can fail (about 5 s: torch's import)
-if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+# nvcc on PATH, cuDNN (/usr/local/cuda's, else the nvidia-cudnn pip package's), the C++ dependencies and the
+# IMDb tarball carried in .deps/ (bench/gpu_env.sh, shared with gpu-profile.sh).
+source bench/gpu_env.sh
 say "gpu-check $stamp, git $(git rev-parse --short HEAD 2>/dev/null || echo '?'), logs in $logs, budget ${budget}s"
 gpu_name="none"
 if command -v nvidia-smi >/dev/null && timeout 30 nvidia-smi -L >> "$log" 2>&1; then
@@ -90,8 +92,6 @@ else
 fi
 say "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*' || echo 'not found')"
 say "cmake: $(cmake --version 2>/dev/null | head -1); $(nproc) cores"
-# cuDNN (/usr/local/cuda's, else the nvidia-cudnn pip package's) and the C++ dependencies carried in .deps/.
-source bench/gpu_env.sh
 printf "%s" "$gpu_env_notes" | tee -a "$log"
 cudnn_header=""
 for h in "${CUDNN_ROOT:-/nonexistent}/include/cudnn_version.h" /usr/local/cuda/include/cudnn_version.h /usr/include/cudnn_version.h \

@@ -9,6 +9,7 @@
 // the GPU idle, waiting for the host). EMBER_KERNEL_TIMES_OUT=FILE writes the table there instead of stderr;
 // EMBER_KERNEL_TIMES_TOP=N keeps the N largest rows (default 40).
 // Records of kernels launched inside a replayed CUDA graph are kernels too: they are counted the same way.
+// NOTE: written and compiled without a GPU: not yet run on one (bench/gpu-profile.sh is its first use).
 #include <cupti.h>
 
 #include <algorithm>

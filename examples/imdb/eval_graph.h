@@ -17,6 +17,7 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "examples/imdb/batcher.h"
+#include "examples/imdb/graph_step.h"
 #include "examples/imdb/prefetch.h"
 #include "nn/transformer.h"
 
@@ -33,11 +34,7 @@ class GraphEvaluator {
   // The correct predictions added since the last take (one wait for the GPU); the count restarts at 0.
   int64_t take_correct();
 
-  struct Counts {
-    int64_t eager = 0;     // batches run op by op (a shape's first, or one whose capture failed)
-    int64_t captures = 0;  // graphs captured
-    int64_t replays = 0;   // batches run as one graph launch
-  };
+  using Counts = GraphRunCounts;  // per batch evaluated
   const Counts& counts() const { return counts_; }
 
  private:

@@ -48,6 +48,14 @@ void stage_batch(const Batch& batch, const nn::ClassifierConfig& model, Device d
 // Returns the loss, on the GPU.
 Tensor gpu_step(nn::TransformerClassifier& model, optim::Optimizer& optimizer, const DeviceBatch& inputs, double clip);
 
+// How a graph-replaying runner (GraphStep here, GraphEvaluator in eval_graph.h) ran its calls: per padded
+// batch shape, the first runs op by op and is captured, the next are one graph launch each.
+struct GraphRunCounts {
+  int64_t eager = 0;     // calls run op by op (a shape's first, or one whose capture failed)
+  int64_t captures = 0;  // graphs captured
+  int64_t replays = 0;   // calls run as one graph launch
+};
+
 class GraphStep {
  public:
   // `model` and `optimizer` (its parameters the model's) on `device`, a GPU; clip > 0: the
@@ -65,11 +73,7 @@ class GraphStep {
   // loss is copied there and that is returned, rather than a tensor of its own.
   Tensor run(const DeviceBatch& batch, const Tensor& loss_into = Tensor());
 
-  struct Counts {
-    int64_t eager = 0;     // steps run op by op (a shape's first, or one whose capture failed)
-    int64_t captures = 0;  // graphs captured
-    int64_t replays = 0;   // steps run as one graph launch
-  };
+  using Counts = GraphRunCounts;
   const Counts& counts() const { return counts_; }
 
  private:
