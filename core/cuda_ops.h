@@ -122,7 +122,7 @@ EMBER_CUDA_ENTRY(void, dropout, (int device, int dtype, const void* in, void* ou
 EMBER_CUDA_ENTRY(void, random_fill, (int device, bool float64, void* data, int64_t n, bool normal, uint64_t seed,
                                      uint64_t first, double a, double b))
 
-// ---- Rows: reductions, softmax, layer norm, cross-entropy (cuda/row_kernels.cu)
+// ---- Rows: reductions, softmax, cross-entropy (cuda/row_kernels.cu; the normalisations are in core/kernels.h)
 // Every kernel here gives each row to one block and combines in a fixed order: deterministic.
 enum ReduceKind : int { kSum = 0, kMax = 1 };
 // out[r] = reduce(in[r, 0..n)), in contiguous [rows, n] of `dtype` (float32/float64/int32/int64).
@@ -143,25 +143,6 @@ EMBER_CUDA_ENTRY(void, cudnn_softmax_forward, (int device, bool float64, const v
                                                int64_t n, bool log))
 EMBER_CUDA_ENTRY(void, cudnn_softmax_backward, (int device, bool float64, const void* grad, const void* y, void* dx,
                                                 int64_t rows, int64_t n, bool log))
-// Statistics in double (the CPU kernel's, core/cpu/layer_norm.h, in the input's dtype); mean and rstd are float64 [rows].
-EMBER_CUDA_ENTRY(void, layer_norm_forward, (int device, bool float64, const void* x, const void* weight,
-                                            const void* bias, void* y, double* mean, double* rstd, int64_t rows,
-                                            int64_t D, double eps))
-// dx, dweight, dbias may each be null (not wanted). `partial` is scratch of 2 * chunks * D doubles,
-// chunks = layer_norm_chunks(rows): dweight / dbias are summed per chunk of rows, then the chunks
-// in order.
-EMBER_CUDA_ENTRY(int64_t, layer_norm_chunks, (int64_t rows))
-EMBER_CUDA_ENTRY(void, layer_norm_backward, (int device, bool float64, const void* grad, const void* x,
-                                             const double* mean, const double* rstd, const void* weight, void* dx,
-                                             void* dweight, void* dbias, int64_t rows, int64_t D, double* partial))
-// RMS norm of contiguous [rows, D]: y = x * rstd * weight (weight [D] or null), rstd = 1 / sqrt(mean(x^2) + eps)
-// per row, float64 [rows], like the CPU's (core/ops/layer_norm.cpp). Backward: dx and dweight (each
-// null when not wanted); `partial` is scratch of layer_norm_chunks(rows) * D doubles (dweight by chunks).
-EMBER_CUDA_ENTRY(void, rms_norm_forward, (int device, bool float64, const void* x, const void* weight, void* y,
-                                          double* rstd, int64_t rows, int64_t D, double eps))
-EMBER_CUDA_ENTRY(void, rms_norm_backward, (int device, bool float64, const void* grad, const void* x,
-                                           const double* rstd, const void* weight, void* dx, void* dweight,
-                                           int64_t rows, int64_t D, double* partial))
 // Per row: row_max, sum_exp (the logits' type) and the row's loss (double; 0 for ignored rows).
 // Backward: dlogits = (softmax - onehot) * grad[0] / count (grad: the loss's gradient, on the GPU;
 // all zeros when count is 0), 0 on ignored rows.

@@ -167,41 +167,6 @@ Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool l
   return dx;
 }
 
-LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  const int64_t rows = x.shape()[0], D = x.shape()[1];
-  LayerNormForward f;
-  f.y = Tensor::empty({rows, D}, x.dtype(), x.device());
-  f.mean = Tensor::empty({rows}, Dtype::Float64, x.device());
-  f.rstd = Tensor::empty({rows}, Dtype::Float64, x.device());
-  cuda::layer_norm_forward(device_of(x), is_f64(x), x.raw_data(), weight.defined() ? weight.raw_data() : nullptr,
-                           bias.defined() ? bias.raw_data() : nullptr, f.y.raw_data(), f.mean.data<double>(),
-                           f.rstd.data<double>(), rows, D, eps);
-  return f;
-}
-
-LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                                        const Tensor& weight, bool need_dx, bool need_dweight, bool need_dbias) {
-  const int64_t rows = x.shape()[0], D = x.shape()[1];
-  LayerNormGrads out;
-  if (need_dx) out.dx = Tensor::empty({rows, D}, x.dtype(), x.device());
-  if (need_dweight) out.dweight = Tensor::empty({D}, x.dtype(), x.device());
-  if (need_dbias) out.dbias = Tensor::empty({D}, x.dtype(), x.device());
-  if (rows == 0) {  // nothing to sum: zero gradients for the affine parameters
-    if (need_dweight) fill(out.dweight, 0.0);
-    if (need_dbias) fill(out.dbias, 0.0);
-    return out;
-  }
-  Tensor partial;
-  if (need_dweight || need_dbias)
-    partial = Tensor::empty({2 * cuda::layer_norm_chunks(rows) * D}, Dtype::Float64, x.device());
-  cuda::layer_norm_backward(device_of(x), is_f64(x), grad.raw_data(), x.raw_data(), mean.data<double>(),
-                            rstd.data<double>(), weight.defined() ? weight.raw_data() : nullptr,
-                            need_dx ? out.dx.raw_data() : nullptr, need_dweight ? out.dweight.raw_data() : nullptr,
-                            need_dbias ? out.dbias.raw_data() : nullptr, rows, D,
-                            partial.defined() ? partial.data<double>() : nullptr);
-  return out;
-}
-
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                                int64_t count) {
   const int64_t N = logits.shape()[0], C = logits.shape()[1];

@@ -43,11 +43,6 @@ Tensor argmax(const Tensor& x, int64_t dim);  // keepdim, int64
 Tensor softmax_forward(const Tensor& x, int64_t dim, bool log);
 Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log);
 
-// ---- Layer norm over the last dim of contiguous [rows, D] (same contract as core/cpu/layer_norm.h)
-LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
-LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                                        const Tensor& weight, bool need_dx, bool need_dweight, bool need_dbias);
-
 // ---- Cross-entropy on contiguous logits [N, C] and int64 targets [N] (on the GPU); `count` rows counted.
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                                int64_t count);

@@ -8,18 +8,6 @@
 
 namespace ember {
 
-// Layer norm over the last dim of [rows, D] (core/ops/layer_norm.cpp).
-struct LayerNormForward {
-  Tensor y;     // [rows, D], the input dtype
-  Tensor mean;  // [rows], float64
-  Tensor rstd;  // [rows], float64: 1 / sqrt(var + eps), var the biased (population) variance
-};
-struct LayerNormGrads {
-  Tensor dx;       // [rows, D]; undefined unless asked for
-  Tensor dweight;  // [D]; undefined unless asked for
-  Tensor dbias;    // [D]; undefined unless asked for
-};
-
 // Cross-entropy over [N, C] logits (core/ops/cross_entropy.cpp).
 struct CrossEntropyForward {
   Tensor loss;       // 0-d, the logits' dtype: mean over counted rows; 0 if no row counts

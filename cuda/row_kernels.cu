@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/cuda_ops.h"
+#include "core/kernels.h"
 #include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
@@ -476,10 +477,11 @@ __global__ void layer_norm_combine_kernel(const double* partial, int64_t chunks,
 
 }  // namespace
 
-void layer_norm_forward(int device, bool float64, const void* x, const void* weight, const void* bias, void* y,
-                        double* mean, double* rstd, int64_t rows, int64_t D, double eps) {
+void layer_norm_forward(const On& on, const void* x, const void* weight, const void* bias, void* y, double* mean,
+                        double* rstd, int64_t rows, int64_t D, double eps) {
   if (rows == 0) return;
-  cudaStream_t stream = use_device(device);
+  cudaStream_t stream = use_device(on.device);
+  const bool float64 = on.float64();
   if (D <= kWarpRowMax) {  // short rows: a warp each
     dispatch_floating(float64, [&](auto tag) {
       using T = decltype(tag);
@@ -499,7 +501,12 @@ void layer_norm_forward(int device, bool float64, const void* x, const void* wei
   EMBER_CUDA_LAUNCHED("layer_norm_forward_kernel");
 }
 
+namespace {
 int64_t layer_norm_chunks(int64_t rows) { return (rows + kLayerNormChunkRows - 1) / kLayerNormChunkRows; }
+}  // namespace
+
+// Two [chunks, D] blocks: dweight's chunk sums, then dbias's.
+int64_t layer_norm_scratch(const On&, int64_t rows, int64_t D) { return 2 * layer_norm_chunks(rows) * D; }
 
 template <typename T>
 void layer_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, const double* mean, const double* rstd,
@@ -522,12 +529,12 @@ void layer_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, c
   }
 }
 
-void layer_norm_backward(int device, bool float64, const void* grad, const void* x, const double* mean,
-                         const double* rstd, const void* weight, void* dx, void* dweight, void* dbias, int64_t rows,
-                         int64_t D, double* partial) {
+void layer_norm_backward(const On& on, const void* grad, const void* x, const double* mean, const double* rstd,
+                         const void* weight, void* dx, void* dweight, void* dbias, int64_t rows, int64_t D,
+                         double* partial) {
   if (rows == 0 || D == 0) return;
-  cudaStream_t stream = use_device(device);
-  dispatch_floating(float64, [&](auto tag) {
+  cudaStream_t stream = use_device(on.device);
+  dispatch_floating(on.float64(), [&](auto tag) {
     using T = decltype(tag);
     layer_norm_backward_typed(stream, static_cast<const T*>(grad), static_cast<const T*>(x), mean, rstd,
                               static_cast<const T*>(weight), static_cast<T*>(dx), static_cast<T*>(dweight),
@@ -675,7 +682,7 @@ void cross_entropy_backward(int device, bool float64, const void* logits, const 
 }
 
 // ---- RMS norm (core/ops/layer_norm.cpp; the op added in docs/adding-an-op.md): one warp per
-// short row, else one block per row like layer norm with sums in double; dweight by chunks of kLayerNormChunkRows rows, then the chunks in
+// short row, else one block per row like layer norm with sums in double; dweight by chunks of kRmsNormChunkRows rows (core/kernels.h), then the chunks in
 // order (the CPU's order too).
 namespace {
 
@@ -716,8 +723,8 @@ __global__ void rms_norm_partial_kernel(const T* grad, const T* x, const double*
   const int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x, c = blockIdx.y;
   if (j >= D) return;
   double p = 0;
-  const int64_t end = (c + 1) * kLayerNormChunkRows < rows ? (c + 1) * kLayerNormChunkRows : rows;
-  for (int64_t r = c * kLayerNormChunkRows; r < end; ++r) p += double(grad[r * D + j]) * double(x[r * D + j]) * rstd[r];
+  const int64_t end = (c + 1) * kRmsNormChunkRows < rows ? (c + 1) * kRmsNormChunkRows : rows;
+  for (int64_t r = c * kRmsNormChunkRows; r < end; ++r) p += double(grad[r * D + j]) * double(x[r * D + j]) * rstd[r];
   partial[c * D + j] = p;
 }
 
@@ -789,7 +796,7 @@ void rms_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, con
     EMBER_CUDA_LAUNCHED("rms_norm_dx_kernel");
   }
   if (dw != nullptr) {
-    const int64_t chunks = layer_norm_chunks(rows);
+    const int64_t chunks = (rows + kRmsNormChunkRows - 1) / kRmsNormChunkRows;
     if (chunks > 65535) raise_message("rms_norm backward: too many rows for the CUDA kernel (over 4 million)");
     const unsigned columns = unsigned((D + kThreads - 1) / kThreads);
     const dim3 grid(columns, unsigned(chunks));
@@ -802,10 +809,11 @@ void rms_norm_backward_typed(cudaStream_t stream, const T* grad, const T* x, con
 
 }  // namespace
 
-void rms_norm_forward(int device, bool float64, const void* x, const void* weight, void* y, double* rstd, int64_t rows,
-                      int64_t D, double eps) {
+void rms_norm_forward(const On& on, const void* x, const void* weight, void* y, double* rstd, int64_t rows, int64_t D,
+                      double eps) {
   if (rows == 0) return;
-  cudaStream_t stream = use_device(device);
+  cudaStream_t stream = use_device(on.device);
+  const bool float64 = on.float64();
   if (D <= kWarpRowMax) {  // short rows: a warp each
     dispatch_floating(float64, [&](auto tag) {
       using T = decltype(tag);
@@ -823,11 +831,11 @@ void rms_norm_forward(int device, bool float64, const void* x, const void* weigh
   EMBER_CUDA_LAUNCHED("rms_norm_forward_kernel");
 }
 
-void rms_norm_backward(int device, bool float64, const void* grad, const void* x, const double* rstd,
-                       const void* weight, void* dx, void* dweight, int64_t rows, int64_t D, double* partial) {
+void rms_norm_backward(const On& on, const void* grad, const void* x, const double* rstd, const void* weight,
+                       void* dx, void* dweight, int64_t rows, int64_t D, double* partial) {
   if (rows == 0) return;  // dweight stays as the op made it: zeros
-  cudaStream_t stream = use_device(device);
-  dispatch_floating(float64, [&](auto tag) {
+  cudaStream_t stream = use_device(on.device);
+  dispatch_floating(on.float64(), [&](auto tag) {
     using T = decltype(tag);
     rms_norm_backward_typed(stream, static_cast<const T*>(grad), static_cast<const T*>(x), rstd,
                             static_cast<const T*>(weight), static_cast<T*>(dx), static_cast<T*>(dweight),

@@ -1,0 +1,74 @@
+// The structural kernels, each declared once: one signature (raw pointers, sizes, results) that
+// every backend implements, the CPU's in core/cpu/ and the GPU's in cuda/. An op allocates its
+// outputs, then calls kernel::<name>(on, ...), which runs the implementation of the device `on`
+// names; so an op has no device switch, and records one backward.
+//
+//     EMBER_KERNEL(void, rms_norm_forward, (const On& on, const void* x, ...))
+// declares cpu::rms_norm_forward and cuda::rms_norm_forward with that signature, and defines
+// kernel::rms_norm_forward(on, ...), which calls one of them. In a build without CUDA,
+// core/cuda_ops_stubs.cpp includes this file with EMBER_KERNEL defining each cuda:: function as one
+// that raises "<name>: this build of Ember has no CUDA backend" (never reached: no tensor can live
+// on a GPU there). So a kernel is declared here and nowhere else.
+// Element-wise kernels are not here: they come from the functor lists of core/unary_math.h. The
+// GEMMs, copies, fills and the runtime are in core/cuda_ops.h (the CPU has its own, core/cpu/gemm.h).
+// C++17 and free of Tensor and fmt, so that cuda/*.cu include it.
+#pragma once
+#include <cstdint>
+#include <utility>
+
+namespace ember {
+
+// Where a kernel runs and the element type of its floating operands: every kernel's first parameter.
+struct On {
+  int device = -1;  // -1: the CPU; n >= 0: GPU n
+  int dtype = 0;    // a Dtype (core/dtype.h) as a number: 0 float32, 1 float64, 4 bfloat16 (cuda::ScalarType's)
+  bool cpu() const { return device < 0; }
+  bool float64() const { return dtype == 1; }
+};
+
+}  // namespace ember
+
+#ifndef EMBER_KERNEL
+#define EMBER_KERNEL(type, name, params)                                                                 \
+  namespace cpu {                                                                                        \
+  type name params;                                                                                      \
+  }                                                                                                      \
+  namespace cuda {                                                                                       \
+  type name params;                                                                                      \
+  }                                                                                                      \
+  namespace kernel {                                                                                     \
+  template <typename... Args>                                                                            \
+  type name(const On& on, Args&&... args) {                                                              \
+    return on.cpu() ? cpu::name(on, std::forward<Args>(args)...) : cuda::name(on, std::forward<Args>(args)...); \
+  }                                                                                                      \
+  }
+#endif
+
+namespace ember {
+
+// ---- Normalisations over the last dim of contiguous [rows, D] (core/ops/layer_norm.cpp;
+// CPU: core/cpu/layer_norm.cpp, GPU: cuda/row_kernels.cu). weight and bias [D], each may be null.
+
+// Layer norm. mean and rstd are float64 [rows]. Backward: dx, dweight, dbias may each be null (not
+// wanted); `scratch` is layer_norm_scratch(on, rows, D) doubles, where dweight and dbias are summed
+// by chunks of rows (each backend's own split, fixed: the same result for any thread count).
+EMBER_KERNEL(void, layer_norm_forward, (const On& on, const void* x, const void* weight, const void* bias, void* y,
+                                        double* mean, double* rstd, int64_t rows, int64_t D, double eps))
+EMBER_KERNEL(int64_t, layer_norm_scratch, (const On& on, int64_t rows, int64_t D))
+EMBER_KERNEL(void, layer_norm_backward, (const On& on, const void* grad, const void* x, const double* mean,
+                                         const double* rstd, const void* weight, void* dx, void* dweight, void* dbias,
+                                         int64_t rows, int64_t D, double* scratch))
+
+// RMS norm (the op added in docs/adding-an-op.md): y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps)
+// per row, float64 [rows]. Backward: dx and dweight (each null when not wanted; dweight zeroed by the
+// op); `scratch` is rms_norm_scratch(rows, D) doubles: dweight summed by chunks of kRmsNormChunkRows
+// rows, then the chunks in order, on both devices.
+constexpr int64_t kRmsNormChunkRows = 64;
+inline int64_t rms_norm_scratch(int64_t rows, int64_t D) { return (rows + kRmsNormChunkRows - 1) / kRmsNormChunkRows * D; }
+EMBER_KERNEL(void, rms_norm_forward, (const On& on, const void* x, const void* weight, void* y, double* rstd,
+                                      int64_t rows, int64_t D, double eps))
+EMBER_KERNEL(void, rms_norm_backward, (const On& on, const void* grad, const void* x, const double* rstd,
+                                       const void* weight, void* dx, void* dweight, int64_t rows, int64_t D,
+                                       double* scratch))
+
+}  // namespace ember
