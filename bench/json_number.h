@@ -4,7 +4,16 @@
 // the format string used to write. NaN and infinities come out as null.
 #pragma once
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 inline double json_number(double x, const char* spec) { return std::stod(fmt::format(fmt::runtime(spec), x)); }
+
+// An array of such numbers (a benchmark's per-step times).
+inline nlohmann::ordered_json json_numbers(const std::vector<double>& xs, const char* spec) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (double x : xs) out.push_back(json_number(x, spec));
+  return out;
+}

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "bench/json_number.h"
 #include "core/allocator.h"
 #include "core/parallel.h"
 #include "core/precision.h"
@@ -102,11 +104,17 @@ void run(const Flags& f) {
   }
   std::sort(times.begin(), times.end());
   const double median = times.empty() ? 0 : times[times.size() / 2];
-  fmt::print("{{\"framework\": \"ember\", \"len\": {}, \"batch\": {}, \"attention\": \"{}\", \"checkpoint\": {}, "
-             "\"precision\": \"{}\", \"step_s\": {:.4f}, \"peak_tensor_bytes\": {}, \"peak_rss_bytes\": {}, "
-             "\"threads\": {}}}\n",
-             f.len, f.batch, f.attention, f.checkpoint ? "true" : "false", f.precision, median, peak_tensor_bytes,
-             peak_rss_bytes(), f.threads);
+  const nlohmann::ordered_json result = {{"framework", "ember"},
+                                         {"len", f.len},
+                                         {"batch", f.batch},
+                                         {"attention", f.attention},
+                                         {"checkpoint", f.checkpoint},
+                                         {"precision", f.precision},
+                                         {"step_s", json_number(median, "{:.4f}")},
+                                         {"peak_tensor_bytes", peak_tensor_bytes},
+                                         {"peak_rss_bytes", peak_rss_bytes()},
+                                         {"threads", f.threads}};
+  fmt::print("{}\n", result.dump());
 }
 
 }  // namespace

@@ -19,6 +19,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/json_number.h"
 #include "core/cpu/gemm.h"
 #include "core/parallel.h"
 
@@ -284,11 +288,10 @@ int main(int argc, char** argv) {
 
   const double peak_gflops = peak ? measure_peak() : 0.0;
   if (bf16 && !json) return run_bf16(only, transposed, reps, peak, peak_gflops);
+  nlohmann::ordered_json report = {{"kernel", ember::cpu::gemm_float_kernel_name()}, {"threads", ember::num_threads()}};
   if (json) {
-    std::printf("{\n \"kernel\": \"%s\",\n \"threads\": %d,\n", ember::cpu::gemm_float_kernel_name(),
-                ember::num_threads());
-    if (peak) std::printf(" \"fma_peak_gflops\": %.1f,\n", peak_gflops);
-    std::printf(" \"results\": [\n");
+    if (peak) report["fma_peak_gflops"] = json_number(peak_gflops, "{:.1f}");
+    report["results"] = nlohmann::ordered_json::array();
   } else {
     std::printf("ember gemm: kernel %s, %d threads\n", ember::cpu::gemm_float_kernel_name(),
                 ember::num_threads());
@@ -301,16 +304,18 @@ int main(int argc, char** argv) {
     const double seconds = time_shape(s, reps);
     const double gflops = 2.0 * s.batch * s.M * s.N * s.K / seconds / 1e9;
     if (json) {
-      std::printf("  {\"name\": \"%s\", \"batch\": %ld, \"M\": %ld, \"N\": %ld, \"K\": %ld, "
-                  "\"seconds\": %.6g, \"gflops\": %.2f}%s\n",
-                  s.name.c_str(), static_cast<long>(s.batch), static_cast<long>(s.M),
-                  static_cast<long>(s.N), static_cast<long>(s.K), seconds, gflops,
-                  i + 1 < list.size() ? "," : "");
+      report["results"].push_back({{"name", s.name},
+                                   {"batch", s.batch},
+                                   {"M", s.M},
+                                   {"N", s.N},
+                                   {"K", s.K},
+                                   {"seconds", json_number(seconds, "{:.6g}")},
+                                   {"gflops", json_number(gflops, "{:.2f}")}});
     } else {
       std::printf("%-38s %9.3f ms %8.1f GFLOP/s\n", s.name.c_str(), seconds * 1e3, gflops);
     }
     std::fflush(stdout);
   }
-  if (json) std::printf(" ]\n}\n");
+  if (json) fmt::print("{}\n", report.dump(1));
   return 0;
 }

@@ -18,7 +18,9 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "bench/json_number.h"
 #include "core/distributed/world.h"
 #include "core/ops.h"
 #include "core/parallel.h"
@@ -108,12 +110,22 @@ void run(const Flags& f, distributed::ProcessGroup& world) {
     }
     const double step = median(ms);
     if (world.rank() == 0)
-      fmt::print("{{\"framework\": \"ember\", \"ranks\": {}, \"comm_only\": true, \"bucket_kb\": {}, \"buckets\": {}, "
-                 "\"collectives_per_step\": {}, \"allreduce_ms_per_step\": {:.3f}, \"bytes_per_step\": {}, "
-                 "\"bus_gbit_per_s\": {:.2f}, \"allreduce_ms_all\": [{:.2f}]}}\n", world.size(), f.bucket_kb,
-                 dp.num_buckets(), calls, step, bytes,
-                 // a ring all-reduce moves 2 (n - 1) / n of the bytes through each rank's link
-                 8.0 * 2.0 * (world.size() - 1) / world.size() * double(bytes) / (step / 1e3) / 1e9, fmt::join(ms, ", "));
+      fmt::print("{}\n",
+                 nlohmann::ordered_json{
+                     {"framework", "ember"},
+                     {"ranks", world.size()},
+                     {"comm_only", true},
+                     {"bucket_kb", f.bucket_kb},
+                     {"buckets", dp.num_buckets()},
+                     {"collectives_per_step", calls},
+                     {"allreduce_ms_per_step", json_number(step, "{:.3f}")},
+                     {"bytes_per_step", bytes},
+                     // a ring all-reduce moves 2 (n - 1) / n of the bytes through each rank's link
+                     {"bus_gbit_per_s",
+                      json_number(8.0 * 2.0 * (world.size() - 1) / world.size() * double(bytes) / (step / 1e3) / 1e9,
+                                  "{:.2f}")},
+                     {"allreduce_ms_all", json_numbers(ms, "{:.2f}")}}
+                     .dump());
     return;
   }
   std::vector<double> step_ms, backward_ms;
@@ -141,14 +153,24 @@ void run(const Flags& f, distributed::ProcessGroup& world) {
   const double exposed_ms = 1e3 * (after.exposed_seconds - before.exposed_seconds) / steps;
   const double step = median(step_ms);
   if (world.rank() == 0)
-    fmt::print("{{\"framework\": \"ember\", \"ranks\": {}, \"threads\": {}, \"overlap\": {}, \"zero\": {}, "
-               "\"bucket_kb\": {}, \"buckets\": {}, \"step_ms\": {:.2f}, \"backward_ms\": {:.2f}, "
-               "\"tokens_per_s\": {:.0f}, \"allreduce_ms_per_step\": {:.3f}, \"exposed_ms_per_step\": {:.3f}, "
-               "\"hidden_share\": {:.3f}, \"bytes_per_step\": {}, \"step_ms_all\": [{:.1f}]}}\n",
-               world.size(), num_threads(), f.overlap, f.zero, f.bucket_kb, dp.num_buckets(), step,
-               median(backward_ms), double(B * T) / (step / 1e3), comm_ms, exposed_ms,
-               comm_ms > 0 ? std::max(0.0, 1 - exposed_ms / comm_ms) : 0.0,
-               (after.bytes - before.bytes) / std::max<int64_t>(1, f.steps), fmt::join(step_ms, ", "));
+    fmt::print("{}\n",
+               nlohmann::ordered_json{
+                   {"framework", "ember"},
+                   {"ranks", world.size()},
+                   {"threads", num_threads()},
+                   {"overlap", f.overlap},
+                   {"zero", f.zero},
+                   {"bucket_kb", f.bucket_kb},
+                   {"buckets", dp.num_buckets()},
+                   {"step_ms", json_number(step, "{:.2f}")},
+                   {"backward_ms", json_number(median(backward_ms), "{:.2f}")},
+                   {"tokens_per_s", json_number(double(B * T) / (step / 1e3), "{:.0f}")},
+                   {"allreduce_ms_per_step", json_number(comm_ms, "{:.3f}")},
+                   {"exposed_ms_per_step", json_number(exposed_ms, "{:.3f}")},
+                   {"hidden_share", json_number(comm_ms > 0 ? std::max(0.0, 1 - exposed_ms / comm_ms) : 0.0, "{:.3f}")},
+                   {"bytes_per_step", (after.bytes - before.bytes) / std::max<int64_t>(1, f.steps)},
+                   {"step_ms_all", json_numbers(step_ms, "{:.1f}")}}
+                   .dump());
 }
 
 }  // namespace

@@ -35,8 +35,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
+#include "bench/json_number.h"
 #include "core/allocator.h"
 #include "core/gpu.h"
 #include "core/ops.h"
@@ -280,16 +282,29 @@ void run(const Flags& f) {
     run_tokens_per_s = double(real_tokens) / run_seconds;
   }
 
-  fmt::print(
-      "{{\"framework\": \"ember\", \"precision\": \"{}\", \"heads\": {}, \"threads\": {}, \"first_loss\": {:.8f}, "
-      "\"step_ms\": {:.3f}, \"step_ms_all\": [{:.2f}], \"step_cpu_ms\": {:.3f}, \"forward_ms\": {:.3f}, "
-      "\"run_steps\": {}, \"run_seconds\": {:.3f}, \"run_tokens_per_s\": {:.1f}, \"run_last_loss\": {:.6f}, "
-      "\"peak_rss_bytes\": {}, \"peak_tensor_bytes\": {}, \"device\": \"{}\", \"peak_gpu_bytes\": {}, "
-      "\"timed_from_monotonic_s\": {:.6f}, \"cuda_graph\": {}, \"steps\": {}, \"emulator_counts\": {}}}\n",
-      f.precision, f.heads, num_threads(), first_loss, median(step_ms), fmt::join(step_ms, ", "), median(step_cpu_ms), median(forward_ms), run_steps,
-      run_seconds, run_tokens_per_s, run_last_loss, peak_rss_bytes(), memory_stats().peak_allocated, device.str(),
-      device.is_cuda() ? memory_stats(device).peak_allocated : 0, timed_from, f.cuda_graph, f.forward_only ? 0 : f.steps,
-      step_counts);
+  const nlohmann::ordered_json result = {
+      {"framework", "ember"},
+      {"precision", f.precision},
+      {"heads", f.heads},
+      {"threads", num_threads()},
+      {"first_loss", json_number(first_loss, "{:.8f}")},
+      {"step_ms", json_number(median(step_ms), "{:.3f}")},
+      {"step_ms_all", json_numbers(step_ms, "{:.2f}")},
+      {"step_cpu_ms", json_number(median(step_cpu_ms), "{:.3f}")},
+      {"forward_ms", json_number(median(forward_ms), "{:.3f}")},
+      {"run_steps", run_steps},
+      {"run_seconds", json_number(run_seconds, "{:.3f}")},
+      {"run_tokens_per_s", json_number(run_tokens_per_s, "{:.1f}")},
+      {"run_last_loss", json_number(run_last_loss, "{:.6f}")},
+      {"peak_rss_bytes", peak_rss_bytes()},
+      {"peak_tensor_bytes", memory_stats().peak_allocated},
+      {"device", device.str()},
+      {"peak_gpu_bytes", device.is_cuda() ? memory_stats(device).peak_allocated : 0},
+      {"timed_from_monotonic_s", json_number(timed_from, "{:.6f}")},
+      {"cuda_graph", f.cuda_graph},
+      {"steps", f.forward_only ? 0 : f.steps},
+      {"emulator_counts", nlohmann::ordered_json::parse(step_counts)}};
+  fmt::print("{}\n", result.dump());
 }
 
 }  // namespace
