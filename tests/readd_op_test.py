@@ -91,7 +91,11 @@ for place, path, lines, where in blocks:
     by_file.setdefault(path, []).append((hits[0], len(lines), lines, place, where))
 
 # ---- The stripped copy.
-work = pathlib.Path(tempfile.mkdtemp(prefix="ember-readd-"))
+# With --build, the copy lies in build-readd/ of the tree, its build in <copy>/build-fast: under ccache's
+# base_dir the sources then have the relative paths of an ordinary build-fast/, so unchanged files hit.
+if build:
+    (root / "build-readd").mkdir(exist_ok=True)
+work = pathlib.Path(tempfile.mkdtemp(prefix="readd-", dir=root / "build-readd" if build else None))
 try:
     stripped_root = work / "tree"
     for p in tracked:
@@ -161,9 +165,10 @@ try:
     # ---- Optionally: the library builds without the op.
     if build:
         started = time.monotonic()
-        for command in (["cmake", "-S", str(stripped_root), "-B", str(work / "build"), "-DCMAKE_BUILD_TYPE=Release",
-                         "-DEMBER_CUDA=OFF", "-DEMBER_TESTS=OFF", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"],
-                        ["cmake", "--build", str(work / "build"), "--target", "ember", "-j2"]):
+        build_dir = stripped_root / "build-fast"
+        for command in (["cmake", "-S", str(stripped_root), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+                         "-DEMBER_CUDA=OFF", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"],
+                        ["cmake", "--build", str(build_dir), "--target", "ember", "-j2"]):
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode != 0:
                 fail(f"the tree without {OP} does not build: {' '.join(command)}\n{result.stdout[-3000:]}"
