@@ -10,8 +10,8 @@ In a copy of the tracked files (git ls-files) this deletes exactly those blocks 
 around each, where a blank line is on both sides) and the whole files, then checks that
   - nothing else in the source names the op: no "rms_norm" / "RMS norm" in any tracked file outside
     docs/ and the *.md files (so the blocks are all the op is);
-  - the places are 1..6, each in one file, in <= 6 files in all, as the doc's "**N places in M files**"
-    says;
+  - the places are 1..6, each one block of lines (quoted whole, maybe in pieces with only blank
+    lines between them) in one file, in <= 6 files in all, as the doc's "**N places in M files**" says;
 and puts the blocks back, the doc's text at the places they came from, and the whole files, and checks
 that every file is then byte-identical to the original: the doc's blocks are exactly the op's lines.
 So the ordinary build and tests of the tree (CPU and emulated GPU) are the build and test of the
@@ -149,6 +149,12 @@ try:
     for place, files in sorted(place_files.items()):
         if len(files) != 1:
             fail(f"place {place} spans {sorted(files)}: a place is one block of lines in one file")
+    # A place quoted in pieces is still one block: only blank lines between its pieces.
+    for path, found in by_file.items():
+        text = original[path].decode("utf-8").split("\n")
+        for (start, n, _, place, where), (next_start, _, _, next_place, _) in zip(found, found[1:]):
+            if place == next_place and any(line.strip() for line in text[start + n:next_start]):
+                fail(f"{DOC}:{where}: place {place} is not one block of {path}: lines between its pieces")
     files = set().union(*place_files.values()) if place_files else set()
     claim = re.search(r"\*\*(\d+) places in (\d+) files\*\*", "\n".join(doc_lines))
     if not claim or (int(claim.group(1)), int(claim.group(2))) != (len(place_files), len(files)):
