@@ -202,6 +202,7 @@ finally:
 
 for f in failures:
     print("FAIL:", f)
-print(f"{len(blocks)} blocks of {OP} in {len(by_file)} files and {len(whole_files)} whole file(s) taken out "
-      f"and put back, {len(failures)} problems")
+optional_count = sum(1 for b in blocks if b[0] is None)
+print(f"{len(blocks)} blocks of {OP} ({optional_count} optional) in {len(by_file)} files, and {len(whole_files)} "
+      f"whole file(s), taken out and put back: {len(failures)} problems")
 sys.exit(1 if failures else 0)
