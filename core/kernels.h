@@ -3,9 +3,9 @@
 // outputs, then calls kernel::<name>(on, ...), which runs the implementation of the device `on`
 // names; so an op has no device switch, and records one backward.
 //
-//     EMBER_KERNEL(void, rms_norm_forward, (const On& on, const void* x, ...))
-// declares cpu::rms_norm_forward and cuda::rms_norm_forward with that signature, and defines
-// kernel::rms_norm_forward(on, ...), which calls one of them. In a build without CUDA,
+//     EMBER_KERNEL(void, my_norm_forward, (const On& on, const void* x, ...))
+// declares cpu::my_norm_forward and cuda::my_norm_forward with that signature, and defines
+// kernel::my_norm_forward(on, ...), which calls one of them. In a build without CUDA,
 // core/cuda_ops_stubs.cpp includes this file with EMBER_KERNEL defining each cuda:: function as one
 // that raises "<name>: this build of Ember has no CUDA backend" (never reached: no tensor can live
 // on a GPU there). So a kernel is declared here and nowhere else.

@@ -1,8 +1,8 @@
 // Row kernels, forward and backward: reductions over the last dim, argmax, softmax and log-softmax,
-// the normalisations (layer norm, and below it RMS norm) and cross-entropy.
+// the normalisations over the last dim and cross-entropy.
 // Long rows: one block of 256 threads per row: each thread accumulates a fixed, strided subset of
 // the row, and the 256 partial results are combined by a tree in shared memory in a fixed order;
-// floating sums accumulate in double. Short rows of softmax, layer norm, RMS norm and cross-entropy
+// floating sums accumulate in double. Short rows of softmax, the normalisations and cross-entropy
 // (up to 1024 elements: the recipe's 128 and 256, its 2 classes): one warp per row, several rows per
 // block, warp shuffles (below). No
 // atomics: the same input always gives the same bits, whatever the GPU.

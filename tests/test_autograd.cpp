@@ -169,18 +169,6 @@ TEST_CASE("autograd: a saved tensor changed in place before backward is an error
   Tensor n = layer_norm(x.view({1, 3}), gain, Tensor());
   gain.copy_(tensor({2, 2, 2}));
   check_error([&] { sum(n * n).backward(); }, "backward of layer_norm");
-  Tensor rms_gain = ones({3});  // rms_norm read its input and weight unsaved, the gradient from the new values
-  Tensor r = rms_norm(x.view({1, 3}), rms_gain);
-  rms_gain.fill_(2.0);
-  check_error([&] { sum(r * r).backward(); }, "backward of rms_norm");
-  Tensor rms_x = tensor({1, 2, 3}).requires_grad_();
-  Tensor rms_in = rms_x * 1.0;
-  Tensor r2 = rms_norm(rms_in.view({1, 3}), Tensor());
-  {
-    NoGradGuard no_grad;
-    rms_in.add_(ones({3}));
-  }
-  check_error([&] { sum(r2 * r2).backward(); }, "backward of rms_norm");
   Tensor s = softmax(x, 0);
   {
     NoGradGuard no_grad;

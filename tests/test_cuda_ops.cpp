@@ -183,7 +183,6 @@ TEST_CASE("cuda ops: a bad input gets the same error on both devices (the op che
       {"argmax of int64", [&](Device d) { argmax(zeros({2, 3}, i64, d), 1); }},
       {"softmax of int64", [](Device d) { softmax(arange(3).to(d), 0); }},
       {"layer_norm with a float64 weight", [&](Device d) { layer_norm(zeros({2, 3}, f32, d), ones({3}, f64, d), Tensor()); }},
-      {"rms_norm with a weight of the wrong size", [&](Device d) { rms_norm(zeros({2, 3}, f32, d), ones({4}, f32, d)); }},
       {"copy_ from a larger tensor", [&](Device d) { zeros({3}, f32, d).copy_(zeros({2, 3}, f32, d)); }},
       {"add_ of another dtype", [&](Device d) { zeros({3}, f32, d).add_(zeros({3}, f64, d)); }},
       {"mul_ of int64", [&](Device d) { zeros({3}, i64, d).mul_(2.0); }},

@@ -1,5 +1,5 @@
-// The CPU's normalisation kernels over the last dim (declared in core/kernels.h): layer norm and
-// RMS norm, forward and backward.
+// The CPU's normalisation kernels over the last dim (declared in core/kernels.h), forward and
+// backward; each section says its precision and its order of summation.
 //
 // Layer norm. Precision: the forward computes in the input's dtype, on the row shifted by its first
 // element (so rows far from zero keep their digits), in two passes (the mean, then the mean of squared

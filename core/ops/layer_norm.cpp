@@ -75,7 +75,6 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   return y;
 }
 
-
 // ---- RMS norm: y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps) per row of the last dim
 // (layer norm without the mean and the bias: LLaMA's and T5's normalisation). Backward, with
 // xhat = x * rstd and gw = grad * weight:

@@ -188,9 +188,9 @@ TEST_CASE("emulator counts: softmax and layer norm at the recipe's shapes launch
   CHECK(c.blocks_by_kernel["layer_norm_dx_warp_kernel"] * 16 <= norm_rows);
 }
 
-// Cross-entropy (the classifier's 2 classes) and RMS norm (the recipe's width) run a warp per row
-// too: 8 rows per block, where the block kernels launched one block per row.
-TEST_CASE("emulator counts: cross-entropy and rms_norm on short rows launch a warp per row") {
+// Cross-entropy (the classifier's 2 classes) runs a warp per row too: 8 rows per block, where the
+// block kernels launched one block per row.
+TEST_CASE("emulator counts: cross-entropy on short rows launches a warp per row") {
   const Device gpu = Device::cuda(0);
   Generator gen(6);
   const int64_t rows = 1024;  // the recipe's 32 x 256 rows would only take longer
@@ -207,12 +207,18 @@ TEST_CASE("emulator counts: cross-entropy and rms_norm on short rows launch a wa
   REQUIRE(c.launches_by_kernel["cross_entropy_forward_warp_kernel"] == 1);
   REQUIRE(c.launches_by_kernel["cross_entropy_backward_warp_kernel"] == 1);
   CHECK(c.blocks_by_kernel["cross_entropy_forward_warp_kernel"] * 8 <= rows);
+}
 
+// RMS norm at the recipe's width runs a warp per row: 8 rows per block.
+TEST_CASE("emulator counts: rms_norm on short rows launches a warp per row") {
+  const Device gpu = Device::cuda(0);
+  Generator gen(7);
+  const int64_t rows = 1024;
   Tensor x = uniform({rows, 128}, -2, 2, gen).to(gpu).requires_grad_();
   Tensor w = uniform({128}, 0.5, 1.5, gen).to(gpu).requires_grad_();
   ember_emu::reset_counts();
   rms_norm(x, w).backward(uniform({rows, 128}, -1, 1, gen).to(gpu));
-  c = ember_emu::counts();
+  ember_emu::Counts c = ember_emu::counts();
   INFO(ember_emu::describe(c));
   CHECK(c.launches_by_kernel.count("rms_norm_forward_kernel") == 0);
   CHECK(c.launches_by_kernel.count("rms_norm_dx_kernel") == 0);

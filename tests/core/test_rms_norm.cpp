@@ -1,7 +1,8 @@
 // rms_norm (the op added in docs/adding-an-op.md): values worked out by hand, the limits of float32,
 // the fused op against a composition of existing ops, float64 gradient checks on plain, broadcast and
-// strided inputs, zero-size inputs, errors, a dweight independent of the thread count, and the CUDA
-// kernels against the CPU (run on the CUDA emulator in CI, skipped without a GPU elsewhere).
+// strided inputs, zero-size inputs, errors, a dweight independent of the thread count, what its backward
+// reads (its row of the saved-tensor walk), and the CUDA kernels against the CPU, errors included (run on
+// the CUDA emulator in CI, skipped without a GPU elsewhere).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -9,8 +10,9 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "cuda_skip.h"
-#include "helpers.h"
+#include "tests/cuda_skip.h"
+#include "tests/helpers.h"
+#include "tests/saved_tensor_rows.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -24,6 +26,13 @@ Tensor reference_rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 }
 
 }  // namespace
+
+// Its row of the saved-tensor walk (tests/autograd/test_saved_tensors.cpp, on each device): the backward
+// reads x and weight, so changing either in place before backward is an error naming rms_norm.
+SAVED_TENSOR_ROWS(rms_norm) {
+  rows.expect("rms_norm", {random64({2, 3}, 1), random64({3}, 9)}, [](In in) { return rms_norm(in[0], in[1]); },
+              {Read::Yes, Read::Yes});
+}
 
 TEST_CASE("rms_norm: values by hand, the float32 limits, and the composed reference") {
   for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
@@ -143,6 +152,10 @@ CUDA_TEST_CASE("cuda ops: rms_norm's CUDA kernels match the CPU, values and grad
     Tensor x = from_vector(big, {2, D});
     check_close(rms_norm(x.to(gpu), Tensor(), 0.0).to(Device::cpu()), rms_norm(x, Tensor(), 0.0), 1e-6);
   }
+  // A bad input gets the CPU's error on the GPU too: the op checks, not the kernels.
+  for (Device d : {Device::cpu(), gpu})
+    check_error([&] { rms_norm(zeros({2, 3}, Dtype::Float32, d), ones({4}, Dtype::Float32, d)); },
+                "rms_norm: weight shape [4] does not match the last dim 3 of input [2, 3]");
   // Zero rows on the GPU too: an empty result and a zero dweight.
   Tensor w = ones({4}, Dtype::Float32, gpu).requires_grad_();
   sum(rms_norm(zeros({0, 4}, Dtype::Float32, gpu), w)).backward();
