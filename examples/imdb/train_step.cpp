@@ -2,6 +2,7 @@
 #include "examples/imdb/train_step.h"
 
 #include <csignal>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <utility>
