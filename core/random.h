@@ -73,6 +73,23 @@ class Generator {
   const uint64_t* device_state() const { return device_state_; }
   uint64_t device_step_offset() const { return step_offset_; }
 
+  // A CUDA graph's capture of a step that has just run eagerly (its warm-up) runs the step's host side
+  // once more, and that must draw the numbers the step drew, not new ones: while a Redraw lives the
+  // generator hands out numbers from `first` (the offset the step started at) again, and when it
+  // ends the generator is back where it was (the step's numbers taken once), whether or not the
+  // capture succeeded.
+  class Redraw {
+   public:
+    Redraw(Generator& gen, uint64_t first) : gen_(gen), end_(gen.offset_) { gen.offset_ = first; }
+    ~Redraw() { gen_.offset_ = end_; }
+    Redraw(const Redraw&) = delete;
+    Redraw& operator=(const Redraw&) = delete;
+
+   private:
+    Generator& gen_;
+    uint64_t end_;
+  };
+
  private:
   uint64_t seed_;
   uint64_t offset_ = 0;

@@ -57,9 +57,9 @@ void Optimizer::create_state() {
   });
 }
 
-void Optimizer::set_step_count(int64_t steps) {
-  EMBER_CHECK(steps >= 0 && steps <= max_steps, "optimizer: step count {} is out of range [0, {}]", steps, max_steps);
-  steps_ = steps;
+Optimizer::RetakeLastStep::RetakeLastStep(Optimizer& optimizer) : optimizer_(optimizer), steps_(optimizer.steps_) {
+  EMBER_CHECK(steps_ > 0, "optimizer: there is no step to take again (the step count is {})", steps_);
+  optimizer_.steps_ = steps_ - 1;
 }
 
 void Optimizer::check_state_entry(const std::string&, const std::string&, const Tensor&) const {}

@@ -30,9 +30,24 @@ class Optimizer {
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   int64_t step_count() const { return steps_; }
-  // For a CUDA graph's step, whose host side (this count among it) runs only at its capture: the
-  // caller puts the count back after the capture and counts each replay. In [0, max_steps].
-  void set_step_count(int64_t steps);
+  // For a CUDA graph of step(), whose host side (this count among it) runs once, when the graph is
+  // captured: a replay of that graph is one more step, counted here.
+  void count_replayed_step() { count_step(); }
+  // The capture of a step() that has just run eagerly (the capture's warm-up) runs step()'s host side
+  // once more, for that same step: while a RetakeLastStep lives, step() counts the last step again
+  // (its staged numbers, Adam::stage_step, are that step's), and when it ends the count is what it
+  // was, whether or not the capture succeeded. There must have been a step.
+  class RetakeLastStep {
+   public:
+    explicit RetakeLastStep(Optimizer& optimizer);
+    ~RetakeLastStep() { optimizer_.steps_ = steps_; }
+    RetakeLastStep(const RetakeLastStep&) = delete;
+    RetakeLastStep& operator=(const RetakeLastStep&) = delete;
+
+   private:
+    Optimizer& optimizer_;
+    int64_t steps_;
+  };
   const std::vector<ParamGroup>& groups() const { return groups_; }
 
   // Optimiser state by name ("step", "<i>.exp_avg", ...), for checkpoints. Loading checks

@@ -34,8 +34,8 @@ ALLOWED_CALLS = [
      "the trainer's CUDA-graph step: which work to capture and replay is the program's choice, not an op"),
     ("examples/imdb/eval_graph.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::.*",
      "the trainer's evaluation replayed as CUDA graphs, one per padded batch shape"),
-    ("examples/imdb/training_run.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::~CudaGraph\(\)",
-     "the training run owns the graph step (its destructor)"),
+    ("examples/imdb/train_step.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::~CudaGraph\(\)",
+     "the graphed kind of training step owns the graph step and the evaluation's graphs (their destructors)"),
     ("examples/imdb/graph_step.cpp", "*", r"ember::copy_bytes_across_devices\(.*",
      "the graph step copies a batch into the captured input on the GPU, one cudaMemcpyAsync and no "
      "kernel, which a replayed graph reads (core/device_copy.h)"),

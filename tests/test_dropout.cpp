@@ -124,6 +124,27 @@ TEST_CASE("dropout: errors") {
   check_error([] { dropout(arange(3), 0.5, true); }, "dropout: expected a floating tensor (float32, float64 or bfloat16), got int64");
 }
 
+TEST_CASE("dropout: a Redraw hands out a step's numbers again, then the generator is back where it was") {
+  // A CUDA graph's capture runs the step just run again: its masks must be the step's, and the
+  // generator must not advance twice (examples/imdb/graph_step.cpp).
+  Generator gen(9);
+  gen.take(4);
+  const uint64_t first = gen.offset();
+  Tensor x = ones({5, 3}, Dtype::Float64);
+  Tensor step_mask = dropout(x, 0.5, true, gen);
+  const uint64_t after = gen.offset();
+  CHECK(after > first);
+  {
+    const Generator::Redraw redraw(gen, first);
+    CHECK(gen.offset() == first);
+    check_close(dropout(x, 0.5, true, gen), step_mask, 0);  // the same numbers
+    CHECK(gen.offset() == after);
+    gen.take(100);  // whatever the capture draws is forgotten
+  }
+  CHECK(gen.offset() == after);
+  CHECK(gen.seed() == 9);
+}
+
 TEST_CASE("dropout: a batch slice (data parallelism) draws its rows' part of the whole batch's range") {
   // One process runs the whole batch of 7 rows; three "ranks" run rows [0, 3), [3, 5), [5, 7) and
   // [7, 7) (no rows). Each slice must equal its rows of the whole result, forward and backward, and

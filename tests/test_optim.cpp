@@ -142,6 +142,36 @@ TEST_CASE("optim: the step count never overflows") {
   CHECK(p.to_vector<double>()[0] == before);
 }
 
+TEST_CASE("optim: a CUDA graph's capture takes the last step again; a replay counts one") {
+  // The capture runs step()'s host side once more for the step its warm-up just took: inside
+  // RetakeLastStep the count is that step's again, and after it the count is as before, also when
+  // the capture throws.
+  Tensor p = param({1.0});
+  optim::AdamW adam({{{p}, 0.0}}, 0.01);
+  check_error([&] { optim::Optimizer::RetakeLastStep retake(adam); }, "there is no step to take again");
+  for (int i = 0; i < 2; ++i) {
+    set_grad(p, {0.5});
+    adam.step();
+  }
+  {
+    const optim::Optimizer::RetakeLastStep retake(adam);
+    CHECK(adam.step_count() == 1);
+    set_grad(p, {0.5});
+    adam.step();  // the step taken again: it counts step 2
+    CHECK(adam.step_count() == 2);
+  }
+  CHECK(adam.step_count() == 2);
+  try {
+    const optim::Optimizer::RetakeLastStep retake(adam);
+    throw Error("the capture failed");
+  } catch (const Error&) {
+  }
+  CHECK(adam.step_count() == 2);
+  adam.count_replayed_step();
+  CHECK(adam.step_count() == 3);
+  CHECK(adam.state_dict()["step"].item<int64_t>() == 3);
+}
+
 TEST_CASE("optim: learning-rate schedules") {
   optim::Schedule constant{optim::ScheduleKind::Constant, 0.1, 5, 100};
   CHECK(constant.lr_at(0) == 0.1);

@@ -7,8 +7,9 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/gpu_stream.h"
 #include "core/ops.h"
-#include "examples/imdb/graph_step.h"
+#include "examples/imdb/prefetch.h"
 
 namespace ember::imdb {
 
@@ -26,7 +27,7 @@ void GraphEvaluator::add(const Batch& batch) {
   PerShape& s = shapes_[{batch.batch, batch.seq_len}];
   // NOTE: no buckets: they serve only the embedding's backward (on a 20,002-word vocabulary their
   // counting sort was most of the host's time per batch).
-  stage_batch(batch, model_.config, device_, s.inputs, /*with_buckets=*/false);
+  stage(batch, model_.config, device_, GpuStream::Compute, s.inputs, /*with_buckets=*/false);
   if (s.graph.captured()) {
     s.graph.replay();
     ++counts_.replays;

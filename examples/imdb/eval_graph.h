@@ -2,7 +2,7 @@
 // replayed like the steps). Per padded batch shape, the forward pass, the argmax and the count of
 // correct predictions, added on the GPU to one running count, are captured after that shape's
 // first (eager) batch and then replayed as one launch per batch. The host stages each batch (its
-// ids checked and uploaded through pinned staging, graph_step.h; no buckets, which only a backward
+// ids checked and uploaded through pinned staging, stage() in prefetch.h; no buckets, which only a backward
 // needs) and waits only when the count is read, once per evaluation.
 //
 //   GraphEvaluator graphs(model, device);            // kept for the run: each shape is captured once

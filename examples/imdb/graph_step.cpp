@@ -12,7 +12,8 @@
 #include <fmt/core.h>
 
 #include "core/device_copy.h"
-#include "optim/schedule.h"
+#include "core/gpu_stream.h"
+#include "examples/imdb/train_step.h"
 
 namespace ember::imdb {
 
@@ -42,30 +43,13 @@ GraphStep::GraphStep(nn::TransformerClassifier& model, optim::Adam& optimizer, G
 }
 
 Tensor gpu_step(nn::TransformerClassifier& model, optim::Optimizer& optimizer, const DeviceBatch& inputs, double clip) {
-  optimizer.zero_grad();
+  optimizer.zero_grad();  // before the forward: its activations may take the gradients' memory
   Tensor loss = cross_entropy(model.forward(inputs.tokens, inputs.positions, inputs.mask), inputs.labels);
-  loss.backward();
-  if (clip > 0) optim::clip_grad_norm_(model.parameters(), clip);  // the norm stays on the GPU
-  optimizer.step();
+  UpdateOptions update;
+  update.clip = clip;
+  backward_and_update(loss, model, optimizer, update);
   return loss;
 }
-
-void stage_batch(const Batch& batch, const nn::ClassifierConfig& model, Device device, DeviceBatch& in,
-                 bool with_buckets) {
-  const int64_t B = batch.batch, T = batch.seq_len;
-  in.batch = B;
-  in.seq_len = T;
-  stage_ids(from_vector(batch.tokens, {B, T}), model.vocab_size, with_buckets, device, in.tokens);
-  if (!in.positions.ids.defined())  // the same for every batch of this shape
-    stage_ids(arange(T).view({1, T}), model.max_len, with_buckets, device, in.positions);
-  std::vector<uint8_t> padding(batch.key_mask.size());
-  for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
-  if (!in.mask.defined()) in.mask = Tensor::empty({B, T}, Dtype::Bool, device);
-  upload_into(in.mask, padding.data(), B * T);
-  stage_ids(from_vector(batch.labels, {B}), model.classes, /*with_buckets=*/false, device, in.labels);
-}
-
-void GraphStep::stage(PerShape& s, const Batch& batch) { stage_batch(batch, model_.config, device_, s.inputs); }
 
 void GraphStep::copy_in(PerShape& s, const DeviceBatch& batch) {
   const int64_t B = batch.batch, T = batch.seq_len;
@@ -95,7 +79,7 @@ void GraphStep::copy_in(PerShape& s, const DeviceBatch& batch) {
 
 Tensor GraphStep::run(const Batch& batch) {
   PerShape& s = shapes_[{batch.batch, batch.seq_len}];
-  stage(s, batch);
+  stage(batch, model_.config, device_, GpuStream::Compute, s.inputs);
   return run_staged(s, batch.batch, batch.seq_len, Tensor());
 }
 
@@ -119,8 +103,9 @@ Tensor GraphStep::run_staged(PerShape& s, int64_t B, int64_t T, const Tensor& lo
 
   if (s.graph.captured()) {
     s.graph.replay();
-    // What the captured step's host side did at the capture, done again for this step.
-    optimizer_.set_step_count(optimizer_.step_count() + 1);
+    // What the captured step's host side did at the capture, done for this step: one more
+    // optimiser step, and dropout's numbers for it taken.
+    optimizer_.count_replayed_step();
     gen_.take(s.draws);
     ++counts_.replays;
     if (!loss_into.defined()) return s.loss.detach().clone();  // NOTE: the next replay rewrites s.loss
@@ -129,7 +114,6 @@ Tensor GraphStep::run_staged(PerShape& s, int64_t B, int64_t T, const Tensor& lo
     return slot;
   }
 
-  const int64_t steps = optimizer_.step_count();
   auto step_body = [&] { s.loss = gpu_step(model_, optimizer_, s.inputs, clip_); };
   if (s.eager_only) step_body();
   else s.graph.warm_up(device_, step_body);  // eager: this shape's first step, and the capture's warm-up
@@ -137,13 +121,12 @@ Tensor GraphStep::run_staged(PerShape& s, int64_t B, int64_t T, const Tensor& lo
   s.draws = gen_.offset() - offset;
   Tensor loss = s.loss.detach();
   if (s.eager_only) return loss;
-  // The capture records the step just run without running it: its host side counts the optimiser's
-  // step and takes dropout's numbers again, from the same starting point.
-  const int64_t steps_after = optimizer_.step_count();
-  const uint64_t offset_after = gen_.offset();
-  optimizer_.set_step_count(steps);
-  gen_.set_state(gen_.seed(), offset);
   try {
+    // The capture records the step just run without running it. Its host side runs again for that
+    // same step: the optimiser counts it again and dropout draws its numbers again (each object puts
+    // its count back when the scope ends).
+    const optim::Optimizer::RetakeLastStep same_step(optimizer_);
+    const Generator::Redraw same_numbers(gen_, offset);
     s.graph.capture(device_, step_body);
     ++counts_.captures;
   } catch (const std::exception& e) {
@@ -155,8 +138,6 @@ Tensor GraphStep::run_staged(PerShape& s, int64_t B, int64_t T, const Tensor& lo
       fmt::print(stderr, "warning: the training step of shape [{}, {}] could not be captured as a CUDA graph, it runs "
                  "op by op: {}\n", B, T, e.what());
   }
-  optimizer_.set_step_count(steps_after);
-  gen_.set_state(gen_.seed(), offset_after);
   return loss;
 }
 

@@ -13,8 +13,10 @@
 // graph reads (pinned staging, no wait): the tokens with the embedding backward's buckets, the
 // positions, the padding mask and the labels (stage_ids, core/ops.h); AdamW's learning rate and
 // bias corrections (Adam::stage_step); dropout's seed and first offset (Generator::set_device_state).
-// The host side of the captured step ran once, at the capture: after each replay the optimiser's
-// step count and the generator's offset are advanced by what the step takes.
+// The host side of the captured step runs once, at the capture (for the shape's first step, run
+// eagerly just before: Optimizer::RetakeLastStep and Generator::Redraw make it that step's again);
+// after each replay the optimiser counts the step (count_replayed_step) and the generator's numbers
+// for it are taken.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -34,18 +36,10 @@ namespace ember::imdb {
 constexpr int64_t kGraphPadMultiple = 32;
 Batch pad_for_graphs(const Batch& batch, int64_t max_len);
 
-// The batch's inputs into `into` on the GPU, as a graph reads them (stage_ids, core/ops.h: tokens
-// and positions, with the embedding backward's buckets when `with_buckets`, labels; the padding
-// mask): uploaded through pinned staging, no wait. Tensors of `into` already made are rewritten in
-// place (a graph's inputs keep their addresses); the positions, the same for every batch of its
-// length, are staged once. (Without buckets: for a forward without gradients, an evaluation's.)
-void stage_batch(const Batch& batch, const nn::ClassifierConfig& model, Device device, DeviceBatch& into,
-                 bool with_buckets = true);
-
-// One training step on inputs already on the GPU: zero_grad, forward, cross-entropy, backward,
-// clipping of the gradients' norm to `clip` (if > 0; the norm stays on the GPU), the optimiser's
-// step. What the trainer runs op by op on one GPU (--cuda-graph off), and what GraphStep captures.
-// Returns the loss, on the GPU.
+// One training step on inputs already on the GPU: zero_grad, forward, cross-entropy, then what every
+// step does with its loss (backward_and_update, train_step.h: backward, clipping of the gradients'
+// norm to `clip` if > 0, the optimiser's step). What the trainer runs op by op on one GPU
+// (--cuda-graph off), and what GraphStep captures. Returns the loss, on the GPU.
 Tensor gpu_step(nn::TransformerClassifier& model, optim::Optimizer& optimizer, const DeviceBatch& inputs, double clip);
 
 // How a graph-replaying runner (GraphStep here, GraphEvaluator in eval_graph.h) ran its calls: per padded
@@ -65,7 +59,8 @@ class GraphStep {
 
   // One training step on `batch` at the optimizer's lr(): the first of its shape runs eagerly and
   // is then captured; later ones replay that graph. Returns the step's loss, a GPU scalar of its own.
-  // The batch is uploaded on the compute stream, before the step.
+  // The batch is uploaded on the compute stream, before the step (stage, prefetch.h). (The trainer
+  // uploads its batches ahead, on the copy stream, and runs the overload below.)
   Tensor run(const Batch& batch);
   // The same on a batch already on the GPU (BatchPrefetcher::take, uploaded during the step
   // before): copied on the GPU into the graph's inputs (a device-to-device copy each, no kernel).
@@ -85,7 +80,6 @@ class GraphStep {
     bool eager_only = false;  // its capture failed: it keeps running eagerly
     int cache_misses = 0;     // captures that found no cached block (retried once, after another warm-up)
   };
-  void stage(PerShape& shape, const Batch& batch);
   void copy_in(PerShape& shape, const DeviceBatch& batch);
   Tensor run_staged(PerShape& shape, int64_t B, int64_t T, const Tensor& loss_into);
 

@@ -1,4 +1,5 @@
-// BatchPrefetcher (examples/imdb/prefetch.h): two sets of GPU buffers, filled on the copy stream.
+// A batch staged on the GPU, and BatchPrefetcher (examples/imdb/prefetch.h): two sets of GPU buffers, filled on the
+// copy stream.
 #include "examples/imdb/prefetch.h"
 
 #include <cstddef>
@@ -8,6 +9,21 @@
 #include "core/error.h"
 
 namespace ember::imdb {
+
+void stage(const Batch& batch, const nn::ClassifierConfig& model, Device device, GpuStream stream, DeviceBatch& into,
+           bool with_buckets) {
+  const int64_t B = batch.batch, T = batch.seq_len;
+  const bool new_length = into.seq_len != T || !into.positions.ids.defined();
+  into.batch = B;
+  into.seq_len = T;
+  stage_ids(from_vector(batch.tokens, {B, T}), model.vocab_size, with_buckets, device, into.tokens, stream);
+  if (new_length) stage_ids(arange(T).view({1, T}), model.max_len, with_buckets, device, into.positions, stream);
+  std::vector<uint8_t> padding(batch.key_mask.size());
+  for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
+  if (!into.mask.defined()) into.mask = Tensor::empty({B, T}, Dtype::Bool, device);
+  upload_into(into.mask, padding.data(), B * T, stream);
+  stage_ids(from_vector(batch.labels, {B}), model.classes, /*with_buckets=*/false, device, into.labels, stream);
+}
 
 BatchPrefetcher::BatchPrefetcher(Device device, const nn::ClassifierConfig& model, int64_t max_batch)
     : device_(device), model_(model), max_batch_(max_batch), slots_{Slot(device), Slot(device)} {
@@ -45,29 +61,19 @@ void BatchPrefetcher::prefetch(const Batch& batch) {
               "BatchPrefetcher::prefetch: the batch's tokens ({}), mask ({}) and labels ({}) do not match {} x {}",
               batch.tokens.size(), batch.key_mask.size(), batch.labels.size(), B, T);
   Slot& s = slots_[size_t(prefetched_ % 2)];
-  // Views of this batch's sizes, rewritten by the uploads below.
-  DeviceBatch& v = s.view;
-  v = DeviceBatch{};
-  v.batch = B;
-  v.seq_len = T;
-  v.tokens.ids = s.ids.narrow(0, 0, n).view({B, T});
-  v.tokens.buckets = s.buckets.narrow(0, 0, 3 * n + 2);
-  v.positions.ids = s.positions.narrow(0, 0, T).view({1, T});
-  v.positions.buckets = s.position_buckets.narrow(0, 0, 3 * T + 2);
-  v.labels.ids = s.labels.narrow(0, 0, B);
-  v.mask = s.mask.narrow(0, 0, n).view({B, T});
-  s.read.wait(GpuStream::Copy);  // the step that read this slot's last batch is done (on the GPU)
-  stage_ids(from_vector(batch.tokens, {B, T}), model_.vocab_size, /*with_buckets=*/true, device_, v.tokens,
-            GpuStream::Copy);
-  if (s.positions_len != T) {  // the same for every batch of this length: uploaded when it changes
-    stage_ids(arange(T).view({1, T}), model_.max_len, /*with_buckets=*/true, device_, v.positions, GpuStream::Copy);
-    s.positions_len = T;
+  DeviceBatch& v = s.view;  // views of this batch's sizes, rewritten by stage()
+  if (v.batch != B || v.seq_len != T) {
+    v.tokens.ids = s.ids.narrow(0, 0, n).view({B, T});
+    v.tokens.buckets = s.buckets.narrow(0, 0, 3 * n + 2);
+    v.labels.ids = s.labels.narrow(0, 0, B);
+    v.mask = s.mask.narrow(0, 0, n).view({B, T});
   }
-  std::vector<uint8_t> padding(batch.key_mask.size());
-  for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
-  upload_into(v.mask, padding.data(), n, GpuStream::Copy);
-  stage_ids(from_vector(batch.labels, {B}), model_.classes, /*with_buckets=*/false, device_, v.labels,
-            GpuStream::Copy);
+  if (v.seq_len != T) {  // (stage() then uploads this length's positions)
+    v.positions.ids = s.positions.narrow(0, 0, T).view({1, T});
+    v.positions.buckets = s.position_buckets.narrow(0, 0, 3 * T + 2);
+  }
+  s.read.wait(GpuStream::Copy);  // the step that read this slot's last batch is done (on the GPU)
+  stage(batch, model_, device_, GpuStream::Copy, v);
   s.uploaded.record(GpuStream::Copy);
   ++prefetched_;
 }

@@ -22,6 +22,8 @@
 #include <cstdint>
 
 #include "core/copy_stream.h"
+#include "core/device.h"
+#include "core/gpu_stream.h"
 #include "core/ops.h"
 #include "examples/imdb/batcher.h"
 #include "nn/transformer.h"
@@ -37,6 +39,18 @@ struct DeviceBatch {
   DeviceIds labels;     // int64 [B]
   Tensor mask;          // bool [B, T], true at padding
 };
+
+// The batch's inputs into `into` on `device` (a GPU), as the step reads them: the one way a batch
+// goes up, for every step and evaluation that reads a DeviceBatch. The tokens, with the embedding
+// backward's buckets when `with_buckets`, and the labels are checked on the host and staged
+// (stage_ids, core/ops.h), the padding mask uploaded, all through pinned staging on `stream` (the
+// compute stream, or the copy stream: the caller orders it with events), without a host wait.
+// Tensors of `into` already made are rewritten in place (a graph's inputs, a prefetcher's buffers
+// keep their addresses); made on the first call otherwise. The positions (0 .. T-1), the same for
+// every batch of a length, are staged only when `into` last held another length (or none).
+// (Without buckets: for a forward without gradients, an evaluation's.)
+void stage(const Batch& batch, const nn::ClassifierConfig& model, Device device, GpuStream stream, DeviceBatch& into,
+           bool with_buckets = true);
 
 class BatchPrefetcher {
  public:
@@ -66,8 +80,7 @@ class BatchPrefetcher {
  private:
   struct Slot {
     Tensor ids, buckets, positions, position_buckets, labels, mask;  // flat, of the largest batch's sizes
-    int64_t positions_len = 0;  // the length whose positions (0 .. T-1, with buckets) the slot holds
-    DeviceBatch view;
+    DeviceBatch view;  // views of the last batch's sizes into them
     GpuEvent uploaded, read;
     explicit Slot(Device device) : uploaded(device), read(device) {}
   };

@@ -1,12 +1,11 @@
 // The IMDb trainer's training loop: train(config, data, world) is one TrainingRun, whose constructor sets
 // the run up (model, optimiser, batches, schedule, a resumed checkpoint, the metrics file, the ranks'
-// gradient exchange, the GPU's graphs and prefetching) and whose run() trains epoch after epoch.
+// gradient exchange, the kind of step: train_step.h) and whose run() trains epoch after epoch.
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -28,12 +27,11 @@
 #include "core/distributed/world.h"
 #include "core/parallel.h"
 #include "core/precision.h"
-#include "examples/imdb/eval_graph.h"
 #include "examples/imdb/graph_step.h"
-#include "examples/imdb/prefetch.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/run_folder.h"
+#include "examples/imdb/train_step.h"
 #include "examples/imdb/trainer.h"
 #include "nn/checkpoint.h"
 #include "nn/data_parallel.h"
@@ -98,9 +96,9 @@ void on_every_rank_alike(distributed::ProcessGroup& world, Fn&& fn) {
 }
 
 // One run of train(): the pieces it holds for the whole run (model, optimiser, batches, schedule, the
-// state a checkpoint keeps, the metrics file, the ranks' gradient exchange, the GPU's graphs and
-// prefetching), set up by the constructor, and its phases as methods: run() trains epoch after epoch
-// (train_epoch: the steps; end_epoch: evaluation, records, the model and the checkpoint), then finish().
+// state a checkpoint keeps, the metrics file, the ranks' gradient exchange, the step), set up by the
+// constructor, and its phases as methods: run() trains epoch after epoch (train_epoch: the steps;
+// end_epoch: evaluation, records, the model and the checkpoint), then finish().
 class TrainingRun {
  public:
   TrainingRun(const TrainConfig& config_in, const Data& data, distributed::ProcessGroup& world);
@@ -118,9 +116,7 @@ class TrainingRun {
   void resume_from_checkpoint();
   void print_setup() const;
   bool train_epoch(int64_t epoch);  // false: the run stops in it (a signal, --stop-after), checkpointed
-  Batch batch_at(const std::vector<int64_t>& order, int64_t b) const;
-  Tensor train_step(const Batch& batch, int64_t batch_rows, const distributed::Range& rows,
-                    const std::vector<int64_t>& order, int64_t b, std::optional<Batch>& next_batch);
+  StepBatch batch_at(const std::vector<int64_t>& order, int64_t b) const;
   Tensor next_loss_slot();
   void end_epoch(int64_t epoch, double train_seconds, int64_t real_tokens, int64_t padded_tokens);
   void report_best_validation_epoch();
@@ -150,15 +146,13 @@ class TrainingRun {
   std::optional<MetricsLog> metrics_;
   std::optional<nn::DataParallel> dp_;
   bool pad_for_graph_ = false;
-  std::optional<GraphStep> graph_step_;
-  std::optional<GraphEvaluator> eval_graphs_;  // with graph_step_: the evaluations' graphs, kept for the run
-  std::optional<BatchPrefetcher> prefetcher_;
+  std::unique_ptr<TrainStep> step_;  // of the kind the settings choose (train_step.h)
   std::vector<PendingLoss> pending_;
   // On one GPU: the pending steps' losses, in order, on the GPU (float32 [capacity]); a logging
   // step reads them all with one copy and one wait (read_losses), not one of each per step.
+  // Without it (the CPU, several ranks) each step's loss is read at once.
   Tensor loss_log_;
   Progress progress_;
-  int agreed_signal_ = 0;  // several ranks: a signal any rank received, agreed on after each step
   RunResult result_;
 };
 
@@ -218,19 +212,11 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   // averaged over the ranks during backward. Nothing to send on one process.
   dp_.emplace(*model_, *group_, nn::DataParallelOptions{.bucket_bytes = config_.bucket_kb * 1024,
                                                         .overlap = config_.overlap, .reduce_gradients = !config_.zero});
-  // --cuda-graph on: batches padded to a multiple of 32 tokens, and on one process the step runs as
-  // CUDA graphs, one per padded shape (graph_step.h). On several ranks (or under ZeRO-1) the step
-  // stays op by op (the all-reduce is not captured), with the same padding: the same numbers.
+  // --cuda-graph on: batches padded to a multiple of 32 tokens (graph_step.h), whichever kind of step
+  // takes them: on one GPU its CUDA graphs, one per padded shape; elsewhere the same numbers op by op.
   pad_for_graph_ = config_.uses_cuda_graph();
-  auto* adam = dynamic_cast<optim::Adam*>(optimizer_.get());
-  if (pad_for_graph_ && !several_ && adam != nullptr) {
-    graph_step_.emplace(*model_, *adam, gen_, device_, config_.clip, config_.quiet);
-    eval_graphs_.emplace(*model_, device_);
-  }
-  // On one GPU each batch goes up on the copy stream while the step before it runs (prefetch.h);
-  // the step reads it there (gpu_step, or the graph's inputs copied from it on the GPU).
-  if (device_.is_cuda() && !several_ && !config_.zero) prefetcher_.emplace(device_, config_.model, config_.batch_size);
-  if (prefetcher_) loss_log_ = zeros({std::min(config_.log_every, steps_per_epoch_)}, Dtype::Float32, device_);
+  step_ = make_train_step(config_, *model_, *optimizer_, gen_, device_, world_, *dp_);
+  if (step_->loss_on_gpu()) loss_log_ = zeros({std::min(config_.log_every, steps_per_epoch_)}, Dtype::Float32, device_);
   result_.parameters = model_->num_parameters();
   result_.total_steps = total_steps_;
   print_setup();
@@ -281,7 +267,7 @@ RunResult TrainingRun::run() {
   while (state_.step < total_steps_)
     if (!train_epoch(state_.step / steps_per_epoch_)) break;
   result_.steps = state_.step;
-  if (graph_step_) result_.graph_replays = graph_step_->counts().replays;
+  result_.graph_replays = step_->graph_replays();
   report_best_validation_epoch();
   result_.wall_seconds = seconds_since(run_start);
   result_.finished = state_.step == total_steps_;
@@ -302,46 +288,28 @@ bool TrainingRun::train_epoch(int64_t epoch) {
   bool stop = false;
   const auto epoch_start = Clock::now();
   progress_.start_epoch(epoch + 1, config_.epochs, steps_per_epoch_);
-  std::optional<Batch> next_batch;  // batch b + 1, already on its way to the GPU (prefetcher)
-  for (int64_t b = step % steps_per_epoch_; b < steps_per_epoch_; ++b) {
-    // NOTE: on several ranks each stops at the same step (a signal reaches the ranks at different
-    // moments; one that stopped alone would leave the others waiting in an all-reduce).
-    if (const int signal = several_ ? agreed_signal_ : StopSignals::received()) {
+  const int64_t first = step % steps_per_epoch_;
+  for (int64_t b = first; b < steps_per_epoch_; ++b) {
+    if (const int signal = step_->stop_signal()) {  // on several ranks, the same step on each
       result_.stopped_by_signal = signal;
       stop = true;
       break;
     }
-    // This rank's rows of the global batch b, padded as the whole batch is; dropout draws by
-    // global example (core/random.h, BatchSlice), so the ranks together compute one process's step.
-    const int64_t batch_rows = batcher_->rows_in(b);
-    const distributed::Range rows = distributed::shard_range(batch_rows, world_.rank(), world_.size());
-    Batch batch = next_batch ? std::move(*next_batch) : batch_at(order, b);
-    next_batch.reset();
-    if (several_) gen_.set_batch_slice({batch_rows, rows.begin, rows.size()});
+    if (b == first) step_->stage(batch_at(order, b));  // an epoch's first batch: staged just before its step
     optimizer_->set_lr(schedule_.lr_at(step));
-    Tensor loss = train_step(batch, batch_rows, rows, order, b, next_batch);
-    int64_t batch_real_tokens = batch.real_tokens;
-    std::optional<double> whole_batch_loss;
-    if (several_) {  // the whole batch's loss and tokens, for the log; and any rank's signal
-      Tensor sums = from_vector(std::vector<double>{double(loss.item<float>()) * double(rows.size()),
-                                                    double(batch.real_tokens), double(StopSignals::received())});
-      world_.all_reduce(sums, distributed::ReduceOp::Sum);
-      std::vector<double> totals = sums.to_vector<double>();
-      whole_batch_loss = totals[0] / double(batch_rows);
-      batch_real_tokens = int64_t(totals[1]);
-      if (totals[2] > 0) agreed_signal_ = StopSignals::received() != 0 ? StopSignals::received() : SIGTERM;
-    }
+    const StepResult done = step_->run(loss_log_.defined() ? next_loss_slot() : Tensor());
+    // The lookahead: on one GPU, batch b + 1 goes up on the copy stream while step b runs.
+    if (b + 1 < steps_per_epoch_) step_->stage(batch_at(order, b + 1));
     ++step;
-    pending_.push_back({step, epoch + 1, optimizer_->lr(), loss, whole_batch_loss});
-
-    real_tokens += batch_real_tokens;
-    padded_tokens += batch_rows * batch.seq_len;
+    pending_.push_back({step, epoch + 1, optimizer_->lr(), done.loss, done.whole_batch_loss});
+    real_tokens += done.real_tokens;
+    padded_tokens += done.padded_tokens;
     // An epoch's last step is checkpointed after its evaluation (end_epoch), not here.
     const bool save_now = config_.save_every > 0 && step % config_.save_every == 0 && step % steps_per_epoch_ != 0;
     const bool stop_now = config_.stop_after > 0 && step >= config_.stop_after;
-    // On a GPU the losses are read on logging steps and before a save (on a CPU, and on several ranks,
-    // every step).
-    if (!device_.is_cuda() || several_ || (b + 1) % config_.log_every == 0 || b + 1 == steps_per_epoch_ || save_now ||
+    // On one GPU the losses are read on logging steps and before a save (on a CPU, and on several
+    // ranks, every step).
+    if (!loss_log_.defined() || (b + 1) % config_.log_every == 0 || b + 1 == steps_per_epoch_ || save_now ||
         stop_now) {
       read_losses();
       double elapsed = seconds_since(epoch_start);
@@ -363,43 +331,14 @@ bool TrainingRun::train_epoch(int64_t epoch) {
   return !stop;
 }
 
-// This rank's rows of the global batch b, padded as the whole batch is.
-Batch TrainingRun::batch_at(const std::vector<int64_t>& order, int64_t b) const {
-  const distributed::Range rows = distributed::shard_range(batcher_->rows_in(b), world_.rank(), world_.size());
+// This rank's rows of the global batch b, padded as the whole batch is; dropout draws by global
+// example (core/random.h, BatchSlice), so the ranks together compute one process's step.
+StepBatch TrainingRun::batch_at(const std::vector<int64_t>& order, int64_t b) const {
+  const int64_t batch_rows = batcher_->rows_in(b);
+  const distributed::Range rows = distributed::shard_range(batch_rows, world_.rank(), world_.size());
   Batch batch = batcher_->batch_rows(order, b, rows.begin, rows.size());
-  return pad_for_graph_ ? pad_for_graphs(batch, config_.model.max_len) : batch;
-}
-
-// One optimiser step on `batch` (batch b of the epoch's order); with the prefetcher, also sends
-// batch b + 1 (into next_batch) up while this step runs. Returns this process's loss.
-Tensor TrainingRun::train_step(const Batch& batch, int64_t batch_rows, const distributed::Range& rows,
-                               const std::vector<int64_t>& order, int64_t b, std::optional<Batch>& next_batch) {
-  Tensor loss;
-  if (prefetcher_) {
-    if (!prefetcher_->has_prefetched()) prefetcher_->prefetch(batch);  // an epoch's first: uploaded now
-    const DeviceBatch& inputs = prefetcher_->take();  // the step waits (on the GPU) for its upload
-    Tensor slot = next_loss_slot();
-    loss = graph_step_ ? graph_step_->run(inputs, slot) : gpu_step(*model_, *optimizer_, inputs, config_.clip);
-    if (loss.raw_data() != slot.raw_data()) slot.copy_(loss.detach().view({1}));  // (an eager step's loss)
-    loss = slot;
-    prefetcher_->release();
-    if (b + 1 < steps_per_epoch_) {  // the next batch, uploaded while this step runs
-      next_batch = batch_at(order, b + 1);
-      prefetcher_->prefetch(*next_batch);
-    }
-    return loss;
-  }
-  if (graph_step_) return graph_step_->run(batch);  // the inputs uploaded, then one graph launch (after each shape's first step)
-  BatchTensors t = to_tensors(batch, device_);
-  loss = cross_entropy(model_->forward(t.tokens, t.padding_mask), t.labels);
-  optimizer_->zero_grad();
-  // Each rank's mean weighs rows / batch_rows of the whole batch's; DataParallel averages (/ size).
-  if (several_) (loss * (double(rows.size()) * world_.size() / double(batch_rows))).backward();
-  else loss.backward();
-  dp_->synchronize_gradients();
-  if (config_.clip > 0 && !config_.zero) optim::clip_grad_norm_(model_->parameters(), config_.clip);  // the norm stays on the GPU
-  optimizer_->step();
-  return loss;
+  if (pad_for_graph_) batch = pad_for_graphs(batch, config_.model.max_len);
+  return {std::move(batch), batch_rows, rows.begin};
 }
 
 // The epoch's evaluation, its records (metrics.jsonl, the console), then the model and the checkpoint.
@@ -408,7 +347,7 @@ void TrainingRun::end_epoch(int64_t epoch, double train_seconds, int64_t real_to
   EpochResult er;
   er.epoch = epoch + 1;
   er.train_loss = state_.epoch_loss_sum / double(steps_per_epoch_);  // every step of the epoch, resumed or not
-  GraphEvaluator* graphs = eval_graphs_ ? &*eval_graphs_ : nullptr;
+  GraphEvaluator* graphs = step_->evaluator();
   er.test_accuracy = evaluate(*model_, data_.test_tokens, data_.test_labels, 64, &world_, graphs);
   if (!data_.validation_tokens.empty())
     er.validation_accuracy = evaluate(*model_, data_.validation_tokens, data_.validation_labels, 64, &world_, graphs);
