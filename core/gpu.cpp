@@ -141,32 +141,6 @@ Tensor argmax(const Tensor& x, int64_t dim) {
   return out;
 }
 
-// in is x with dim moved last (contiguous); the result is transposed back and made contiguous.
-Tensor softmax_forward(const Tensor& x, int64_t dim, bool log) {
-  Tensor in = last_dim_contiguous(x, dim);
-  Tensor y = Tensor::empty(in.shape(), x.dtype(), x.device());
-  const int64_t n = x.dim() == 0 ? 1 : x.shape()[size_t(dim)];
-  if (y.numel() > 0 && cuda::softmax_cudnn())
-    cuda::cudnn_softmax_forward(device_of(x), is_f64(x), in.raw_data(), y.raw_data(), y.numel() / n, n, log);
-  else if (y.numel() > 0)
-    cuda::softmax_forward(device_of(x), is_f64(x), in.raw_data(), y.raw_data(), y.numel() / n, n, log);
-  if (x.dim() > 0 && dim != x.dim() - 1) y = y.transpose(dim, -1).contiguous();
-  return y;
-}
-
-Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log) {
-  Tensor g = last_dim_contiguous(grad, dim), yt = last_dim_contiguous(y, dim);
-  Tensor dx = Tensor::empty(g.shape(), y.dtype(), y.device());
-  const int64_t n = y.dim() == 0 ? 1 : y.shape()[size_t(dim)];
-  if (dx.numel() > 0 && cuda::softmax_cudnn())
-    cuda::cudnn_softmax_backward(device_of(y), is_f64(y), g.raw_data(), yt.raw_data(), dx.raw_data(), dx.numel() / n, n,
-                                 log);
-  else if (dx.numel() > 0)
-    cuda::softmax_backward(device_of(y), is_f64(y), g.raw_data(), yt.raw_data(), dx.raw_data(), dx.numel() / n, n, log);
-  if (y.dim() > 0 && dim != y.dim() - 1) dx = dx.transpose(dim, -1).contiguous();
-  return dx;
-}
-
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                                int64_t count) {
   const int64_t N = logits.shape()[0], C = logits.shape()[1];

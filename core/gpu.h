@@ -39,10 +39,6 @@ void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, do
 Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind);
 Tensor argmax(const Tensor& x, int64_t dim);  // keepdim, int64
 
-// ---- Softmax over `dim`: contiguous results, like core/cpu/softmax.h
-Tensor softmax_forward(const Tensor& x, int64_t dim, bool log);
-Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log);
-
 // ---- Cross-entropy on contiguous logits [N, C] and int64 targets [N] (on the GPU); `count` rows counted.
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                                int64_t count);

@@ -71,4 +71,16 @@ EMBER_KERNEL(void, rms_norm_backward, (const On& on, const void* grad, const voi
                                        const void* weight, void* dx, void* dweight, int64_t rows, int64_t D,
                                        double* scratch))
 
+// ---- Softmax and log-softmax over the middle dim of contiguous [outer, n, inner] (core/ops/softmax.cpp;
+// CPU: core/cpu/softmax.cpp, GPU: cuda/row_kernels.cu, or cuDNN's (cuda/cudnn_softmax.cu) when
+// cuda::softmax_cudnn() is on). y = softmax(x) over n (log-softmax when `log`); the backward gives dx
+// from grad and the saved y: softmax dx = y * (g - sum(g * y)), log-softmax dx = g - e^y * sum(g).
+// `scratch` is softmax_scratch(on, outer, n, inner, backward) elements of the data's dtype (the GPU's
+// rows made contiguous when inner > 1: the operands moved to [outer, inner, n] and the result back).
+EMBER_KERNEL(int64_t, softmax_scratch, (const On& on, int64_t outer, int64_t n, int64_t inner, bool backward))
+EMBER_KERNEL(void, softmax_forward, (const On& on, const void* x, void* y, int64_t outer, int64_t n, int64_t inner,
+                                     bool log, void* scratch))
+EMBER_KERNEL(void, softmax_backward, (const On& on, const void* grad, const void* y, void* dx, int64_t outer,
+                                      int64_t n, int64_t inner, bool log, void* scratch))
+
 }  // namespace ember

@@ -12,6 +12,7 @@
 
 #include "core/cuda_ops.h"
 #include "core/kernels.h"
+#include "cuda/cudnn_softmax.h"
 #include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
@@ -286,11 +287,15 @@ __global__ void softmax_backward_warp_kernel(const T* grad, const T* y, T* dx, i
 
 }  // namespace
 
-void softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log) {
+namespace {
+
+// The rows [rows, n] (contiguous) through the own kernels above, or cuDNN's when softmax_cudnn() is on.
+void softmax_rows_forward(const On& on, const void* x, void* y, int64_t rows, int64_t n, bool log) {
   if (rows == 0 || n == 0) return;
-  cudaStream_t stream = use_device(device);
+  if (softmax_cudnn()) return cudnn_softmax_forward(on.device, on.float64(), x, y, rows, n, log);
+  cudaStream_t stream = use_device(on.device);
   if (n <= kWarpRowMax) {  // short rows: a warp each
-    dispatch_floating(float64, [&](auto tag) {
+    dispatch_floating(on.float64(), [&](auto tag) {
       using T = decltype(tag);
       softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
           static_cast<const T*>(x), static_cast<T*>(y), rows, n, log);
@@ -298,7 +303,7 @@ void softmax_forward(int device, bool float64, const void* x, void* y, int64_t r
     EMBER_CUDA_LAUNCHED("softmax_forward_warp_kernel");
     return;
   }
-  dispatch_floating(float64, [&](auto tag) {
+  dispatch_floating(on.float64(), [&](auto tag) {
     using T = decltype(tag);
     softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n,
                                                                      log);
@@ -306,12 +311,13 @@ void softmax_forward(int device, bool float64, const void* x, void* y, int64_t r
   EMBER_CUDA_LAUNCHED("softmax_forward_kernel");
 }
 
-void softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
-                      bool log) {
+void softmax_rows_backward(const On& on, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
+                           bool log) {
   if (rows == 0 || n == 0) return;
-  cudaStream_t stream = use_device(device);
+  if (softmax_cudnn()) return cudnn_softmax_backward(on.device, on.float64(), grad, y, dx, rows, n, log);
+  cudaStream_t stream = use_device(on.device);
   if (n <= kWarpRowMax) {  // short rows: a warp each
-    dispatch_floating(float64, [&](auto tag) {
+    dispatch_floating(on.float64(), [&](auto tag) {
       using T = decltype(tag);
       softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
           static_cast<const T*>(grad), static_cast<const T*>(y), static_cast<T*>(dx), rows, n, log);
@@ -319,12 +325,64 @@ void softmax_backward(int device, bool float64, const void* grad, const void* y,
     EMBER_CUDA_LAUNCHED("softmax_backward_warp_kernel");
     return;
   }
-  dispatch_floating(float64, [&](auto tag) {
+  dispatch_floating(on.float64(), [&](auto tag) {
     using T = decltype(tag);
     softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
         static_cast<const T*>(grad), static_cast<const T*>(y), static_cast<T*>(dx), n, log);
   });
   EMBER_CUDA_LAUNCHED("softmax_backward_kernel");
+}
+
+// Copies [outer, n, inner] (contiguous) to [outer, inner, n] (contiguous: rows of n) when `to_rows`, else
+// back: one copy kernel, as a transposed tensor's contiguous() is.
+void move_rows(const On& on, const void* src, void* dst, int64_t outer, int64_t n, int64_t inner, bool to_rows) {
+  Shape8 shape;
+  shape.ndim = 3;
+  shape.size[0] = outer, shape.size[1] = n, shape.size[2] = inner;
+  const int64_t spread[3] = {n * inner, inner, 1}, as_rows[3] = {inner * n, 1, n};
+  Operand from, to;
+  from.data = const_cast<void*>(src), from.dtype = on.dtype;
+  to.data = dst, to.dtype = on.dtype;
+  for (int d = 0; d < 3; ++d) {
+    from.stride[d] = to_rows ? spread[d] : as_rows[d];
+    to.stride[d] = to_rows ? as_rows[d] : spread[d];
+  }
+  copy(on.device, shape, to, from);
+}
+
+int64_t element_bytes(const On& on) { return on.float64() ? 8 : 4; }
+
+}  // namespace
+
+// inner > 1: the operands moved to rows (x; or grad and y) and the rows' result, each outer * n * inner.
+int64_t softmax_scratch(const On&, int64_t outer, int64_t n, int64_t inner, bool backward) {
+  return inner > 1 ? (backward ? 3 : 2) * outer * n * inner : 0;
+}
+
+void softmax_forward(const On& on, const void* x, void* y, int64_t outer, int64_t n, int64_t inner, bool log,
+                     void* scratch) {
+  const int64_t numel = outer * n * inner;
+  if (numel == 0) return;
+  if (inner == 1) return softmax_rows_forward(on, x, y, outer, n, log);
+  char* rows_in = static_cast<char*>(scratch);
+  char* rows_out = rows_in + numel * element_bytes(on);
+  move_rows(on, x, rows_in, outer, n, inner, true);
+  softmax_rows_forward(on, rows_in, rows_out, outer * inner, n, log);
+  move_rows(on, rows_out, y, outer, n, inner, false);
+}
+
+void softmax_backward(const On& on, const void* grad, const void* y, void* dx, int64_t outer, int64_t n,
+                      int64_t inner, bool log, void* scratch) {
+  const int64_t numel = outer * n * inner;
+  if (numel == 0) return;
+  if (inner == 1) return softmax_rows_backward(on, grad, y, dx, outer, n, log);
+  char* rows_grad = static_cast<char*>(scratch);
+  char* rows_y = rows_grad + numel * element_bytes(on);
+  char* rows_dx = rows_y + numel * element_bytes(on);
+  move_rows(on, grad, rows_grad, outer, n, inner, true);
+  move_rows(on, y, rows_y, outer, n, inner, true);
+  softmax_rows_backward(on, rows_grad, rows_y, rows_dx, outer * inner, n, log);
+  move_rows(on, rows_dx, dx, outer, n, inner, false);
 }
 
 // ---- Layer norm: forward, dx, then dweight and dbias by chunks of rows.
