@@ -122,7 +122,7 @@ EMBER_CUDA_ENTRY(void, dropout, (int device, int dtype, const void* in, void* ou
 EMBER_CUDA_ENTRY(void, random_fill, (int device, bool float64, void* data, int64_t n, bool normal, uint64_t seed,
                                      uint64_t first, double a, double b))
 
-// ---- Rows: reductions, cross-entropy (cuda/row_kernels.cu; the normalisations and softmax are in core/kernels.h)
+// ---- Rows: reductions (cuda/row_kernels.cu; the normalisations, softmax and cross-entropy are in core/kernels.h)
 // Every kernel here gives each row to one block and combines in a fixed order: deterministic.
 enum ReduceKind : int { kSum = 0, kMax = 1 };
 // out[r] = reduce(in[r, 0..n)), in contiguous [rows, n] of `dtype` (float32/float64/int32/int64).
@@ -135,16 +135,6 @@ EMBER_CUDA_ENTRY(void, argmax_rows, (int device, int dtype, const void* in, int6
 EMBER_CUDA_DEFAULT(bool, cudnn_available, (), { return false; })  // built with cuDNN
 EMBER_CUDA_DEFAULT(void, set_softmax_cudnn, (bool on), { if (on) no_cuda_backend("set_softmax_cudnn"); })
 EMBER_CUDA_DEFAULT(bool, softmax_cudnn, (), { return false; })
-// Per row: row_max, sum_exp (the logits' type) and the row's loss (double; 0 for ignored rows).
-// Backward: dlogits = (softmax - onehot) * grad[0] / count (grad: the loss's gradient, on the GPU;
-// all zeros when count is 0), 0 on ignored rows.
-EMBER_CUDA_ENTRY(void, cross_entropy_forward, (int device, bool float64, const void* logits, const int64_t* targets,
-                                               int64_t N, int64_t C, int64_t ignore_index, void* row_max,
-                                               void* sum_exp, double* row_loss))
-EMBER_CUDA_ENTRY(void, cross_entropy_backward, (int device, bool float64, const void* logits,
-                                                const int64_t* targets, const void* row_max, const void* sum_exp,
-                                                void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
-                                                const double* grad, int64_t count))
 
 // ---- Fused attention (cuda/attention_kernels.cu: tiled, FlashAttention-2 style), the layout of
 // core/cpu/attention.h: qkv contiguous [B, T, 3 D], key_padding_mask bool [B, T] or null, out [B, T, D];

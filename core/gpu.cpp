@@ -141,39 +141,6 @@ Tensor argmax(const Tensor& x, int64_t dim) {
   return out;
 }
 
-CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                                               int64_t count) {
-  const int64_t N = logits.shape()[0], C = logits.shape()[1];
-  const Device device = logits.device();
-  CrossEntropyForward f;
-  f.row_max = Tensor::empty({N}, logits.dtype(), device);
-  f.sum_exp = Tensor::empty({N}, logits.dtype(), device);
-  f.count = count;
-  Tensor row_loss = Tensor::empty({N}, Dtype::Float64, device);
-  cuda::cross_entropy_forward(device_of(logits), is_f64(logits), logits.raw_data(), targets.data<int64_t>(), N, C,
-                              ignore_index, f.row_max.raw_data(), f.sum_exp.raw_data(), row_loss.data<double>());
-  // The mean in double (one block, fixed order), then rounded once to the logits' dtype.
-  Tensor total = Tensor::empty({}, Dtype::Float64, device);
-  if (N > 0) cuda::reduce_rows(device_of(logits), cuda::kFloat64, cuda::kSum, row_loss.raw_data(), total.raw_data(), 1, N);
-  else fill(total, 0.0);
-  if (count > 0) scale(total, 1.0 / double(count));
-  else fill(total, 0.0);
-  f.loss = Tensor::empty({}, logits.dtype(), device);
-  copy(total, f.loss);
-  return f;
-}
-
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyForward& saved,
-                              int64_t ignore_index, const Tensor& grad) {
-  const int64_t N = logits.shape()[0], C = logits.shape()[1];
-  Tensor dx = Tensor::empty({N, C}, logits.dtype(), logits.device());
-  Tensor g = grad.to(Dtype::Float64).contiguous();  // on the GPU: a kernel, no wait
-  cuda::cross_entropy_backward(device_of(logits), is_f64(logits), logits.raw_data(), targets.data<int64_t>(),
-                               saved.row_max.raw_data(), saved.sum_exp.raw_data(), dx.raw_data(), N, C, ignore_index,
-                               g.data<double>(), saved.count);
-  return dx;
-}
-
 Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, const Shape& out_shape) {
   const int64_t D = weight.shape()[1];
   Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());

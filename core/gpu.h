@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/cuda_ops.h"
-#include "core/kernel_results.h"
 #include "core/tensor.h"
 
 namespace ember::gpu {
@@ -38,13 +37,6 @@ void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, do
 // ---- Reductions: the result keeps the reduced dims as size 1 (like cpu::reduce)
 Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind);
 Tensor argmax(const Tensor& x, int64_t dim);  // keepdim, int64
-
-// ---- Cross-entropy on contiguous logits [N, C] and int64 targets [N] (on the GPU); `count` rows counted.
-CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                                               int64_t count);
-// dlogits scaled by grad / saved.count, grad the loss's incoming gradient (a scalar, read on the GPU).
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyForward& saved,
-                              int64_t ignore_index, const Tensor& grad);
 
 // ---- Embedding: ids already checked on the host (`ids` is their host copy, row-major)
 Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, const Shape& out_shape);

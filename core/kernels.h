@@ -83,4 +83,20 @@ EMBER_KERNEL(void, softmax_forward, (const On& on, const void* x, void* y, int64
 EMBER_KERNEL(void, softmax_backward, (const On& on, const void* grad, const void* y, void* dx, int64_t outer,
                                       int64_t n, int64_t inner, bool log, void* scratch))
 
+// ---- Cross-entropy of contiguous logits [N, C] and int64 targets [N] (core/ops/cross_entropy.cpp;
+// CPU: core/cpu/cross_entropy.cpp, GPU: cuda/row_kernels.cu), `count` rows counted (those whose target
+// is not ignore_index). Forward: per row the max m and s = sum(e^(x - m)) (the logits' type; 0 and 1
+// on ignored rows), and loss (0-d, the logits' type) = the mean over counted rows of
+// log(s) - (x[target] - m), 0 when count is 0; `scratch` is cross_entropy_scratch(on, N) doubles (the
+// rows' losses, summed in a fixed order on each device). Backward: dlogits = (softmax - onehot) *
+// grad[0] / count (grad: the loss's gradient as a float64 scalar on the device; all zeros when count
+// is 0), 0 on ignored rows.
+EMBER_KERNEL(int64_t, cross_entropy_scratch, (const On& on, int64_t N))
+EMBER_KERNEL(void, cross_entropy_forward, (const On& on, const void* logits, const int64_t* targets, int64_t N,
+                                           int64_t C, int64_t ignore_index, int64_t count, void* row_max,
+                                           void* sum_exp, void* loss, double* scratch))
+EMBER_KERNEL(void, cross_entropy_backward, (const On& on, const void* logits, const int64_t* targets,
+                                            const void* row_max, const void* sum_exp, void* dlogits, int64_t N,
+                                            int64_t C, int64_t ignore_index, const double* grad, int64_t count))
+
 }  // namespace ember

@@ -692,10 +692,13 @@ __global__ void cross_entropy_backward_warp_kernel(const T* logits, const int64_
 
 }  // namespace
 
-void cross_entropy_forward(int device, bool float64, const void* logits, const int64_t* targets, int64_t N, int64_t C,
-                           int64_t ignore_index, void* row_max, void* sum_exp, double* row_loss) {
+namespace {
+
+void cross_entropy_rows(const On& on, const void* logits, const int64_t* targets, int64_t N, int64_t C,
+                        int64_t ignore_index, void* row_max, void* sum_exp, double* row_loss) {
   if (N == 0) return;
-  cudaStream_t stream = use_device(device);
+  cudaStream_t stream = use_device(on.device);
+  const bool float64 = on.float64();
   if (C <= kWarpRowMax) {  // short rows (the classifier's 2 classes): a warp each
     dispatch_floating(float64, [&](auto tag) {
       using T = decltype(tag);
@@ -715,11 +718,40 @@ void cross_entropy_forward(int device, bool float64, const void* logits, const i
   EMBER_CUDA_LAUNCHED("cross_entropy_forward_kernel");
 }
 
-void cross_entropy_backward(int device, bool float64, const void* logits, const int64_t* targets, const void* row_max,
+// A 0-d operand at p of `dtype`, for the element-wise kernels of core/cuda_ops.h.
+Operand scalar_operand(void* p, int dtype) {
+  Operand o;
+  o.data = p, o.dtype = dtype;
+  return o;
+}
+
+}  // namespace
+
+// The rows' losses [N], then their total (one double).
+int64_t cross_entropy_scratch(const On&, int64_t N) { return N + 1; }
+
+void cross_entropy_forward(const On& on, const void* logits, const int64_t* targets, int64_t N, int64_t C,
+                           int64_t ignore_index, int64_t count, void* row_max, void* sum_exp, void* loss,
+                           double* scratch) {
+  double* row_loss = scratch;
+  double* total = scratch + N;
+  cross_entropy_rows(on, logits, targets, N, C, ignore_index, row_max, sum_exp, row_loss);
+  // The mean in double (one block, fixed order), then rounded once to the logits' dtype.
+  const Shape8 scalar;  // 0-d
+  const Operand total_op = scalar_operand(total, kFloat64);
+  if (N > 0) reduce_rows(on.device, kFloat64, kSum, row_loss, total, 1, N);
+  else fill(on.device, scalar, total_op, 0.0);
+  if (count > 0) scale(on.device, scalar, total_op, 1.0 / double(count));
+  else fill(on.device, scalar, total_op, 0.0);
+  copy(on.device, scalar, scalar_operand(loss, on.dtype), total_op);
+}
+
+void cross_entropy_backward(const On& on, const void* logits, const int64_t* targets, const void* row_max,
                             const void* sum_exp, void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
                             const double* grad, int64_t count) {
   if (N * C == 0) return;
-  cudaStream_t stream = use_device(device);
+  cudaStream_t stream = use_device(on.device);
+  const bool float64 = on.float64();
   if (C <= kWarpRowMax) {
     dispatch_floating(float64, [&](auto tag) {
       using T = decltype(tag);
