@@ -122,16 +122,9 @@ EMBER_CUDA_ENTRY(void, dropout, (int device, int dtype, const void* in, void* ou
 EMBER_CUDA_ENTRY(void, random_fill, (int device, bool float64, void* data, int64_t n, bool normal, uint64_t seed,
                                      uint64_t first, double a, double b))
 
-// ---- Rows: reductions (cuda/row_kernels.cu; the normalisations, softmax and cross-entropy are in core/kernels.h)
-// Every kernel here gives each row to one block and combines in a fixed order: deterministic.
-enum ReduceKind : int { kSum = 0, kMax = 1 };
-// out[r] = reduce(in[r, 0..n)), in contiguous [rows, n] of `dtype` (float32/float64/int32/int64).
-EMBER_CUDA_ENTRY(void, reduce_rows, (int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows,
-                                     int64_t n))
-// out[r] = the first index of the largest in[r, :] (int64).
-EMBER_CUDA_ENTRY(void, argmax_rows, (int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n))
-// Softmax's kernels are in core/kernels.h; they run through cuDNN (cuda/cudnn_softmax.cu) instead of
-// their own row kernels when softmax_cudnn() is on (set_softmax_cudnn(true), or EMBER_SOFTMAX=cudnn).
+// ---- Softmax through cuDNN. The row kernels (reductions, softmax, the normalisations, cross-entropy)
+// are in core/kernels.h; softmax's run through cuDNN (cuda/cudnn_softmax.cu) instead of their own row
+// kernels when softmax_cudnn() is on (set_softmax_cudnn(true), or EMBER_SOFTMAX=cudnn).
 EMBER_CUDA_DEFAULT(bool, cudnn_available, (), { return false; })  // built with cuDNN
 EMBER_CUDA_DEFAULT(void, set_softmax_cudnn, (bool on), { if (on) no_cuda_backend("set_softmax_cudnn"); })
 EMBER_CUDA_DEFAULT(bool, softmax_cudnn, (), { return false; })

@@ -29,13 +29,6 @@ int scalar_type(Dtype dtype, const char* op) {
 int device_of(const Tensor& t) { return t.device().index; }
 bool is_f64(const Tensor& t) { return t.dtype() == Dtype::Float64; }
 
-// x with `dim` moved last, as a contiguous tensor (detached: this is kernel plumbing, not a graph).
-Tensor last_dim_contiguous(const Tensor& x, int64_t dim) {
-  Tensor t = x.detach();
-  if (dim != x.dim() - 1) t = t.transpose(dim, -1);
-  return t.contiguous();
-}
-
 Tensor upload(const std::vector<int64_t>& values, Device device) {
   if (values.empty()) return Tensor::empty({0}, Dtype::Int64, device);
   return from_vector(values, {int64_t(values.size())}).to(device);
@@ -102,43 +95,6 @@ Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t thr
 
 void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b) {
   cuda::random_fill(device_of(t), is_f64(t), t.raw_data(), t.numel(), normal, seed, first, a, b);
-}
-
-Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind) {
-  const char* op = kind == cuda::kSum ? "sum" : "max";
-  // Kept dims first (in order), reduced dims last: the result is [outer] laid out like keepdim.
-  std::vector<int64_t> order;
-  Shape keep_shape = x.shape();
-  int64_t R = 1;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (!std::binary_search(dims.begin(), dims.end(), d)) order.push_back(d);
-  for (int64_t d : dims) {
-    order.push_back(d);
-    R *= x.shape()[size_t(d)];
-    keep_shape[size_t(d)] = 1;
-  }
-  Tensor y = Tensor::empty(keep_shape, x.dtype(), x.device());
-  const int64_t outer = y.numel();
-  if (outer == 0) return y;
-  if (R == 0) {  // a sum (the op refuses the max over an empty dim)
-    fill(y, 0.0);
-    return y;
-  }
-  Tensor in = x.detach().permute(order).contiguous();
-  cuda::reduce_rows(device_of(x), scalar_type(x.dtype(), op), kind, in.raw_data(), y.raw_data(), outer, R);
-  return y;
-}
-
-Tensor argmax(const Tensor& x, int64_t dim) {
-  Shape keep_shape = x.shape();
-  const int64_t n = x.shape()[size_t(dim)];
-  keep_shape[size_t(dim)] = 1;
-  Tensor in = last_dim_contiguous(x, dim);
-  Tensor out = Tensor::empty(keep_shape, Dtype::Int64, x.device());
-  if (out.numel() == 0) return out;
-  // Rows of `in` follow x's other dims in order, dim itself last: the same order as keep_shape.
-  cuda::argmax_rows(device_of(x), scalar_type(x.dtype(), "argmax"), in.raw_data(), out.data<int64_t>(), out.numel(), n);
-  return out;
 }
 
 Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, const Shape& out_shape) {

@@ -34,10 +34,6 @@ Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t thr
 // t (contiguous, floating) = element i of a uniform [a, b) or normal (mean a, std b) draw from `first`.
 void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b);
 
-// ---- Reductions: the result keeps the reduced dims as size 1 (like cpu::reduce)
-Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind);
-Tensor argmax(const Tensor& x, int64_t dim);  // keepdim, int64
-
 // ---- Embedding: ids already checked on the host (`ids` is their host copy, row-major)
 Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, const Shape& out_shape);
 // dweight [V, D] from grad [n, D] (contiguous): the buckets of ids by row, as the CPU builds them.

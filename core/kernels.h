@@ -99,4 +99,17 @@ EMBER_KERNEL(void, cross_entropy_backward, (const On& on, const void* logits, co
                                             const void* row_max, const void* sum_exp, void* dlogits, int64_t N,
                                             int64_t C, int64_t ignore_index, const double* grad, int64_t count))
 
+// ---- Reductions over the middle dim of contiguous [outer, R, inner] (core/ops/reduce.cpp; CPU:
+// core/cpu/reduce.cpp, GPU: cuda/row_kernels.cu): out [outer, inner] = the sum or the max over R
+// (each output summed by one thread / block in a fixed order; the GPU sums floating rows in double);
+// argmax: out (int64) = the first index of the largest over n. `scratch` is reduce_scratch(on,
+// outer, R, inner) elements of x's dtype (the GPU's rows made contiguous when inner > 1: moved to
+// [outer, inner, R]). The CPU takes float32 and float64; the GPU int32 and int64 too.
+enum class ReduceKind : int { Sum = 0, Max = 1 };
+EMBER_KERNEL(int64_t, reduce_scratch, (const On& on, int64_t outer, int64_t R, int64_t inner))
+EMBER_KERNEL(void, reduce, (const On& on, ReduceKind kind, const void* x, void* out, int64_t outer, int64_t R,
+                            int64_t inner, void* scratch))
+EMBER_KERNEL(void, argmax, (const On& on, const void* x, int64_t* out, int64_t outer, int64_t n, int64_t inner,
+                            void* scratch))
+
 }  // namespace ember

@@ -106,7 +106,28 @@ unsigned grid_rows(int64_t rows) {
   return unsigned(rows);
 }
 
+// Copies [outer, n, inner] (contiguous) to [outer, inner, n] (contiguous: rows of n) when `to_rows`, else
+// back: one copy kernel, as a transposed tensor's contiguous() is.
+void move_rows(const On& on, const void* src, void* dst, int64_t outer, int64_t n, int64_t inner, bool to_rows) {
+  Shape8 shape;
+  shape.ndim = 3;
+  shape.size[0] = outer, shape.size[1] = n, shape.size[2] = inner;
+  const int64_t spread[3] = {n * inner, inner, 1}, as_rows[3] = {inner * n, 1, n};
+  Operand from, to;
+  from.data = const_cast<void*>(src), from.dtype = on.dtype;
+  to.data = dst, to.dtype = on.dtype;
+  for (int d = 0; d < 3; ++d) {
+    from.stride[d] = to_rows ? spread[d] : as_rows[d];
+    to.stride[d] = to_rows ? as_rows[d] : spread[d];
+  }
+  copy(on.device, shape, to, from);
+}
+
+// Bytes per element of on.dtype (float32, float64, int32, int64).
+int64_t element_bytes(const On& on) { return on.dtype == kFloat64 || on.dtype == kInt64 ? 8 : 4; }
+
 // ---- Reductions: sum / max and argmax of each row.
+constexpr int kSum = int(ReduceKind::Sum), kMax = int(ReduceKind::Max);
 
 // out[r] = sum (accumulated in double, int64 for integers) or max of in[r, :]: one block per row, a
 // fixed tree (block_reduce).
@@ -177,9 +198,8 @@ __global__ void reduce_warp_kernel(const T* in, T* out, int64_t rows, int64_t n,
   }
 }
 
-}  // namespace
-
-void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows, int64_t n) {
+// out[r] = the sum or max (kind: kSum, kMax) of in[r, 0..n), in contiguous [rows, n] of `dtype`.
+void reduce_rows(int device, int dtype, int kind, const void* in, void* out, int64_t rows, int64_t n) {
   if (rows == 0) return;
   if (n == 0 && kind == kMax) raise_message("max: cannot reduce an empty dim");
   cudaStream_t stream = use_device(device);
@@ -188,7 +208,7 @@ void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* o
     dispatch<float, double, int32_t, int64_t>(dtype, "sum / max: unsupported dtype on CUDA", [&](auto tag) {
       using T = decltype(tag);
       reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), rows, n,
-                                                          int(kind));
+                                                          kind);
     });
     EMBER_CUDA_LAUNCHED("reduce_warp_kernel");
     return;
@@ -196,11 +216,12 @@ void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* o
   unsigned grid = grid_rows(rows);
   dispatch<float, double, int32_t, int64_t>(dtype, "sum / max: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
-    reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n, int(kind));
+    reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n, kind);
   });
   EMBER_CUDA_LAUNCHED("reduce_kernel");
 }
 
+// out[r] = the first index of the largest in[r, :] (int64).
 void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n) {
   if (rows == 0) return;
   if (n == 0) raise_message("argmax: cannot reduce an empty dim");
@@ -211,6 +232,38 @@ void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t ro
     argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(in), out, n);
   });
   EMBER_CUDA_LAUNCHED("argmax_kernel");
+}
+
+}  // namespace
+
+// inner > 1: x moved to rows [outer, inner, R].
+int64_t reduce_scratch(const On&, int64_t outer, int64_t R, int64_t inner) { return inner > 1 ? outer * R * inner : 0; }
+
+void reduce(const On& on, ReduceKind kind, const void* x, void* out, int64_t outer, int64_t R, int64_t inner,
+            void* scratch) {
+  if (outer * inner == 0) return;
+  if (R == 0) {  // a sum (the op refuses the max over an empty dim)
+    Shape8 shape;
+    shape.ndim = 1;
+    shape.size[0] = outer * inner;
+    Operand o;
+    o.data = out, o.dtype = on.dtype, o.stride[0] = 1;
+    return fill(on.device, shape, o, 0.0);
+  }
+  if (inner > 1) {
+    move_rows(on, x, scratch, outer, R, inner, true);
+    x = scratch;
+  }
+  reduce_rows(on.device, on.dtype, int(kind), x, out, outer * inner, R);
+}
+
+void argmax(const On& on, const void* x, int64_t* out, int64_t outer, int64_t n, int64_t inner, void* scratch) {
+  if (outer * inner == 0) return;
+  if (inner > 1) {
+    move_rows(on, x, scratch, outer, n, inner, true);
+    x = scratch;
+  }
+  argmax_rows(on.device, on.dtype, x, out, outer * inner, n);
 }
 
 // ---- Softmax and log-softmax.
@@ -285,10 +338,6 @@ __global__ void softmax_backward_warp_kernel(const T* grad, const T* y, T* dx, i
   }
 }
 
-}  // namespace
-
-namespace {
-
 // The rows [rows, n] (contiguous) through the own kernels above, or cuDNN's when softmax_cudnn() is on.
 void softmax_rows_forward(const On& on, const void* x, void* y, int64_t rows, int64_t n, bool log) {
   if (rows == 0 || n == 0) return;
@@ -332,25 +381,6 @@ void softmax_rows_backward(const On& on, const void* grad, const void* y, void* 
   });
   EMBER_CUDA_LAUNCHED("softmax_backward_kernel");
 }
-
-// Copies [outer, n, inner] (contiguous) to [outer, inner, n] (contiguous: rows of n) when `to_rows`, else
-// back: one copy kernel, as a transposed tensor's contiguous() is.
-void move_rows(const On& on, const void* src, void* dst, int64_t outer, int64_t n, int64_t inner, bool to_rows) {
-  Shape8 shape;
-  shape.ndim = 3;
-  shape.size[0] = outer, shape.size[1] = n, shape.size[2] = inner;
-  const int64_t spread[3] = {n * inner, inner, 1}, as_rows[3] = {inner * n, 1, n};
-  Operand from, to;
-  from.data = const_cast<void*>(src), from.dtype = on.dtype;
-  to.data = dst, to.dtype = on.dtype;
-  for (int d = 0; d < 3; ++d) {
-    from.stride[d] = to_rows ? spread[d] : as_rows[d];
-    to.stride[d] = to_rows ? as_rows[d] : spread[d];
-  }
-  copy(on.device, shape, to, from);
-}
-
-int64_t element_bytes(const On& on) { return on.float64() ? 8 : 4; }
 
 }  // namespace
 
