@@ -174,17 +174,6 @@ EMBER_CUDA_ENTRY(void, attention_backward_bf16, (int device, int dtype, const vo
                                                  int64_t D, bool causal, const void* out, const void* grad_out,
                                                  const double* lse, double* delta, void* grad_qkv))
 
-// ---- Embedding (cuda/embedding_kernels.cu)
-// out[i, :] = weight[ids[i], :] (weight strides in elements), n ids, D columns.
-EMBER_CUDA_ENTRY(void, embedding_forward, (int device, bool float64, const void* weight, int64_t w_rs, int64_t w_cs,
-                                           const int64_t* ids, int64_t n, int64_t D, void* out))
-// dweight[rows[k], :] += sum over p in [starts[k], starts[k+1]) of grad[positions[p], :], in order of p:
-// one block per distinct row, no atomics, the same order of additions as the CPU. With `count`
-// (device memory, for a CUDA graph's step) only the first *count of the nrows rows are added.
-EMBER_CUDA_ENTRY(void, embedding_backward, (int device, bool float64, const void* grad, const int64_t* rows,
-                                            const int64_t* starts, const int64_t* positions, int64_t nrows,
-                                            int64_t D, void* dweight, const int64_t* count))
-
 // ---- GEMM through cuBLAS (cuda/blas.cu), row-major like the CPU's cpu::gemm:
 // C[b] (M x N, row stride ldc) = A[b] (M x K) @ B[b] (K x N) + beta * C[b] for b < batch, where
 // A(i, k) = A[b * a_bs + i * a_rs + k * a_cs] (one of a_rs, a_cs must be 1; same for B).

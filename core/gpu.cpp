@@ -29,11 +29,6 @@ int scalar_type(Dtype dtype, const char* op) {
 int device_of(const Tensor& t) { return t.device().index; }
 bool is_f64(const Tensor& t) { return t.dtype() == Dtype::Float64; }
 
-Tensor upload(const std::vector<int64_t>& values, Device device) {
-  if (values.empty()) return Tensor::empty({0}, Dtype::Int64, device);
-  return from_vector(values, {int64_t(values.size())}).to(device);
-}
-
 }  // namespace
 
 // The output shape as the kernels take it (at most 8 dims).
@@ -95,41 +90,6 @@ Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t thr
 
 void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b) {
   cuda::random_fill(device_of(t), is_f64(t), t.raw_data(), t.numel(), normal, seed, first, a, b);
-}
-
-Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, const Shape& out_shape) {
-  const int64_t D = weight.shape()[1];
-  Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
-  Tensor ids_gpu = upload(ids, weight.device());
-  cuda::embedding_forward(device_of(weight), is_f64(weight), weight.raw_data(), weight.strides()[0],
-                          weight.strides()[1], ids_gpu.data<int64_t>(), int64_t(ids.size()), D, out.raw_data());
-  return out;
-}
-
-Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const std::vector<int64_t>& rows,
-                          const std::vector<int64_t>& starts, const std::vector<int64_t>& positions) {
-  Tensor dweight = zeros({V, D}, grad.dtype(), grad.device());
-  if (rows.empty()) return dweight;
-  Tensor r = upload(rows, grad.device()), s = upload(starts, grad.device()), p = upload(positions, grad.device());
-  cuda::embedding_backward(device_of(grad), is_f64(grad), grad.raw_data(), r.data<int64_t>(), s.data<int64_t>(),
-                           p.data<int64_t>(), int64_t(rows.size()), D, dweight.raw_data(), nullptr);
-  return dweight;
-}
-
-Tensor embedding_forward(const Tensor& weight, const Tensor& ids, const Shape& out_shape) {
-  Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
-  cuda::embedding_forward(device_of(weight), is_f64(weight), weight.raw_data(), weight.strides()[0],
-                          weight.strides()[1], ids.data<int64_t>(), ids.numel(), weight.shape()[1], out.raw_data());
-  return out;
-}
-
-Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const Tensor& buckets, int64_t n) {
-  Tensor dweight = zeros({V, D}, grad.dtype(), grad.device());
-  if (n == 0) return dweight;
-  const int64_t* b = buckets.data<int64_t>();  // count, rows [n], starts [n + 1], positions [n]
-  cuda::embedding_backward(device_of(grad), is_f64(grad), grad.raw_data(), b + 1, b + 1 + n, b + 2 + 2 * n, n, D,
-                           dweight.raw_data(), b);
-  return dweight;
 }
 
 bool gemm_readable(const Tensor& x) {

@@ -34,15 +34,6 @@ Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t thr
 // t (contiguous, floating) = element i of a uniform [a, b) or normal (mean a, std b) draw from `first`.
 void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b);
 
-// ---- Embedding: ids already checked on the host (`ids` is their host copy, row-major)
-Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, const Shape& out_shape);
-// dweight [V, D] from grad [n, D] (contiguous): the buckets of ids by row, as the CPU builds them.
-Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const std::vector<int64_t>& rows,
-                          const std::vector<int64_t>& starts, const std::vector<int64_t>& positions);
-// The same with ids and buckets already on the GPU (DeviceIds of core/ops.h: n ids).
-Tensor embedding_forward(const Tensor& weight, const Tensor& ids, const Shape& out_shape);
-Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const Tensor& buckets, int64_t n);
-
 // ---- GEMM (cuBLAS), row-major, strides in elements; see core/cuda_ops.h
 template <typename T>
 void gemm(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_bs, int64_t a_rs,

@@ -112,4 +112,17 @@ EMBER_KERNEL(void, reduce, (const On& on, ReduceKind kind, const void* x, void* 
 EMBER_KERNEL(void, argmax, (const On& on, const void* x, int64_t* out, int64_t outer, int64_t n, int64_t inner,
                             void* scratch))
 
+// ---- Embedding (core/ops/embedding.cpp; CPU: core/cpu/embedding.cpp, GPU: cuda/embedding_kernels.cu).
+// Forward: out[i, :] = weight[ids[i], :] (weight [V, D] read through its strides, in elements), n ids
+// (int64, on the device), out contiguous [n, D]. Backward: dweight[rows[k], :] += the sum over p in
+// [starts[k], starts[k+1]) of grad[positions[p], :], in order of p (the buckets of the ids by row,
+// core/ops/embedding.cpp's bucket_by_row): each row by one thread / block, no atomics, the same order
+// of additions on every device. With `count` (device memory, for a CUDA graph's step) only the first
+// *count of the nrows rows are added.
+EMBER_KERNEL(void, embedding_forward, (const On& on, const void* weight, int64_t w_rs, int64_t w_cs,
+                                       const int64_t* ids, int64_t n, int64_t D, void* out))
+EMBER_KERNEL(void, embedding_backward, (const On& on, const void* grad, const int64_t* rows, const int64_t* starts,
+                                        const int64_t* positions, int64_t nrows, int64_t D, void* dweight,
+                                        const int64_t* count))
+
 }  // namespace ember
