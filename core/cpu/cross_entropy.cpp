@@ -25,14 +25,14 @@ constexpr int64_t kGrainElements = 32768;  // about this many elements per paral
 int64_t cross_entropy_scratch(const On&, int64_t N) { return (N + kRowsPerChunk - 1) / kRowsPerChunk; }
 
 void cross_entropy_forward(const On& on, const void* logits, const int64_t* t, int64_t N, int64_t C,
-                           int64_t ignore_index, int64_t count, void* row_max, void* sum_exp, void* loss,
+                           int64_t ignore_index, int64_t count, void* row_maxes, void* row_sums, void* loss,
                            double* partial) {
   const int64_t chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
   dispatch_floating(Dtype(on.dtype), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(logits);
-    T* maxes = static_cast<T*>(row_max);
-    T* sums = static_cast<T*>(sum_exp);
+    T* maxes = static_cast<T*>(row_maxes);
+    T* sums = static_cast<T*>(row_sums);
     int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(kRowsPerChunk * C, 1));
     parallel_for(0, chunks, grain, [&](int64_t b, int64_t e) {
       for (int64_t c = b; c < e; ++c) {
@@ -59,15 +59,15 @@ void cross_entropy_forward(const On& on, const void* logits, const int64_t* t, i
   });
 }
 
-void cross_entropy_backward(const On& on, const void* logits, const int64_t* t, const void* row_max,
-                            const void* sum_exp, void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
+void cross_entropy_backward(const On& on, const void* logits, const int64_t* t, const void* row_maxes,
+                            const void* row_sums, void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
                             const double* grad, int64_t count) {
   const double scale = count > 0 ? grad[0] / double(count) : 0.0;
   dispatch_floating(Dtype(on.dtype), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(logits);
-    const T* maxes = static_cast<const T*>(row_max);
-    const T* sums = static_cast<const T*>(sum_exp);
+    const T* maxes = static_cast<const T*>(row_maxes);
+    const T* sums = static_cast<const T*>(row_sums);
     T* d = static_cast<T*>(dlogits);
     const T s = T(scale);
     parallel_for(0, N, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
