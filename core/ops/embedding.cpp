@@ -10,6 +10,7 @@
 // there, and neither the forward nor the backward makes the host wait for the GPU (the ids and
 // buckets are uploaded through pinned staging). Ids on the GPU are read back first, which waits.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
