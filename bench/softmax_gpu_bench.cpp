@@ -1,4 +1,5 @@
-// The framework's own softmax kernel (cuda/row_kernels.cu) against cuDNN's (cuda/cudnn_softmax.cu)
+// The framework's own softmax kernel (cuda/row_kernels.cu) against cuDNN's (cuda/cudnn_softmax.cu; the
+// kernel of core/kernels.h takes it when set_softmax_cudnn(true))
 // on the GPU, forward and backward, on the shapes of the IMDb recipe's attention scores
 // ([batch * heads * T, T]) and a wide classifier-like row. Prints one line per shape with the
 // median time of each and the largest difference between their outputs.
@@ -18,6 +19,7 @@
 
 #include "core/cuda_ops.h"
 #include "core/gpu.h"
+#include "core/kernels.h"
 #include "core/ops.h"
 
 using namespace ember;
@@ -96,18 +98,21 @@ int main(int argc, char** argv) {
     Tensor g = uniform({s.rows, s.n}, -1, 1, gen).to(device);
     Tensor y_own = Tensor::empty({s.rows, s.n}, Dtype::Float32, device), y_dnn = y_own.clone();
     Tensor dx_own = y_own.clone(), dx_dnn = y_own.clone();
-    double f_own = time_ms(reps, device, [&] {
-      cuda::softmax_forward(0, false, x.raw_data(), y_own.raw_data(), s.rows, s.n, false);
-    });
-    double f_dnn = time_ms(reps, device, [&] {
-      cuda::cudnn_softmax_forward(0, false, x.raw_data(), y_dnn.raw_data(), s.rows, s.n, false);
-    });
-    double b_own = time_ms(reps, device, [&] {
-      cuda::softmax_backward(0, false, g.raw_data(), y_own.raw_data(), dx_own.raw_data(), s.rows, s.n, false);
-    });
-    double b_dnn = time_ms(reps, device, [&] {
-      cuda::cudnn_softmax_backward(0, false, g.raw_data(), y_dnn.raw_data(), dx_dnn.raw_data(), s.rows, s.n, false);
-    });
+    // The softmax kernel of core/kernels.h on the GPU, its own row kernels or cuDNN's by the switch.
+    const On on{0, int(Dtype::Float32)};
+    auto forward = [&](const Tensor& y) {
+      cuda::softmax_forward(on, x.raw_data(), y.raw_data(), s.rows, s.n, 1, false, nullptr);
+    };
+    auto backward = [&](const Tensor& y, const Tensor& dx) {
+      cuda::softmax_backward(on, g.raw_data(), y.raw_data(), dx.raw_data(), s.rows, s.n, 1, false, nullptr);
+    };
+    cuda::set_softmax_cudnn(false);
+    double f_own = time_ms(reps, device, [&] { forward(y_own); });
+    double b_own = time_ms(reps, device, [&] { backward(y_own, dx_own); });
+    cuda::set_softmax_cudnn(true);
+    double f_dnn = time_ms(reps, device, [&] { forward(y_dnn); });
+    double b_dnn = time_ms(reps, device, [&] { backward(y_dnn, dx_dnn); });
+    cuda::set_softmax_cudnn(false);
     fmt::print("{:<40} {:>12.4f} {:>12.4f} {:>12.4f} {:>12.4f} {:>10.2e} {:>10.2e}\n", s.what, f_own, f_dnn, b_own,
                b_dnn, max_abs_diff(y_own, y_dnn), max_abs_diff(dx_own, dx_dnn));
   }

@@ -122,37 +122,12 @@ EMBER_CUDA_ENTRY(void, dropout, (int device, int dtype, const void* in, void* ou
 EMBER_CUDA_ENTRY(void, random_fill, (int device, bool float64, void* data, int64_t n, bool normal, uint64_t seed,
                                      uint64_t first, double a, double b))
 
-// ---- Rows: reductions, softmax, cross-entropy (cuda/row_kernels.cu; the normalisations are in core/kernels.h)
-// Every kernel here gives each row to one block and combines in a fixed order: deterministic.
-enum ReduceKind : int { kSum = 0, kMax = 1 };
-// out[r] = reduce(in[r, 0..n)), in contiguous [rows, n] of `dtype` (float32/float64/int32/int64).
-EMBER_CUDA_ENTRY(void, reduce_rows, (int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows,
-                                     int64_t n))
-// out[r] = the first index of the largest in[r, :] (int64).
-EMBER_CUDA_ENTRY(void, argmax_rows, (int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n))
-EMBER_CUDA_ENTRY(void, softmax_forward, (int device, bool float64, const void* x, void* y, int64_t rows, int64_t n,
-                                         bool log))
-EMBER_CUDA_ENTRY(void, softmax_backward, (int device, bool float64, const void* grad, const void* y, void* dx,
-                                          int64_t rows, int64_t n, bool log))
-// The same through cuDNN (cuda/cudnn_softmax.cu): used by core/gpu.cpp instead of the kernels above
-// when softmax_cudnn() is on (set_softmax_cudnn(true), or EMBER_SOFTMAX=cudnn in the environment).
+// ---- Softmax through cuDNN. The row kernels (reductions, softmax, the normalisations, cross-entropy)
+// are in core/kernels.h; softmax's run through cuDNN (cuda/cudnn_softmax.cu) instead of their own row
+// kernels when softmax_cudnn() is on (set_softmax_cudnn(true), or EMBER_SOFTMAX=cudnn).
 EMBER_CUDA_DEFAULT(bool, cudnn_available, (), { return false; })  // built with cuDNN
 EMBER_CUDA_DEFAULT(void, set_softmax_cudnn, (bool on), { if (on) no_cuda_backend("set_softmax_cudnn"); })
 EMBER_CUDA_DEFAULT(bool, softmax_cudnn, (), { return false; })
-EMBER_CUDA_ENTRY(void, cudnn_softmax_forward, (int device, bool float64, const void* x, void* y, int64_t rows,
-                                               int64_t n, bool log))
-EMBER_CUDA_ENTRY(void, cudnn_softmax_backward, (int device, bool float64, const void* grad, const void* y, void* dx,
-                                                int64_t rows, int64_t n, bool log))
-// Per row: row_max, sum_exp (the logits' type) and the row's loss (double; 0 for ignored rows).
-// Backward: dlogits = (softmax - onehot) * grad[0] / count (grad: the loss's gradient, on the GPU;
-// all zeros when count is 0), 0 on ignored rows.
-EMBER_CUDA_ENTRY(void, cross_entropy_forward, (int device, bool float64, const void* logits, const int64_t* targets,
-                                               int64_t N, int64_t C, int64_t ignore_index, void* row_max,
-                                               void* sum_exp, double* row_loss))
-EMBER_CUDA_ENTRY(void, cross_entropy_backward, (int device, bool float64, const void* logits,
-                                                const int64_t* targets, const void* row_max, const void* sum_exp,
-                                                void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
-                                                const double* grad, int64_t count))
 
 // ---- Fused attention (cuda/attention_kernels.cu: tiled, FlashAttention-2 style), the layout of
 // core/cpu/attention.h: qkv contiguous [B, T, 3 D], key_padding_mask bool [B, T] or null, out [B, T, D];
@@ -198,17 +173,6 @@ EMBER_CUDA_ENTRY(void, attention_backward_bf16, (int device, int dtype, const vo
                                                  const bool* key_padding_mask, int64_t B, int64_t T, int64_t heads,
                                                  int64_t D, bool causal, const void* out, const void* grad_out,
                                                  const double* lse, double* delta, void* grad_qkv))
-
-// ---- Embedding (cuda/embedding_kernels.cu)
-// out[i, :] = weight[ids[i], :] (weight strides in elements), n ids, D columns.
-EMBER_CUDA_ENTRY(void, embedding_forward, (int device, bool float64, const void* weight, int64_t w_rs, int64_t w_cs,
-                                           const int64_t* ids, int64_t n, int64_t D, void* out))
-// dweight[rows[k], :] += sum over p in [starts[k], starts[k+1]) of grad[positions[p], :], in order of p:
-// one block per distinct row, no atomics, the same order of additions as the CPU. With `count`
-// (device memory, for a CUDA graph's step) only the first *count of the nrows rows are added.
-EMBER_CUDA_ENTRY(void, embedding_backward, (int device, bool float64, const void* grad, const int64_t* rows,
-                                            const int64_t* starts, const int64_t* positions, int64_t nrows,
-                                            int64_t D, void* dweight, const int64_t* count))
 
 // ---- GEMM through cuBLAS (cuda/blas.cu), row-major like the CPU's cpu::gemm:
 // C[b] (M x N, row stride ldc) = A[b] (M x K) @ B[b] (K x N) + beta * C[b] for b < batch, where

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/cuda_ops.h"
-#include "core/kernel_results.h"
 #include "core/tensor.h"
 
 namespace ember::gpu {
@@ -34,30 +33,6 @@ Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t thr
 
 // t (contiguous, floating) = element i of a uniform [a, b) or normal (mean a, std b) draw from `first`.
 void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b);
-
-// ---- Reductions: the result keeps the reduced dims as size 1 (like cpu::reduce)
-Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind);
-Tensor argmax(const Tensor& x, int64_t dim);  // keepdim, int64
-
-// ---- Softmax over `dim`: contiguous results, like core/cpu/softmax.h
-Tensor softmax_forward(const Tensor& x, int64_t dim, bool log);
-Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log);
-
-// ---- Cross-entropy on contiguous logits [N, C] and int64 targets [N] (on the GPU); `count` rows counted.
-CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                                               int64_t count);
-// dlogits scaled by grad / saved.count, grad the loss's incoming gradient (a scalar, read on the GPU).
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyForward& saved,
-                              int64_t ignore_index, const Tensor& grad);
-
-// ---- Embedding: ids already checked on the host (`ids` is their host copy, row-major)
-Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids, const Shape& out_shape);
-// dweight [V, D] from grad [n, D] (contiguous): the buckets of ids by row, as the CPU builds them.
-Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const std::vector<int64_t>& rows,
-                          const std::vector<int64_t>& starts, const std::vector<int64_t>& positions);
-// The same with ids and buckets already on the GPU (DeviceIds of core/ops.h: n ids).
-Tensor embedding_forward(const Tensor& weight, const Tensor& ids, const Shape& out_shape);
-Tensor embedding_backward(const Tensor& grad, int64_t V, int64_t D, const Tensor& buckets, int64_t n);
 
 // ---- GEMM (cuBLAS), row-major, strides in elements; see core/cuda_ops.h
 template <typename T>

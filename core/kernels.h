@@ -71,4 +71,58 @@ EMBER_KERNEL(void, rms_norm_backward, (const On& on, const void* grad, const voi
                                        const void* weight, void* dx, void* dweight, int64_t rows, int64_t D,
                                        double* scratch))
 
+// ---- Softmax and log-softmax over the middle dim of contiguous [outer, n, inner] (core/ops/softmax.cpp;
+// CPU: core/cpu/softmax.cpp, GPU: cuda/row_kernels.cu, or cuDNN's (cuda/cudnn_softmax.cu) when
+// cuda::softmax_cudnn() is on). y = softmax(x) over n (log-softmax when `log`); the backward gives dx
+// from grad and the saved y: softmax dx = y * (g - sum(g * y)), log-softmax dx = g - e^y * sum(g).
+// `scratch` is softmax_scratch(on, outer, n, inner, backward) elements of the data's dtype (the GPU's
+// rows made contiguous when inner > 1: the operands moved to [outer, inner, n] and the result back).
+EMBER_KERNEL(int64_t, softmax_scratch, (const On& on, int64_t outer, int64_t n, int64_t inner, bool backward))
+EMBER_KERNEL(void, softmax_forward, (const On& on, const void* x, void* y, int64_t outer, int64_t n, int64_t inner,
+                                     bool log, void* scratch))
+EMBER_KERNEL(void, softmax_backward, (const On& on, const void* grad, const void* y, void* dx, int64_t outer,
+                                      int64_t n, int64_t inner, bool log, void* scratch))
+
+// ---- Cross-entropy of contiguous logits [N, C] and int64 targets [N] (core/ops/cross_entropy.cpp;
+// CPU: core/cpu/cross_entropy.cpp, GPU: cuda/row_kernels.cu), `count` rows counted (those whose target
+// is not ignore_index). Forward: per row the max m and s = sum(e^(x - m)) (the logits' type; 0 and 1
+// on ignored rows), and loss (0-d, the logits' type) = the mean over counted rows of
+// log(s) - (x[target] - m), 0 when count is 0; `scratch` is cross_entropy_scratch(on, N) doubles (the
+// rows' losses, summed in a fixed order on each device). Backward: dlogits = (softmax - onehot) *
+// grad[0] / count (grad: the loss's gradient as a float64 scalar on the device; all zeros when count
+// is 0), 0 on ignored rows.
+EMBER_KERNEL(int64_t, cross_entropy_scratch, (const On& on, int64_t N))
+EMBER_KERNEL(void, cross_entropy_forward, (const On& on, const void* logits, const int64_t* targets, int64_t N,
+                                           int64_t C, int64_t ignore_index, int64_t count, void* row_max,
+                                           void* sum_exp, void* loss, double* scratch))
+EMBER_KERNEL(void, cross_entropy_backward, (const On& on, const void* logits, const int64_t* targets,
+                                            const void* row_max, const void* sum_exp, void* dlogits, int64_t N,
+                                            int64_t C, int64_t ignore_index, const double* grad, int64_t count))
+
+// ---- Reductions over the middle dim of contiguous [outer, R, inner] (core/ops/reduce.cpp; CPU:
+// core/cpu/reduce.cpp, GPU: cuda/row_kernels.cu): out [outer, inner] = the sum or the max over R
+// (each output summed by one thread / block in a fixed order; the GPU sums floating rows in double);
+// argmax: out (int64) = the first index of the largest over n. `scratch` is reduce_scratch(on,
+// outer, R, inner) elements of x's dtype (the GPU's rows made contiguous when inner > 1: moved to
+// [outer, inner, R]). The CPU takes float32 and float64; the GPU int32 and int64 too.
+enum class ReduceKind : int { Sum = 0, Max = 1 };
+EMBER_KERNEL(int64_t, reduce_scratch, (const On& on, int64_t outer, int64_t R, int64_t inner))
+EMBER_KERNEL(void, reduce, (const On& on, ReduceKind kind, const void* x, void* out, int64_t outer, int64_t R,
+                            int64_t inner, void* scratch))
+EMBER_KERNEL(void, argmax, (const On& on, const void* x, int64_t* out, int64_t outer, int64_t n, int64_t inner,
+                            void* scratch))
+
+// ---- Embedding (core/ops/embedding.cpp; CPU: core/cpu/embedding.cpp, GPU: cuda/embedding_kernels.cu).
+// Forward: out[i, :] = weight[ids[i], :] (weight [V, D] read through its strides, in elements), n ids
+// (int64, on the device), out contiguous [n, D]. Backward: dweight[rows[k], :] += the sum over p in
+// [starts[k], starts[k+1]) of grad[positions[p], :], in order of p (the buckets of the ids by row,
+// core/ops/embedding.cpp's bucket_by_row): each row by one thread / block, no atomics, the same order
+// of additions on every device. With `count` (device memory, for a CUDA graph's step) only the first
+// *count of the nrows rows are added.
+EMBER_KERNEL(void, embedding_forward, (const On& on, const void* weight, int64_t w_rs, int64_t w_cs,
+                                       const int64_t* ids, int64_t n, int64_t D, void* out))
+EMBER_KERNEL(void, embedding_backward, (const On& on, const void* grad, const int64_t* rows, const int64_t* starts,
+                                        const int64_t* positions, int64_t nrows, int64_t D, void* dweight,
+                                        const int64_t* count))
+
 }  // namespace ember

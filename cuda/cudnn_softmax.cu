@@ -1,8 +1,9 @@
 // Softmax and log-softmax through cuDNN (cudnnSoftmaxForward / cudnnSoftmaxBackward), as an
-// alternative to the framework's own row kernel (cuda/row_kernels.cu): rows x n seen as an NCHW
-// tensor [rows, n, 1, 1], softmax over C. One cuDNN handle per device, on the device's stream.
-// Chosen with cuda::set_softmax_cudnn(true) or EMBER_SOFTMAX=cudnn; bench/softmax_gpu_bench.cpp
-// times the two. Off by default: the own kernel is the one the parity tests hold to the CPU.
+// alternative to the framework's own row kernel (cuda/row_kernels.cu, whose softmax kernel of
+// core/kernels.h calls these): rows x n seen as an NCHW tensor [rows, n, 1, 1], softmax over C. One
+// cuDNN handle per device, on the device's stream. Chosen with cuda::set_softmax_cudnn(true) or
+// EMBER_SOFTMAX=cudnn; bench/softmax_gpu_bench.cpp times the two.
+// Off by default: the own kernel is the one the parity tests hold to the CPU.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <atomic>
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "core/cuda_ops.h"
 #include "cuda/check.h"
+#include "cuda/cudnn_softmax.h"
 #include "cuda/launch.h"
 
 #ifdef EMBER_WITH_CUDNN

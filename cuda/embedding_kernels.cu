@@ -1,4 +1,4 @@
-// Embedding on the GPU: the forward gathers rows; the backward adds each vocabulary row's gradient
+// Embedding on the GPU (the kernels of core/kernels.h): the forward gathers rows; the backward adds each vocabulary row's gradient
 // from its positions in position order (the buckets come from the host, built exactly as the CPU
 // builds them), one block per distinct row and one thread per column: no atomics, so repeated ids
 // sum deterministically, in the same order as on the CPU.
@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/cuda_ops.h"
+#include "core/kernels.h"
 #include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
@@ -41,11 +42,11 @@ __global__ void scatter_kernel(const T* grad, const int64_t* rows, const int64_t
 
 }  // namespace
 
-void embedding_forward(int device, bool float64, const void* weight, int64_t w_rs, int64_t w_cs, const int64_t* ids,
-                       int64_t n, int64_t D, void* out) {
+void embedding_forward(const On& on, const void* weight, int64_t w_rs, int64_t w_cs, const int64_t* ids, int64_t n,
+                       int64_t D, void* out) {
   if (n * D == 0) return;
-  cudaStream_t stream = use_device(device);
-  dispatch_floating(float64, [&](auto tag) {
+  cudaStream_t stream = use_device(on.device);
+  dispatch_floating(on.float64(), [&](auto tag) {
     using T = decltype(tag);
     gather_kernel<<<blocks_for(n * D), kThreads, 0, stream>>>(static_cast<const T*>(weight), w_rs, w_cs, ids, n, D,
                                                               static_cast<T*>(out));
@@ -53,13 +54,13 @@ void embedding_forward(int device, bool float64, const void* weight, int64_t w_r
   EMBER_CUDA_LAUNCHED("gather_kernel");
 }
 
-void embedding_backward(int device, bool float64, const void* grad, const int64_t* rows, const int64_t* starts,
+void embedding_backward(const On& on, const void* grad, const int64_t* rows, const int64_t* starts,
                         const int64_t* positions, int64_t nrows, int64_t D, void* dweight, const int64_t* count) {
   if (nrows == 0 || D == 0) return;
   if (nrows > 2147483647) raise_message("embedding backward: too many distinct ids for the CUDA kernel");
-  cudaStream_t stream = use_device(device);
+  cudaStream_t stream = use_device(on.device);
   int threads = D >= 256 ? 256 : (D >= 128 ? 128 : (D >= 64 ? 64 : 32));
-  dispatch_floating(float64, [&](auto tag) {
+  dispatch_floating(on.float64(), [&](auto tag) {
     using T = decltype(tag);
     scatter_kernel<<<unsigned(nrows), threads, 0, stream>>>(static_cast<const T*>(grad), rows, starts, positions, D,
                                                             static_cast<T*>(dweight), count);

@@ -12,6 +12,7 @@
 
 #include "core/cuda_ops.h"
 #include "core/kernels.h"
+#include "cuda/cudnn_softmax.h"
 #include "cuda/dispatch.h"
 #include "cuda/launch.h"
 
@@ -105,7 +106,28 @@ unsigned grid_rows(int64_t rows) {
   return unsigned(rows);
 }
 
+// Copies [outer, n, inner] (contiguous) to [outer, inner, n] (contiguous: rows of n) when `to_rows`, else
+// back: one copy kernel, as a transposed tensor's contiguous() is.
+void move_rows(const On& on, const void* src, void* dst, int64_t outer, int64_t n, int64_t inner, bool to_rows) {
+  Shape8 shape;
+  shape.ndim = 3;
+  shape.size[0] = outer, shape.size[1] = n, shape.size[2] = inner;
+  const int64_t spread[3] = {n * inner, inner, 1}, as_rows[3] = {inner * n, 1, n};
+  Operand from, to;
+  from.data = const_cast<void*>(src), from.dtype = on.dtype;
+  to.data = dst, to.dtype = on.dtype;
+  for (int d = 0; d < 3; ++d) {
+    from.stride[d] = to_rows ? spread[d] : as_rows[d];
+    to.stride[d] = to_rows ? as_rows[d] : spread[d];
+  }
+  copy(on.device, shape, to, from);
+}
+
+// Bytes per element of on.dtype (float32, float64, int32, int64).
+int64_t element_bytes(const On& on) { return on.dtype == kFloat64 || on.dtype == kInt64 ? 8 : 4; }
+
 // ---- Reductions: sum / max and argmax of each row.
+constexpr int kSum = int(ReduceKind::Sum), kMax = int(ReduceKind::Max);
 
 // out[r] = sum (accumulated in double, int64 for integers) or max of in[r, :]: one block per row, a
 // fixed tree (block_reduce).
@@ -176,9 +198,8 @@ __global__ void reduce_warp_kernel(const T* in, T* out, int64_t rows, int64_t n,
   }
 }
 
-}  // namespace
-
-void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* out, int64_t rows, int64_t n) {
+// out[r] = the sum or max (kind: kSum, kMax) of in[r, 0..n), in contiguous [rows, n] of `dtype`.
+void reduce_rows(int device, int dtype, int kind, const void* in, void* out, int64_t rows, int64_t n) {
   if (rows == 0) return;
   if (n == 0 && kind == kMax) raise_message("max: cannot reduce an empty dim");
   cudaStream_t stream = use_device(device);
@@ -187,7 +208,7 @@ void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* o
     dispatch<float, double, int32_t, int64_t>(dtype, "sum / max: unsupported dtype on CUDA", [&](auto tag) {
       using T = decltype(tag);
       reduce_warp_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), rows, n,
-                                                          int(kind));
+                                                          kind);
     });
     EMBER_CUDA_LAUNCHED("reduce_warp_kernel");
     return;
@@ -195,11 +216,12 @@ void reduce_rows(int device, int dtype, ReduceKind kind, const void* in, void* o
   unsigned grid = grid_rows(rows);
   dispatch<float, double, int32_t, int64_t>(dtype, "sum / max: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
-    reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n, int(kind));
+    reduce_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n, kind);
   });
   EMBER_CUDA_LAUNCHED("reduce_kernel");
 }
 
+// out[r] = the first index of the largest in[r, :] (int64).
 void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t rows, int64_t n) {
   if (rows == 0) return;
   if (n == 0) raise_message("argmax: cannot reduce an empty dim");
@@ -210,6 +232,38 @@ void argmax_rows(int device, int dtype, const void* in, int64_t* out, int64_t ro
     argmax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(in), out, n);
   });
   EMBER_CUDA_LAUNCHED("argmax_kernel");
+}
+
+}  // namespace
+
+// inner > 1: x moved to rows [outer, inner, R].
+int64_t reduce_scratch(const On&, int64_t outer, int64_t R, int64_t inner) { return inner > 1 ? outer * R * inner : 0; }
+
+void reduce(const On& on, ReduceKind kind, const void* x, void* out, int64_t outer, int64_t R, int64_t inner,
+            void* scratch) {
+  if (outer * inner == 0) return;
+  if (R == 0) {  // a sum (the op refuses the max over an empty dim)
+    Shape8 shape;
+    shape.ndim = 1;
+    shape.size[0] = outer * inner;
+    Operand o;
+    o.data = out, o.dtype = on.dtype, o.stride[0] = 1;
+    return fill(on.device, shape, o, 0.0);
+  }
+  if (inner > 1) {
+    move_rows(on, x, scratch, outer, R, inner, true);
+    x = scratch;
+  }
+  reduce_rows(on.device, on.dtype, int(kind), x, out, outer * inner, R);
+}
+
+void argmax(const On& on, const void* x, int64_t* out, int64_t outer, int64_t n, int64_t inner, void* scratch) {
+  if (outer * inner == 0) return;
+  if (inner > 1) {
+    move_rows(on, x, scratch, outer, n, inner, true);
+    x = scratch;
+  }
+  argmax_rows(on.device, on.dtype, x, out, outer * inner, n);
 }
 
 // ---- Softmax and log-softmax.
@@ -284,13 +338,13 @@ __global__ void softmax_backward_warp_kernel(const T* grad, const T* y, T* dx, i
   }
 }
 
-}  // namespace
-
-void softmax_forward(int device, bool float64, const void* x, void* y, int64_t rows, int64_t n, bool log) {
+// The rows [rows, n] (contiguous) through the own kernels above, or cuDNN's when softmax_cudnn() is on.
+void softmax_rows_forward(const On& on, const void* x, void* y, int64_t rows, int64_t n, bool log) {
   if (rows == 0 || n == 0) return;
-  cudaStream_t stream = use_device(device);
+  if (softmax_cudnn()) return cudnn_softmax_forward(on.device, on.float64(), x, y, rows, n, log);
+  cudaStream_t stream = use_device(on.device);
   if (n <= kWarpRowMax) {  // short rows: a warp each
-    dispatch_floating(float64, [&](auto tag) {
+    dispatch_floating(on.float64(), [&](auto tag) {
       using T = decltype(tag);
       softmax_forward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
           static_cast<const T*>(x), static_cast<T*>(y), rows, n, log);
@@ -298,7 +352,7 @@ void softmax_forward(int device, bool float64, const void* x, void* y, int64_t r
     EMBER_CUDA_LAUNCHED("softmax_forward_warp_kernel");
     return;
   }
-  dispatch_floating(float64, [&](auto tag) {
+  dispatch_floating(on.float64(), [&](auto tag) {
     using T = decltype(tag);
     softmax_forward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n,
                                                                      log);
@@ -306,12 +360,13 @@ void softmax_forward(int device, bool float64, const void* x, void* y, int64_t r
   EMBER_CUDA_LAUNCHED("softmax_forward_kernel");
 }
 
-void softmax_backward(int device, bool float64, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
-                      bool log) {
+void softmax_rows_backward(const On& on, const void* grad, const void* y, void* dx, int64_t rows, int64_t n,
+                           bool log) {
   if (rows == 0 || n == 0) return;
-  cudaStream_t stream = use_device(device);
+  if (softmax_cudnn()) return cudnn_softmax_backward(on.device, on.float64(), grad, y, dx, rows, n, log);
+  cudaStream_t stream = use_device(on.device);
   if (n <= kWarpRowMax) {  // short rows: a warp each
-    dispatch_floating(float64, [&](auto tag) {
+    dispatch_floating(on.float64(), [&](auto tag) {
       using T = decltype(tag);
       softmax_backward_warp_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
           static_cast<const T*>(grad), static_cast<const T*>(y), static_cast<T*>(dx), rows, n, log);
@@ -319,12 +374,45 @@ void softmax_backward(int device, bool float64, const void* grad, const void* y,
     EMBER_CUDA_LAUNCHED("softmax_backward_warp_kernel");
     return;
   }
-  dispatch_floating(float64, [&](auto tag) {
+  dispatch_floating(on.float64(), [&](auto tag) {
     using T = decltype(tag);
     softmax_backward_kernel<<<grid_rows(rows), kThreads, 0, stream>>>(
         static_cast<const T*>(grad), static_cast<const T*>(y), static_cast<T*>(dx), n, log);
   });
   EMBER_CUDA_LAUNCHED("softmax_backward_kernel");
+}
+
+}  // namespace
+
+// inner > 1: the operands moved to rows (x; or grad and y) and the rows' result, each outer * n * inner.
+int64_t softmax_scratch(const On&, int64_t outer, int64_t n, int64_t inner, bool backward) {
+  return inner > 1 ? (backward ? 3 : 2) * outer * n * inner : 0;
+}
+
+void softmax_forward(const On& on, const void* x, void* y, int64_t outer, int64_t n, int64_t inner, bool log,
+                     void* scratch) {
+  const int64_t numel = outer * n * inner;
+  if (numel == 0) return;
+  if (inner == 1) return softmax_rows_forward(on, x, y, outer, n, log);
+  char* rows_in = static_cast<char*>(scratch);
+  char* rows_out = rows_in + numel * element_bytes(on);
+  move_rows(on, x, rows_in, outer, n, inner, true);
+  softmax_rows_forward(on, rows_in, rows_out, outer * inner, n, log);
+  move_rows(on, rows_out, y, outer, n, inner, false);
+}
+
+void softmax_backward(const On& on, const void* grad, const void* y, void* dx, int64_t outer, int64_t n,
+                      int64_t inner, bool log, void* scratch) {
+  const int64_t numel = outer * n * inner;
+  if (numel == 0) return;
+  if (inner == 1) return softmax_rows_backward(on, grad, y, dx, outer, n, log);
+  char* rows_grad = static_cast<char*>(scratch);
+  char* rows_y = rows_grad + numel * element_bytes(on);
+  char* rows_dx = rows_y + numel * element_bytes(on);
+  move_rows(on, grad, rows_grad, outer, n, inner, true);
+  move_rows(on, y, rows_y, outer, n, inner, true);
+  softmax_rows_backward(on, rows_grad, rows_y, rows_dx, outer * inner, n, log);
+  move_rows(on, rows_dx, dx, outer, n, inner, false);
 }
 
 // ---- Layer norm: forward, dx, then dweight and dbias by chunks of rows.
@@ -634,10 +722,13 @@ __global__ void cross_entropy_backward_warp_kernel(const T* logits, const int64_
 
 }  // namespace
 
-void cross_entropy_forward(int device, bool float64, const void* logits, const int64_t* targets, int64_t N, int64_t C,
-                           int64_t ignore_index, void* row_max, void* sum_exp, double* row_loss) {
+namespace {
+
+void cross_entropy_rows(const On& on, const void* logits, const int64_t* targets, int64_t N, int64_t C,
+                        int64_t ignore_index, void* row_max, void* sum_exp, double* row_loss) {
   if (N == 0) return;
-  cudaStream_t stream = use_device(device);
+  cudaStream_t stream = use_device(on.device);
+  const bool float64 = on.float64();
   if (C <= kWarpRowMax) {  // short rows (the classifier's 2 classes): a warp each
     dispatch_floating(float64, [&](auto tag) {
       using T = decltype(tag);
@@ -657,11 +748,40 @@ void cross_entropy_forward(int device, bool float64, const void* logits, const i
   EMBER_CUDA_LAUNCHED("cross_entropy_forward_kernel");
 }
 
-void cross_entropy_backward(int device, bool float64, const void* logits, const int64_t* targets, const void* row_max,
+// A 0-d operand at p of `dtype`, for the element-wise kernels of core/cuda_ops.h.
+Operand scalar_operand(void* p, int dtype) {
+  Operand o;
+  o.data = p, o.dtype = dtype;
+  return o;
+}
+
+}  // namespace
+
+// The rows' losses [N], then their total (one double).
+int64_t cross_entropy_scratch(const On&, int64_t N) { return N + 1; }
+
+void cross_entropy_forward(const On& on, const void* logits, const int64_t* targets, int64_t N, int64_t C,
+                           int64_t ignore_index, int64_t count, void* row_max, void* sum_exp, void* loss,
+                           double* scratch) {
+  double* row_loss = scratch;
+  double* total = scratch + N;
+  cross_entropy_rows(on, logits, targets, N, C, ignore_index, row_max, sum_exp, row_loss);
+  // The mean in double (one block, fixed order), then rounded once to the logits' dtype.
+  const Shape8 scalar;  // 0-d
+  const Operand total_op = scalar_operand(total, kFloat64);
+  if (N > 0) reduce_rows(on.device, kFloat64, kSum, row_loss, total, 1, N);
+  else fill(on.device, scalar, total_op, 0.0);
+  if (count > 0) scale(on.device, scalar, total_op, 1.0 / double(count));
+  else fill(on.device, scalar, total_op, 0.0);
+  copy(on.device, scalar, scalar_operand(loss, on.dtype), total_op);
+}
+
+void cross_entropy_backward(const On& on, const void* logits, const int64_t* targets, const void* row_max,
                             const void* sum_exp, void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
                             const double* grad, int64_t count) {
   if (N * C == 0) return;
-  cudaStream_t stream = use_device(device);
+  cudaStream_t stream = use_device(on.device);
+  const bool float64 = on.float64();
   if (C <= kWarpRowMax) {
     dispatch_floating(float64, [&](auto tag) {
       using T = decltype(tag);

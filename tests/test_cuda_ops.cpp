@@ -235,6 +235,11 @@ TEST_CASE("cuda ops: sum, mean, max, var and argmax over dims") {
   check_parity("sum to a broadcast shape", {rnd({4, 5, 6}, 26)}, [](const std::vector<Tensor>& v) { return sum_to(v[0], {5, 1}); });
   Tensor x = rnd({7, 300}, 27);
   for (int64_t d : {0, 1}) check_close(argmax(x.to(kGpu), d).to(Device::cpu()), argmax(x, d), 0);
+  // Every dim of a 4-D tensor: dims before the last are moved to rows on the GPU, in [outer, inner] order.
+  Tensor x4 = rnd({3, 4, 5, 6}, 28);
+  for (int64_t d : {0, 1, 2, 3}) check_close(argmax(x4.to(kGpu), d).to(Device::cpu()), argmax(x4, d), 0);
+  check_parity("sum over a middle block of a transpose", {rnd({3, 4, 5, 6}, 29)},
+               [](const std::vector<Tensor>& v) { return sum(v[0].transpose(0, 3), {1, 2}); });
   // Integer sums: the CPU reduces only floating tensors, so the rows of 0..23 are checked by hand.
   Tensor ints = arange(24).view({4, 6});
   Tensor int_sums = sum(ints.to(kGpu), {1});
@@ -251,6 +256,8 @@ TEST_CASE("cuda ops: softmax and log_softmax over every dim, values and gradient
                  [d](const std::vector<Tensor>& v) { return log_softmax(v[0], d); });
   }
   check_parity("softmax of a transpose", {rnd({9, 13}, 33)}, [](const std::vector<Tensor>& v) { return softmax(v[0].transpose(0, 1), -1); });
+  check_parity("softmax over a middle dim of a 4-D transpose", {rnd({3, 4, 5, 6}, 37)},
+               [](const std::vector<Tensor>& v) { return log_softmax(v[0].transpose(0, 2), 1); });
   check_parity("softmax float64", {rnd({5, 17}, 34, -3, 3, Dtype::Float64)},
                [](const std::vector<Tensor>& v) { return softmax(v[0], -1); }, 1e-12);
 }

@@ -19,6 +19,12 @@ DEVICE_TEST_CASE("reduce: sum, mean, max over dims with keepdim") {
   check_values(max(-x, {0, 2}), {0, -4, -8});
   check_values(argmax(tensor({1, 5, 2, 7, 0, 3}, {2, 3}).to(device), 1), {1, 0});
   check_values(argmax(tensor({1, 5, 2, 7, 0, 3}, {2, 3}).to(device), 0), {1, 0, 1});
+  // Argmax over a middle dim and the first of a 3-D tensor (strided on the CPU, moved to rows on a GPU),
+  // ties going to the first index: t[i, j, k] of shape [2, 3, 2].
+  Tensor t3 = tensor({1, 9, 4, 9, 4, 0, /**/ 2, 2, 2, 7, 8, 7}, {2, 3, 2}).to(device);
+  check_values(argmax(t3, 1), {1, 0, 2, 1});
+  check_values(argmax(t3, 0), {1, 0, 0, 0, 1, 1});
+  CHECK(argmax(t3, 1, true).shape() == Shape{2, 1, 2});
   // Reductions of non-contiguous inputs.
   check_values(sum(x.transpose(0, 2), {0}), {6, 54, 22, 70, 38, 86});  // [3, 2]: (j, k) = sum_i x[k, j, i]
   // Long rows (the vectorised path) against a closed form.

@@ -10,7 +10,6 @@
 
 #include "core/cpu/lanes.h"
 #include "core/cpu/rows.h"
-#include "core/cpu/softmax.h"
 #include "helpers.h"
 
 using namespace ember;

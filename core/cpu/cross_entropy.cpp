@@ -1,16 +1,16 @@
-// CPU cross-entropy kernels: per row, m = max, s = sum(e^(x - m)), loss = log(s) - (x[target] - m)
-// (accumulated in double); backward e^(x - m) * (scale / s), with scale subtracted at the target.
-// Row helpers from softmax.h.
-#include "core/cpu/cross_entropy.h"
-
+// The CPU's cross-entropy kernels (declared in core/kernels.h): fused log-softmax + negative
+// log-likelihood over rows of [N, C] logits. Per row, m = max, s = sum(e^(x - m)), loss =
+// log(s) - (x[target] - m) (accumulated in double); backward e^(x - m) * (scale / s), with scale
+// subtracted at the target, scale = grad / count. Row helpers from core/cpu/rows.h.
+// Determinism: the loss sum is taken per fixed chunk of kRowsPerChunk rows in double (the scratch)
+// and the chunks added in order: the result does not depend on the thread count.
 #include <algorithm>
 #include <cmath>
-#include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "core/cpu/rows.h"
-#include "core/error.h"
+#include "core/dtype.h"
+#include "core/kernels.h"
 #include "core/parallel.h"
 
 namespace ember::cpu {
@@ -21,20 +21,18 @@ constexpr int64_t kGrainElements = 32768;  // about this many elements per paral
 
 }  // namespace
 
-CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  const int64_t N = logits.size(0), C = logits.size(1);
-  const int64_t* t = targets.data<int64_t>();
-  CrossEntropyForward out;
-  out.row_max = Tensor::empty({N}, logits.dtype(), logits.device());
-  out.sum_exp = Tensor::empty({N}, logits.dtype(), logits.device());
-  for (int64_t r = 0; r < N; ++r) out.count += t[r] != ignore_index;
+// One partial loss sum per chunk of rows.
+int64_t cross_entropy_scratch(const On&, int64_t N) { return (N + kRowsPerChunk - 1) / kRowsPerChunk; }
+
+void cross_entropy_forward(const On& on, const void* logits, const int64_t* t, int64_t N, int64_t C,
+                           int64_t ignore_index, int64_t count, void* row_maxes, void* row_sums, void* loss,
+                           double* partial) {
   const int64_t chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
-  std::vector<double> partial(size_t(chunks), 0.0);
-  dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+  dispatch_floating(Dtype(on.dtype), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* x = logits.data<T>();
-    T* maxes = out.row_max.data<T>();
-    T* sums = out.sum_exp.data<T>();
+    const T* x = static_cast<const T*>(logits);
+    T* maxes = static_cast<T*>(row_maxes);
+    T* sums = static_cast<T*>(row_sums);
     int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(kRowsPerChunk * C, 1));
     parallel_for(0, chunks, grain, [&](int64_t b, int64_t e) {
       for (int64_t c = b; c < e; ++c) {
@@ -52,28 +50,25 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
           sums[r] = s;
           total += std::log(double(s)) - (double(row[t[r]]) - double(m));
         }
-        partial[size_t(c)] = total;
+        partial[c] = total;
       }
     });
     double sum = 0;
-    for (double p : partial) sum += p;
-    out.loss = Tensor::empty({}, logits.dtype(), logits.device());
-    *out.loss.data<T>() = out.count > 0 ? T(sum / double(out.count)) : T(0);
+    for (int64_t c = 0; c < chunks; ++c) sum += partial[c];
+    *static_cast<T*>(loss) = count > 0 ? T(sum / double(count)) : T(0);
   });
-  return out;
 }
 
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropyForward& saved,
-                              int64_t ignore_index, double scale) {
-  const int64_t N = logits.size(0), C = logits.size(1);
-  Tensor dx = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
-  const int64_t* t = targets.data<int64_t>();
-  dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+void cross_entropy_backward(const On& on, const void* logits, const int64_t* t, const void* row_maxes,
+                            const void* row_sums, void* dlogits, int64_t N, int64_t C, int64_t ignore_index,
+                            const double* grad, int64_t count) {
+  const double scale = count > 0 ? grad[0] / double(count) : 0.0;
+  dispatch_floating(Dtype(on.dtype), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* x = logits.data<T>();
-    const T* maxes = saved.row_max.data<T>();
-    const T* sums = saved.sum_exp.data<T>();
-    T* d = dx.data<T>();
+    const T* x = static_cast<const T*>(logits);
+    const T* maxes = static_cast<const T*>(row_maxes);
+    const T* sums = static_cast<const T*>(row_sums);
+    T* d = static_cast<T*>(dlogits);
     const T s = T(scale);
     parallel_for(0, N, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
@@ -87,7 +82,6 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
       }
     });
   });
-  return dx;
 }
 
 }  // namespace ember::cpu

@@ -1,16 +1,13 @@
-// CPU reductions. Any reduction is brought to the form [outer, R, inner] (reducing R), which
-// covers the common cases without copies: last dim (rows), leading dims (columns), a middle block.
-// Each output is reduced by one thread in a fixed order, so results never depend on the thread count.
-#include "core/cpu/reduce.h"
-
+// The CPU's reduction kernels (declared in core/kernels.h) over contiguous [outer, R, inner]
+// (reducing R; the op brings any reduction to it, without a copy for the common cases: last dim
+// (rows), leading dims (columns), a middle block). Each output is reduced by one thread in a fixed
+// order, so results never depend on the thread count.
 #include <algorithm>
-#include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <numeric>
-#include <vector>
 
-#include "core/error.h"
+#include "core/dtype.h"
+#include "core/kernels.h"
 #include "core/parallel.h"
 
 namespace ember::cpu {
@@ -78,71 +75,30 @@ void reduce_kernel(const T* x, T* out, int64_t outer, int64_t R, int64_t inner, 
 
 }  // namespace
 
-Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, ReduceKind kind, const char* op) {
-  Shape out_shape = x.shape();
-  std::vector<bool> reduced(size_t(x.dim()), false);
-  for (int64_t d : dims) {
-    reduced[size_t(d)] = true;
-    out_shape[size_t(d)] = 1;
-  }
-  // Are the reduced dims (ignoring size-1 dims) one consecutive block of the others?
-  std::vector<int64_t> sized;  // dims of size != 1
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (x.shape()[size_t(d)] != 1) sized.push_back(d);
-  int64_t first = -1, last = -1;  // positions in `sized` of the first and last reduced dim
-  for (size_t k = 0; k < sized.size(); ++k)
-    if (reduced[size_t(sized[k])]) {
-      if (first < 0) first = int64_t(k);
-      last = int64_t(k);
-    }
-  bool block = true;
-  for (int64_t k = first; k >= 0 && k <= last; ++k) block = block && reduced[size_t(sized[size_t(k)])];
-  Tensor src = x;
-  int64_t outer = 1, R = 1, inner = 1;
-  if (block) {
-    src = x.contiguous();
-    for (int64_t k = 0; k < int64_t(sized.size()); ++k) {
-      int64_t s = x.shape()[size_t(sized[size_t(k)])];
-      if (first >= 0 && k >= first && k <= last) R *= s;
-      else if (first >= 0 && k > last) inner *= s;
-      else outer *= s;
-    }
-  } else {
-    // Move the reduced dims to the end and copy once.
-    std::vector<int64_t> order;
-    for (int64_t d = 0; d < x.dim(); ++d)
-      if (!reduced[size_t(d)]) order.push_back(d), outer *= x.shape()[size_t(d)];
-    for (int64_t d = 0; d < x.dim(); ++d)
-      if (reduced[size_t(d)]) order.push_back(d), R *= x.shape()[size_t(d)];
-    src = x.detach().permute(order).contiguous();
-  }
-  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
+// No scratch: the CPU reads [outer, R, inner] in place.
+int64_t reduce_scratch(const On&, int64_t, int64_t, int64_t) { return 0; }
+
+void reduce(const On& on, ReduceKind kind, const void* x, void* out, int64_t outer, int64_t R, int64_t inner, void*) {
+  dispatch_floating(Dtype(on.dtype), kind == ReduceKind::Sum ? "sum" : "max", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    reduce_kernel<T>(src.data<T>(), out.data<T>(), outer, R, inner, kind);
+    reduce_kernel<T>(static_cast<const T*>(x), static_cast<T*>(out), outer, R, inner, kind);
   });
-  return out;
 }
 
-Tensor argmax(const Tensor& x, int64_t dim) {
-  Tensor src = x.detach().transpose(dim, -1).contiguous();
-  int64_t n = src.size(-1), rows = n == 0 ? 0 : src.numel() / n;
-  Shape out_shape = x.shape();
-  out_shape[size_t(dim)] = 1;
-  Tensor out = Tensor::empty(src.shape().size() ? Shape{rows} : Shape{1}, Dtype::Int64);
-  dispatch_floating(x.dtype(), "argmax", [&](auto tag) {
+// out[o, i] = the first index of the largest x[o, :, i] (std::max_element's choice).
+void argmax(const On& on, const void* x, int64_t* out, int64_t outer, int64_t n, int64_t inner, void*) {
+  dispatch_floating(Dtype(on.dtype), "argmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* p = src.data<T>();
-    int64_t* o = out.data<int64_t>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* row = p + r * n;
-      o[r] = std::max_element(row, row + n) - row;
-    }
+    const T* p = static_cast<const T*>(x);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const T* column = p + o * n * inner + i;
+        int64_t best = 0;
+        for (int64_t j = 1; j < n; ++j)
+          if (column[best * inner] < column[j * inner]) best = j;
+        out[o * inner + i] = best;
+      }
   });
-  // Rows came out in the transposed order; put the kept dims back.
-  Shape transposed_shape = src.shape();
-  transposed_shape.back() = 1;
-  return out.view(transposed_shape).transpose(dim, -1).contiguous().view(out_shape);
 }
 
 }  // namespace ember::cpu

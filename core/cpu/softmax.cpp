@@ -1,7 +1,12 @@
-// CPU softmax and log-softmax: forward and fused backward (one pass per row for the reductions,
-// one for the outputs). See softmax.h for the layout and determinism notes.
-#include "core/cpu/softmax.h"
-
+// The CPU's softmax and log-softmax kernels (declared in core/kernels.h): forward and fused backward
+// (one pass per row for the reductions, one for the outputs), written with the row building blocks
+// of core/cpu/rows.h.
+//
+// A tensor is seen as contiguous [outer, n, inner] with the softmax taken over n. inner == 1 (the
+// last dim) is the fast path: one row per task, every pass over a row a flat vectorisable loop.
+// Otherwise blocks of columns are processed together, streaming rows of `inner` contiguous values.
+// Each output element is computed by one thread in a fixed order: results never depend on the
+// thread count.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -9,7 +14,8 @@
 #include <limits>
 
 #include "core/cpu/rows.h"
-#include "core/error.h"
+#include "core/dtype.h"
+#include "core/kernels.h"
 #include "core/parallel.h"
 
 namespace ember::cpu {
@@ -145,49 +151,33 @@ void backward_columns(const T* g, const T* y, T* dx, int64_t outer, int64_t n, i
   });
 }
 
-struct Layout {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-Layout layout_of(const Shape& shape, int64_t dim) {
-  Layout l;
-  if (shape.empty()) return l;  // a 0-d tensor is one row of one element
-  for (int64_t d = 0; d < int64_t(shape.size()); ++d) {
-    if (d < dim) l.outer *= shape[size_t(d)];
-    else if (d == dim) l.n = shape[size_t(d)];
-    else l.inner *= shape[size_t(d)];
-  }
-  return l;
-}
-
 }  // namespace
 
-// ---- Tensor entry points
+// No scratch: the CPU reads [outer, n, inner] in place.
+int64_t softmax_scratch(const On&, int64_t, int64_t, int64_t, bool) { return 0; }
 
-Tensor softmax_forward(const Tensor& x, int64_t dim, bool log, const char* op) {
-  Tensor src = x.detach().contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Layout l = layout_of(x.shape(), dim);
-  if (out.numel() == 0) return out;
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
+void softmax_forward(const On& on, const void* x, void* y, int64_t outer, int64_t n, int64_t inner, bool log,
+                     void*) {
+  if (outer * n * inner == 0) return;
+  dispatch_floating(Dtype(on.dtype), log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (l.inner == 1) forward_rows<T>(src.data<T>(), out.data<T>(), l.outer, l.n, log);
-    else forward_columns<T>(src.data<T>(), out.data<T>(), l.outer, l.n, l.inner, log);
+    const T* src = static_cast<const T*>(x);
+    T* out = static_cast<T*>(y);
+    if (inner == 1) forward_rows<T>(src, out, outer, n, log);
+    else forward_columns<T>(src, out, outer, n, inner, log);
   });
-  return out;
 }
 
-Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log, const char* op) {
-  Tensor g = grad.contiguous();
-  Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
-  if (dx.numel() == 0) return dx;
-  Layout l = layout_of(y.shape(), dim);
-  dispatch_floating(y.dtype(), op, [&](auto tag) {
+void softmax_backward(const On& on, const void* grad, const void* y, void* dx, int64_t outer, int64_t n,
+                      int64_t inner, bool log, void*) {
+  if (outer * n * inner == 0) return;
+  dispatch_floating(Dtype(on.dtype), log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (l.inner == 1) backward_rows<T>(g.data<T>(), y.data<T>(), dx.data<T>(), l.outer, l.n, log);
-    else backward_columns<T>(g.data<T>(), y.data<T>(), dx.data<T>(), l.outer, l.n, l.inner, log);
+    const T *g = static_cast<const T*>(grad), *yt = static_cast<const T*>(y);
+    T* out = static_cast<T*>(dx);
+    if (inner == 1) backward_rows<T>(g, yt, out, outer, n, log);
+    else backward_columns<T>(g, yt, out, outer, n, inner, log);
   });
-  return dx;
 }
 
 }  // namespace ember::cpu

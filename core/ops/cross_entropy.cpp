@@ -10,19 +10,53 @@
 // On a GPU the targets may stay on the host (the trainer keeps them there): they are checked there
 // and uploaded without the host waiting; targets already on the GPU are read back to be checked
 // (the host waits for the GPU). The backward reads its incoming gradient on the GPU, never on the host.
-// Kernels: core/cpu/cross_entropy.cpp.
+// Kernels: core/kernels.h (CPU: core/cpu/cross_entropy.cpp, GPU: cuda/row_kernels.cu).
 #include <cstdint>
+#include <vector>
 
-#include "core/cpu/cross_entropy.h"
 #include "core/ops/op_support.h"
 
 namespace ember {
+namespace {
+
+// The loss of contiguous logits x [N, C] and int64 targets t [N] on x's device, `count` rows counted, and
+// its one backward (from the saved row max and sum of exponentials; the incoming gradient read on the device).
+// `inputs`: the op's inputs the node records.
+Tensor cross_entropy_of(const Tensor& x, const Tensor& t, int64_t ignore_index, int64_t count,
+                        std::vector<Tensor> inputs) {
+  const int64_t N = x.size(0), C = x.size(1);
+  const On on = kernel_on(x);
+  Tensor row_max = Tensor::empty({N}, x.dtype(), x.device());
+  Tensor sum_exp = Tensor::empty({N}, x.dtype(), x.device());
+  Tensor loss = Tensor::empty({}, x.dtype(), x.device());
+  Tensor scratch = Tensor::empty({kernel::cross_entropy_scratch(on, N)}, Dtype::Float64, x.device());
+  kernel::cross_entropy_forward(on, x.raw_data(), t.data<int64_t>(), N, C, ignore_index, count, row_max.raw_data(),
+                                sum_exp.raw_data(), loss.raw_data(), scratch.data<double>());
+  // NOTE: the closure must not hold the output (its own node would own it: a cycle).
+  record("cross_entropy", loss, inputs,
+         [on, saved_x = save(x), saved_t = save(t), row_max, sum_exp, ignore_index, count,
+          n_inputs = inputs.size()](const Tensor& grad) -> Grads {
+           const Tensor &x = saved_x.get(), &t = saved_t.get();
+           // NOTE: on a GPU, g stays there (reading it on the host would wait for the whole forward).
+           Tensor g = grad.to(Dtype::Float64).contiguous();
+           Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+           kernel::cross_entropy_backward(on, x.raw_data(), t.data<int64_t>(), row_max.raw_data(),
+                                          sum_exp.raw_data(), dx.raw_data(), x.size(0), x.size(1), ignore_index,
+                                          g.data<double>(), count);
+           Grads grads(n_inputs);
+           grads[0] = dx;
+           return grads;
+         });
+  return loss;
+}
+
+}  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   EMBER_CHECK(logits.defined() && targets.defined(), "cross_entropy: an input tensor is undefined");
   if (logits.dtype() == Dtype::BFloat16)  // mixed precision: the loss in float32 (widened_from_bf16)
     return cross_entropy(widened_from_bf16(logits), targets, ignore_index);
-  if (!(logits.device().is_cuda() && targets.device().is_cpu()))  // host targets: checked before upload
+  if (targets.device() != Device::cpu())  // host targets go with logits anywhere: checked, then uploaded
     check_same_device("cross_entropy", {&logits, &targets});
   EMBER_CHECK(logits.dim() == 2, "cross_entropy: logits must be 2-D [N, C], got {}", shape_str(logits.shape()));
   EMBER_CHECK(is_floating(logits.dtype()), "cross_entropy: logits must be float32 or float64, got {}",
@@ -41,27 +75,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                 "cross_entropy: target {} at row {} is out of range for {} classes (logits {}, ignore_index {})",
                 tp[r], r, C, shape_str(logits.shape()), ignore_index);
 
-  Tensor x = logits.detach().contiguous();
-  CrossEntropyForward f;
-  if (logits.device().is_cuda()) {  // targets checked above on a host copy; the kernels read them on the GPU
-    int64_t count = 0;
-    for (int64_t r = 0; r < N; ++r) count += tp[r] != ignore_index;
-    t = t.to(logits.device());
-    f = gpu::cross_entropy_forward(x, t, ignore_index, count);
-  } else {
-    f = cpu::cross_entropy_forward(x, t, ignore_index);
-  }
-  Tensor loss = f.loss;
-  f.loss = Tensor();  // NOTE: the closure must not hold the output (its own node would own it: a cycle)
-  record("cross_entropy", loss, {logits, targets},
-         [saved_x = save(x), saved_t = save(t), f, ignore_index](const Tensor& g) -> Grads {
-    const Tensor &x = saved_x.get(), &t = saved_t.get();
-    // NOTE: on a GPU, g stays there (g.item() would make the host wait for the whole forward).
-    if (x.device().is_cuda()) return {gpu::cross_entropy_backward(x, t, f, ignore_index, g), Tensor()};
-    double scale = f.count > 0 ? g.item<double>() / double(f.count) : 0.0;
-    return {cpu::cross_entropy_backward(x, t, f, ignore_index, scale), Tensor()};
-  });
-  return loss;
+  int64_t count = 0;
+  for (int64_t r = 0; r < N; ++r) count += tp[r] != ignore_index;
+  // The kernels read the targets on the logits' device (an upload, without waiting, on a GPU).
+  return cross_entropy_of(logits.detach().contiguous(), t.to(logits.device()), ignore_index, count,
+                          {logits, targets});
 }
 
 Tensor cross_entropy(const Tensor& logits, const DeviceIds& targets) {
@@ -76,18 +94,11 @@ Tensor cross_entropy(const Tensor& logits, const DeviceIds& targets) {
   EMBER_CHECK(targets.bound == logits.size(1), "cross_entropy: the targets were checked against {} classes, the "
               "logits have {}", targets.bound, logits.size(1));
   constexpr int64_t ignore_index = -100;  // none: stage_ids checked every target in [0, C)
-  Tensor x = logits.detach().contiguous(), t = targets.ids;
-  CrossEntropyForward f = gpu::cross_entropy_forward(x, t, ignore_index, logits.size(0));
-  Tensor loss = f.loss;
-  f.loss = Tensor();  // NOTE: the closure must not hold the output (its own node would own it: a cycle)
   // The staged targets are saved like any input: a copy_ or fill_ of them before backward is an error.
   // NOTE: the trainer's refills for the next batch (stage_ids, upload_into) do not bump the version,
   // so they raise nothing; they go to the other of two buffers (examples/imdb/prefetch.h) or between
   // steps (a graph's inputs), never into targets a pending backward reads.
-  record("cross_entropy", loss, {logits}, [saved_x = save(x), saved_t = save(t), f](const Tensor& g) -> Grads {
-    return {gpu::cross_entropy_backward(saved_x.get(), saved_t.get(), f, ignore_index, g)};
-  });
-  return loss;
+  return cross_entropy_of(logits.detach().contiguous(), targets.ids, ignore_index, logits.size(0), {logits});
 }
 
 }  // namespace ember

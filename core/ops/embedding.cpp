@@ -2,17 +2,21 @@
 //
 // Backward scatters the output gradient's rows into a dense [V, D] gradient. Repeated ids must
 // add up, deterministically whatever the thread count: the positions are bucketed by vocabulary
-// row first (a stable counting sort), then each thread owns whole rows and adds their positions'
-// gradients in position order. No two threads ever touch the same row, so there are no races.
+// row first (a stable counting sort, on the host), then each thread (a GPU block) owns whole rows and
+// adds their positions' gradients in position order. No two threads ever touch the same row, so
+// there are no races. Kernels: core/kernels.h (CPU: core/cpu/embedding.cpp, GPU:
+// cuda/embedding_kernels.cu).
+// NOTE: on a GPU, ids may stay on the host (the trainer keeps its tokens there): they are checked
+// there, and neither the forward nor the backward makes the host wait for the GPU (the ids and
+// buckets are uploaded through pinned staging). Ids on the GPU are read back first, which waits.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/ops/op_support.h"
-
 
 namespace ember {
 namespace {
@@ -59,39 +63,10 @@ RowBuckets bucket_by_row(const std::vector<int64_t>& ids, int64_t V) {
   return buckets;
 }
 
-// dweight [V, D] (zeros) += grad rows [n, D] (contiguous) scattered by `ids`.
-template <typename T>
-void scatter_rows(const std::vector<int64_t>& ids, const Tensor& grad, const Tensor& dweight) {
-  const int64_t V = dweight.shape()[0], D = dweight.shape()[1];
-  RowBuckets buckets = bucket_by_row(ids, V);
-  const T* g = grad.data<T>();
-  T* dw = dweight.data<T>();
-  const int64_t nrows = int64_t(buckets.rows.size());
-  const int64_t per_row = std::max<int64_t>(1, D * int64_t(ids.size()) / std::max<int64_t>(nrows, 1));
-  parallel_for(0, nrows, std::max<int64_t>(1, 16384 / per_row), [&](int64_t first, int64_t last) {
-    for (int64_t k = first; k < last; ++k) {
-      T* out = dw + buckets.rows[size_t(k)] * D;
-      for (int64_t p = buckets.starts[size_t(k)]; p < buckets.starts[size_t(k) + 1]; ++p) {
-        const T* in = g + buckets.positions[size_t(p)] * D;
-        for (int64_t j = 0; j < D; ++j) out[j] += in[j];
-      }
-    }
-  });
-}
-
-// The same op on a GPU: the ids were checked on the host; the backward buckets them there too and
-// sums each row's positions in order on the GPU (no atomics, the CPU's order).
-// NOTE: ids may stay on the host with a GPU weight (the trainer keeps its tokens there): then
-// neither the forward nor the backward makes the host wait for the GPU (the ids and buckets are
-// uploaded through pinned staging). Ids on the GPU are read back first, which waits.
-Tensor embedding_cuda(const Tensor& weight, std::vector<int64_t> id_list, const Shape& out_shape, int64_t V, int64_t D) {
-  Tensor out = gpu::embedding_forward(weight, id_list, out_shape);
-  record("embedding", out, {weight}, [id_list = std::move(id_list), V, D](const Tensor& g) -> Grads {
-    RowBuckets buckets = bucket_by_row(id_list, V);
-    Tensor grad = g.contiguous();
-    return {gpu::embedding_backward(grad, V, D, buckets.rows, buckets.starts, buckets.positions)};
-  });
-  return out;
+// `values` as an int64 tensor [n] on `device` (an upload, without waiting, to a GPU).
+Tensor on_device(const std::vector<int64_t>& values, Device device) {
+  if (values.empty()) return Tensor::empty({0}, Dtype::Int64, device);
+  return from_vector(values, {int64_t(values.size())}).to(device);
 }
 
 }  // namespace
@@ -148,18 +123,27 @@ Tensor embedding(const Tensor& weight, const DeviceIds& ids) {
   EMBER_CHECK(ids.bound == V, "embedding: the ids were checked against {} rows, the weight has {}", ids.bound, V);
   Shape out_shape = ids.ids.shape();
   out_shape.push_back(D);
-  Tensor out = gpu::embedding_forward(weight, ids.ids, out_shape);
+  const On on = kernel_on(weight);
+  Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
+  kernel::embedding_forward(on, weight.raw_data(), weight.strides()[0], weight.strides()[1], ids.ids.data<int64_t>(),
+                            ids.ids.numel(), D, out.raw_data());
   // The staged buckets are saved like any tensor the backward reads (cross_entropy's staged targets
   // say why the trainer's refills do not trip the check).
   record("embedding", out, {weight},
-         [buckets = save(ids.buckets), n = ids.ids.numel(), V, D](const Tensor& g) -> Grads {
-           return {gpu::embedding_backward(g.contiguous(), V, D, buckets.get(), n)};
+         [on, buckets = save(ids.buckets), n = ids.ids.numel(), V, D](const Tensor& g) -> Grads {
+           Tensor grad = g.contiguous();
+           Tensor dweight = zeros({V, D}, grad.dtype(), grad.device());
+           if (n == 0) return {dweight};
+           const int64_t* b = buckets.get().data<int64_t>();  // count, rows [n], starts [n + 1], positions [n]
+           kernel::embedding_backward(on, grad.raw_data(), b + 1, b + 1 + n, b + 2 + 2 * n, n, D, dweight.raw_data(),
+                                      b);
+           return {dweight};
          });
   return out;
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
-  if (!(weight.device().is_cuda() && ids.device().is_cpu()))  // host ids: checked before upload
+  if (ids.device() != Device::cpu())  // host ids go with a weight anywhere: checked, then uploaded
     check_same_device("embedding", {&weight, &ids});
   EMBER_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [V, D], got shape {}", shape_str(weight.shape()));
   EMBER_CHECK(is_integer(ids.dtype()), "embedding: ids must be int32 or int64, got {}", dtype_name(ids.dtype()));
@@ -170,39 +154,24 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 
   Shape out_shape = ids.shape();
   out_shape.push_back(D);
-  if (weight.device().is_cuda()) return embedding_cuda(weight, std::move(id_list), out_shape, V, D);
+  const On on = kernel_on(weight);
   Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
-  const int64_t n = int64_t(id_list.size());
-  const int64_t item = dtype_size(weight.dtype());
-  const int64_t w_rs = weight.strides()[0], w_cs = weight.strides()[1];
-  const char* w = static_cast<const char*>(weight.raw_data());
-  char* o = static_cast<char*>(out.raw_data());
-  dispatch_all(weight.dtype(), "embedding", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    parallel_for(0, n, std::max<int64_t>(1, 32768 / std::max<int64_t>(D, 1)), [&](int64_t first, int64_t last) {
-      for (int64_t i = first; i < last; ++i) {
-        const char* row = w + id_list[size_t(i)] * w_rs * item;
-        char* dst = o + i * D * item;
-        if (w_cs == 1 || D <= 1) {
-          if (D > 0) std::memcpy(dst, row, size_t(D * item));
-        } else {
-          for (int64_t j = 0; j < D; ++j)
-            reinterpret_cast<T*>(dst)[j] = *reinterpret_cast<const T*>(row + j * w_cs * item);
-        }
-      }
-    });
+  Tensor device_ids = on_device(id_list, weight.device());
+  kernel::embedding_forward(on, weight.raw_data(), weight.strides()[0], weight.strides()[1],
+                            device_ids.data<int64_t>(), int64_t(id_list.size()), D, out.raw_data());
+  record("embedding", out, {weight, ids}, [on, id_list = std::move(id_list), V, D](const Tensor& g) -> Grads {
+    RowBuckets buckets = bucket_by_row(id_list, V);
+    Tensor grad = g.contiguous();
+    Tensor dweight = zeros({V, D}, grad.dtype(), grad.device());
+    if (buckets.rows.empty()) return {dweight, Tensor()};
+    const Device device = grad.device();
+    Tensor rows = on_device(buckets.rows, device), starts = on_device(buckets.starts, device),
+           positions = on_device(buckets.positions, device);
+    kernel::embedding_backward(on, grad.raw_data(), rows.data<int64_t>(), starts.data<int64_t>(),
+                               positions.data<int64_t>(), int64_t(buckets.rows.size()), D, dweight.raw_data(),
+                               nullptr);
+    return {dweight, Tensor()};
   });
-
-  record("embedding", out, {weight, ids},
-         [id_list = std::move(id_list), V, D, dtype = weight.dtype()](const Tensor& g) -> Grads {
-           Tensor grad = g.contiguous();
-           Tensor dweight = zeros({V, D}, dtype, g.device());
-           dispatch_floating(dtype, "embedding backward", [&](auto tag) {
-             using T = typename decltype(tag)::type;
-             scatter_rows<T>(id_list, grad, dweight);
-           });
-           return {dweight, Tensor()};
-         });
   return out;
 }
 

@@ -1,11 +1,11 @@
 // Reductions: sum, mean, max, var over any dims, with keepdim; sum_to undoes broadcasting.
+// Kernels: core/kernels.h (CPU: core/cpu/reduce.cpp, GPU: cuda/row_kernels.cu).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
-#include "core/cpu/reduce.h"
 #include "core/ops/op_support.h"
 
 namespace ember {
@@ -37,15 +37,63 @@ int64_t count_over(const Shape& shape, const std::vector<int64_t>& dims) {
   return n;
 }
 
-// The checks every device relies on, then the reduction kernel for x's device.
-Tensor reduce_kernel(const Tensor& x, const std::vector<int64_t>& dims, cpu::ReduceKind kind, const char* op) {
+// x as contiguous [outer, R, inner], R the reduced dims (`dims`: sorted, unique, non-negative).
+struct ReduceLayout {
+  Tensor src;
+  int64_t outer = 1, R = 1, inner = 1;
+};
+
+// When the reduced dims (ignoring size-1 dims) are one consecutive block of the others, x itself
+// (made contiguous); else x with the reduced dims moved to the end, copied once.
+ReduceLayout reduce_layout(const Tensor& x, const std::vector<int64_t>& dims) {
+  std::vector<bool> reduced(size_t(x.dim()), false);
+  for (int64_t d : dims) reduced[size_t(d)] = true;
+  std::vector<int64_t> sized;  // dims of size != 1
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (x.shape()[size_t(d)] != 1) sized.push_back(d);
+  int64_t first = -1, last = -1;  // positions in `sized` of the first and last reduced dim
+  for (size_t k = 0; k < sized.size(); ++k)
+    if (reduced[size_t(sized[k])]) {
+      if (first < 0) first = int64_t(k);
+      last = int64_t(k);
+    }
+  bool block = true;
+  for (int64_t k = first; k >= 0 && k <= last; ++k) block = block && reduced[size_t(sized[size_t(k)])];
+  ReduceLayout l;
+  if (block) {
+    l.src = x.detach().contiguous();
+    for (int64_t k = 0; k < int64_t(sized.size()); ++k) {
+      int64_t s = x.shape()[size_t(sized[size_t(k)])];
+      if (first >= 0 && k >= first && k <= last) l.R *= s;
+      else if (first >= 0 && k > last) l.inner *= s;
+      else l.outer *= s;
+    }
+  } else {
+    std::vector<int64_t> order;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (!reduced[size_t(d)]) order.push_back(d), l.outer *= x.shape()[size_t(d)];
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (reduced[size_t(d)]) order.push_back(d), l.R *= x.shape()[size_t(d)];
+    l.src = x.detach().permute(order).contiguous();
+  }
+  return l;
+}
+
+// The checks every device relies on, then the reduction kernel; the result keeps the reduced dims as size 1.
+Tensor reduce_kernel(const Tensor& x, const std::vector<int64_t>& dims, ReduceKind kind, const char* op) {
   EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", op);
-  if (kind == cpu::ReduceKind::Max)
+  if (kind == ReduceKind::Max)
     for (int64_t d : dims)
       EMBER_CHECK(x.shape()[size_t(d)] > 0, "{}: cannot take the max over an empty dim {} (shape {})", op, d,
                   shape_str(x.shape()));
-  if (x.device().is_cuda()) return gpu::reduce(x, dims, kind == cpu::ReduceKind::Sum ? cuda::kSum : cuda::kMax);
-  return cpu::reduce(x, dims, kind, op);
+  Shape keep_shape = x.shape();
+  for (int64_t d : dims) keep_shape[size_t(d)] = 1;
+  const ReduceLayout l = reduce_layout(x, dims);
+  const On on = kernel_on(x);
+  Tensor out = Tensor::empty(keep_shape, x.dtype(), x.device());
+  Tensor scratch = Tensor::empty({kernel::reduce_scratch(on, l.outer, l.R, l.inner)}, x.dtype(), x.device());
+  kernel::reduce(on, kind, l.src.raw_data(), out.raw_data(), l.outer, l.R, l.inner, scratch.raw_data());
+  return out;
 }
 
 }  // namespace
@@ -55,7 +103,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   if (x.defined() && x.dtype() == Dtype::BFloat16)  // summed in float32, rounded once (the input's dtype)
     return sum(widened_from_bf16(x), dims_in, keepdim).to(Dtype::BFloat16);
   auto dims = normalize_dims(dims_in, x.dim(), "sum");
-  Tensor kept = reduce_kernel(x, dims, cpu::ReduceKind::Sum, "sum");
+  Tensor kept = reduce_kernel(x, dims, ReduceKind::Sum, "sum");
   Tensor y = keepdim ? kept : kept.view(drop_dims(kept.shape(), dims));
   record("sum", y, {x}, [in = x.shape(), keep = kept.shape()](const Tensor& g) -> Grads {
     return {g.reshape(keep).expand(in)};
@@ -79,12 +127,12 @@ Tensor max(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   for (int64_t d : dims)
     EMBER_CHECK(x.shape()[size_t(d)] > 0, "max: cannot take the max over an empty dim {} (shape {})", d,
                 shape_str(x.shape()));
-  Tensor kept = reduce_kernel(x, dims, cpu::ReduceKind::Max, "max");
+  Tensor kept = reduce_kernel(x, dims, ReduceKind::Max, "max");
   Tensor y = keepdim ? kept : kept.view(drop_dims(kept.shape(), dims));
   record("max", y, {x}, [saved_x = save(x), saved_kept = save(kept), dims](const Tensor& g) -> Grads {
     const Tensor &x = saved_x.get(), &kept = saved_kept.get();
     Tensor is_max = eq(x, kept).to(x.dtype());
-    Tensor ties = reduce_kernel(is_max, dims, cpu::ReduceKind::Sum, "max");
+    Tensor ties = reduce_kernel(is_max, dims, ReduceKind::Sum, "max");
     return {is_max * (g.reshape(kept.shape()) / ties)};
   });
   return y;
@@ -104,7 +152,18 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   EMBER_CHECK(is_floating(x.dtype()), "argmax: expected a floating tensor (float32 or float64), got {}",
               dtype_name(x.dtype()));
   EMBER_CHECK(x.dim() == 0 || x.size(dim) > 0, "argmax: dim {} is empty (shape {})", dim, shape_str(x.shape()));
-  Tensor kept = x.device().is_cuda() ? gpu::argmax(x, dim) : cpu::argmax(x, dim);
+  Shape keep_shape = x.shape();
+  int64_t outer = 1, n = 1, inner = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d < dim) outer *= x.size(d);
+    else if (d == dim) n = x.size(d), keep_shape[size_t(d)] = 1;
+    else inner *= x.size(d);
+  }
+  const On on = kernel_on(x);
+  Tensor src = x.detach().contiguous();
+  Tensor kept = Tensor::empty(keep_shape, Dtype::Int64, x.device());
+  Tensor scratch = Tensor::empty({kernel::reduce_scratch(on, outer, n, inner)}, x.dtype(), x.device());
+  kernel::argmax(on, src.raw_data(), kept.data<int64_t>(), outer, n, inner, scratch.raw_data());
   return keepdim ? kept : kept.squeeze(dim);
 }
 

@@ -3,26 +3,50 @@
 // gives NaN like PyTorch). Backward: one fused pass per row from the saved output y:
 //   softmax:     dx = y * (g - sum(g * y, dim))
 //   log_softmax: dx = g - exp(y) * sum(g, dim)
-// Kernels: core/cpu/softmax.cpp.
+// The tensor is seen as contiguous [outer, n, inner], the softmax over n. Kernels: core/kernels.h.
+#include <cstddef>
 #include <cstdint>
 
-#include "core/cpu/softmax.h"
 #include "core/ops/op_support.h"
 
 namespace ember {
 namespace {
+
+// x's shape as [outer, n, inner] around `dim` (a 0-d tensor: one row of one element).
+struct Layout {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+Layout layout_of(const Shape& shape, int64_t dim) {
+  Layout l;
+  for (int64_t d = 0; d < int64_t(shape.size()); ++d) {
+    if (d < dim) l.outer *= shape[size_t(d)];
+    else if (d == dim) l.n = shape[size_t(d)];
+    else l.inner *= shape[size_t(d)];
+  }
+  return l;
+}
 
 Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log) {
   EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", name);
   if (x.dtype() == Dtype::BFloat16) return softmax_op(name, widened_from_bf16(x), dim, log);
   EMBER_CHECK(is_floating(x.dtype()), "{}: expected a floating tensor (float32 or float64), got {}", name,
               dtype_name(x.dtype()));
-  int64_t d = normalize_dim(dim, x.dim(), name);
-  Tensor y = x.device().is_cuda() ? gpu::softmax_forward(x, d, log) : cpu::softmax_forward(x, d, log, name);
-  record(name, y, {x}, [name, d, log, saved_y = save(y)](const Tensor& g) -> Grads {
+  const int64_t d = normalize_dim(dim, x.dim(), name);
+  const Layout l = layout_of(x.shape(), d);
+  const On on = kernel_on(x);
+  Tensor src = x.detach().contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor scratch = Tensor::empty({kernel::softmax_scratch(on, l.outer, l.n, l.inner, false)}, x.dtype(), x.device());
+  kernel::softmax_forward(on, src.raw_data(), y.raw_data(), l.outer, l.n, l.inner, log, scratch.raw_data());
+  record(name, y, {x}, [on, l, log, saved_y = save(y)](const Tensor& grad) -> Grads {
     const Tensor& y = saved_y.get();
-    if (y.device().is_cuda()) return {gpu::softmax_backward(g, y, d, log)};
-    return {cpu::softmax_backward(g, y, d, log, name)};
+    Tensor g = grad.contiguous();
+    Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+    Tensor scratch = Tensor::empty({kernel::softmax_scratch(on, l.outer, l.n, l.inner, true)}, y.dtype(), y.device());
+    kernel::softmax_backward(on, g.raw_data(), y.raw_data(), dx.raw_data(), l.outer, l.n, l.inner, log,
+                             scratch.raw_data());
+    return {dx};
   });
   return y;
 }
