@@ -10,7 +10,7 @@
 
 #include "autograd/node.h"
 #include "core/allocator.h"
-#include "core/cpu/window_attention.h"
+#include "core/cpu/attention.h"
 #include "core/cuda_ops.h"
 #include "core/parallel.h"
 #include "tests/cuda_skip.h"
@@ -171,8 +171,7 @@ TEST_CASE("window attention: the kept log-sum-exps are log sum_j e^(s_ij) over t
   for (bool causal : {false, true}) {
     CAPTURE(causal);
     int64_t blind = 0;
-    Tensor lse;
-    cpu::window_attention_forward(qkv, heads, {window, global}, mask, causal, lse, nullptr);
+    const Tensor lse = cpu::attention_forward(qkv, heads, mask, causal, {window, global}, false).stats;
     REQUIRE(lse.shape() == Shape({B, heads, T}));
     const float* x = qkv.data<float>();
     for (int64_t b = 0; b < B; ++b)
