@@ -1,7 +1,8 @@
 // Sliding-window attention: the fused CPU kernel against the composed reference (full attention with the
 // band as a mask) on values, weights and gradients, with padding, causal and global tokens; float64
 // gradchecks of both; the edges (window >= T is full attention, windows 0 and 1, no global tokens, rows
-// that see nothing, zero-size dims); memory that grows with T x window; bad inputs.
+// that see nothing, zero-size dims); memory that grows with T x window; bad inputs; window_attention is
+// attention with a band (one op, the same bits).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
