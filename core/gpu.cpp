@@ -337,7 +337,8 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, b
                                  probs.defined() ? probs.data<float>() : nullptr);
   else
     cuda::attention_forward(device_of(qkv), is_f64(qkv), qkv.raw_data(), pad, B, T, heads, D, causal, band.window,
-                            band.global, out.raw_data(), lse.data<double>(), probs.defined() ? probs.raw_data() : nullptr);
+                            band.global, out.raw_data(), lse.data<double>(),
+                            probs.defined() ? probs.raw_data() : nullptr);
   if (weights != nullptr) *weights = probs;
   return out;
 }
@@ -345,13 +346,13 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, b
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           int64_t heads, const Tensor& mask, bool causal, AttentionBand band, bool bf16) {
   const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
+  const char* op = band.on() ? "window_attention" : "attention";
   Tensor g = grad_out.contiguous();
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
   Tensor delta = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
   const bool* pad = mask.defined() ? mask.data<bool>() : nullptr;
   if (qkv.dtype() == Dtype::BFloat16 || (bf16 && qkv.dtype() == Dtype::Float32))
-    cuda::attention_backward_bf16(device_of(qkv), scalar_type(qkv.dtype(), band.on() ? "window_attention" : "attention"),
-                                  qkv.raw_data(), pad, B, T, heads, D, causal, band.window, band.global, out.raw_data(),
+    cuda::attention_backward_bf16(device_of(qkv), scalar_type(qkv.dtype(), op), qkv.raw_data(), pad, B, T, heads, D, causal, band.window, band.global, out.raw_data(),
                                   g.raw_data(), lse.data<double>(), delta.data<double>(), dqkv.raw_data());
   else
     cuda::attention_backward(device_of(qkv), is_f64(qkv), qkv.raw_data(), pad, B, T, heads, D, causal, band.window,

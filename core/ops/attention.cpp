@@ -179,14 +179,16 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
     kept.stats = r[1];
     if (needs_grad && reads_probs) kept.probs = cpu::attention_probs(qkv, heads, mask, causal, r[1], bf16);
   }
-  if (weights != nullptr && !on_gpu)  // qkv's dtype, float32 for bfloat16 (in bfloat16: the kept probabilities, rounded)
+  // The weights on the CPU: qkv's dtype, float32 for bfloat16 (in bfloat16: the kept probabilities, rounded).
+  if (weights != nullptr && !on_gpu)
     *weights = cpu::attention_probs_rows(kept.probs).to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
   // One backward for every device and band: the device's kernel (core/cpu/attention.h, core/gpu.h).
   // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.
-  Tensor lse = reads_probs ? Tensor() : kept.stats;
+  const Tensor none;
+  Tensor lse = reads_probs ? none : kept.stats;
   record(name, kept.out, {qkv_in},
-         [heads, causal, band, bf16, qkv = save(qkv), mask = save(mask), probs = save(reads_probs ? kept.probs : Tensor()),
-          out = save(reads_probs ? Tensor() : kept.out), lse](const Tensor& g) -> Grads {
+         [heads, causal, band, bf16, qkv = save(qkv), mask = save(mask), probs = save(reads_probs ? kept.probs : none),
+          out = save(reads_probs ? none : kept.out), lse](const Tensor& g) -> Grads {
            if (qkv.get().device().is_cuda())
              return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal, band, bf16)};
            const cpu::AttentionForward forward{out.get(), probs.get(), lse};
