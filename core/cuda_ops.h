@@ -144,35 +144,27 @@ EMBER_CUDA_DEFAULT(void, set_attention_tensor_cores, (bool on), {})
 EMBER_CUDA_DEFAULT(bool, attention_tensor_cores, (), { return false; })
 // The largest head size the fused kernels take (128; 0 without CUDA).
 EMBER_CUDA_DEFAULT(int64_t, attention_max_head_dim, (), { return 0; })
+// window, global: sliding-window attention's band (core/attention_band.h): key j hidden from query i when both
+// are past the first `global` tokens and more than `window` apart; tiles outside it skipped. window < 0: none.
 EMBER_CUDA_ENTRY(void, attention_forward, (int device, bool float64, const void* qkv, const bool* key_padding_mask,
-                                           int64_t B, int64_t T, int64_t heads, int64_t D, bool causal, void* out,
-                                           double* lse, void* probs))
+                                           int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
+                                           int64_t window, int64_t global, void* out, double* lse, void* probs))
 // grad_qkv [B, T, 3 D] is written whole (dq and delta by one kernel, then dk and dv by another).
 EMBER_CUDA_ENTRY(void, attention_backward, (int device, bool float64, const void* qkv, const bool* key_padding_mask,
                                             int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
-                                            const void* out, const void* grad_out, const double* lse, double* delta,
-                                            void* grad_qkv))
-// The same with sliding-window attention's band (core/ops/window_attention.cpp): key j hidden from query i
-// when both are past the first `global` tokens and more than `window` apart; tiles outside it skipped.
-EMBER_CUDA_ENTRY(void, window_attention_forward, (int device, bool float64, const void* qkv,
-                                                  const bool* key_padding_mask, int64_t B, int64_t T, int64_t heads,
-                                                  int64_t D, bool causal, int64_t window, int64_t global, void* out,
-                                                  double* lse, void* probs))
-EMBER_CUDA_ENTRY(void, window_attention_backward, (int device, bool float64, const void* qkv,
-                                                   const bool* key_padding_mask, int64_t B, int64_t T, int64_t heads,
-                                                   int64_t D, bool causal, int64_t window, int64_t global,
-                                                   const void* out, const void* grad_out, const double* lse,
-                                                   double* delta, void* grad_qkv))
+                                            int64_t window, int64_t global, const void* out, const void* grad_out,
+                                            const double* lse, double* delta, void* grad_qkv))
 // The same in mixed precision (core/precision.h): the operands of the products rounded to bfloat16, the
 // softmax, lse and delta in float32. qkv, out, grad_out and grad_qkv of `dtype`: kFloat32, or kBFloat16
-// (read exactly, each result rounded once as it is stored); probs float32.
+// (read exactly, each result rounded once as it is stored); probs float32. With or without a band.
 EMBER_CUDA_ENTRY(void, attention_forward_bf16, (int device, int dtype, const void* qkv, const bool* key_padding_mask,
-                                                int64_t B, int64_t T, int64_t heads, int64_t D, bool causal, void* out,
-                                                double* lse, float* probs))
+                                                int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
+                                                int64_t window, int64_t global, void* out, double* lse, float* probs))
 EMBER_CUDA_ENTRY(void, attention_backward_bf16, (int device, int dtype, const void* qkv,
                                                  const bool* key_padding_mask, int64_t B, int64_t T, int64_t heads,
-                                                 int64_t D, bool causal, const void* out, const void* grad_out,
-                                                 const double* lse, double* delta, void* grad_qkv))
+                                                 int64_t D, bool causal, int64_t window, int64_t global,
+                                                 const void* out, const void* grad_out, const double* lse,
+                                                 double* delta, void* grad_qkv))
 
 // ---- GEMM through cuBLAS (cuda/blas.cu), row-major like the CPU's cpu::gemm:
 // C[b] (M x N, row stride ldc) = A[b] (M x K) @ B[b] (K x N) + beta * C[b] for b < batch, where

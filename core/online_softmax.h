@@ -29,7 +29,7 @@ EMBER_HD inline bool key_masked(bool key_is_padding, bool causal, int64_t i, int
   return key_is_padding || (causal && j > i);
 }
 
-// Sliding-window attention's band (core/cpu/window_attention.h): key j is outside query i's window when
+// Sliding-window attention's band (core/attention_band.h): key j is outside query i's window when
 // both are past the first `global` tokens and more than `window` positions apart; window < 0: no band.
 EMBER_HD inline bool outside_window(int64_t window, int64_t global, int64_t i, int64_t j) {
   return window >= 0 && i >= global && j >= global && (i - j > window || j - i > window);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/attention_band.h"
 #include "core/gpu_stream.h"
 #include "core/random.h"
 #include "core/tensor.h"
@@ -105,20 +106,20 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 // ---- Attention (core/ops/attention.cpp)
 // Multi-head self-attention on a fused projection qkv [B, T, 3 D] (q | k | v, each `heads` heads of
 // D / heads): per head softmax(q k^T / sqrt(D / heads) + masks) v, the heads side by side -> [B, T, D].
-// key_padding_mask: bool [B, T], true = padding (or undefined); causal: key j > query i is masked.
+// key_padding_mask: bool [B, T], true = padding (or undefined); causal: key j > query i is masked;
+// band (core/attention_band.h; none by default): sliding-window attention (Longformer), query i sees key j
+// only if |i - j| <= band.window or either is one of the first band.global tokens. A band with
+// window >= T - 1 is full attention; with one, the CPU kernel costs T x window, not T^2.
 // A query that sees no key (all padding; with causal, all up to it) gets output 0 and no gradient, not NaN.
-// `weights`, if given, receives the probabilities [B, heads, T, T] (read-only, not differentiable).
-// attention is one fused kernel per (batch, head); attention_reference composes the ops above.
+// `weights`, if given, receives the probabilities [B, heads, T, T] (read-only, not differentiable; 0
+// outside the band). attention is one fused op (the device's kernels); attention_reference composes the
+// ops above, the band one more mask on the full scores.
 Tensor attention(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal = false,
-                 Tensor* weights = nullptr);
+                 Tensor* weights = nullptr, AttentionBand band = {});
 Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal = false,
-                           Tensor* weights = nullptr);
-
-// ---- Sliding-window attention (core/ops/window_attention.cpp)
-// attention() over a band (Longformer): query i sees key j iff |i - j| <= window, or either is one of the
-// first `global` tokens; padding and causal masks combine with it as above. window >= T - 1 is attention().
-// window_attention's CPU kernel costs T x window, not T^2; window_attention_reference is full attention
-// with the band as a mask. `weights`: the dense [B, heads, T, T] probabilities (0 outside the band).
+                           Tensor* weights = nullptr, AttentionBand band = {});
+// Sliding-window attention: attention(qkv, heads, key_padding_mask, causal, weights, {window, global}),
+// with window >= 0 checked (its graph node and errors are named window_attention).
 Tensor window_attention(const Tensor& qkv, int64_t heads, int64_t window, int64_t global,
                         const Tensor& key_padding_mask, bool causal = false, Tensor* weights = nullptr);
 Tensor window_attention_reference(const Tensor& qkv, int64_t heads, int64_t window, int64_t global,

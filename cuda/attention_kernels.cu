@@ -79,7 +79,7 @@ constexpr int kMaxHeadDim = 128;
 struct Dims {
   int64_t B, T, H, Dh, D;
   bool causal;
-  int64_t window = -1, global = 0;  // sliding-window attention (window_attention); window < 0: full
+  int64_t window = -1, global = 0;  // the band (core/attention_band.h); window < 0: none, full attention
   bool bf16 = false;  // products' operands rounded to bfloat16 (float32 only)
 };
 
@@ -1068,7 +1068,7 @@ void check_blocks(int64_t blocks) {
     raise_message("attention (CUDA, fused): more than 2^31 - 1 blocks of B * heads * tiles; use the composed attention");
 }
 
-Dims make_dims(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal, int64_t window = -1, int64_t global = 0,
+Dims make_dims(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal, int64_t window, int64_t global,
                bool bf16 = false) {
   return {B, T, heads, D / heads, D, causal, window, global, bf16};
 }
@@ -1200,9 +1200,10 @@ bool attention_tensor_cores() {
   return value == 1;
 }
 
-void window_attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B,
-                              int64_t T, int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, void* out,
-                              double* lse, void* probs) {
+// Full attention is window < 0 (Dims): the same kernels, every tile in the band.
+void attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                       int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, void* out, double* lse,
+                       void* probs) {
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, window, global);
   dispatch_floating(float64, [&](auto tag) {
@@ -1212,10 +1213,9 @@ void window_attention_forward(int device, bool float64, const void* qkv, const b
   });
 }
 
-void window_attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B,
-                               int64_t T, int64_t heads, int64_t D, bool causal, int64_t window, int64_t global,
-                               const void* out, const void* grad_out, const double* lse, double* delta,
-                               void* grad_qkv) {
+void attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                        int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, const void* out,
+                        const void* grad_out, const double* lse, double* delta, void* grad_qkv) {
   if (B * heads * T == 0) return;
   const Dims d = make_dims(B, T, heads, D, causal, window, global);
   dispatch_floating(float64, [&](auto tag) {
@@ -1225,26 +1225,15 @@ void window_attention_backward(int device, bool float64, const void* qkv, const 
   });
 }
 
-// attention(): the same kernels without a band.
-void attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                       int64_t heads, int64_t D, bool causal, void* out, double* lse, void* probs) {
-  window_attention_forward(device, float64, qkv, key_padding_mask, B, T, heads, D, causal, -1, 0, out, lse, probs);
-}
-
-void attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                        int64_t heads, int64_t D, bool causal, const void* out, const void* grad_out, const double* lse,
-                        double* delta, void* grad_qkv) {
-  window_attention_backward(device, float64, qkv, key_padding_mask, B, T, heads, D, causal, -1, 0, out, grad_out, lse,
-                            delta, grad_qkv);
-}
-
 // Mixed precision: the same kernels with the products' operands rounded to bfloat16, computed in float;
 // the tensors (qkv, out, grad_out, grad_qkv) float32 or, with dtype kBFloat16, bfloat16 (read exactly,
-// each result rounded once as it is stored); the weights asked for (probs) float32 either way.
+// each result rounded once as it is stored); the weights asked for (probs) float32 either way. The band
+// reaches the tensor-core kernels (tc::) and the CUDA-core ones alike through Dims.
 void attention_forward_bf16(int device, int dtype, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                            int64_t heads, int64_t D, bool causal, void* out, double* lse, float* probs) {
+                            int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, void* out,
+                            double* lse, float* probs) {
   if (B * heads * T == 0) return;
-  const Dims d = make_dims(B, T, heads, D, causal, -1, 0, true);
+  const Dims d = make_dims(B, T, heads, D, causal, window, global, true);
   if (probs == nullptr && tensor_cores_usable(device)) {  // the weights, when asked for, come from flash_probs_kernel
     dispatch_bf16_or_float(dtype, [&](auto tag) {
       using S = decltype(tag);
@@ -1259,10 +1248,10 @@ void attention_forward_bf16(int device, int dtype, const void* qkv, const bool* 
 }
 
 void attention_backward_bf16(int device, int dtype, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
-                             int64_t heads, int64_t D, bool causal, const void* out, const void* grad_out,
-                             const double* lse, double* delta, void* grad_qkv) {
+                             int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, const void* out,
+                             const void* grad_out, const double* lse, double* delta, void* grad_qkv) {
   if (B * heads * T == 0) return;
-  const Dims d = make_dims(B, T, heads, D, causal, -1, 0, true);
+  const Dims d = make_dims(B, T, heads, D, causal, window, global, true);
   if (tensor_cores_usable(device)) {
     dispatch_bf16_or_float(dtype, [&](auto tag) {
       using S = decltype(tag);

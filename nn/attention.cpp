@@ -19,12 +19,13 @@ MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x, const Te
   auto scope = forward_scope();
   EMBER_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "MultiHeadAttention: input {} is not [B, T, {}]",
               shape_str(x.shape()), embed_dim);
-  // One fused kernel per (batch, head) on the [B, T, 3D] projection; attention_reference
-  // (core/ops/attention.cpp) is the same computation composed from views, matmul and softmax.
+  // One fused kernel per (batch, head) on the [B, T, 3D] projection, over the band when there is one;
+  // attention_reference (core/ops/attention.cpp) is the same computation composed from views, matmul and
+  // softmax. `global` counts only with a window (window < 0: full attention).
   Tensor weights;
   Tensor* asked = need_weights ? &weights : nullptr;
-  Tensor merged = window < 0 ? attention(qkv->forward(x), heads, key_padding_mask, causal, asked)
-                             : window_attention(qkv->forward(x), heads, window, global, key_padding_mask, causal, asked);
+  const AttentionBand band = window < 0 ? AttentionBand{} : AttentionBand{window, global};
+  Tensor merged = attention(qkv->forward(x), heads, key_padding_mask, causal, asked, band);
   return {proj->forward(merged), need_weights ? weights : Tensor()};
 }
 

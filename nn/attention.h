@@ -27,7 +27,7 @@ class MultiHeadAttention : public Module {
                  bool need_weights = false) const;
 
   int64_t embed_dim, heads, head_dim;
-  // Sliding-window attention (window_attention in core/ops.h): keys within `window` positions of a
+  // Sliding-window attention (attention's band in core/ops.h): keys within `window` positions of a
   // query, plus the first `global` tokens; window < 0 (the default) is full attention.
   int64_t window = -1, global = 0;
   std::shared_ptr<Linear> qkv, proj;

@@ -241,7 +241,7 @@ TEST_CASE("attention: a bfloat16 qkv keeps its probabilities pair-major; attenti
     const int64_t B = 2, D = 12, H = 3;
     Tensor qkv = random_qkv(B, T, D, 41).to(Dtype::BFloat16);
     Tensor mask = tail_padding(B, T);
-    cpu::AttentionForward forward = cpu::attention_forward(qkv, H, mask, false, true);
+    cpu::AttentionForward forward = cpu::attention_forward(qkv, H, mask, false, {}, true);
     const int64_t pairs = (T + 1) / 2;
     REQUIRE(forward.probs.shape() == Shape({B, H, pairs, T, 2}));
     Tensor rows = cpu::attention_probs_rows(forward.probs);
@@ -288,7 +288,7 @@ TEST_CASE("attention: the probabilities rebuilt from the rows' stats are the for
         CAPTURE(masked);
         Tensor qkv = random_qkv(B, T, D, 31, c.dtype == Dtype::BFloat16 ? Dtype::Float32 : c.dtype).to(c.dtype);
         Tensor mask = masked ? holes : Tensor();
-        cpu::AttentionForward forward = cpu::attention_forward(qkv, H, mask, causal, true, c.bf16, true);
+        cpu::AttentionForward forward = cpu::attention_forward(qkv, H, mask, causal, {}, true, c.bf16, true);
         REQUIRE(forward.stats.defined());
         CHECK(forward.stats.shape() == Shape({B, H, T, 2}));
         Tensor probs = cpu::attention_probs(qkv, H, mask, causal, forward.stats, c.bf16);
@@ -296,7 +296,7 @@ TEST_CASE("attention: the probabilities rebuilt from the rows' stats are the for
         REQUIRE(probs.shape() == forward.probs.shape());
         CHECK(std::memcmp(probs.raw_data(), forward.probs.raw_data(), size_t(probs.numel() * dtype_size(probs.dtype()))) == 0);
         // Without the stats asked for, the same output (keeping them changes nothing else).
-        cpu::AttentionForward plain = cpu::attention_forward(qkv, H, mask, causal, false, c.bf16);
+        cpu::AttentionForward plain = cpu::attention_forward(qkv, H, mask, causal, {}, false, c.bf16);
         CHECK_FALSE(plain.stats.defined());
         CHECK(std::memcmp(plain.out.raw_data(), forward.out.raw_data(), size_t(plain.out.numel() * dtype_size(plain.out.dtype()))) == 0);
         if (masked) {  // review 2 sees nothing: every row's max is -inf, its probabilities 0
@@ -307,7 +307,7 @@ TEST_CASE("attention: the probabilities rebuilt from the rows' stats are the for
     }
   }
   Tensor qkv = random_qkv(2, 5, 6, 3);
-  cpu::AttentionForward forward = cpu::attention_forward(qkv, 2, Tensor(), false, false, false, true);
+  cpu::AttentionForward forward = cpu::attention_forward(qkv, 2, Tensor(), false, {}, false, false, true);
   check_error([&] { cpu::attention_probs(qkv, 2, Tensor(), false, forward.stats.to(Dtype::Float64)); },
               "attention_probs: the kept row statistics must be contiguous float32 [2, 2, 5, 2], got float64 [2, 2, 5, 2]");
   check_error([&] { cpu::attention_probs(qkv, 1, Tensor(), false, forward.stats); },

@@ -610,7 +610,7 @@ TEST_CASE("cuda ops: the fused attention kernels (EMBER_ATTENTION=fused) match t
     check_parity("head size 144 (composed)", {rnd({2, 9, 3 * 144}, 142)},
                  [](const std::vector<Tensor>& v) { return attention(v[0], 1, Tensor()); });
     Tensor lse;
-    check_error([&] { gpu::attention_forward(rnd({2, 9, 3 * 144}, 143).to(kGpu), 1, Tensor(), false, lse, nullptr); },
+    check_error([&] { gpu::attention_forward(rnd({2, 9, 3 * 144}, 143).to(kGpu), 1, Tensor(), false, {}, lse, nullptr); },
                 "head size 144 exceeds the fused CUDA kernels' 128");
   }
 }

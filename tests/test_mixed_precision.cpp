@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "autograd/node.h"
 #include "core/allocator.h"
 #include "core/cuda_ops.h"
 #include "core/parallel.h"
@@ -647,9 +649,11 @@ namespace {
 // The fused kernels round Q, K, V, dO and the weights P, dS as they stage them and keep the online
 // softmax in float32: the same bound as the CPU's (which rounds the normalised P instead). Run with their
 // products on the tensor cores (WMMA: mma.h on the emulator) or on the CUDA cores.
-void check_fused_attention_bf16(bool tensor_cores, int64_t T, int64_t D, int64_t H, int64_t pad_from, bool causal) {
+void check_fused_attention_bf16(bool tensor_cores, int64_t T, int64_t D, int64_t H, int64_t pad_from, bool causal,
+                                AttentionBand band = {}) {
   const int64_t B = 2;
-  INFO((tensor_cores ? "tensor cores" : "CUDA cores") << ", T " << T << ", heads " << H << " of " << D / H);
+  INFO((tensor_cores ? "tensor cores" : "CUDA cores") << ", T " << T << ", heads " << H << " of " << D / H
+                                                     << ", window " << band.window << ", global " << band.global);
   Generator gen(18);
   const Device gpu = Device::cuda(0);
   Tensor qkv = uniform({B, T, 3 * D}, -1, 1, gen);
@@ -666,7 +670,8 @@ void check_fused_attention_bf16(bool tensor_cores, int64_t T, int64_t D, int64_t
   auto run = [&](bool bf16, Tensor& grad) {
     MixedPrecisionGuard precision(bf16 ? Precision::BFloat16 : Precision::Float32);
     Tensor x = qkv.to(gpu).detach().requires_grad_();
-    Tensor out = attention(x, H, mask.to(gpu), causal);
+    Tensor out = attention(x, H, mask.to(gpu), causal, nullptr, band);
+    CHECK(out.grad_fn()->name == std::string(band.on() ? "window_attention" : "attention"));  // the fused kernels
     out.backward(g);
     grad = x.grad();
     return out;
@@ -679,7 +684,7 @@ void check_fused_attention_bf16(bool tensor_cores, int64_t T, int64_t D, int64_t
   Tensor cpu_grad;
   const Tensor cpu32 = [&] {
     Tensor x = qkv.detach().requires_grad_();
-    Tensor out = attention(x, H, mask, causal);
+    Tensor out = attention(x, H, mask, causal, nullptr, band);
     out.backward(g.to(Device::cpu()));
     cpu_grad = x.grad();
     return out;
@@ -697,7 +702,7 @@ void check_fused_attention_bf16(bool tensor_cores, int64_t T, int64_t D, int64_t
   // float32 path kept it unrounded, so it matches that path's gradient rounded, up to that.
   const Tensor qkv16 = qkv.to(Dtype::BFloat16), g16 = g.to(Dtype::BFloat16);
   Tensor x16 = qkv16.to(gpu).detach().requires_grad_();
-  const Tensor out16 = attention(x16, H, mask.to(gpu), causal);
+  const Tensor out16 = attention(x16, H, mask.to(gpu), causal, nullptr, band);
   REQUIRE(out16.dtype() == Dtype::BFloat16);
   out16.backward(g16);
   REQUIRE(x16.grad().dtype() == Dtype::BFloat16);
@@ -706,7 +711,7 @@ void check_fused_attention_bf16(bool tensor_cores, int64_t T, int64_t D, int64_t
   {
     MixedPrecisionGuard bf16;
     Tensor x = qkv16.to(Dtype::Float32).to(gpu).detach().requires_grad_();
-    widened = attention(x, H, mask.to(gpu), causal);
+    widened = attention(x, H, mask.to(gpu), causal, nullptr, band);
     widened.backward(g16.to(Dtype::Float32));
     widened_grad = x.grad();
   }
@@ -729,5 +734,17 @@ CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloa
     check_fused_attention_bf16(tensor_cores, 37, 24, 3, 30, false);
     check_fused_attention_bf16(tensor_cores, 150, 64, 2, 97, true);
     check_fused_attention_bf16(tensor_cores, 70, 256, 2, 41, false);
+  }
+}
+
+CUDA_TEST_CASE("mixed precision on the GPU: window attention's band in bfloat16, on the tensor cores and the CUDA cores") {
+  // The one attention op hands the band to the bfloat16 kernels too (they skip the tiles outside it): the
+  // same bounds against the GPU's float32 and the CPU's float32 window attention. T 150 with window 5:
+  // most 64-key tiles outside the band; a global token, causal, padding; window 20 over two 64-row tiles
+  // with head size 32 (the recipe's); window 0 with 3 global tokens at head size 8.
+  for (const bool tensor_cores : {true, false}) {
+    check_fused_attention_bf16(tensor_cores, 150, 64, 2, 97, true, {5, 1});
+    check_fused_attention_bf16(tensor_cores, 130, 64, 2, 110, false, {20, 0});
+    check_fused_attention_bf16(tensor_cores, 37, 24, 3, 30, false, {0, 3});
   }
 }

@@ -1,7 +1,8 @@
 // Sliding-window attention: the fused CPU kernel against the composed reference (full attention with the
 // band as a mask) on values, weights and gradients, with padding, causal and global tokens; float64
 // gradchecks of both; the edges (window >= T is full attention, windows 0 and 1, no global tokens, rows
-// that see nothing, zero-size dims); memory that grows with T x window; bad inputs.
+// that see nothing, zero-size dims); memory that grows with T x window; bad inputs; window_attention is
+// attention with a band (one op, the same bits).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +11,7 @@
 
 #include "autograd/node.h"
 #include "core/allocator.h"
-#include "core/cpu/window_attention.h"
+#include "core/cpu/attention.h"
 #include "core/cuda_ops.h"
 #include "core/parallel.h"
 #include "tests/cuda_skip.h"
@@ -171,8 +172,7 @@ TEST_CASE("window attention: the kept log-sum-exps are log sum_j e^(s_ij) over t
   for (bool causal : {false, true}) {
     CAPTURE(causal);
     int64_t blind = 0;
-    Tensor lse;
-    cpu::window_attention_forward(qkv, heads, {window, global}, mask, causal, lse, nullptr);
+    const Tensor lse = cpu::attention_forward(qkv, heads, mask, causal, {window, global}, false).stats;
     REQUIRE(lse.shape() == Shape({B, heads, T}));
     const float* x = qkv.data<float>();
     for (int64_t b = 0; b < B; ++b)
@@ -269,6 +269,47 @@ TEST_CASE("window attention: bad inputs are clear errors") {
   check_error([&] { window_attention(qkv, 2, 1, 0, zeros({2, 3})); }, "key_padding_mask must be bool [2, 3]");
   check_error([&] { window_attention_reference(qkv, 2, -1, 0, Tensor()); }, "window_attention_reference: window");
   check_error([&] { window_attention(qkv.to(Dtype::Int64), 2, 1, 0, Tensor()); }, "window_attention");
+}
+
+TEST_CASE("window attention is attention with a band: one op, the same bits, one backward; no band is full attention") {
+  // window_attention(..., window, global, ...) and attention(..., AttentionBand{window, global}) are one op:
+  // the same output, weights and gradient bits and the same graph node; AttentionBand{} (the default) is
+  // attention without a band, bit for bit; global tokens without a window are refused.
+  Tensor mask = some_padding(3, 21);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    Tensor a = random_qkv(3, 21, 12, 31).requires_grad_();
+    Tensor b = a.detach().clone().requires_grad_();
+    Tensor wa, wb;
+    Tensor via_wrapper = window_attention(a, 2, 3, 1, mask, causal, &wa);
+    Tensor via_band = attention(b, 2, mask, causal, &wb, AttentionBand{3, 1});
+    REQUIRE(via_band.grad_fn() != nullptr);
+    CHECK(via_band.grad_fn()->name == std::string("window_attention"));
+    check_close(via_band, via_wrapper, 0);
+    check_close(wb, wa, 0);
+    Generator gen(5);
+    Tensor g = uniform(via_band.shape(), -1, 1, gen);
+    sum(via_wrapper * g).backward();
+    sum(via_band * g).backward();
+    check_close(b.grad(), a.grad(), 0);
+
+    Tensor c = a.detach().clone().requires_grad_(), d = a.detach().clone().requires_grad_();
+    Tensor full = attention(c, 2, mask, causal), no_band = attention(d, 2, mask, causal, nullptr, AttentionBand{});
+    CHECK(no_band.grad_fn()->name == std::string("attention"));
+    check_close(no_band, full, 0);
+    sum(full * g).backward();
+    sum(no_band * g).backward();
+    check_close(d.grad(), c.grad(), 0);
+    check_close(attention_reference(a.detach(), 2, mask, causal, nullptr, AttentionBand{3, 1}),
+                window_attention_reference(a.detach(), 2, 3, 1, mask, causal), 0);
+  }
+  Tensor qkv = random_qkv(2, 3, 4, 1);
+  check_error([&] { attention(qkv, 2, Tensor(), false, nullptr, AttentionBand{-1, 2}); },
+              "attention: 2 global tokens but no band");
+  check_error([&] { attention(qkv, 2, Tensor(), false, nullptr, AttentionBand{1, -1}); },
+              "window_attention: global must be >= 0");
+  check_error([&] { attention_reference(qkv, 2, Tensor(), false, nullptr, AttentionBand{-1, 1}); },
+              "attention_reference: 1 global tokens but no band");
 }
 
 CUDA_TEST_CASE("window attention: the fused CUDA kernels with the band match the CPU, values, weights and gradients") {

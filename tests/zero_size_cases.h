@@ -148,26 +148,30 @@ inline std::vector<ZeroSizeCase> zero_size_cases() {
   fails("layer_norm [4, 0]", {f32({4, 0})}, [](In in) { return layer_norm(in[0], Tensor(), Tensor()); },
         "layer_norm: the last dim of input [4, 0] is empty");
 
-  // ---- Attention: 0 batch, 0 tokens (0 queries and 0 keys), 0 width; fused and composed
-  using Attention = Tensor (*)(const Tensor&, int64_t, const Tensor&, bool, Tensor*);
+  // ---- Attention: 0 batch, 0 tokens (0 queries and 0 keys), 0 width; fused and composed, without and with a band
+  using Attention = Tensor (*)(const Tensor&, int64_t, const Tensor&, bool, Tensor*, AttentionBand);
   const std::vector<std::pair<const char*, Attention>> attentions = {{"attention", attention},
                                                                      {"attention_reference", attention_reference}};
   for (const auto& [name, op] : attentions) {
-    std::string n = name;
-    ok(n + " B = 0", {f32({0, 3, 6}), mask({0, 3})}, [op = op](In in) { return op(in[0], 2, in[1], false, nullptr); },
-       {0, 3, 2});
-    ok(n + " T = 0", {f32({2, 0, 6}), mask({2, 0})}, [op = op](In in) { return op(in[0], 2, in[1], false, nullptr); },
-       {2, 0, 2});
-    ok(n + " T = 0 causal", {f32({2, 0, 6})}, [op = op](In in) { return op(in[0], 1, Tensor(), true, nullptr); },
-       {2, 0, 2});
-    ok(n + " D = 0", {f32({2, 3, 0})}, [op = op](In in) { return op(in[0], 1, Tensor(), false, nullptr); }, {2, 3, 0});
-    ok(n + " T = 0 weights", {f32({2, 0, 6})}, [op = op](In in) {
-      Tensor w;
-      Tensor out = op(in[0], 2, Tensor(), false, &w);
-      // NOTE: compared as text: GCC 12.2 at -O3 -march=native built Shape({2, 2, 0, 0}) here as [2, 2, 2, 2].
-      EMBER_CHECK(shape_str(w.shape()) == "[2, 2, 0, 0]", "weights {}", shape_str(w.shape()));
-      return out;
-    }, {2, 0, 2});
+    for (const AttentionBand band : {AttentionBand{}, AttentionBand{1, 1}}) {
+      const std::string n = std::string(name) + (band.on() ? " band" : "");
+      const auto run = [op = op, band](int64_t heads, bool causal) {
+        return [op, band, heads, causal](In in) {
+          return op(in[0], heads, in.size() > 1 ? in[1] : Tensor(), causal, nullptr, band);
+        };
+      };
+      ok(n + " B = 0", {f32({0, 3, 6}), mask({0, 3})}, run(2, false), {0, 3, 2});
+      ok(n + " T = 0", {f32({2, 0, 6}), mask({2, 0})}, run(2, false), {2, 0, 2});
+      ok(n + " T = 0 causal", {f32({2, 0, 6})}, run(1, true), {2, 0, 2});
+      ok(n + " D = 0", {f32({2, 3, 0})}, run(1, false), {2, 3, 0});
+      ok(n + " T = 0 weights", {f32({2, 0, 6})}, [op = op, band](In in) {
+        Tensor w;
+        Tensor out = op(in[0], 2, Tensor(), false, &w, band);
+        // NOTE: compared as text: GCC 12.2 at -O3 -march=native built Shape({2, 2, 0, 0}) here as [2, 2, 2, 2].
+        EMBER_CHECK(shape_str(w.shape()) == "[2, 2, 0, 0]", "weights {}", shape_str(w.shape()));
+        return out;
+      }, {2, 0, 2});
+    }
   }
 
   // ---- Indexing, masking and joining

@@ -1,4 +1,4 @@
-// What the fused CPU attention kernels (attention.cpp, window_attention.cpp) share: the qkv layout
+// What the fused CPU attention kernels (attention.cpp: full, and over a band) share: the qkv layout
 // (head h of q / k / v the [T, Dh] blocks at columns h Dh, D + h Dh, 2 D + h Dh of a [B, T, 3 D] tensor,
 // row stride 3 D), what a review's key padding mask tells them, and their products' two precisions.
 #pragma once
@@ -16,8 +16,7 @@ struct Dims {
   int64_t row() const { return 3 * D; }  // row stride of qkv
 };
 
-// qkv [B, T, 3 D] with D divisible by heads: the ops have checked it (core/ops/attention.cpp,
-// core/ops/window_attention.cpp).
+// qkv [B, T, 3 D] with D divisible by heads: the op has checked it (core/ops/attention.cpp).
 inline Dims dims_of(const Tensor& qkv, int64_t heads) {
   const int64_t D = qkv.size(2) / 3;
   return {qkv.size(0), qkv.size(1), D, heads, D / heads};

@@ -1,16 +1,26 @@
-// Multi-head self-attention on a fused QKV projection, two ways:
+// Multi-head self-attention on a fused QKV projection, with an optional band (sliding-window attention,
+// Longformer's pattern: core/attention_band.h), two ways:
 //   attention_reference: composed from the ops above it (views, matmul, masked_fill, softmax), each
-//     with its own backward; the version to read first, and what the tests hold the fused one to.
-//   attention: one op with one fused kernel forward and one backward (core/cpu/attention.h), which
-//     keeps each head's [T, T] block in cache and never materialises the masked scores.
+//     with its own backward; the band is one more mask on the [B, H, T, T] scores, made in full. The
+//     version to read first, and what the tests hold the fused one to.
+//   attention: one op, one fused kernel forward and one backward, on the device's kernels: the CPU's
+//     (core/cpu/attention.h: full attention keeps each head's [T, T] block in cache and never materialises
+//     the masked scores; over a band cost and memory grow with T x window and nothing [T, T] is saved) or
+//     the GPU's tiled ones (cuda/attention_kernels.cu, tiles outside the band skipped).
 // Both take qkv [B, T, 3 D] (q | k | v, each H heads of Dh = D / H) and return [B, T, D]:
 //   head h: softmax(q_h k_h^T / sqrt(Dh) + masks) v_h, the heads' outputs side by side.
+// Query i sees key j unless j is padding, or (causal) j > i, or (a band) both are past the first `global`
+// tokens and more than `window` apart. window_attention(...) is attention with a band.
 // A query row that sees no key (every key masked) has no softmax: both give it output 0 and send no
 // gradient through it (FlashAttention's rule), on the CPU and the GPU alike, where a plain softmax of an
 // all -inf row would make it NaN (docs/attention.md says why).
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "core/cpu/attention.h"
 #include "core/ops/op_support.h"
@@ -19,12 +29,20 @@
 namespace ember {
 namespace {
 
-void check_attention_inputs(const char* op, const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask) {
+// The op's name, in errors and on its graph node: with a band, "window_attention".
+const char* op_name(const char* full, const char* banded, AttentionBand band) { return band.on() ? banded : full; }
+
+void check_attention_inputs(const char* op, const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask,
+                            AttentionBand band) {
   EMBER_CHECK(qkv.defined() && qkv.dim() == 3 && qkv.size(2) % 3 == 0, "{}: qkv must be [B, T, 3 * D], got {}", op,
               qkv.defined() ? shape_str(qkv.shape()) : std::string("undefined"));
   EMBER_CHECK(is_real(qkv.dtype()), "{}: qkv must be float32, float64 or bfloat16, got {}", op, dtype_name(qkv.dtype()));
   const int64_t D = qkv.size(2) / 3;
   EMBER_CHECK(heads > 0 && D % heads == 0, "{}: model width {} is not divisible by heads {}", op, D, heads);
+  EMBER_CHECK(band.global >= 0, "{}: global must be >= 0 (leading tokens that see all), got {}", op, band.global);
+  EMBER_CHECK(band.on() || band.global == 0,
+              "{}: {} global tokens but no band (window < 0): global tokens are part of a band (window >= 0)", op,
+              band.global);
   if (key_padding_mask.defined())
     EMBER_CHECK(key_padding_mask.dtype() == Dtype::Bool && key_padding_mask.shape() == Shape({qkv.size(0), qkv.size(1)}),
                 "{}: key_padding_mask must be bool [{}, {}], got {} {}", op, qkv.size(0), qkv.size(1),
@@ -32,11 +50,46 @@ void check_attention_inputs(const char* op, const Tensor& qkv, int64_t heads, co
   if (key_padding_mask.defined()) check_same_device(op, {&qkv, &key_padding_mask});
 }
 
+// window_attention's band: a window is given, so it must be one (window < 0 would mean no band).
+AttentionBand window_band(const char* op, int64_t window, int64_t global) {
+  EMBER_CHECK(window >= 0, "{}: window must be >= 0 (keys on either side of a query), got {}", op, window);
+  return {window, global};
+}
+
+// bool [T, T], true where query i may not see key j because of the band.
+Tensor band_mask(int64_t T, AttentionBand band) {
+  Tensor mask = Tensor::empty({T, T}, Dtype::Bool);
+  bool* hidden = mask.data<bool>();
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j)
+      hidden[i * T + j] = i >= band.global && j >= band.global && std::abs(i - j) > band.window;
+  return mask;
+}
+
+// The band on `device`. NOTE: on a GPU, made once per (T, window, global, device) and kept: an upload at
+// every forward would be a host-to-device copy inside a CUDA graph's capture, which is refused (the step
+// could not be captured; `cuda graphs: with --checkpoint and window attention ...` failed so), and one
+// more copy per layer and step besides. The band is read only, never written.
+Tensor outside_band(int64_t T, AttentionBand band, Device device) {
+  if (device.is_cpu()) return band_mask(T, band);
+  static std::mutex mutex;
+  static auto* kept = new std::map<std::tuple<int64_t, int64_t, int64_t, int>, Tensor>();  // NOTE: leaked on purpose
+  std::lock_guard<std::mutex> lock(mutex);
+  Tensor& on_device = (*kept)[{T, band.window, band.global, device.index}];
+  if (!on_device.defined()) on_device = band_mask(T, band).to(device);
+  return on_device;
+}
+
 }  // namespace
 
 Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
-                           Tensor* weights) {
-  check_attention_inputs("attention_reference", qkv, heads, key_padding_mask);
+                           Tensor* weights, AttentionBand band) {
+  // With a band, a bfloat16 qkv is widened: bfloat16 in, bfloat16 out, as attention.
+  if (band.on() && qkv.defined() && qkv.dtype() == Dtype::BFloat16)
+    return attention_reference(widened_from_bf16(qkv), heads, key_padding_mask, causal, weights, band)
+        .to(Dtype::BFloat16);
+  check_attention_inputs(op_name("attention_reference", "window_attention_reference", band), qkv, heads,
+                         key_padding_mask, band);
   const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3, H = heads, Dh = D / heads;
   // [B, T, 3D] -> [3, B, H, T, Dh]: q, k, v are strided views into the one projection.
   Tensor qkv_heads = qkv.view({B, T, 3, H, Dh}).permute({2, 0, 3, 1, 4});
@@ -44,15 +97,21 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
   // The scale goes on q [B, H, T, Dh], not on the scores [B, H, T, T]: the same products, T / Dh times fewer
   // multiplies, and no [B, H, T, T] tensor made (and its gradient) for the scaling alone.
   Tensor scores = matmul(q * (1.0 / std::sqrt(double(Dh))), k.transpose(-2, -1));  // [B, H, T, T]
-  // Which keys each query may not see (true = hidden), broadcasting to [B, H, T, T]: padding, the future.
-  Tensor hidden = key_padding_mask.defined() ? key_padding_mask.view({B, 1, 1, T}) : Tensor();
+  // Which keys each query may not see (true = hidden), broadcasting to [B, H, T, T]: outside the band,
+  // padding, the future.
+  Tensor hidden = band.on() ? outside_band(T, band, qkv.device()) : Tensor();
+  if (key_padding_mask.defined()) {
+    Tensor padding = key_padding_mask.view({B, 1, 1, T});
+    hidden = hidden.defined() ? where(hidden, hidden, padding) : padding;  // outside the band or padding
+  }
   if (causal) {
     Tensor future = gt(arange(T).view({1, T}), arange(T).view({T, 1})).to(qkv.device());  // key index > query index
-    hidden = hidden.defined() ? where(future, future, hidden) : future;                   // future or padding
+    hidden = hidden.defined() ? where(future, future, hidden) : future;                   // the future, or the above
   }
-  // NOTE: a query that sees no key (every key padding; with the causal mask, every key up to it) has no
-  // softmax: all -inf would give NaN. Its output is 0 and no gradient flows from it, as in the fused kernels
-  // (docs/attention.md): its scores are left unmasked (finite probabilities), and its output row is zeroed.
+  // NOTE: a query that sees no key (every key padding; with the causal mask, every key up to it; outside the
+  // band) has no softmax: all -inf would give NaN. Its output is 0 and no gradient flows from it, as in the
+  // fused kernels (docs/attention.md): its scores are left unmasked (finite probabilities), and its output
+  // row is zeroed.
   Tensor blind;  // bool [B, 1, T or 1, 1]: the queries that see no key
   if (hidden.defined()) {
     Tensor seen = sum(where(hidden, scalar(0, qkv.dtype(), qkv.device()), scalar(1, qkv.dtype(), qkv.device())), {-1},
@@ -70,68 +129,83 @@ Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_p
   return out.transpose(1, 2).reshape({B, T, D});  // [B, H, T, Dh] -> [B, T, H, Dh] -> [B, T, D]
 }
 
-Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_mask, bool causal, Tensor* weights) {
-  check_attention_inputs("attention", qkv_in, heads, key_padding_mask);
+Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_mask, bool causal, Tensor* weights,
+                 AttentionBand band) {
+  const char* name = op_name("attention", "window_attention", band);
+  check_attention_inputs(name, qkv_in, heads, key_padding_mask, band);
+  const bool on_gpu = qkv_in.device().is_cuda();
   // On a GPU: the tiled fused kernels of cuda/attention_kernels.cu (the default; no [B, H, T, T] tensor is
   // written; head sizes up to 128), or with EMBER_ATTENTION=composed the composed version (cuBLAS
   // strided-batched GEMMs, the masked_fill and softmax kernels). The fused one became the default once it had
   // passed its tests on a GPU and run faster there (docs/cuda.md).
-  const bool fused_on_gpu = qkv_in.device().is_cuda() && cuda::attention_fused() &&
-                            qkv_in.size(2) / 3 / heads <= cuda::attention_max_head_dim();
-  // A bfloat16 qkv: the fused kernels read it and write a bfloat16 output themselves (below), as the CPU's
-  // do; the composed version runs on the widened values in the scope, its output rounded back.
-  if (qkv_in.dtype() == Dtype::BFloat16 && qkv_in.device().is_cuda() && !fused_on_gpu) {
+  const bool fused_on_gpu =
+      on_gpu && cuda::attention_fused() && qkv_in.size(2) / 3 / heads <= cuda::attention_max_head_dim();
+  // A bfloat16 qkv: the fused kernels read it and write a bfloat16 output themselves (below): the GPU's, and
+  // the CPU's without a band. Otherwise (the composed version; the CPU's band kernel) the op runs on the
+  // widened values in the scope, its output rounded back.
+  if (qkv_in.dtype() == Dtype::BFloat16 && (on_gpu ? !fused_on_gpu : band.on())) {
     MixedPrecisionGuard bf16(Precision::BFloat16);
-    return attention(qkv_in.to(Dtype::Float32), heads, key_padding_mask, causal, weights).to(Dtype::BFloat16);
+    return attention(widened_from_bf16(qkv_in), heads, key_padding_mask, causal, weights, band).to(Dtype::BFloat16);
   }
+  if (on_gpu && !fused_on_gpu) return attention_reference(qkv_in, heads, key_padding_mask, causal, weights, band);
   // Mixed precision (core/precision.h): the products in bfloat16, the softmax in float32.
   const bool bf16 = product_precision() == Precision::BFloat16 && qkv_in.dtype() == Dtype::Float32;
-  if (qkv_in.device().is_cuda()) {
-    if (!fused_on_gpu) return attention_reference(qkv_in, heads, key_padding_mask, causal, weights);
-    Tensor qkv = qkv_in.detach().contiguous();
-    Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
-    // In a checkpoint's recompute: the output and log-sum-exps its forward kept, all the backward needs
-    // (autograd/recompute_cache.h).
-    auto forward = [&] {
-      Tensor lse;
-      Tensor out = gpu::attention_forward(qkv, heads, mask, causal, lse, weights, bf16);
-      return KeptResults{out, lse};
-    };
-    KeptResults r = kept_or_computed("attention", {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(),
-                                     weights == nullptr, forward);
-    Tensor out = r[0], lse = r[1];
-    record("attention", out, {qkv_in},
-           [heads, causal, qkv = save(qkv), mask = save(mask), lse, out = save(out), bf16](const Tensor& g) -> Grads {
-             return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal, bf16)};
-           });
-    return out;
-  }
-  Tensor qkv = qkv_in.contiguous();
+  Tensor qkv = on_gpu ? qkv_in.detach().contiguous() : qkv_in.contiguous();
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
+  // What the backward reads besides qkv and the mask: the probabilities the CPU's full-attention kernel kept,
+  // or (the GPU's kernels, the CPU's over a band) the output and the rows' log-sum-exps, from which it
+  // recomputes them tile by tile.
+  const bool reads_probs = !on_gpu && cpu::backward_reads_probs(band);
   const bool needs_grad = any_requires_grad({qkv_in});
-  // In a checkpoint's recompute: the output and the rows' softmax statistics its forward kept
-  // (autograd/recompute_cache.h); the probabilities come back from those in one pass over the scores.
-  cpu::AttentionForward forward;
+  // In a checkpoint's recompute: the output and the second result its forward kept (autograd/
+  // recompute_cache.h): the log-sum-exps, all such a backward needs, or the rows' softmax statistics, from
+  // which the probabilities come back in one pass over the scores.
+  cpu::AttentionForward kept;  // out, probs (when read), stats (log-sum-exps, or the statistics)
   bool taken = false;
-  KeptResults r = kept_or_computed("attention", {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(),
-                                   weights == nullptr, [&] {
-                                     forward = cpu::attention_forward(qkv, heads, mask, causal,
-                                                                      needs_grad || weights != nullptr, bf16,
-                                                                      keeping_results());
-                                     return KeptResults{forward.out, forward.stats};
+  KeptResults r = kept_or_computed(name, {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(), weights == nullptr,
+                                   [&] {
+                                     if (on_gpu) {
+                                       kept.out = gpu::attention_forward(qkv, heads, mask, causal, band, kept.stats,
+                                                                         weights, bf16);
+                                     } else {
+                                       kept = cpu::attention_forward(qkv, heads, mask, causal, band,
+                                                                     weights != nullptr || (needs_grad && reads_probs),
+                                                                     bf16, keeping_results());
+                                     }
+                                     return KeptResults{kept.out, kept.stats};
                                    }, &taken);
   if (taken) {
-    forward.out = r[0];
-    if (needs_grad) forward.probs = cpu::attention_probs(qkv, heads, mask, causal, r[1], bf16);
+    kept.out = r[0];
+    kept.stats = r[1];
+    if (needs_grad && reads_probs) kept.probs = cpu::attention_probs(qkv, heads, mask, causal, r[1], bf16);
   }
-  if (weights != nullptr)  // qkv's dtype, float32 for bfloat16 (in bfloat16: the kept probabilities, rounded)
-    *weights = cpu::attention_probs_rows(forward.probs).to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
+  // The weights on the CPU: qkv's dtype, float32 for bfloat16 (in bfloat16: the kept probabilities, rounded).
+  if (weights != nullptr && !on_gpu)
+    *weights = cpu::attention_probs_rows(kept.probs).to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
+  // One backward for every device and band: the device's kernel (core/cpu/attention.h, core/gpu.h).
   // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.
-  record("attention", forward.out, {qkv_in},
-         [heads, qkv = save(qkv), probs = save(forward.probs), mask = save(mask), bf16](const Tensor& g) -> Grads {
-           return {cpu::attention_backward(g.contiguous(), qkv.get(), probs.get(), heads, mask.get(), bf16)};
+  const Tensor none;
+  Tensor lse = reads_probs ? none : kept.stats;
+  record(name, kept.out, {qkv_in},
+         [heads, causal, band, bf16, qkv = save(qkv), mask = save(mask), probs = save(reads_probs ? kept.probs : none),
+          out = save(reads_probs ? none : kept.out), lse](const Tensor& g) -> Grads {
+           if (qkv.get().device().is_cuda())
+             return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal, band, bf16)};
+           const cpu::AttentionForward forward{out.get(), probs.get(), lse};
+           return {cpu::attention_backward(g.contiguous(), qkv.get(), forward, heads, mask.get(), causal, band, bf16)};
          });
-  return forward.out;
+  return kept.out;
+}
+
+Tensor window_attention(const Tensor& qkv, int64_t heads, int64_t window, int64_t global,
+                        const Tensor& key_padding_mask, bool causal, Tensor* weights) {
+  return attention(qkv, heads, key_padding_mask, causal, weights, window_band("window_attention", window, global));
+}
+
+Tensor window_attention_reference(const Tensor& qkv, int64_t heads, int64_t window, int64_t global,
+                                  const Tensor& key_padding_mask, bool causal, Tensor* weights) {
+  return attention_reference(qkv, heads, key_padding_mask, causal, weights,
+                             window_band("window_attention_reference", window, global));
 }
 
 }  // namespace ember

@@ -210,7 +210,8 @@ DEVICE_TEST_CASE("autograd: every op's backward reads only what it saved: change
 TEST_CASE("autograd: the saved-tensor walk has a row for every op that records a backward") {
   // Each record("<op>", ...) of core/ops/ and autograd/ names an op: one without a row in
   // saved_tensor_cases() fails here. (The ops that record a name held in a variable are the
-  // element-wise ops, whose rows come from core/unary_math.h's lists, and softmax / log_softmax.)
+  // element-wise ops, whose rows come from core/unary_math.h's lists, softmax / log_softmax, and attention /
+  // window_attention, one op named by its band: both have rows above.)
   std::set<std::string> rows;
   for (const SavedCase& c : saved_tensor_cases(Device::cpu())) rows.insert(c.op);
   const std::filesystem::path root = std::filesystem::path(EMBER_TEST_DATA).parent_path().parent_path();
