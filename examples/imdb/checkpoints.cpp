@@ -21,7 +21,41 @@ namespace ember::imdb {
 
 namespace {
 
-constexpr const char* kFormat = "ember-imdb-checkpoint-v2";
+// The checkpoint format's version (docs/reliability.md, "The checkpoint format and its version").
+// The rule: a change that a reader of the current version would misread or refuse (a tensor or a
+// metadata key renamed, removed or given another meaning, a new key without a default) takes
+// version + 1; a key added with a default for files without it (as "truncate" .. "cuda_graph" in
+// TrainConfig::from_metadata) keeps the version. This build writes kFormatVersion and reads the
+// versions from kOldestReadVersion to kFormatVersion; a newer or unknown one is refused.
+constexpr const char* kFormatName = "ember-imdb-checkpoint";
+constexpr int kFormatVersion = 2;
+constexpr int kOldestReadVersion = 2;  // v1 had no data fingerprint: a resume could not check its data
+
+std::string format_of(int version) { return fmt::format("{}-v{}", kFormatName, version); }
+
+// The versions this build reads, e.g. "ember-imdb-checkpoint-v2" or "...-v2 to ...-v3".
+std::string formats_read() {
+  return kOldestReadVersion == kFormatVersion
+             ? format_of(kFormatVersion)
+             : fmt::format("{} to {}", format_of(kOldestReadVersion), format_of(kFormatVersion));
+}
+
+// Refuses a format this build does not read, naming the one found and the ones it reads.
+void check_format(const std::string& path, const std::string& format) {
+  const std::string prefix = std::string(kFormatName) + "-v";
+  std::optional<int64_t> version;
+  if (format.rfind(prefix, 0) == 0) version = parse_integer(format.substr(prefix.size()), 1, 1 << 30);
+  const std::string found = format.substr(0, 60);
+  if (version && format != format_of(int(*version))) version.reset();  // "-v02", "-v2 ": not a name written
+  EMBER_CHECK(version.has_value(), "checkpoint '{}' has format '{}', which this build does not know (it reads {})",
+              path, found, formats_read());
+  EMBER_CHECK(*version != 1, "checkpoint '{}' was written by an older trainer ({}, without the data's fingerprint; "
+              "this build reads {}): start the run again", path, found, formats_read());
+  EMBER_CHECK(*version <= kFormatVersion, "checkpoint '{}' has format {}, newer than this build reads ({}): it was "
+              "written by a newer trainer; use that one, or start the run again", path, found, formats_read());
+  EMBER_CHECK(*version >= kOldestReadVersion, "checkpoint '{}' has format {}, older than this build reads ({}): start "
+              "the run again", path, found, formats_read());
+}
 
 // The checkpoint's tensors and metadata, every number parsed in full and checked, the settings
 // checked against the model's tensors: all before any model is built from them.
@@ -42,10 +76,7 @@ ReadCheckpoint check_read(const std::string& path, nn::TensorMap tensors, nn::Me
     EMBER_CHECK(it != meta.end(), "checkpoint '{}' has no '{}' in its metadata (not a trainer checkpoint?)", path, key);
     return it->second;
   };
-  EMBER_CHECK(field("format") != "ember-imdb-checkpoint-v1", "checkpoint '{}' was written by an older trainer "
-              "(ember-imdb-checkpoint-v1, without the data's fingerprint); start the run again", path);
-  EMBER_CHECK(field("format") == kFormat, "checkpoint '{}' has format '{}', expected {}", path,
-              field("format").substr(0, 60), kFormat);
+  check_format(path, field("format"));
   CheckpointInfo& info = read.info;
   try {
     info.config = TrainConfig::from_metadata(meta);
@@ -169,7 +200,7 @@ void save_checkpoint(const std::string& path, const TrainConfig& config, const C
     fail("training diverged: {}; the checkpoint before it is kept (lower --lr, or clip with --clip)", e.what());
   }
   nn::Metadata meta = config.to_metadata();
-  meta["format"] = kFormat;
+  meta["format"] = format_of(kFormatVersion);
   meta["step"] = std::to_string(info.step);
   meta["total_steps"] = std::to_string(info.total_steps);
   meta["generator_offset"] = std::to_string(info.generator_offset);
