@@ -124,7 +124,7 @@ ReadCheckpoint check_read(const std::string& path, nn::TensorMap tensors, nn::Me
 
 ReadCheckpoint read_checkpoint(const std::string& path) {
   nn::Metadata meta;
-  nn::TensorMap state = nn::load_tensors(path, &meta);  // its size is bounded by the file's
+  nn::TensorMap state = nn::load_weights(path, &meta);  // its size is bounded by the file's
   return check_read(path, std::move(state), std::move(meta));
 }
 
@@ -226,7 +226,7 @@ CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& ex
   // a check that fails fails on every rank: an agreed error, reported once by rank 0).
   nn::TensorMap state;
   nn::Metadata meta;
-  distributed::on_root(world, [&] { state = nn::load_tensors(path, &meta); });
+  distributed::on_root(world, [&] { state = nn::load_weights(path, &meta); });
   distributed::broadcast_tensors(world, state);
   meta = nlohmann::json::parse(distributed::broadcast_string(world, nlohmann::json(meta).dump())).get<nn::Metadata>();
   try {

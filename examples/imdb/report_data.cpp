@@ -128,7 +128,7 @@ SavedRun load_model_of(const std::string& folder) {
   if (fs::exists(folder + "/model.safetensors")) return load_run(folder);
   const std::string path = folder + "/checkpoint.safetensors";
   CheckpointInfo info = check_checkpoint(path);  // every number and tensor checked, as --resume would
-  nn::TensorMap state = nn::load_tensors(path);
+  nn::TensorMap state = nn::load_weights(path);
   SavedRun run{info.config, Vocabulary::load(folder + "/vocab.txt"), nullptr};
   EMBER_CHECK(run.vocabulary.size() == run.config.model.vocab_size,
               "{}: vocab.txt has {} tokens but the model was trained with {}", folder, run.vocabulary.size(),

@@ -277,7 +277,7 @@ std::string vocabulary_fingerprint(const Vocabulary& vocabulary) {
 SavedRun load_run(const std::string& folder) {
   const std::string path = folder + "/model.safetensors";
   nn::Metadata meta;
-  nn::TensorMap weights = nn::load_tensors(path, &meta);  // its size is bounded by the file's
+  nn::TensorMap weights = nn::load_weights(path, &meta);  // its size is bounded by the file's
   auto format = meta.find("format");
   EMBER_CHECK(format != meta.end() && format->second == kModelFormat, "model file '{}' has format '{}', expected {} "
               "(written by an older trainer? train again)", path,
