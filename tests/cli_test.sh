@@ -46,6 +46,11 @@ expect "compare page of no runs" 1 "no finished runs" -- "$IMDB" report --compar
 mkdir -p "$OUT/dirmetrics" && cp "$OUT/run/model.safetensors" "$OUT/run/vocab.txt" "$OUT/dirmetrics/" && mkdir "$OUT/dirmetrics/metrics.jsonl"
 expect "report when metrics.jsonl is a folder" 1 "metrics file '$OUT/dirmetrics/metrics.jsonl' is not a regular file" -- "$IMDB" report --run "$OUT/dirmetrics" --data "$DATA"
 [ ! -e "$OUT/dirmetrics/report.html" ] && pass "no empty report written" || failed "an empty report was written"
+# A metrics line whose step is 1e300: an error naming the file, line and field, no report drawn from garbage.
+mkdir -p "$OUT/hugestep" && cp "$OUT/run/model.safetensors" "$OUT/run/vocab.txt" "$OUT/hugestep/"
+{ head -n 2 "$OUT/run/metrics.jsonl"; echo '{"kind": "step", "step": 1e300, "loss": 0.5}'; } > "$OUT/hugestep/metrics.jsonl"
+expect "report of a metrics line with step 1e300" 1 "hugestep/metrics.jsonl:3: field 'step' = 1e+300 is not an integer" -- "$IMDB" report --run "$OUT/hugestep" --data "$DATA"
+[ ! -e "$OUT/hugestep/report.html" ] && pass "no report drawn from a bad step" || failed "a report was drawn from a bad step"
 expect "stop part-way" 0 "stopped after 3 of 26 steps" -- "$IMDB" train "${small[@]}" --epochs 2 --stop-after 3 --out "$OUT/part"
 expect "report of a run stopped before its first epoch ended (checkpoint only)" 0 "report.html" -- "$IMDB" report --run "$OUT/part" --data "$DATA"
 expect "check a checkpoint" 0 "checkpoint OK: step 3 of 26" -- "$IMDB" check --run "$OUT/part"
