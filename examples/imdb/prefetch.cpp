@@ -63,6 +63,7 @@ void BatchPrefetcher::prefetch(const Batch& batch) {
     stage_ids(arange(T).view({1, T}), model_.max_len, /*with_buckets=*/true, device_, v.positions, GpuStream::Copy);
     s.positions_len = T;
   }
+  v.positions.bound = model_.max_len;  // staged with it (above, or for an earlier batch of this length)
   std::vector<uint8_t> padding(batch.key_mask.size());
   for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
   upload_into(v.mask, padding.data(), n, GpuStream::Copy);
