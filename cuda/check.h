@@ -26,8 +26,11 @@ const char* cublas_status_string(int status);
 #define EMBER_CUDA_CHECK(call)                                                                       \
   do {                                                                                               \
     cudaError_t ember_status_ = (call);                                                              \
-    if (ember_status_ != cudaSuccess)                                                                \
-      ::ember::cuda::raise_error("CUDA", #call, __FILE__, __LINE__, cudaGetErrorString(ember_status_)); \
+    if (ember_status_ != cudaSuccess) {                                                              \
+      const char* ember_text_ = cudaGetErrorString(ember_status_);                                   \
+      cudaGetLastError(); /* the error is raised: a caller that goes on must not see it again */     \
+      ::ember::cuda::raise_error("CUDA", #call, __FILE__, __LINE__, ember_text_);                     \
+    }                                                                                                \
   } while (0)
 
 #define EMBER_CUBLAS_CHECK(call)                                                                             \

@@ -112,7 +112,18 @@ class CachingAllocator final : public Allocator {
       void* ptr = cache_.take(got);
       if (ptr == nullptr) {
         EMBER_CUDA_CHECK(cudaSetDevice(index_));
-        EMBER_CUDA_CHECK(cudaMalloc(&ptr, size));  // NOTE: no retry after freeing the cache: it is being filled
+        // NOTE: no retry after freeing the cache: it is being filled. Out of memory is said as such
+        // (it was a raw "CUDA error: cudaMalloc ... out of memory", and its last error, left set,
+        // was reported again by the next launch when the caller went on without a graph).
+        const cudaError_t status = cudaMalloc(&ptr, size);
+        if (status == cudaErrorMemoryAllocation) {
+          cudaGetLastError();
+          for (void* p : held) cache_.give_back(p);
+          size_t free_bytes = 0, total_bytes = 0;
+          cudaMemGetInfo(&free_bytes, &total_bytes);
+          raise_out_of_memory(index_, size, cache_.stats().allocated, cache_.stats().reserved, free_bytes, total_bytes);
+        }
+        EMBER_CUDA_CHECK(status);
         ++mallocs_;
         cache_.add_new(ptr, size);
       }
