@@ -359,6 +359,7 @@ cudaStream_t use_device(int device) {
 }
 
 void check_launch(const char* what, const char* file, int line) {
+  note_launch(what);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) raise_error("CUDA", what, file, line, cudaGetErrorString(status));
   static const bool sync = [] {
@@ -367,7 +368,7 @@ void check_launch(const char* what, const char* file, int line) {
   }();
   if (sync) {
     status = cudaDeviceSynchronize();
-    if (status != cudaSuccess) raise_error("CUDA", what, file, line, cudaGetErrorString(status));
+    if (status != cudaSuccess) raise_error("CUDA", what, file, line, cudaGetErrorString(status));  // at the kernel
   }
 }
 

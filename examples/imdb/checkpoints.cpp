@@ -133,6 +133,13 @@ void check_same_settings(const std::string& path, const ReadCheckpoint& read, co
   const auto saved = read.info.config.to_metadata(), wanted = expected.to_metadata();
   for (const auto& [key, value] : wanted) {
     auto it = saved.find(key);
+    // CUDA graphs pad each batch to a few lengths (graph_step.h), so they are a setting of the run,
+    // on by default on a GPU: a run moved between the CPU and a GPU says how to continue it.
+    if (key == "cuda_graph" && it != saved.end() && it->second != value)
+      fail("resume: {} was written with CUDA graphs {} (cuda_graph), and this run has them {}: a run keeps the "
+           "setting it began with ({})", path, it->second, value,
+           it->second == "off" ? "add --cuda-graph off; on a GPU that continues a run begun on the CPU"
+                               : "resume it on a GPU with --cuda-graph on: the CPU has no CUDA graphs");
     EMBER_CHECK(it != saved.end() && it->second == value, "resume: {} was written with other settings: {} is {} "
                 "there but {} here", path, key, it == saved.end() ? "missing" : it->second, value);
   }

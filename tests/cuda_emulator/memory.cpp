@@ -3,7 +3,8 @@
 //
 //   - Fresh allocations are filled with 0xFF bytes (NaN as float or double, -1 as an integer), so a
 //     kernel that reads memory nobody wrote gives NaN instead of a lucky zero.
-//   - Each device has 8 GiB (EMBER_EMULATED_MEMORY_GIB to change it); cudaMalloc beyond that fails
+//   - Each device has 8 GiB (EMBER_EMULATED_MEMORY_GIB to change it, or EMBER_EMULATED_MEMORY_MIB
+//     for less than a GiB: the fault tests' out-of-memory runs); cudaMalloc beyond that fails
 //     with cudaErrorMemoryAllocation, and cudaMemGetInfo reports the same numbers.
 //   - cudaMemcpy* checks its kind: a "device" pointer must lie inside one live allocation (the
 //     whole range), a "host" pointer must not. A GPU would fault, or with unified addressing copy
@@ -44,6 +45,7 @@ std::vector<size_t> used_bytes(16, 0);         // per device
 
 size_t capacity() {
   static const size_t bytes = [] {
+    if (const char* mib = std::getenv("EMBER_EMULATED_MEMORY_MIB")) return size_t(std::atoll(mib)) << 20;
     const char* env = std::getenv("EMBER_EMULATED_MEMORY_GIB");
     size_t gib = env != nullptr ? size_t(std::atoll(env)) : 8;
     return gib << 30;
