@@ -297,3 +297,30 @@ TEST_CASE("train faults: a run resumed mid-epoch leaves the same files as one th
   };
   CHECK(lines(part.out + "/metrics.jsonl") == lines(config.out + "/metrics.jsonl"));
 }
+
+TEST_CASE("train faults: a resumed metrics log keeps the lines its checkpoint covers, a step-less line with its own") {
+  const std::string folder = tiny("metricslog").out;
+  fs::create_directories(folder);
+  const std::string path = folder + "/metrics.jsonl";
+  write_file_atomically(path,
+                        "{\"kind\":\"step\",\"step\":1}\n"
+                        "{\"kind\":\"step\",\"step\":2}\n"
+                        "{\"kind\":\"epoch\",\"epoch\":1,\"step\":2}\n"
+                        "{\"kind\":\"gpu_memory\",\"epoch\":1,\"peak_bytes\":5}\n"
+                        "{\"kind\":\"step\",\"step\":3}\n"
+                        "{\"kind\":\"epoch\",\"epoch\":2,\"step\":3}\n"
+                        "{\"kind\":\"gpu_memory\",\"epoch\":2,\"peak_bytes\":6}\n"
+                        "{\"kind\":\"step\",\"st");  // cut off by a kill
+  {
+    MetricsLog log(path, /*resume=*/true, /*checkpoint_step=*/2);
+    log.write({{"kind", "step"}, {"step", 3}});
+    log.flush();
+  }
+  // The gpu_memory line of epoch 1 stays (it was dropped: a GPU run resumed had none for its epochs
+  // before), epoch 2's goes with its epoch line, the cut line goes.
+  CHECK(contents(path) == "{\"kind\":\"step\",\"step\":1}\n"
+                          "{\"kind\":\"step\",\"step\":2}\n"
+                          "{\"kind\":\"epoch\",\"epoch\":1,\"step\":2}\n"
+                          "{\"kind\":\"gpu_memory\",\"epoch\":1,\"peak_bytes\":5}\n"
+                          "{\"kind\":\"step\",\"step\":3}\n");
+}
