@@ -389,7 +389,12 @@ void* event_create(int device) {
   return event;
 }
 
-void event_destroy(void* event) { EMBER_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
+// Called by GpuEvent's destructor and move assignment: never throws. After a kernel's fault the
+// GPU refuses every call, this one too; a throw here, while the fault's error unwinds the stack,
+// would abort the process instead of reporting the fault.
+void event_destroy(void* event) {
+  if (cudaEventDestroy(static_cast<cudaEvent_t>(event)) != cudaSuccess) cudaGetLastError();
+}
 
 void event_record(int device, bool copy, void* event) {
   EMBER_CUDA_CHECK(cudaSetDevice(device));

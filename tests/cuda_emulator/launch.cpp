@@ -417,9 +417,12 @@ FaultInjection fault_injection;
 cudaError_t run_grid(const LaunchConfig& config, const char* name, void (*body)(void*), void* context) {
   if (running != nullptr)
     return set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + " ran from inside kernel " + running->name);
-  if (fault_injection.hits(name))
-    return set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + ": a fault injected by EMBER_EMULATOR_FAULT=" +
-                                                 fault_injection.spec + " (an illegal address, as a GPU would report it)");
+  if (fault_injection.hits(name)) {
+    set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + ": a fault injected by EMBER_EMULATOR_FAULT=" +
+                                          fault_injection.spec + " (an illegal address, as a GPU would report it)");
+    break_device(cudaGetErrorString(cudaErrorLaunchFailure));  // every later call fails too (state.h)
+    return cudaErrorLaunchFailure;
+  }
   Launch launch;
   launch.config = &config;
   launch.name = name;
@@ -465,6 +468,7 @@ void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void
     return;
   }
   if (check_config(config, name) != cudaSuccess) return;
+  if (device_broken() != cudaSuccess) return;  // the launch error is the fault (state.h)
   if (dry_mode()) {  // queued in its place, as nothing (counters.h)
     enqueue(config.stream, [] { return cudaSuccess; });
     return;

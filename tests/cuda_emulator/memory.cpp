@@ -207,6 +207,7 @@ constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kHugeFrom = size_t(4) << 20;  // blocks at least this large go on huge pages
 
 cudaError_t cudaMalloc(void** ptr, size_t size) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   if (ptr == nullptr) return set_error(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
   if (device_count() == 0) return set_error(cudaErrorNoDevice, "EMBER_EMULATED_DEVICES=0");
   if (refuse_in_capture("cudaMalloc") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
@@ -249,6 +250,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   if (ptr == nullptr) return cudaSuccess;
   if (refuse_in_capture("cudaFree") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
   catch_up(nullptr, true);  // cudaFree synchronises the device: no queued work may still use the block
@@ -348,14 +350,17 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
 }  // namespace
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   return copy(dst, src, count, kind, stream, false);
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   return copy(dst, src, count, kind, nullptr, true);
 }
 
 cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device, size_t count) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   if (count == 0) return cudaSuccess;
   int d = -1, s = -1;
   if (!in_device_memory(dst, count, &d) || d != dst_device)
@@ -372,6 +377,7 @@ cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_d
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   if (!stream_is_valid(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: unknown stream");
   if (count == 0) return cudaSuccess;
   std::string problem = check_side("destination", ptr, count, true);
