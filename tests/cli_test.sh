@@ -128,6 +128,7 @@ expect "unknown command" 2 "unknown command 'fly'" -- "$IMDB" fly
 expect "unknown flag" 2 "--hedas" -- "$IMDB" train --hedas 4
 # A long option with one dash was read as the switches -h -e -a ...: help, exit 0, nothing trained.
 expect "a long option with one dash" 2 "'-heads' is not an option of imdb train: long options take two dashes (did you mean --heads?)" -- "$IMDB" train -heads 4 --out "$OUT/onedash"
+expect "a long option with one dash before the command" 2 "'-help' is not an option: long options take two dashes" -- "$IMDB" -help
 [ ! -e "$OUT/onedash" ] && pass "nothing trained after a one-dash option" || failed "a one-dash option trained"
 expect "a one-dash value of --out is the value" 2 "--heads-list: an empty item in '2,'" -- "$IMDB" compare --out -runs --heads-list 2,
 # Lists: an empty item is a usage error, as every other malformed list is (2, was read as 2).

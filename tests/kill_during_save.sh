@@ -193,9 +193,10 @@ for point in metrics.jsonl evaluation; do
   forced=$((forced + 1))
 done
 
-# Kills mid-write of model.safetensors (an epoch's end, before its checkpoint) and of report.html
-# (after the last checkpoint): the resumed run must still end with the right model and report.
-for file in model.safetensors report.html; do
+# Kills mid-write of metrics.jsonl as a resume rewrites it (its lines up to the checkpoint), of
+# model.safetensors (an epoch's end, before its checkpoint) and of report.html (after the last
+# checkpoint): the resumed run must still end with the right metrics, model and report.
+for file in metrics.jsonl model.safetensors report.html; do
   EMBER_FAULT_PAUSE_MID_WRITE=$file:5000 "$IMDB" train "${args[@]}" --resume --out "$run" >"$OUT/forced.log" 2>&1 &
   pid=$!
   partial=""

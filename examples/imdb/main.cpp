@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -327,6 +328,8 @@ int run(int argc, char** argv) {
     for (const CLI::App* command : app.get_subcommands({})) if (command->check_name(name)) return true;
     return false;
   };
+  if (argc >= 2 && argv[1][0] == '-' && argv[1][1] != '-' && std::strlen(argv[1]) > 2)  // "imdb -help": not -h
+    throw UsageError(fmt::format("'{}' is not an option: long options take two dashes", std::string(argv[1]).substr(0, 40)));
   if (argc >= 2 && argv[1][0] != '-' && !is_command(argv[1]))
     throw UsageError(
         fmt::format("unknown command '{}' (commands: train, eval, predict, compare, report, check, flops)", argv[1]));
