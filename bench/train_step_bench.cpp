@@ -217,7 +217,7 @@ void run(const Flags& f) {
   set_num_threads(int(f.threads));
   MixedPrecisionGuard precision(parse_precision(f.precision));
   const Device device = imdb::checked_device(f.device);
-  nn::TensorMap init = nn::load_tensors(f.init);
+  nn::TensorMap init = nn::load_weights(f.init);
   // Tokens and labels stay on the host, as in the trainer: the embedding and cross-entropy upload them.
   Tensor tokens = init.at("batch.tokens"), labels = init.at("batch.labels");
   Tensor mask = zeros(tokens.shape(), Dtype::Bool, device);  // a full batch: no padding

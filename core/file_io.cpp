@@ -110,4 +110,21 @@ void write_file_atomically(const std::string& path, const std::vector<std::strin
               std::strerror(sync_errno));
 }
 
+bool fault_pause_armed(std::string_view point) {
+  static const std::string spec = [] {
+    const char* env = std::getenv("EMBER_FAULT_PAUSE");
+    return std::string(env != nullptr ? env : "");
+  }();
+  const size_t colon = spec.rfind(':');
+  return colon != std::string::npos && std::string_view(spec).substr(0, colon) == point;
+}
+
+void fault_pause(std::string_view point) {
+  if (!fault_pause_armed(point)) return;
+  const char* spec = std::getenv("EMBER_FAULT_PAUSE");
+  std::fprintf(stderr, "fault pause: %.*s\n", int(point.size()), point.data());
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(std::strrchr(spec, ':') + 1)));
+}
+
 }  // namespace ember

@@ -13,6 +13,14 @@ namespace ember::cuda {
 
 // Throws ember::Error: "<library> error: <call> failed at <file>:<line>: <message>".
 [[noreturn]] void raise_error(const char* library, const char* call, const char* file, int line, const char* message);
+// Throws ember::Error for a failed CUDA runtime call (`code`, cudaGetErrorString's `text`). A kernel's
+// fault (codes 700-719: an illegal address or instruction, a device assert, a launch failure) comes
+// asynchronously, at a later call: its message says so and names the kernels launched last (a
+// graph's replay names the graph); EMBER_CUDA_SYNC=1 reports it at the kernel's own launch. Any
+// other code: raise_error's message.
+[[noreturn]] void raise_cuda_error(int code, const char* text, const char* call, const char* file, int line);
+// Notes a kernel (or a graph) just launched, for raise_cuda_error: a few atomic stores, no lock.
+void note_launch(const char* what);
 // Throws ember::Error with `message` as it is.
 [[noreturn]] void raise_message(const char* message);
 // Throws ember::Error: out of GPU memory on cuda:<device>, with the bytes asked for and in use.
@@ -26,8 +34,11 @@ const char* cublas_status_string(int status);
 #define EMBER_CUDA_CHECK(call)                                                                       \
   do {                                                                                               \
     cudaError_t ember_status_ = (call);                                                              \
-    if (ember_status_ != cudaSuccess)                                                                \
-      ::ember::cuda::raise_error("CUDA", #call, __FILE__, __LINE__, cudaGetErrorString(ember_status_)); \
+    if (ember_status_ != cudaSuccess) {                                                              \
+      const char* ember_text_ = cudaGetErrorString(ember_status_);                                   \
+      cudaGetLastError(); /* the error is raised: a caller that goes on must not see it again */     \
+      ::ember::cuda::raise_cuda_error(int(ember_status_), ember_text_, #call, __FILE__, __LINE__);     \
+    }                                                                                                \
   } while (0)
 
 #define EMBER_CUBLAS_CHECK(call)                                                                             \

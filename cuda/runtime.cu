@@ -112,7 +112,18 @@ class CachingAllocator final : public Allocator {
       void* ptr = cache_.take(got);
       if (ptr == nullptr) {
         EMBER_CUDA_CHECK(cudaSetDevice(index_));
-        EMBER_CUDA_CHECK(cudaMalloc(&ptr, size));  // NOTE: no retry after freeing the cache: it is being filled
+        // NOTE: no retry after freeing the cache: it is being filled. Out of memory is said as such
+        // (it was a raw "CUDA error: cudaMalloc ... out of memory", and its last error, left set,
+        // was reported again by the next launch when the caller went on without a graph).
+        const cudaError_t status = cudaMalloc(&ptr, size);
+        if (status == cudaErrorMemoryAllocation) {
+          cudaGetLastError();
+          for (void* p : held) cache_.give_back(p);
+          size_t free_bytes = 0, total_bytes = 0;
+          cudaMemGetInfo(&free_bytes, &total_bytes);
+          raise_out_of_memory(index_, size, cache_.stats().allocated, cache_.stats().reserved, free_bytes, total_bytes);
+        }
+        EMBER_CUDA_CHECK(status);
         ++mallocs_;
         cache_.add_new(ptr, size);
       }
@@ -348,6 +359,7 @@ cudaStream_t use_device(int device) {
 }
 
 void check_launch(const char* what, const char* file, int line) {
+  note_launch(what);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) raise_error("CUDA", what, file, line, cudaGetErrorString(status));
   static const bool sync = [] {
@@ -356,7 +368,7 @@ void check_launch(const char* what, const char* file, int line) {
   }();
   if (sync) {
     status = cudaDeviceSynchronize();
-    if (status != cudaSuccess) raise_error("CUDA", what, file, line, cudaGetErrorString(status));
+    if (status != cudaSuccess) raise_error("CUDA", what, file, line, cudaGetErrorString(status));  // at the kernel
   }
 }
 
@@ -377,7 +389,12 @@ void* event_create(int device) {
   return event;
 }
 
-void event_destroy(void* event) { EMBER_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
+// Called by GpuEvent's destructor and move assignment: never throws. After a kernel's fault the
+// GPU refuses every call, this one too; a throw here, while the fault's error unwinds the stack,
+// would abort the process instead of reporting the fault.
+void event_destroy(void* event) {
+  if (cudaEventDestroy(static_cast<cudaEvent_t>(event)) != cudaSuccess) cudaGetLastError();
+}
 
 void event_record(int device, bool copy, void* event) {
   EMBER_CUDA_CHECK(cudaSetDevice(device));

@@ -90,10 +90,15 @@ TensorMap load_tensors(const std::string& path, Metadata* metadata) {
     EMBER_CHECK(int64_t(entry.data.size()) == t.numel() * dtype_size(t.dtype()), "{}: tensor '{}' has {} bytes for shape {}",
                 path, entry.name, entry.data.size(), shape_str(entry.shape));
     if (!entry.data.empty()) std::memcpy(t.raw_data(), entry.data.data(), entry.data.size());
-    check_finite(t, entry.name, path);
     out.emplace(entry.name, t);
   }
   if (metadata != nullptr) *metadata = file.metadata;
+  return out;
+}
+
+TensorMap load_weights(const std::string& path, Metadata* metadata) {
+  TensorMap out = load_tensors(path, metadata);
+  for (const auto& [name, t] : out) check_finite(t, name, path);  // on the CPU, contiguous: as read
   return out;
 }
 

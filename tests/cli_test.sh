@@ -30,6 +30,7 @@ expect "eval by whole length: the buckets' total is the plain eval's" 0 "$total"
 expect "eval by lengths that do not increase" 2 "--by-length: the lengths must increase, got 100,64" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 100,64
 expect "eval by a length of 0" 2 "--by-length" -- "$IMDB" eval --run "$OUT/run" --data "$DATA" --by-length 0
 expect "predict from text" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --text "a wonderful film"
+expect "a one-dash word that is an option's value is the value" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --text "-awful-"
 echo "an awful, boring film" > "$OUT/review.txt"
 expect "predict from a file" 0 "probability positive" -- "$IMDB" predict --run "$OUT/run" --file "$OUT/review.txt"
 # Files whose size reads as 0 (/proc) are read to their end ("basic_string::_M_replace_aux" before).
@@ -45,6 +46,11 @@ expect "compare page of no runs" 1 "no finished runs" -- "$IMDB" report --compar
 mkdir -p "$OUT/dirmetrics" && cp "$OUT/run/model.safetensors" "$OUT/run/vocab.txt" "$OUT/dirmetrics/" && mkdir "$OUT/dirmetrics/metrics.jsonl"
 expect "report when metrics.jsonl is a folder" 1 "metrics file '$OUT/dirmetrics/metrics.jsonl' is not a regular file" -- "$IMDB" report --run "$OUT/dirmetrics" --data "$DATA"
 [ ! -e "$OUT/dirmetrics/report.html" ] && pass "no empty report written" || failed "an empty report was written"
+# A metrics line whose step is 1e300: an error naming the file, line and field, no report drawn from garbage.
+mkdir -p "$OUT/hugestep" && cp "$OUT/run/model.safetensors" "$OUT/run/vocab.txt" "$OUT/hugestep/"
+{ head -n 2 "$OUT/run/metrics.jsonl"; echo '{"kind": "step", "step": 1e300, "loss": 0.5}'; } > "$OUT/hugestep/metrics.jsonl"
+expect "report of a metrics line with step 1e300" 1 "hugestep/metrics.jsonl:3: field 'step' = 1e+300 is not an integer" -- "$IMDB" report --run "$OUT/hugestep" --data "$DATA"
+[ ! -e "$OUT/hugestep/report.html" ] && pass "no report drawn from a bad step" || failed "a report was drawn from a bad step"
 expect "stop part-way" 0 "stopped after 3 of 26 steps" -- "$IMDB" train "${small[@]}" --epochs 2 --stop-after 3 --out "$OUT/part"
 expect "report of a run stopped before its first epoch ended (checkpoint only)" 0 "report.html" -- "$IMDB" report --run "$OUT/part" --data "$DATA"
 expect "check a checkpoint" 0 "checkpoint OK: step 3 of 26" -- "$IMDB" check --run "$OUT/part"
@@ -120,6 +126,15 @@ expect "help" 0 "Usage:" -- "$IMDB" --help
 expect "train help lists the flags with their ranges" 0 "--threads INT:[0, 4096]" -- "$IMDB" train --help
 expect "unknown command" 2 "unknown command 'fly'" -- "$IMDB" fly
 expect "unknown flag" 2 "--hedas" -- "$IMDB" train --hedas 4
+# A long option with one dash was read as the switches -h -e -a ...: help, exit 0, nothing trained.
+expect "a long option with one dash" 2 "'-heads' is not an option of imdb train: long options take two dashes (did you mean --heads?)" -- "$IMDB" train -heads 4 --out "$OUT/onedash"
+expect "a long option with one dash before the command" 2 "'-help' is not an option: long options take two dashes" -- "$IMDB" -help
+[ ! -e "$OUT/onedash" ] && pass "nothing trained after a one-dash option" || failed "a one-dash option trained"
+expect "a one-dash value of --out is the value" 2 "--heads-list: an empty item in '2,'" -- "$IMDB" compare --out -runs --heads-list 2,
+# Lists: an empty item is a usage error, as every other malformed list is (2, was read as 2).
+expect "a list with a trailing comma" 2 "--heads-list: an empty item in '2,'" -- "$IMDB" compare "${cmp[@]}" --heads-list 2,
+expect "a list with an empty item inside" 2 "--heads-list: an empty item in '2,,4'" -- "$IMDB" compare "${cmp[@]}" --heads-list=2,,4
+expect "--by-length with a leading comma" 2 "--by-length: an empty item in ',64'" -- "$IMDB" eval --run "$OUT/run" --by-length ,64
 expect "bad number" 2 "--lr: expects a number in [0, 10], got 'fast'" -- "$IMDB" train --lr fast
 expect "--threads past 32 bits" 2 "--threads: expects an integer in [0, 4096], got '4294967297'" -- "$IMDB" train --threads 4294967297
 expect "--threads 2^31" 2 "--threads: expects an integer in [0, 4096], got '2147483648'" -- "$IMDB" train --threads 2147483648

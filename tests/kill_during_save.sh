@@ -4,23 +4,27 @@
 # SIGTERM, which must stop it at a step boundary with a checkpoint and no temporary file), and after
 # every kill check that the checkpoint left behind loads completely (`imdb check`, which loads it as
 # --resume does). Each restart resumes from it. More kills are forced to land mid-write of the
-# checkpoint, of model.safetensors and of report.html (a fault-injection pause halfway through the
-# file). Finally the run is let finish, and it must leave exactly what an uninterrupted run with the
-# same settings leaves: the same checkpoint and model files (byte for byte), vocab.txt, every line
-# of metrics.jsonl (steps and evaluations; all but the timing and memory figures), the report's
-# epoch table (but the times) and the final test accuracy.
-#   tests/kill_during_save.sh <imdb binary> <imdb_small.json> [kills (default 20)] [seed]
+# checkpoint, of model.safetensors, of report.html and of vocab.txt (a fault-injection pause halfway
+# through the file), halfway through a line of metrics.jsonl and halfway through an epoch's
+# evaluation (EMBER_FAULT_PAUSE, core/file_io.h). Finally the run is let finish, and it must leave
+# exactly what an uninterrupted run with the same settings leaves: the same checkpoint and model
+# files (byte for byte), vocab.txt, every line of metrics.jsonl (steps and evaluations; all but the
+# timing and memory figures), the report's epoch table (but the times) and the final test accuracy.
+#   tests/kill_during_save.sh <imdb binary> <imdb_small.json> [kills (default 20)] [seed] [trainer flags...]
+# The trainer flags come after the script's own (a flag given twice keeps its last value): e.g.
+# --device cuda --dim 16 --max-len 32 for the emulated GPU (imdb_emulated, ctest emulated_kill_during_save).
 set -u
 IMDB=$1
 DATA=$2
 KILLS=${3:-20}
 RANDOM=${4:-$$}
+shift $(( $# < 4 ? $# : 4 ))
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 # 13 steps an epoch on the small data; 4 epochs so that kills land mid-run. Width 32 makes the
 # checkpoint (model + AdamW moments) a few MB, so that writing it takes a good part of each step.
 args=(--data "$DATA" --dim 32 --heads 2 --layers 1 --ffn 32 --max-len 64 --batch-size 16 --epochs 4
-      --threads 2 --seed 3 --save-every 1 --quiet)
+      --threads 2 --seed 3 --save-every 1 --quiet "$@")
 
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -32,6 +36,24 @@ echo "uninterrupted run: $(grep -c '"kind":"step"' "$OUT/whole/metrics.jsonl") s
 run="$OUT/killed"
 last_step=-1
 mid_save=0
+forced=0
+
+# The first kill lands mid-write of vocab.txt (the run's first file): the run starts over from nothing.
+EMBER_FAULT_PAUSE_MID_WRITE=vocab.txt:5000 "$IMDB" train "${args[@]}" --out "$run" >"$OUT/forced.log" 2>&1 &
+pid=$!
+partial=""
+for _ in $(seq 1 1500); do
+  partial=$(find "$run" -maxdepth 1 -name 'vocab.txt.tmp.*' -size +0 2>/dev/null | head -n 1)
+  [ -n "$partial" ] && break
+  sleep 0.02
+done
+kill -KILL "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+[ -n "$partial" ] || { tail -5 "$OUT/forced.log"; fail "forced kill mid-write of vocab.txt: the write did not begin within 30 s"; }
+[ ! -e "$run/checkpoint.safetensors" ] || fail "forced kill mid-write of vocab.txt: a checkpoint before the vocabulary"
+rm -f "$run"/*.tmp.*
+echo "forced kill mid-write of vocab.txt (no checkpoint yet: the run starts over)"
+forced=$((forced + 1))
 terms=0  # SIGTERMs the trainer handled (checkpoint at a step boundary, exit 143)
 checked=0
 i=0
@@ -109,7 +131,6 @@ done
 # Kills that land mid-write for sure: EMBER_FAULT_PAUSE_MID_WRITE makes the trainer stop halfway
 # through writing the checkpoint (core/file_io.cpp); the kill comes once the temporary file has bytes.
 # The checkpoint in place must still be the last complete one, and load.
-forced=0
 checkpoint_step() { "$IMDB" check --run "$run" 2>/dev/null | sed -n 's/^checkpoint OK: step \([0-9]*\).*/\1/p'; }
 for attempt in 1 2 3; do
   before=$(checkpoint_step)
@@ -146,9 +167,36 @@ for attempt in 1 2 3; do
   forced=$((forced + 1))
 done
 
-# Kills mid-write of model.safetensors (an epoch's end, before its checkpoint) and of report.html
-# (after the last checkpoint): the resumed run must still end with the right model and report.
-for file in model.safetensors report.html; do
+# Kills halfway through a line of metrics.jsonl (a step's) and halfway through an epoch's evaluation
+# (EMBER_FAULT_PAUSE: the trainer says "fault pause: <point>" and sleeps; the kill comes then). The
+# checkpoint in place must load and not go back; the resumed run drops the cut line.
+for point in metrics.jsonl evaluation; do
+  before=$(checkpoint_step)
+  EMBER_FAULT_PAUSE=$point:5000 "$IMDB" train "${args[@]}" --resume --out "$run" >"$OUT/forced.log" 2>&1 &
+  pid=$!
+  paused=""
+  for _ in $(seq 1 3000); do  # up to 60 s to get there (the evaluation: the epoch's end)
+    grep -q "^fault pause: $point" "$OUT/forced.log" && paused=1 && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.02
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  [ -n "$paused" ] || { tail -5 "$OUT/forced.log"; fail "forced kill in $point: the trainer did not get there within 60 s"; }
+  if [ "$point" = metrics.jsonl ]; then
+    [ -n "$(tail -c 1 "$run/metrics.jsonl")" ] || fail "forced kill in metrics.jsonl: its last line is whole"
+  fi
+  rm -f "$run"/*.tmp.*
+  step=$(checkpoint_step)
+  [ -n "$step" ] && [ "$step" -ge "$before" ] || fail "forced kill in $point: the checkpoint (step '$step') does not load or went back from $before"
+  echo "forced kill halfway through $([ "$point" = evaluation ] && echo "an evaluation" || echo "a line of $point"): the checkpoint at step $step loads"
+  forced=$((forced + 1))
+done
+
+# Kills mid-write of metrics.jsonl as a resume rewrites it (its lines up to the checkpoint), of
+# model.safetensors (an epoch's end, before its checkpoint) and of report.html (after the last
+# checkpoint): the resumed run must still end with the right metrics, model and report.
+for file in metrics.jsonl model.safetensors report.html; do
   EMBER_FAULT_PAUSE_MID_WRITE=$file:5000 "$IMDB" train "${args[@]}" --resume --out "$run" >"$OUT/forced.log" 2>&1 &
   pid=$!
   partial=""
@@ -182,7 +230,7 @@ accuracy() { grep -o 'final test accuracy [0-9.]*%' "$1"; }
 python3 - "$OUT/whole" "$run" <<'EOF' || fail "metrics.jsonl or report.html differ from the uninterrupted run's"
 import json, re, sys
 timing = {"train_seconds", "eval_seconds", "real_tokens_per_s", "padded_tokens_per_s", "peak_tensor_bytes",
-          "peak_rss_bytes"}
+          "peak_rss_bytes", "allocated_bytes", "peak_bytes", "reserved_bytes"}  # (the last three: gpu_memory lines)
 def metrics(folder):
     return [{k: v for k, v in json.loads(line).items() if k not in timing} for line in open(folder + "/metrics.jsonl")]
 def epoch_table(folder):  # the report's epoch rows: epoch, step, train loss, test accuracy (not the times)

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -82,11 +83,34 @@ TEST_CASE("checkpoint: NaN and infinite weights are refused, naming the tensor a
   std::string path = temp_path("nonfinite.safetensors");
   for (double bad : {NAN, INFINITY, -INFINITY}) {
     nn::save_tensors(path, {{"ok", tensor({1, 2})}, {"w", tensor({1, 2, bad, 4})}});
-    check_error([&] { nn::load_tensors(path); }, "tensor 'w' (shape [4]) holds");
-    check_error([&] { nn::load_tensors(path); }, "at element 2");
+    check_error([&] { nn::load_weights(path); }, "tensor 'w' (shape [4]) holds");
+    check_error([&] { nn::load_weights(path); }, "at element 2");
     nn::save_tensors(path, {{"d", tensor({bad}, {}, Dtype::Float64)}});
-    check_error([&] { nn::load_tensors(path); }, "tensor 'd'");
+    check_error([&] { nn::load_weights(path); }, "tensor 'd'");
   }
+  nn::save_tensors(path, {{"w", tensor({-INFINITY})}});
+  check_error([&] { nn::load_weights(path); }, "tensor 'w' (shape [1]) holds -Inf at element 0: not a usable weight");
   check_error([&] { nn::check_all_finite({{"w", tensor({0, NAN})}}, "after step 7"); }, "after step 7: tensor 'w'");
   nn::check_all_finite({{"w", tensor({0, 1})}, {"i", arange(3)}}, "fine");  // no throw
+}
+
+TEST_CASE("checkpoint: the general loader reads NaNs and infinities as they are (masks, a diverged run)") {
+  std::string path = temp_path("masks.safetensors");
+  // An additive attention mask holds -inf on purpose; a diverged run's tensors hold NaNs to look at.
+  nn::save_tensors(path, {{"mask", tensor({0, -INFINITY, -INFINITY, 0}, {2, 2})},
+                          {"diverged", tensor({NAN, INFINITY, 1.5}, {3}, Dtype::Float64)}},
+                   {{"note", "kept"}});
+  nn::Metadata meta;
+  nn::TensorMap loaded = nn::load_tensors(path, &meta);
+  CHECK(meta.at("note") == "kept");
+  std::vector<float> mask = loaded.at("mask").to_vector<float>();
+  CHECK(mask[0] == 0.0f);
+  CHECK(mask[1] == -INFINITY);
+  CHECK(mask[2] == -INFINITY);
+  CHECK(mask[3] == 0.0f);
+  std::vector<double> diverged = loaded.at("diverged").to_vector<double>();
+  CHECK(std::isnan(diverged[0]));
+  CHECK(diverged[1] == INFINITY);
+  CHECK(diverged[2] == 1.5);
+  check_error([&] { nn::load_weights(path); }, "tensor 'diverged' (shape [3]) holds NaN at element 0");
 }

@@ -81,6 +81,38 @@ TEST_CASE("report metrics: steps and epochs are read, a resumed step keeps its l
   check_error([] { read_metrics("/nonexistent/metrics.jsonl"); }, "/nonexistent/metrics.jsonl");
 }
 
+TEST_CASE("report metrics: a field out of range or of the wrong type is an error naming the file, line and field") {
+  // A step of 1e300 or 2^63 was converted to garbage and drawn without a word.
+  const std::string good = "{\"kind\": \"step\", \"step\": 1, \"loss\": 0.7, \"lr\": 0}\n";
+  struct Case {
+    const char* line;
+    const char* message;
+  };
+  for (Case c : {Case{"{\"kind\": \"step\", \"step\": 1e300, \"loss\": 0.5}",
+                      "m.jsonl:2: field 'step' = 1e+300 is not an integer in [0, 4611686018427387904]"},
+                 Case{"{\"kind\": \"step\", \"step\": 9223372036854775808}", "field 'step' = 9223372036854775808 is not"},
+                 Case{"{\"kind\": \"step\", \"step\": 18446744073709551615}", "field 'step' = 18446744073709551615"},
+                 Case{"{\"kind\": \"step\", \"step\": -1}", "field 'step' = -1 is not an integer"},
+                 Case{"{\"kind\": \"step\", \"step\": 2.5}", "field 'step' = 2.5 is not an integer"},
+                 Case{"{\"kind\": \"step\", \"step\": \"3\"}", "field 'step' = \"3\" is not an integer"},
+                 Case{"{\"kind\": \"step\"}", "field 'step' = missing is not an integer"},
+                 Case{"{\"kind\": \"step\", \"step\": 2, \"loss\": \"low\"}", "field 'loss' = \"low\" is not a number"},
+                 Case{"{\"kind\": \"epoch\", \"epoch\": 0, \"step\": 2}", "field 'epoch' = 0 is not an integer in [1, 1000000]"},
+                 Case{"{\"kind\": \"epoch\", \"epoch\": 1, \"step\": 1e300}", "m.jsonl:2: field 'step' = 1e+300"},
+                 Case{"{\"kind\": \"epoch\", \"epoch\": 1, \"step\": 2, \"test_accuracy\": [1]}",
+                      "field 'test_accuracy' = [1] is not a number"}}) {
+    INFO(c.line);
+    const std::string path = temp_file("m.jsonl", good + c.line + "\n");
+    check_error([&] { read_metrics(path); }, c.message);
+  }
+  // A NaN is written as null: read as NaN, not an error; the largest step is read.
+  const std::string path = temp_file("m.jsonl", "{\"kind\": \"step\", \"step\": 4611686018427387904, \"loss\": null}\n");
+  Metrics m = read_metrics(path);
+  REQUIRE(m.steps.size() == 1);
+  CHECK(m.steps[0].step == (int64_t(1) << 62));
+  CHECK(std::isnan(m.steps[0].loss));
+}
+
 TEST_CASE("report reviews: short ones, half of each label, the shortest when too few are short") {
   std::vector<std::vector<int32_t>> reviews = {std::vector<int32_t>(50, 2), {2, 3}, {4, 5, 6}, std::vector<int32_t>(45, 2),
                                                {7}, std::vector<int32_t>(60, 2)};

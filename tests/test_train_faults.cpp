@@ -116,12 +116,43 @@ TEST_CASE("train faults: checkpoint steps out of range, and settings the tensors
   with("generator_offset", "x", "'generator_offset'");
   with("epoch_loss_sum", "nan", "'epoch_loss_sum'");
   with("data_fingerprint", "abc", "'data_fingerprint' is not a SHA-256");
-  with("format", "ember-imdb-checkpoint-v1", "written by an older trainer");
+  with("format", "ember-imdb-checkpoint-v1", "written by an older trainer (ember-imdb-checkpoint-v1");
+  // A newer or unknown format is refused, naming the one found and the ones this build reads.
+  with("format", "ember-imdb-checkpoint-v3", "has format ember-imdb-checkpoint-v3, newer than this build reads "
+       "(ember-imdb-checkpoint-v2)");
+  with("format", "v2", "has format 'v2', which this build does not know (it reads ember-imdb-checkpoint-v2)");
+  with("format", "ember-imdb-checkpoint-v02", "format 'ember-imdb-checkpoint-v02', which this build does not know");
+  with("format", "ember-imdb-model-v2", "which this build does not know");
   // heads 4 (dim 16) and a dropout are invisible in the tensors: the checksum refuses them.
   with("heads", "4", "its contents differ from the checksum it was written with");
   with("dropout", "0.5", "its contents differ from the checksum");
   write_file_atomically(checkpoint, saved);
   CHECK(check_checkpoint(checkpoint).step == 5);
+}
+
+TEST_CASE("train faults: an older checkpoint this build still reads (v2 before its later keys) resumes") {
+  // The metadata keys added to format v2 with a default (truncate .. cuda_graph): a file written
+  // before them is still a v2 checkpoint, read with the defaults, and resumes.
+  TrainConfig config = tiny("older");
+  config.epochs = 1;
+  config.stop_after = 3;
+  train(config);
+  const std::string checkpoint = config.out + "/checkpoint.safetensors";
+  nn::Metadata meta;
+  nn::TensorMap tensors = nn::load_tensors(checkpoint, &meta);
+  REQUIRE(meta.at("format") == "ember-imdb-checkpoint-v2");
+  for (const char* key : {"truncate", "attention", "checkpoint", "precision", "length_buckets", "validation",
+                          "cuda_graph"})
+    REQUIRE(meta.erase(key) == 1);
+  meta[kContentKey] = content_fingerprint(tensors, meta);
+  nn::save_tensors(checkpoint, tensors, meta);
+  CHECK(check_checkpoint(checkpoint).step == 3);
+  TrainConfig resume = config;
+  resume.stop_after = 0;
+  resume.resume = true;
+  RunResult r = train(resume);
+  CHECK(r.finished);
+  CHECK(r.steps == 13);
 }
 
 TEST_CASE("train faults: a refused --resume changes nothing in the folder") {
@@ -265,4 +296,31 @@ TEST_CASE("train faults: a run resumed mid-epoch leaves the same files as one th
     return out;
   };
   CHECK(lines(part.out + "/metrics.jsonl") == lines(config.out + "/metrics.jsonl"));
+}
+
+TEST_CASE("train faults: a resumed metrics log keeps the lines its checkpoint covers, a step-less line with its own") {
+  const std::string folder = tiny("metricslog").out;
+  fs::create_directories(folder);
+  const std::string path = folder + "/metrics.jsonl";
+  write_file_atomically(path,
+                        "{\"kind\":\"step\",\"step\":1}\n"
+                        "{\"kind\":\"step\",\"step\":2}\n"
+                        "{\"kind\":\"epoch\",\"epoch\":1,\"step\":2}\n"
+                        "{\"kind\":\"gpu_memory\",\"epoch\":1,\"peak_bytes\":5}\n"
+                        "{\"kind\":\"step\",\"step\":3}\n"
+                        "{\"kind\":\"epoch\",\"epoch\":2,\"step\":3}\n"
+                        "{\"kind\":\"gpu_memory\",\"epoch\":2,\"peak_bytes\":6}\n"
+                        "{\"kind\":\"step\",\"st");  // cut off by a kill
+  {
+    MetricsLog log(path, /*resume=*/true, /*checkpoint_step=*/2);
+    log.write({{"kind", "step"}, {"step", 3}});
+    log.flush();
+  }
+  // The gpu_memory line of epoch 1 stays (it was dropped: a GPU run resumed had none for its epochs
+  // before), epoch 2's goes with its epoch line, the cut line goes.
+  CHECK(contents(path) == "{\"kind\":\"step\",\"step\":1}\n"
+                          "{\"kind\":\"step\",\"step\":2}\n"
+                          "{\"kind\":\"epoch\",\"epoch\":1,\"step\":2}\n"
+                          "{\"kind\":\"gpu_memory\",\"epoch\":1,\"peak_bytes\":5}\n"
+                          "{\"kind\":\"step\",\"step\":3}\n");
 }

@@ -21,7 +21,41 @@ namespace ember::imdb {
 
 namespace {
 
-constexpr const char* kFormat = "ember-imdb-checkpoint-v2";
+// The checkpoint format's version (docs/reliability.md, "The checkpoint format and its version").
+// The rule: a change that a reader of the current version would misread or refuse (a tensor or a
+// metadata key renamed, removed or given another meaning, a new key without a default) takes
+// version + 1; a key added with a default for files without it (as "truncate" .. "cuda_graph" in
+// TrainConfig::from_metadata) keeps the version. This build writes kFormatVersion and reads the
+// versions from kOldestReadVersion to kFormatVersion; a newer or unknown one is refused.
+constexpr const char* kFormatName = "ember-imdb-checkpoint";
+constexpr int kFormatVersion = 2;
+constexpr int kOldestReadVersion = 2;  // v1 had no data fingerprint: a resume could not check its data
+
+std::string format_of(int version) { return fmt::format("{}-v{}", kFormatName, version); }
+
+// The versions this build reads, e.g. "ember-imdb-checkpoint-v2" or "...-v2 to ...-v3".
+std::string formats_read() {
+  return kOldestReadVersion == kFormatVersion
+             ? format_of(kFormatVersion)
+             : fmt::format("{} to {}", format_of(kOldestReadVersion), format_of(kFormatVersion));
+}
+
+// Refuses a format this build does not read, naming the one found and the ones it reads.
+void check_format(const std::string& path, const std::string& format) {
+  const std::string prefix = std::string(kFormatName) + "-v";
+  std::optional<int64_t> version;
+  if (format.rfind(prefix, 0) == 0) version = parse_integer(format.substr(prefix.size()), 1, 1 << 30);
+  const std::string found = format.substr(0, 60);
+  if (version && format != format_of(int(*version))) version.reset();  // "-v02", "-v2 ": not a name written
+  EMBER_CHECK(version.has_value(), "checkpoint '{}' has format '{}', which this build does not know (it reads {})",
+              path, found, formats_read());
+  EMBER_CHECK(*version != 1, "checkpoint '{}' was written by an older trainer ({}, without the data's fingerprint; "
+              "this build reads {}): start the run again", path, found, formats_read());
+  EMBER_CHECK(*version <= kFormatVersion, "checkpoint '{}' has format {}, newer than this build reads ({}): it was "
+              "written by a newer trainer; use that one, or start the run again", path, found, formats_read());
+  EMBER_CHECK(*version >= kOldestReadVersion, "checkpoint '{}' has format {}, older than this build reads ({}): start "
+              "the run again", path, found, formats_read());
+}
 
 // The checkpoint's tensors and metadata, every number parsed in full and checked, the settings
 // checked against the model's tensors: all before any model is built from them.
@@ -42,10 +76,7 @@ ReadCheckpoint check_read(const std::string& path, nn::TensorMap tensors, nn::Me
     EMBER_CHECK(it != meta.end(), "checkpoint '{}' has no '{}' in its metadata (not a trainer checkpoint?)", path, key);
     return it->second;
   };
-  EMBER_CHECK(field("format") != "ember-imdb-checkpoint-v1", "checkpoint '{}' was written by an older trainer "
-              "(ember-imdb-checkpoint-v1, without the data's fingerprint); start the run again", path);
-  EMBER_CHECK(field("format") == kFormat, "checkpoint '{}' has format '{}', expected {}", path,
-              field("format").substr(0, 60), kFormat);
+  check_format(path, field("format"));
   CheckpointInfo& info = read.info;
   try {
     info.config = TrainConfig::from_metadata(meta);
@@ -93,7 +124,7 @@ ReadCheckpoint check_read(const std::string& path, nn::TensorMap tensors, nn::Me
 
 ReadCheckpoint read_checkpoint(const std::string& path) {
   nn::Metadata meta;
-  nn::TensorMap state = nn::load_tensors(path, &meta);  // its size is bounded by the file's
+  nn::TensorMap state = nn::load_weights(path, &meta);  // its size is bounded by the file's
   return check_read(path, std::move(state), std::move(meta));
 }
 
@@ -102,6 +133,13 @@ void check_same_settings(const std::string& path, const ReadCheckpoint& read, co
   const auto saved = read.info.config.to_metadata(), wanted = expected.to_metadata();
   for (const auto& [key, value] : wanted) {
     auto it = saved.find(key);
+    // CUDA graphs pad each batch to a few lengths (graph_step.h), so they are a setting of the run,
+    // on by default on a GPU: a run moved between the CPU and a GPU says how to continue it.
+    if (key == "cuda_graph" && it != saved.end() && it->second != value)
+      fail("resume: {} was written with CUDA graphs {} (cuda_graph), and this run has them {}: a run keeps the "
+           "setting it began with ({})", path, it->second, value,
+           it->second == "off" ? "add --cuda-graph off; on a GPU that continues a run begun on the CPU"
+                               : "resume it on a GPU with --cuda-graph on: the CPU has no CUDA graphs");
     EMBER_CHECK(it != saved.end() && it->second == value, "resume: {} was written with other settings: {} is {} "
                 "there but {} here", path, key, it == saved.end() ? "missing" : it->second, value);
   }
@@ -169,7 +207,7 @@ void save_checkpoint(const std::string& path, const TrainConfig& config, const C
     fail("training diverged: {}; the checkpoint before it is kept (lower --lr, or clip with --clip)", e.what());
   }
   nn::Metadata meta = config.to_metadata();
-  meta["format"] = kFormat;
+  meta["format"] = format_of(kFormatVersion);
   meta["step"] = std::to_string(info.step);
   meta["total_steps"] = std::to_string(info.total_steps);
   meta["generator_offset"] = std::to_string(info.generator_offset);
@@ -195,7 +233,7 @@ CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& ex
   // a check that fails fails on every rank: an agreed error, reported once by rank 0).
   nn::TensorMap state;
   nn::Metadata meta;
-  distributed::on_root(world, [&] { state = nn::load_tensors(path, &meta); });
+  distributed::on_root(world, [&] { state = nn::load_weights(path, &meta); });
   distributed::broadcast_tensors(world, state);
   meta = nlohmann::json::parse(distributed::broadcast_string(world, nlohmann::json(meta).dump())).get<nn::Metadata>();
   try {

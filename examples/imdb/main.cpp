@@ -8,9 +8,12 @@
 #include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cstddef>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -205,6 +208,43 @@ void check_no_flag_values(const CLI::App& app) {
   }
 }
 
+// Checks the words of a command line that CLI11 would misread, before it parses them. `args` is
+// the command and its words (args[0] "train", ...), `command` its flag table.
+// - A long option with one dash: CLI11 reads "-heads" as the switches -h -e -a ..., and -h is
+//   --help (`imdb train -heads 4` printed the help and trained nothing). A word that is the value
+//   of the option before it ("--text -awful-") is left alone; so are numbers ("-1").
+// - An empty item in a comma-separated list ("--heads-list 2," was read as 2).
+void check_words(const CLI::App& command, const std::vector<std::string>& args) {
+  auto option_of = [&](const std::string& word) -> const CLI::Option* {
+    if (word.rfind("--", 0) != 0) return nullptr;
+    return command.get_option_no_throw(word.substr(0, word.find('=')));
+  };
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word == "--") break;
+    const CLI::Option* previous = i > 1 ? option_of(args[i - 1]) : nullptr;
+    const bool is_value = previous != nullptr && previous->get_type_size() != 0 &&
+                          args[i - 1].find('=') == std::string::npos;
+    if (!is_value && word.size() > 2 && word[0] == '-' && std::isalpha(static_cast<unsigned char>(word[1]))) {
+      const std::string name = word.substr(1, word.find('=') - 1);
+      const bool known = command.get_option_no_throw("--" + name) != nullptr;
+      throw UsageError(fmt::format("'{}' is not an option of imdb {}: long options take two dashes{}", word.substr(0, 40),
+                                   args[0], known ? fmt::format(" (did you mean --{}?)", name) : std::string()));
+    }
+    // A list option's value: "--heads-list 2,4" or "--heads-list=2,4".
+    const CLI::Option* list = option_of(word);
+    if (list == nullptr || list->get_delimiter() == '\0') continue;
+    std::string value;
+    if (word.find('=') != std::string::npos) value = word.substr(word.find('=') + 1);
+    else if (i + 1 < args.size()) value = args[i + 1];
+    else continue;  // no value: CLI11 says so
+    const std::string items = std::string(1, list->get_delimiter()) + value + std::string(1, list->get_delimiter());
+    if (value.empty() || items.find(std::string(2, list->get_delimiter())) != std::string::npos)
+      throw UsageError(fmt::format("{}: an empty item in '{}' (a comma-separated list has no empty items)",
+                                   list->get_name(), value.substr(0, 40)));
+  }
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"imdb: train, evaluate, use and compare Transformer sentiment classifiers on IMDb"};
   app.require_subcommand(1);
@@ -288,6 +328,8 @@ int run(int argc, char** argv) {
     for (const CLI::App* command : app.get_subcommands({})) if (command->check_name(name)) return true;
     return false;
   };
+  if (argc >= 2 && argv[1][0] == '-' && argv[1][1] != '-' && std::strlen(argv[1]) > 2)  // "imdb -help": not -h
+    throw UsageError(fmt::format("'{}' is not an option: long options take two dashes", std::string(argv[1]).substr(0, 40)));
   if (argc >= 2 && argv[1][0] != '-' && !is_command(argv[1]))
     throw UsageError(
         fmt::format("unknown command '{}' (commands: train, eval, predict, compare, report, check, flops)", argv[1]));
@@ -300,6 +342,7 @@ int run(int argc, char** argv) {
       throw UsageError(e.what());
     }
   }
+  if (!args.empty() && is_command(args[0])) check_words(*app.get_subcommand(args[0]), args);
   args.insert(args.begin(), argc > 0 ? argv[0] : "imdb");
   std::vector<char*> arg_pointers;
   for (std::string& arg : args) arg_pointers.push_back(arg.data());

@@ -16,7 +16,9 @@
 #include "autograd/grad_mode.h"
 #include "core/file_io.h"
 #include "examples/imdb/report.h"
+#include "examples/imdb/settings.h"
 #include "nn/checkpoint.h"
+#include "optim/optimizer.h"
 
 namespace ember::imdb {
 namespace fs = std::filesystem;
@@ -33,19 +35,37 @@ Metrics read_metrics(const std::string& path) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     EMBER_CHECK(!j.is_discarded() && j.is_object() && j.contains("kind"), "{}:{}: not a metrics line: {}", path,
                 number, line.substr(0, 80));
-    auto real = [&](const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN; };
-    try {
-      if (j["kind"] == "step") {
-        StepRecord s{j.at("step").get<int64_t>(), real("loss"), real("lr")};
-        steps[s.step] = s;
-      } else if (j["kind"] == "epoch") {
-        EpochRecord e{j.at("epoch").get<int64_t>(), j.at("step").get<int64_t>(), real("train_loss"),
-                      real("test_accuracy"), real("train_seconds"), real("real_tokens_per_s"),
-                      real("validation_accuracy")};
-        epochs[e.epoch] = e;
+    // Every field read is checked: a step of 1e300 or 2^63 was converted to garbage and drawn.
+    auto shown = [&](const char* key) { return j.contains(key) ? j[key].dump().substr(0, 40) : std::string("missing"); };
+    auto integer = [&](const char* key, int64_t min, int64_t max) {
+      const nlohmann::json* v = j.contains(key) ? &j[key] : nullptr;
+      bool ok = false;
+      int64_t value = 0;
+      if (v != nullptr && v->is_number_unsigned()) {
+        ok = v->get<uint64_t>() <= uint64_t(max);
+        if (ok) value = int64_t(v->get<uint64_t>());
+      } else if (v != nullptr && v->is_number_integer()) {
+        value = v->get<int64_t>();
+        ok = true;
       }
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}:{}: malformed metrics line ({})", path, number, e.what());
+      EMBER_CHECK(ok && value >= min && value <= max, "{}:{}: field '{}' = {} is not an integer in [{}, {}]", path,
+                  number, key, shown(key), min, max);
+      return value;
+    };
+    // A real field may be absent or null (a NaN is written as null); anything else must be a number.
+    auto real = [&](const char* key) {
+      if (!j.contains(key) || j[key].is_null()) return double(NAN);
+      EMBER_CHECK(j[key].is_number(), "{}:{}: field '{}' = {} is not a number", path, number, key, shown(key));
+      return j[key].get<double>();
+    };
+    if (j["kind"] == "step") {
+      StepRecord s{integer("step", 0, optim::Optimizer::max_steps), real("loss"), real("lr")};
+      steps[s.step] = s;
+    } else if (j["kind"] == "epoch") {
+      EpochRecord e{integer("epoch", 1, limits::max_epochs), integer("step", 0, optim::Optimizer::max_steps),
+                    real("train_loss"), real("test_accuracy"), real("train_seconds"), real("real_tokens_per_s"),
+                    real("validation_accuracy")};
+      epochs[e.epoch] = e;
     }
   }
   Metrics m;
@@ -128,7 +148,7 @@ SavedRun load_model_of(const std::string& folder) {
   if (fs::exists(folder + "/model.safetensors")) return load_run(folder);
   const std::string path = folder + "/checkpoint.safetensors";
   CheckpointInfo info = check_checkpoint(path);  // every number and tensor checked, as --resume would
-  nn::TensorMap state = nn::load_tensors(path);
+  nn::TensorMap state = nn::load_weights(path);
   SavedRun run{info.config, Vocabulary::load(folder + "/vocab.txt"), nullptr};
   EMBER_CHECK(run.vocabulary.size() == run.config.model.vocab_size,
               "{}: vocab.txt has {} tokens but the model was trained with {}", folder, run.vocabulary.size(),

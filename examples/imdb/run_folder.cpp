@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -54,12 +55,15 @@ RunLock::~RunLock() {
 
 namespace {
 
-// The complete lines of a metrics file whose "step" is at most `step`.
+// The complete lines of a metrics file whose "step" is at most `step`; a line without a step (an
+// epoch's "gpu_memory", written right after its "epoch" line) goes with the line before it (it was
+// dropped: a GPU run resumed after epoch 1 had no memory line for it).
 std::string lines_up_to(const std::string& path, int64_t step) {
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return "";
   std::string text = read_whole_file(path, "metrics file");
   std::string kept;
+  bool kept_last = false;  // whether the line before was kept
   size_t start = 0;
   while (start < text.size()) {
     const size_t end = text.find('\n', start);
@@ -67,10 +71,16 @@ std::string lines_up_to(const std::string& path, int64_t step) {
     const std::string line = text.substr(start, end - start);
     start = end + 1;
     nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded() || !record.is_object() || !record.contains("step") ||
-        !record["step"].is_number_integer())
+    if (record.is_discarded() || !record.is_object()) {
+      kept_last = false;
       continue;
-    if (record["step"].get<int64_t>() <= step) kept += line + "\n";
+    }
+    if (!record.contains("step")) {
+      if (kept_last) kept += line + "\n";
+      continue;
+    }
+    kept_last = record["step"].is_number_integer() && record["step"].get<int64_t>() <= step;
+    if (kept_last) kept += line + "\n";
   }
   return kept;
 }
@@ -83,7 +93,16 @@ MetricsLog::MetricsLog(const std::string& path, bool resume, int64_t checkpoint_
   EMBER_CHECK(out_.good(), "cannot write '{}'", path);
 }
 
-void MetricsLog::write(const nlohmann::ordered_json& record) { out_ << record.dump() << '\n'; }
+void MetricsLog::write(const nlohmann::ordered_json& record) {
+  const std::string line = record.dump() + '\n';
+  if (fault_pause_armed("metrics.jsonl")) {  // the kill tests' kill mid-line (core/file_io.h)
+    out_ << line.substr(0, line.size() / 2) << std::flush;
+    fault_pause("metrics.jsonl");
+    out_ << line.substr(line.size() / 2);
+    return;
+  }
+  out_ << line;
+}
 
 void MetricsLog::flush() {
   out_.flush();

@@ -18,6 +18,7 @@
 #include "autograd/grad_mode.h"
 #include "core/distributed/agreement.h"
 #include "core/distributed/world.h"
+#include "core/file_io.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
 #include "examples/imdb/eval_graph.h"
@@ -176,12 +177,14 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   for (int64_t b = rank; b < batcher.num_batches(); b += ranks) {  // whole batches, shared out in turn
     if (graphs != nullptr) {
       graphs->add(pad_for_graphs(batcher.batch(order, b), model.config.max_len));
+      if (b == rank) fault_pause("evaluation");
       continue;
     }
     BatchTensors t = to_tensors(batcher.batch(order, b), device);
     Tensor predicted = argmax(model.forward(t.tokens, t.padding_mask), 1);
     Tensor batch_correct = sum(eq(predicted, t.labels.to(predicted.device())).to(Dtype::Float64));
     counted = counted.defined() ? counted + batch_correct : batch_correct;
+    if (b == rank) fault_pause("evaluation");  // the kill tests' kill mid-evaluation (core/file_io.h)
   }
   if (graphs != nullptr) correct = graphs->take_correct();
   else if (counted.defined()) correct = std::llround(counted.item<double>());
@@ -277,7 +280,7 @@ std::string vocabulary_fingerprint(const Vocabulary& vocabulary) {
 SavedRun load_run(const std::string& folder) {
   const std::string path = folder + "/model.safetensors";
   nn::Metadata meta;
-  nn::TensorMap weights = nn::load_tensors(path, &meta);  // its size is bounded by the file's
+  nn::TensorMap weights = nn::load_weights(path, &meta);  // its size is bounded by the file's
   auto format = meta.find("format");
   EMBER_CHECK(format != meta.end() && format->second == kModelFormat, "model file '{}' has format '{}', expected {} "
               "(written by an older trainer? train again)", path,

@@ -373,10 +373,56 @@ void count_launch(const char* name, cudaStream_t stream) {
 
 namespace {
 
+// EMBER_EMULATOR_FAULT: an asynchronous kernel fault, injected for the fault tests. The value is
+//   <kernel name>      the first run of that kernel faults,
+//   <kernel name>:<k>  its k-th run (k >= 1),
+//   <n>                the n-th kernel run of the program (n >= 1), whatever its name.
+// The faulting grid does not run (its outputs keep what they held) and fails as a GPU kernel that
+// touched an illegal address would: cudaErrorLaunchFailure, reported by the next synchronising
+// call (or cudaEventQuery), with the kernel's name in cudaGetErrorString's text. Runs are counted
+// when the stream runs them (a graph's replays count too), so a fault lands mid-step.
+struct FaultInjection {
+  std::string spec, kernel;
+  int64_t nth = 0;     // of `kernel` when it is named, else of all runs
+  int64_t runs = 0;    // runs counted so far (of `kernel`, or of all)
+  bool fired = false;
+  std::mutex mutex;
+  FaultInjection() {
+    const char* env = std::getenv("EMBER_EMULATOR_FAULT");
+    if (env == nullptr || env[0] == '\0') return;
+    spec = env;
+    const size_t colon = spec.rfind(':');
+    const std::string count = colon == std::string::npos ? spec : spec.substr(colon + 1);
+    const bool numeric = !count.empty() && count.find_first_not_of("0123456789") == std::string::npos;
+    kernel = colon != std::string::npos ? spec.substr(0, colon) : numeric ? std::string() : spec;
+    nth = numeric ? std::atoll(count.c_str()) : 1;
+    if (nth < 1 || (colon != std::string::npos && (kernel.empty() || !numeric))) {
+      std::fprintf(stderr, "CUDA emulator: EMBER_EMULATOR_FAULT='%s': expected <kernel>, <kernel>:<k> or <n> (k, n >= 1)\n",
+                   spec.c_str());
+      std::abort();
+    }
+  }
+  // Whether this run of kernel `name` is the one to fault.
+  bool hits(const char* name) {
+    if (spec.empty()) return false;
+    std::lock_guard<std::mutex> lock(mutex);  // streams may run on several host threads
+    if (fired || (!kernel.empty() && kernel != name)) return false;
+    fired = ++runs == nth;
+    return fired;
+  }
+};
+FaultInjection fault_injection;
+
 // Runs the grid (the queued launch, when its stream gets to it). Its error, also recorded.
 cudaError_t run_grid(const LaunchConfig& config, const char* name, void (*body)(void*), void* context) {
   if (running != nullptr)
     return set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + " ran from inside kernel " + running->name);
+  if (fault_injection.hits(name)) {
+    set_error(cudaErrorLaunchFailure, std::string("kernel ") + name + ": a fault injected by EMBER_EMULATOR_FAULT=" +
+                                          fault_injection.spec + " (an illegal address, as a GPU would report it)");
+    break_device(cudaGetErrorString(cudaErrorLaunchFailure));  // every later call fails too (state.h)
+    return cudaErrorLaunchFailure;
+  }
   Launch launch;
   launch.config = &config;
   launch.name = name;
@@ -422,6 +468,7 @@ void launch_grid(const LaunchConfig& config, const char* name, void (*body)(void
     return;
   }
   if (check_config(config, name) != cudaSuccess) return;
+  if (device_broken() != cudaSuccess) return;  // the launch error is the fault (state.h)
   if (dry_mode()) {  // queued in its place, as nothing (counters.h)
     enqueue(config.stream, [] { return cudaSuccess; });
     return;

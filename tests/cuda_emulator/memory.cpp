@@ -3,7 +3,8 @@
 //
 //   - Fresh allocations are filled with 0xFF bytes (NaN as float or double, -1 as an integer), so a
 //     kernel that reads memory nobody wrote gives NaN instead of a lucky zero.
-//   - Each device has 8 GiB (EMBER_EMULATED_MEMORY_GIB to change it); cudaMalloc beyond that fails
+//   - Each device has 8 GiB (EMBER_EMULATED_MEMORY_GIB to change it, or EMBER_EMULATED_MEMORY_MIB
+//     for less than a GiB: the fault tests' out-of-memory runs); cudaMalloc beyond that fails
 //     with cudaErrorMemoryAllocation, and cudaMemGetInfo reports the same numbers.
 //   - cudaMemcpy* checks its kind: a "device" pointer must lie inside one live allocation (the
 //     whole range), a "host" pointer must not. A GPU would fault, or with unified addressing copy
@@ -44,6 +45,7 @@ std::vector<size_t> used_bytes(16, 0);         // per device
 
 size_t capacity() {
   static const size_t bytes = [] {
+    if (const char* mib = std::getenv("EMBER_EMULATED_MEMORY_MIB")) return size_t(std::atoll(mib)) << 20;
     const char* env = std::getenv("EMBER_EMULATED_MEMORY_GIB");
     size_t gib = env != nullptr ? size_t(std::atoll(env)) : 8;
     return gib << 30;
@@ -205,6 +207,7 @@ constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kHugeFrom = size_t(4) << 20;  // blocks at least this large go on huge pages
 
 cudaError_t cudaMalloc(void** ptr, size_t size) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   if (ptr == nullptr) return set_error(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
   if (device_count() == 0) return set_error(cudaErrorNoDevice, "EMBER_EMULATED_DEVICES=0");
   if (refuse_in_capture("cudaMalloc") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
@@ -247,6 +250,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   if (ptr == nullptr) return cudaSuccess;
   if (refuse_in_capture("cudaFree") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
   catch_up(nullptr, true);  // cudaFree synchronises the device: no queued work may still use the block
@@ -346,14 +350,17 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
 }  // namespace
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   return copy(dst, src, count, kind, stream, false);
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   return copy(dst, src, count, kind, nullptr, true);
 }
 
 cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device, size_t count) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   if (count == 0) return cudaSuccess;
   int d = -1, s = -1;
   if (!in_device_memory(dst, count, &d) || d != dst_device)
@@ -370,6 +377,7 @@ cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_d
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   if (!stream_is_valid(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: unknown stream");
   if (count == 0) return cudaSuccess;
   std::string problem = check_side("destination", ptr, count, true);

@@ -102,6 +102,7 @@ bool is_pinned(const void* ptr, size_t bytes) {
 using namespace ember_emu;
 
 cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned flags) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   if (ptr == nullptr || flags > 0xF) return set_error(cudaErrorInvalidValue, "cudaHostAlloc: bad arguments");
   if (device_count() == 0) return set_error(cudaErrorNoDevice, "EMBER_EMULATED_DEVICES=0");
   *ptr = nullptr;

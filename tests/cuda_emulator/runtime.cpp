@@ -6,7 +6,9 @@
 //   "invalid configuration argument (emulator: kernel k: block (2048, 1, 1) has 2048 threads; ...)".
 // Devices: EMBER_EMULATED_DEVICES (default 1) of them, 0 to test the no-GPU path.
 // Streams, events and graphs: streams.cpp.
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "state.h"
@@ -58,6 +60,24 @@ cudaError_t restore_error(cudaError_t code, const std::string& text) {
   detail_code = code;
   detail_text = text;
   return code;
+}
+
+namespace {
+std::mutex broken_mutex;
+std::atomic<bool> broken{false};
+std::string broken_text;
+}  // namespace
+
+void break_device(const std::string& text) {
+  std::lock_guard<std::mutex> lock(broken_mutex);
+  broken_text = text;
+  broken.store(true);
+}
+
+cudaError_t device_broken() {
+  if (!broken.load()) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(broken_mutex);
+  return restore_error(cudaErrorLaunchFailure, broken_text);
 }
 
 int device_count() {

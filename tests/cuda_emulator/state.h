@@ -16,6 +16,12 @@ cudaError_t set_error(cudaError_t code, const std::string& detail);
 // work, reported later by a synchronising call). Returns code.
 cudaError_t restore_error(cudaError_t code, const std::string& text);
 
+// A kernel's fault injected by EMBER_EMULATOR_FAULT (launch.cpp) breaks the device, as a fault does
+// on a GPU: from then on memory, copies, memsets, waits, events, graph and kernel launches return
+// the fault again (cudaErrorLaunchFailure, with its text). device_broken: cudaSuccess until then.
+void break_device(const std::string& text);
+cudaError_t device_broken();
+
 int device_count();      // EMBER_EMULATED_DEVICES, default 1
 int current_device();    // the calling thread's cudaSetDevice
 bool stream_is_valid(cudaStream_t stream);  // null (the legacy default stream) or a live stream

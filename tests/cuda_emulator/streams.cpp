@@ -205,6 +205,7 @@ cudaError_t catch_up(cudaStream_t stream, bool whole_device) {
 using namespace ember_emu;
 
 cudaError_t cudaDeviceSynchronize() {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   std::lock_guard<std::recursive_mutex> lock(mutex);
   if (refuse_in_capture("cudaDeviceSynchronize") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
   return report(run_streams(false));
@@ -236,6 +237,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   std::lock_guard<std::recursive_mutex> lock(mutex);
   if (!live_stream(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown stream");
   if (refuse_in_capture("cudaStreamSynchronize") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
@@ -266,6 +268,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   std::lock_guard<std::recursive_mutex> lock(mutex);
   if (events.erase(event) == 0) return set_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy: unknown event");
   delete event;  // waits queued on it hold its stream and place, not the event
@@ -273,6 +276,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   std::lock_guard<std::recursive_mutex> lock(mutex);
   if (!live_event(event)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown event");
   if (!live_stream(stream)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream");
@@ -287,6 +291,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   std::lock_guard<std::recursive_mutex> lock(mutex);
   if (!live_event(event)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventQuery: unknown event");
   if (event->captured != nullptr)
@@ -298,6 +303,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   std::lock_guard<std::recursive_mutex> lock(mutex);
   if (!live_event(event)) return set_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: unknown event");
   if (refuse_in_capture("cudaEventSynchronize") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
@@ -306,6 +312,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   std::lock_guard<std::recursive_mutex> lock(mutex);
   if (!live_event(event) || !live_stream(stream) || flags != 0)
     return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: unknown stream or event, or flags");
@@ -398,6 +405,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
 }
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (const cudaError_t broken = device_broken()) return broken;  // after a kernel fault (state.h)
   std::shared_ptr<const std::vector<Work>> nodes;
   {
     std::lock_guard<std::recursive_mutex> lock(mutex);

@@ -5,6 +5,7 @@
 // graphs, and no step makes the host wait. Built into ember_tests_emulated only.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -138,6 +139,25 @@ TEST_CASE("batch prefetch: the next batch's upload runs on the copy stream durin
 
 TEST_CASE("batch prefetch: the next batch's upload runs on the copy stream during the step, as CUDA graphs, losses unchanged") {
   check_prefetched_steps(/*graphs=*/true);
+}
+
+// A slot uploads its positions only when the length changes; a batch of the length its slot held
+// before kept them but lost their bound (0: "embedding: the ids were checked against 0 rows", the
+// trainer's --device cuda --cuda-graph off run stopped at its third step).
+TEST_CASE("batch prefetch: a batch of its slot's last length keeps its positions and their bound") {
+  const nn::ClassifierConfig config = small_recipe();
+  const int64_t B = 2;
+  imdb::BatchPrefetcher prefetcher(kGpu, config, B);
+  Run run(5);
+  for (int n = 0; n < 4; ++n) {
+    INFO("batch " << n + 1);
+    prefetcher.prefetch(make_batch(B, 12, config.vocab_size, n + 1));
+    const imdb::DeviceBatch& inputs = prefetcher.take();
+    CHECK(inputs.positions.bound == config.max_len);
+    CHECK(inputs.positions.ids.shape() == Shape{1, 12});
+    CHECK(std::isfinite(host(imdb::gpu_step(run.model, run.optimizer, inputs, 1.0)).at(0)));
+    prefetcher.release();
+  }
 }
 
 // NOTE: the emulator runs queued work early where a GPU may (a staging block's event queried by the
