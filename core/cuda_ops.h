@@ -12,8 +12,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/kernels.h"
 #include "core/unary_math.h"
-#include "core/update_rules.h"
 
 #ifndef EMBER_CUDA_ENTRY
 #define EMBER_CUDA_ENTRY(type, name, params) type name params;
@@ -238,27 +238,8 @@ EMBER_CUDA_ENTRY(void, gemm_bf16_bare, (int device, int64_t M, int64_t N, int64_
 EMBER_CUDA_DEFAULT(void, set_allow_tf32, (bool allow), {})
 EMBER_CUDA_DEFAULT(bool, allow_tf32, (), { return false; })
 
-// ---- Optimisers (cuda/optim_kernels.cu): one fused launch updates many tensors, with the per-element
-// rules of core/update_rules.h (the CPU's loops use the same functions).
-// The tensors of one update, as host arrays of `count` entries: params[t] (written), grads[t]
-// (read) and up to two state buffers (state1[t], state2[t]) of sizes[t] contiguous elements each,
-// and each tensor's weight decay; an array a kernel does not use may be null. They travel as
-// kernel arguments, up to 32 tensors per launch (one launch for a model of up to 32 parameters).
-struct TensorList {
-  int count = 0;
-  void* const* params = nullptr;
-  const void* const* grads = nullptr;
-  void* const* state1 = nullptr;
-  void* const* state2 = nullptr;
-  const int64_t* sizes = nullptr;
-  const double* weight_decays = nullptr;
-};
-// Adam / AdamW: state1 = the first moments (exp_avg), state2 = the second (exp_avg_sq). With
-// `device_hyper` (device memory, for a CUDA graph's step) the kernel reads the step's numbers there.
-EMBER_CUDA_ENTRY(void, adam_step, (int device, bool float64, const TensorList& tensors, const AdamHyper& hyper,
-                                   const AdamHyper* device_hyper))
-// SGD: state1 = the velocities (null without momentum); state2 unused.
-EMBER_CUDA_ENTRY(void, sgd_step, (int device, bool float64, const TensorList& tensors, const SgdHyper& hyper))
+// ---- Gradient clipping (cuda/optim_kernels.cu): one launch over many tensors (TensorList,
+// core/kernels.h, with the optimiser steps).
 // Gradient clipping. sum_squares: the squares of every element of every grads[t], summed in double
 // in fixed chunks, one partial sum per chunk written to partials (device memory for
 // sum_squares_partials(tensors) doubles; the caller adds them up in order). scale_all:

@@ -360,7 +360,7 @@ struct TensorPointers {
   std::vector<void*> params, state1, state2;
   std::vector<const void*> grads;
   std::vector<int64_t> sizes;
-  cuda::TensorList list(const double* weight_decays) const {
+  TensorList list(const double* weight_decays) const {
     return {int(params.size()), params.data(), grads.empty() ? nullptr : grads.data(),
             state1.empty() ? nullptr : state1.data(), state2.empty() ? nullptr : state2.data(), sizes.data(),
             weight_decays};
@@ -384,27 +384,11 @@ TensorPointers tensor_pointers(const std::vector<Tensor>& params, const std::vec
 
 }  // namespace
 
-void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
-               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const AdamHyper& hyper,
-               const AdamHyper* device_hyper) {
-  if (params.empty()) return;
-  TensorPointers pointers = tensor_pointers(params, grads, m, v);
-  cuda::adam_step(device_of(params[0]), is_f64(params[0]), pointers.list(weight_decays.data()), hyper, device_hyper);
-}
-
-void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-              const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
-              const SgdHyper& hyper) {
-  if (params.empty()) return;
-  TensorPointers pointers = tensor_pointers(params, grads, velocities, {});
-  cuda::sgd_step(device_of(params[0]), is_f64(params[0]), pointers.list(weight_decays.data()), hyper);
-}
-
 double sum_of_squares(const std::vector<Tensor>& tensors) {
   if (tensors.empty()) return 0;
   // The kernel reads grads[t]: the tensors go there, with no parameter to write.
   TensorPointers pointers = tensor_pointers(tensors, tensors, {}, {});
-  cuda::TensorList list = pointers.list(nullptr);
+  TensorList list = pointers.list(nullptr);
   list.params = nullptr;
   const Device device = tensors[0].device();
   Tensor partials = Tensor::empty({cuda::sum_squares_partials(list)}, Dtype::Float64, device);
@@ -419,7 +403,7 @@ void scale_all(const std::vector<Tensor>& tensors, double value) {
   if (tensors.empty()) return;
   // The kernel writes params[t]: the tensors themselves.
   TensorPointers pointers = tensor_pointers(tensors, {}, {}, {});
-  cuda::TensorList list = pointers.list(nullptr);
+  TensorList list = pointers.list(nullptr);
   cuda::scale_all(tensors[0].device().index, tensors[0].dtype() == Dtype::Float64, list, value);
 }
 
@@ -427,7 +411,7 @@ Tensor clip_by_norm(const std::vector<Tensor>& tensors, double max_norm) {
   const Device device = tensors[0].device();
   const bool f64 = tensors[0].dtype() == Dtype::Float64;
   TensorPointers pointers = tensor_pointers(tensors, tensors, {}, {});
-  cuda::TensorList list = pointers.list(nullptr);
+  TensorList list = pointers.list(nullptr);
   list.params = nullptr;
   const int64_t count = cuda::sum_squares_partials(list);
   Tensor partials = Tensor::empty({count > 0 ? count : 1}, Dtype::Float64, device);

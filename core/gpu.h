@@ -100,16 +100,6 @@ Tensor window_attention_forward(const Tensor& qkv, int64_t heads, int64_t window
 Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                  int64_t heads, int64_t window, int64_t global, const Tensor& mask, bool causal);
 
-// ---- Optimisers: one fused launch over all the parameters (core/update_rules.h per element), all
-// on one GPU, of one dtype, contiguous (core/ops/optimizer_steps.cpp checks them).
-// m, v: Adam's moments, one per parameter; velocities: SGD's, one per parameter or none (no momentum).
-void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
-               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const AdamHyper& hyper,
-               const AdamHyper* device_hyper = nullptr);
-void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-              const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
-              const SgdHyper& hyper);
-
 // ---- Gradient clipping: the sum of the squares of every element of `tensors` (in double, the same
 // on every run; one read back for all of them), and tensors[t] *= value for all (one launch).
 // All on one GPU, contiguous, of one floating dtype.

@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/update_rules.h"
+
 namespace ember {
 
 // Where a kernel runs and the element type of its floating operands: every kernel's first parameter.
@@ -70,5 +72,33 @@ EMBER_KERNEL(void, rms_norm_forward, (const On& on, const void* x, const void* w
 EMBER_KERNEL(void, rms_norm_backward, (const On& on, const void* grad, const void* x, const double* rstd,
                                        const void* weight, void* dx, void* dweight, int64_t rows, int64_t D,
                                        double* scratch))
+
+// ---- Optimiser steps (core/ops/optimizer_steps.cpp; CPU: core/cpu/optimizer_steps.cpp, GPU:
+// cuda/optim_kernels.cu): every tensor of a list updated in place by the per-element rules of
+// core/update_rules.h, the very functions on both devices, so each element's result is the same on
+// either and for any thread count (no sums: each element is updated on its own). On the GPU one fused
+// launch updates up to 32 tensors (a model of up to 32 parameters: one launch).
+
+// The tensors of one multi-tensor kernel, as host arrays of `count` entries, all of on.dtype and on
+// on.device: params[t] (written), grads[t] (read) and up to two state buffers (state1[t],
+// state2[t]) of sizes[t] contiguous elements each, and each tensor's weight decay; an array a kernel
+// does not use may be null.
+struct TensorList {
+  int count = 0;
+  void* const* params = nullptr;
+  const void* const* grads = nullptr;
+  void* const* state1 = nullptr;
+  void* const* state2 = nullptr;
+  const int64_t* sizes = nullptr;
+  const double* weight_decays = nullptr;
+};
+
+// Adam / AdamW (AdamRule): state1 = the first moments (exp_avg), state2 = the second (exp_avg_sq).
+// With `device_hyper` (memory of on's device, for a CUDA graph's step) the step's numbers are read
+// there instead of `hyper`.
+EMBER_KERNEL(void, adam_step, (const On& on, const TensorList& tensors, const AdamHyper& hyper,
+                               const AdamHyper* device_hyper))
+// SGD (SgdRule): state1 = the velocities (null without momentum); state2 unused.
+EMBER_KERNEL(void, sgd_step, (const On& on, const TensorList& tensors, const SgdHyper& hyper))
 
 }  // namespace ember
