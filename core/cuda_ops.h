@@ -12,7 +12,6 @@
 #pragma once
 #include <cstdint>
 
-#include "core/kernels.h"
 #include "core/unary_math.h"
 
 #ifndef EMBER_CUDA_ENTRY
@@ -237,22 +236,4 @@ EMBER_CUDA_ENTRY(void, gemm_bf16_bare, (int device, int64_t M, int64_t N, int64_
 // float32 GEMMs in TF32 (faster, about 1e-3 relative error) when on; off by default.
 EMBER_CUDA_DEFAULT(void, set_allow_tf32, (bool allow), {})
 EMBER_CUDA_DEFAULT(bool, allow_tf32, (), { return false; })
-
-// ---- Gradient clipping (cuda/optim_kernels.cu): one launch over many tensors (TensorList,
-// core/kernels.h, with the optimiser steps).
-// Gradient clipping. sum_squares: the squares of every element of every grads[t], summed in double
-// in fixed chunks, one partial sum per chunk written to partials (device memory for
-// sum_squares_partials(tensors) doubles; the caller adds them up in order). scale_all:
-// params[t][j] *= value for every tensor (here the gradients), in the tensors' type.
-EMBER_CUDA_ENTRY(int64_t, sum_squares_partials, (const TensorList& tensors))
-EMBER_CUDA_ENTRY(void, sum_squares, (int device, bool float64, const TensorList& tensors, double* partials))
-EMBER_CUDA_ENTRY(void, scale_all, (int device, bool float64, const TensorList& tensors, double value))
-// Clipping without the host: clip_scale adds the `count` partials up in order (one thread, the
-// host's order), and writes norm_scale[0] = the norm (the square root) and norm_scale[1] = the
-// factor, max_norm / (norm + 1e-6) when norm > max_norm, else 1; scale_all_by multiplies every
-// params[t] by *factor (device memory), in the tensors' type.
-EMBER_CUDA_ENTRY(void, clip_scale, (int device, const double* partials, int64_t count, double max_norm,
-                                    double* norm_scale))
-EMBER_CUDA_ENTRY(void, scale_all_by, (int device, bool float64, const TensorList& tensors, const double* factor))
-
 }  // namespace ember::cuda

@@ -100,14 +100,6 @@ Tensor window_attention_forward(const Tensor& qkv, int64_t heads, int64_t window
 Tensor window_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                  int64_t heads, int64_t window, int64_t global, const Tensor& mask, bool causal);
 
-// ---- Gradient clipping: the sum of the squares of every element of `tensors` (in double, the same
-// on every run; one read back for all of them), and tensors[t] *= value for all (one launch).
-// All on one GPU, contiguous, of one floating dtype.
-double sum_of_squares(const std::vector<Tensor>& tensors);
-void scale_all(const std::vector<Tensor>& tensors, double value);
-// Clipping on the GPU, nothing read back: the norm (a float64 scalar on the device) is returned.
-Tensor clip_by_norm(const std::vector<Tensor>& tensors, double max_norm);
-
 // Waits for the device's queued work (for timing).
 void synchronize(Device device);
 

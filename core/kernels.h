@@ -101,4 +101,24 @@ EMBER_KERNEL(void, adam_step, (const On& on, const TensorList& tensors, const Ad
 // SGD (SgdRule): state1 = the velocities (null without momentum); state2 unused.
 EMBER_KERNEL(void, sgd_step, (const On& on, const TensorList& tensors, const SgdHyper& hyper))
 
+
+// ---- Gradient clipping over a TensorList (core/ops/optimizer_steps.cpp: sum_of_squares,
+// scale_all_, clip_by_norm_; CPU: core/cpu/grad_clipping.cpp, GPU: cuda/optim_kernels.cu; on a GPU
+// one launch each for up to 32 tensors).
+// sum_squares: the squares of every element of every grads[t], summed in double into
+// sum_squares_partials(on, tensors) partial sums, each backend's fixed split (the CPU: 16 lanes per
+// tensor; the GPU: one per 65,536-element chunk, a fixed tree within it), to be added up in order
+// (by the caller, or by clip_scale): the same sum on every run and for any thread count.
+EMBER_KERNEL(int64_t, sum_squares_partials, (const On& on, const TensorList& tensors))
+EMBER_KERNEL(void, sum_squares, (const On& on, const TensorList& tensors, double* partials))
+// scale_all: params[t][j] *= value for every tensor, in the tensors' type (as Tensor::mul_).
+EMBER_KERNEL(void, scale_all, (const On& on, const TensorList& tensors, double value))
+// Clipping with nothing read back: clip_scale adds the `count` partials up in order (from 0) and
+// writes norm_scale[0] = the norm (the square root) and norm_scale[1] = the factor, max_norm /
+// (norm + 1e-6) when norm > max_norm (and > 0), else 1; scale_all_by multiplies every params[t] by
+// *factor. partials, norm_scale and factor are memory of on's device.
+EMBER_KERNEL(void, clip_scale, (const On& on, const double* partials, int64_t count, double max_norm,
+                                double* norm_scale))
+EMBER_KERNEL(void, scale_all_by, (const On& on, const TensorList& tensors, const double* factor))
+
 }  // namespace ember

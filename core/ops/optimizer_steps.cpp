@@ -95,21 +95,6 @@ TensorPointers tensor_pointers(const std::vector<size_t>& group, const std::vect
   return out;
 }
 
-// The indices of the CUDA tensors by (device, dtype), each group in order: one fused launch each.
-std::map<std::pair<int, int>, std::vector<size_t>> cuda_groups(const std::vector<Tensor>& tensors) {
-  std::map<std::pair<int, int>, std::vector<size_t>> groups;
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i].device().is_cuda()) groups[{tensors[i].device().index, int(tensors[i].dtype())}].push_back(i);
-  return groups;
-}
-
-std::vector<Tensor> pick(const std::vector<Tensor>& tensors, const std::vector<size_t>& indices) {
-  std::vector<Tensor> out;
-  if (tensors.empty()) return out;
-  for (size_t i : indices) out.push_back(tensors[i]);
-  return out;
-}
-
 std::vector<Tensor> contiguous_all(const std::vector<Tensor>& tensors) {
   std::vector<Tensor> out;
   for (const Tensor& t : tensors) out.push_back(t.contiguous());
@@ -165,41 +150,46 @@ double sum_of_squares(const std::vector<Tensor>& tensors_in) {
     EMBER_CHECK(is_floating(t.dtype()), "sum_of_squares: expected floating tensors, got {}", dtype_name(t.dtype()));
     tensors.push_back(t.contiguous());
   }
+  // The tensors of each device and dtype in one kernel call (on a GPU one launch and one read back),
+  // its partial sums added up in order; then the groups' sums in order.
   double total = 0;
-  for (const Tensor& t : tensors) {
-    if (!t.device().is_cpu()) continue;
-    dispatch_floating(t.dtype(), "sum_of_squares", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* d = t.data<T>();
-      const int64_t n = t.numel();
-      // Independent accumulators so that the loop vectorises; combined in a fixed order, so the
-      // sum is the same on every run.
-      constexpr int kLanes = 16;
-      double lanes[kLanes] = {};
-      int64_t i = 0;
-      for (; i + kLanes <= n; i += kLanes)
-        for (int k = 0; k < kLanes; ++k) lanes[k] += double(d[i + k]) * double(d[i + k]);
-      for (; i < n; ++i) lanes[0] += double(d[i]) * double(d[i]);
-      for (double lane : lanes) total += lane;
-    });
+  for (const auto& [where, group] : kernel_groups(tensors)) {
+    const On on{where.first, where.second};
+    const TensorPointers pointers = tensor_pointers(group, {}, tensors);  // read as the kernel's grads
+    const TensorList list = pointers.list();
+    Tensor partials = Tensor::empty({kernel::sum_squares_partials(on, list)}, Dtype::Float64, tensors[group[0]].device());
+    if (partials.numel() == 0) continue;
+    kernel::sum_squares(on, list, partials.data<double>());
+    double sum = 0;
+    for (double partial : partials.to(Device::cpu()).to_vector<double>()) sum += partial;  // in order
+    total += sum;
   }
-  // On a GPU: all the tensors of a device and dtype in one launch and one read back of its partial sums.
-  for (const auto& [where, group] : cuda_groups(tensors)) total += gpu::sum_of_squares(pick(tensors, group));
   return total;
 }
 
 Tensor clip_by_norm_(const std::vector<Tensor>& tensors, double max_norm) {
-  // All on one GPU, of one dtype, contiguous: the norm and the factor stay there (no read back).
-  bool one_gpu = !tensors.empty();
+  // All on one device, of one dtype, contiguous: the norm and the factor stay there (nothing read
+  // back from a GPU): the sum of squares, the factor, the scaling by it.
+  bool one_group = !tensors.empty();
   for (const Tensor& t : tensors) {
     EMBER_CHECK(t.defined(), "clip_by_norm_: a tensor is undefined");
     EMBER_CHECK(is_floating(t.dtype()), "clip_by_norm_: expected floating tensors, got {}", dtype_name(t.dtype()));
-    one_gpu = one_gpu && t.device().is_cuda() && t.device() == tensors[0].device() &&
-              t.dtype() == tensors[0].dtype() && t.is_contiguous();
+    one_group = one_group && t.device() == tensors[0].device() && t.dtype() == tensors[0].dtype() && t.is_contiguous();
   }
-  if (one_gpu) {
-    for (const Tensor& t : tensors) t.bump_version();  // written in place by the scaling launch
-    return gpu::clip_by_norm(tensors, max_norm);
+  if (one_group) {
+    for (const Tensor& t : tensors) t.bump_version();  // written in place by the scaling
+    const On on = kernel_on(tensors[0]);
+    const Device device = tensors[0].device();
+    std::vector<size_t> all(tensors.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    const TensorPointers read = tensor_pointers(all, {}, tensors), written = tensor_pointers(all, tensors, {});
+    const int64_t count = kernel::sum_squares_partials(on, read.list());
+    Tensor partials = Tensor::empty({count > 0 ? count : 1}, Dtype::Float64, device);
+    if (count > 0) kernel::sum_squares(on, read.list(), partials.data<double>());
+    Tensor norm_scale = Tensor::empty({2}, Dtype::Float64, device);
+    kernel::clip_scale(on, partials.data<double>(), count, max_norm, norm_scale.data<double>());
+    kernel::scale_all_by(on, written.list(), norm_scale.data<double>() + 1);
+    return norm_scale.select(0, 0);
   }
   const double norm = std::sqrt(sum_of_squares(tensors));
   if (norm > max_norm && norm > 0) scale_all_(tensors, max_norm / (norm + 1e-6));
@@ -207,18 +197,20 @@ Tensor clip_by_norm_(const std::vector<Tensor>& tensors, double max_norm) {
 }
 
 void scale_all_(const std::vector<Tensor>& tensors, double value) {
-  std::vector<Tensor> contiguous_on_gpu;
+  // Contiguous float32 / float64 tensors: each device and dtype's in one kernel call (on a GPU one
+  // launch); any other (strided, bfloat16) through mul_.
+  std::vector<Tensor> listed;
   for (const Tensor& t : tensors) {
     EMBER_CHECK(t.defined(), "scale_all_: a tensor is undefined");
-    if (t.device().is_cuda() && t.is_contiguous()) {
-      t.bump_version();  // written in place by the launch below, as mul_ does
-      contiguous_on_gpu.push_back(t);
+    if (is_floating(t.dtype()) && t.is_contiguous()) {
+      t.bump_version();  // written in place by the kernel below, as mul_ does
+      listed.push_back(t);
     } else {
       Tensor(t).mul_(value);
     }
   }
-  for (const auto& [where, group] : cuda_groups(contiguous_on_gpu))
-    gpu::scale_all(pick(contiguous_on_gpu, group), value);
+  for (const auto& [where, group] : kernel_groups(listed))
+    kernel::scale_all(On{where.first, where.second}, tensor_pointers(group, listed, {}).list(), value);
 }
 
 }  // namespace ember
