@@ -108,12 +108,6 @@ EMBER_UNARY_PARAM_OPS(EMBER_CUDA_UNARY_ENTRY)
 // out = cond ? a : b (cond bool; a, b and out of one type).
 EMBER_CUDA_ENTRY(void, select, (int device, const Shape8& shape, const Operand& out, const Operand& cond,
                                 const Operand& a, const Operand& b))
-// out[i] = in[i] * scale where (random_bits(seed, first + i) >> 11) >= threshold, else 0 (core/random.h:
-// the same mask as the CPU's for the same seed and index). n contiguous elements. With `state` (device
-// memory, for a CUDA graph's step): the seed is state[0] and `first` counts from state[1]. in and out of
-// `dtype` (kFloat32, kFloat64 or kBFloat16).
-EMBER_CUDA_ENTRY(void, dropout, (int device, int dtype, const void* in, void* out, int64_t n, uint64_t seed,
-                                 uint64_t first, uint64_t threshold, double scale, const uint64_t* state))
 
 // ---- Random fills (cuda/random_kernels.cu)
 // data[i] = element i of a uniform [a, b) (normal = false) or normal (mean a, std b) draw whose

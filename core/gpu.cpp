@@ -91,15 +91,6 @@ Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape&
   return out;
 }
 
-Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale,
-                    const uint64_t* state) {
-  Tensor in = x.detach().contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cuda::dropout(device_of(x), scalar_type(x.dtype(), "dropout"), in.raw_data(), out.raw_data(), x.numel(), seed,
-                first, threshold, scale, state);
-  return out;
-}
-
 void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b) {
   cuda::random_fill(device_of(t), is_f64(t), t.raw_data(), t.numel(), normal, seed, first, a, b);
 }

@@ -27,10 +27,6 @@ void fill(const Tensor& dst, double value);
 void add_into(const Tensor& dst, const Tensor& src, double alpha);  // dst += alpha * src
 void scale(const Tensor& dst, double value);                         // dst *= value
 Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape);  // cond ? a : b
-// x * keep / (1 - p) with the CPU's mask (core/ops/dropout.cpp): contiguous result.
-// With `state` (device memory, a CUDA graph's step): the seed is state[0] and `first` counts from state[1].
-Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale,
-                    const uint64_t* state = nullptr);
 
 // t (contiguous, floating) = element i of a uniform [a, b) or normal (mean a, std b) draw from `first`.
 void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b);

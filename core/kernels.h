@@ -121,4 +121,16 @@ EMBER_KERNEL(void, clip_scale, (const On& on, const double* partials, int64_t co
                                 double* norm_scale))
 EMBER_KERNEL(void, scale_all_by, (const On& on, const TensorList& tensors, const double* factor))
 
+
+// ---- Dropout (core/ops/dropout.cpp; CPU: core/cpu/dropout.cpp, GPU: cuda/elementwise_kernels.cu)
+// out[i] = in[i] * scale where (random_bits(seed, first + i) >> 11) >= threshold, else 0: core/random.h's
+// counter-based hash, so the mask is a pure function of (seed, first + i), the same on either device
+// and for any thread count. n contiguous elements of on.dtype (float32, float64, or bfloat16 scaled in
+// float and rounded once). With `state` (memory of on's device: a CUDA graph's step, whose numbers
+// change with each replay) the seed is state[0] and `first` counts from state[1].
+EMBER_KERNEL(void, dropout_mask, (const On& on, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
+                                  uint64_t threshold, double scale, const uint64_t* state))
+
+
+
 }  // namespace ember
