@@ -109,12 +109,6 @@ EMBER_UNARY_PARAM_OPS(EMBER_CUDA_UNARY_ENTRY)
 EMBER_CUDA_ENTRY(void, select, (int device, const Shape8& shape, const Operand& out, const Operand& cond,
                                 const Operand& a, const Operand& b))
 
-// ---- Random fills (cuda/random_kernels.cu)
-// data[i] = element i of a uniform [a, b) (normal = false) or normal (mean a, std b) draw whose
-// range starts at `first` (core/random.h: the CPU's numbers). n contiguous elements.
-EMBER_CUDA_ENTRY(void, random_fill, (int device, bool float64, void* data, int64_t n, bool normal, uint64_t seed,
-                                     uint64_t first, double a, double b))
-
 // ---- Rows: reductions, softmax, cross-entropy (cuda/row_kernels.cu; the normalisations are in core/kernels.h)
 // Every kernel here gives each row to one block and combines in a fixed order: deterministic.
 enum ReduceKind : int { kSum = 0, kMax = 1 };

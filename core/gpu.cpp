@@ -91,10 +91,6 @@ Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape&
   return out;
 }
 
-void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b) {
-  cuda::random_fill(device_of(t), is_f64(t), t.raw_data(), t.numel(), normal, seed, first, a, b);
-}
-
 Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind) {
   const char* op = kind == cuda::kSum ? "sum" : "max";
   // Kept dims first (in order), reduced dims last: the result is [outer] laid out like keepdim.

@@ -28,9 +28,6 @@ void add_into(const Tensor& dst, const Tensor& src, double alpha);  // dst += al
 void scale(const Tensor& dst, double value);                         // dst *= value
 Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape);  // cond ? a : b
 
-// t (contiguous, floating) = element i of a uniform [a, b) or normal (mean a, std b) draw from `first`.
-void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b);
-
 // ---- Reductions: the result keeps the reduced dims as size 1 (like cpu::reduce)
 Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, cuda::ReduceKind kind);
 Tensor argmax(const Tensor& x, int64_t dim);  // keepdim, int64

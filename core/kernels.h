@@ -132,5 +132,12 @@ EMBER_KERNEL(void, dropout_mask, (const On& on, const void* in, void* out, int64
                                   uint64_t threshold, double scale, const uint64_t* state))
 
 
+// ---- Random fills (core/ops/random.cpp: uniform_, normal_; CPU: core/cpu/random_fill.cpp, GPU:
+// cuda/random_kernels.cu). data[i] = element i of a uniform [a, b) (normal = false) or normal (mean a,
+// std b) draw whose range starts at `first`: core/random.h's uniform_element / normal_element, a pure
+// function of (seed, first + i), so a seed gives the same numbers on either device and for any thread
+// count. n contiguous elements of on.dtype (float32 or float64).
+EMBER_KERNEL(void, random_fill, (const On& on, void* data, int64_t n, bool normal, uint64_t seed, uint64_t first,
+                                 double a, double b))
 
 }  // namespace ember
