@@ -101,7 +101,6 @@ EMBER_KERNEL(void, adam_step, (const On& on, const TensorList& tensors, const Ad
 // SGD (SgdRule): state1 = the velocities (null without momentum); state2 unused.
 EMBER_KERNEL(void, sgd_step, (const On& on, const TensorList& tensors, const SgdHyper& hyper))
 
-
 // ---- Gradient clipping over a TensorList (core/ops/optimizer_steps.cpp: sum_of_squares,
 // scale_all_, clip_by_norm_; CPU: core/cpu/grad_clipping.cpp, GPU: cuda/optim_kernels.cu; on a GPU
 // one launch each for up to 32 tensors).
@@ -121,7 +120,6 @@ EMBER_KERNEL(void, clip_scale, (const On& on, const double* partials, int64_t co
                                 double* norm_scale))
 EMBER_KERNEL(void, scale_all_by, (const On& on, const TensorList& tensors, const double* factor))
 
-
 // ---- Dropout (core/ops/dropout.cpp; CPU: core/cpu/dropout.cpp, GPU: cuda/elementwise_kernels.cu)
 // out[i] = in[i] * scale where (random_bits(seed, first + i) >> 11) >= threshold, else 0: core/random.h's
 // counter-based hash, so the mask is a pure function of (seed, first + i), the same on either device
@@ -130,7 +128,6 @@ EMBER_KERNEL(void, scale_all_by, (const On& on, const TensorList& tensors, const
 // change with each replay) the seed is state[0] and `first` counts from state[1].
 EMBER_KERNEL(void, dropout_mask, (const On& on, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
                                   uint64_t threshold, double scale, const uint64_t* state))
-
 
 // ---- Random fills (core/ops/random.cpp: uniform_, normal_; CPU: core/cpu/random_fill.cpp, GPU:
 // cuda/random_kernels.cu). data[i] = element i of a uniform [a, b) (normal = false) or normal (mean a,
