@@ -13,7 +13,6 @@
 #include <cstdint>
 
 #include "core/unary_math.h"
-#include "core/update_rules.h"
 
 #ifndef EMBER_CUDA_ENTRY
 #define EMBER_CUDA_ENTRY(type, name, params) type name params;
@@ -109,18 +108,6 @@ EMBER_UNARY_PARAM_OPS(EMBER_CUDA_UNARY_ENTRY)
 // out = cond ? a : b (cond bool; a, b and out of one type).
 EMBER_CUDA_ENTRY(void, select, (int device, const Shape8& shape, const Operand& out, const Operand& cond,
                                 const Operand& a, const Operand& b))
-// out[i] = in[i] * scale where (random_bits(seed, first + i) >> 11) >= threshold, else 0 (core/random.h:
-// the same mask as the CPU's for the same seed and index). n contiguous elements. With `state` (device
-// memory, for a CUDA graph's step): the seed is state[0] and `first` counts from state[1]. in and out of
-// `dtype` (kFloat32, kFloat64 or kBFloat16).
-EMBER_CUDA_ENTRY(void, dropout, (int device, int dtype, const void* in, void* out, int64_t n, uint64_t seed,
-                                 uint64_t first, uint64_t threshold, double scale, const uint64_t* state))
-
-// ---- Random fills (cuda/random_kernels.cu)
-// data[i] = element i of a uniform [a, b) (normal = false) or normal (mean a, std b) draw whose
-// range starts at `first` (core/random.h: the CPU's numbers). n contiguous elements.
-EMBER_CUDA_ENTRY(void, random_fill, (int device, bool float64, void* data, int64_t n, bool normal, uint64_t seed,
-                                     uint64_t first, double a, double b))
 
 // ---- Softmax through cuDNN. The row kernels (reductions, softmax, the normalisations, cross-entropy)
 // are in core/kernels.h; softmax's run through cuDNN (cuda/cudnn_softmax.cu) instead of their own row
@@ -193,41 +180,4 @@ EMBER_CUDA_ENTRY(void, gemm_bf16_bare, (int device, int64_t M, int64_t N, int64_
 // float32 GEMMs in TF32 (faster, about 1e-3 relative error) when on; off by default.
 EMBER_CUDA_DEFAULT(void, set_allow_tf32, (bool allow), {})
 EMBER_CUDA_DEFAULT(bool, allow_tf32, (), { return false; })
-
-// ---- Optimisers (cuda/optim_kernels.cu): one fused launch updates many tensors, with the per-element
-// rules of core/update_rules.h (the CPU's loops use the same functions).
-// The tensors of one update, as host arrays of `count` entries: params[t] (written), grads[t]
-// (read) and up to two state buffers (state1[t], state2[t]) of sizes[t] contiguous elements each,
-// and each tensor's weight decay; an array a kernel does not use may be null. They travel as
-// kernel arguments, up to 32 tensors per launch (one launch for a model of up to 32 parameters).
-struct TensorList {
-  int count = 0;
-  void* const* params = nullptr;
-  const void* const* grads = nullptr;
-  void* const* state1 = nullptr;
-  void* const* state2 = nullptr;
-  const int64_t* sizes = nullptr;
-  const double* weight_decays = nullptr;
-};
-// Adam / AdamW: state1 = the first moments (exp_avg), state2 = the second (exp_avg_sq). With
-// `device_hyper` (device memory, for a CUDA graph's step) the kernel reads the step's numbers there.
-EMBER_CUDA_ENTRY(void, adam_step, (int device, bool float64, const TensorList& tensors, const AdamHyper& hyper,
-                                   const AdamHyper* device_hyper))
-// SGD: state1 = the velocities (null without momentum); state2 unused.
-EMBER_CUDA_ENTRY(void, sgd_step, (int device, bool float64, const TensorList& tensors, const SgdHyper& hyper))
-// Gradient clipping. sum_squares: the squares of every element of every grads[t], summed in double
-// in fixed chunks, one partial sum per chunk written to partials (device memory for
-// sum_squares_partials(tensors) doubles; the caller adds them up in order). scale_all:
-// params[t][j] *= value for every tensor (here the gradients), in the tensors' type.
-EMBER_CUDA_ENTRY(int64_t, sum_squares_partials, (const TensorList& tensors))
-EMBER_CUDA_ENTRY(void, sum_squares, (int device, bool float64, const TensorList& tensors, double* partials))
-EMBER_CUDA_ENTRY(void, scale_all, (int device, bool float64, const TensorList& tensors, double value))
-// Clipping without the host: clip_scale adds the `count` partials up in order (one thread, the
-// host's order), and writes norm_scale[0] = the norm (the square root) and norm_scale[1] = the
-// factor, max_norm / (norm + 1e-6) when norm > max_norm, else 1; scale_all_by multiplies every
-// params[t] by *factor (device memory), in the tensors' type.
-EMBER_CUDA_ENTRY(void, clip_scale, (int device, const double* partials, int64_t count, double max_norm,
-                                    double* norm_scale))
-EMBER_CUDA_ENTRY(void, scale_all_by, (int device, bool float64, const TensorList& tensors, const double* factor))
-
 }  // namespace ember::cuda

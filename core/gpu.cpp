@@ -79,17 +79,6 @@ Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape&
   return out;
 }
 
-Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale,
-                    const uint64_t* state) {
-  Tensor in = x.detach().contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cuda::dropout(device_of(x), scalar_type(x.dtype(), "dropout"), in.raw_data(), out.raw_data(), x.numel(), seed,
-                first, threshold, scale, state);
-  return out;
-}
-
-void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b) {
-  cuda::random_fill(device_of(t), is_f64(t), t.raw_data(), t.numel(), normal, seed, first, a, b);
 }
 
 bool gemm_readable(const Tensor& x) {
@@ -181,93 +170,6 @@ Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tenso
                              band.global, out.raw_data(), g.raw_data(), lse.data<double>(), delta.data<double>(),
                              dqkv.raw_data());
   return dqkv;
-}
-
-namespace {
-
-// Raw pointers of the tensors of one fused multi-tensor launch (an optimiser's step, clipping).
-// list() points into these vectors: the TensorPointers must outlive the launch that uses it.
-struct TensorPointers {
-  std::vector<void*> params, state1, state2;
-  std::vector<const void*> grads;
-  std::vector<int64_t> sizes;
-  cuda::TensorList list(const double* weight_decays) const {
-    return {int(params.size()), params.data(), grads.empty() ? nullptr : grads.data(),
-            state1.empty() ? nullptr : state1.data(), state2.empty() ? nullptr : state2.data(), sizes.data(),
-            weight_decays};
-  }
-};
-
-// grads, state1, state2: empty, or one tensor per parameter (the op has checked that each is
-// contiguous, of its parameter's device, dtype and shape).
-TensorPointers tensor_pointers(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                               const std::vector<Tensor>& state1, const std::vector<Tensor>& state2) {
-  TensorPointers out;
-  for (size_t i = 0; i < params.size(); ++i) {
-    out.params.push_back(params[i].raw_data());
-    if (!grads.empty()) out.grads.push_back(grads[i].raw_data());
-    if (!state1.empty()) out.state1.push_back(state1[i].raw_data());
-    if (!state2.empty()) out.state2.push_back(state2[i].raw_data());
-    out.sizes.push_back(params[i].numel());
-  }
-  return out;
-}
-
-}  // namespace
-
-void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
-               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const AdamHyper& hyper,
-               const AdamHyper* device_hyper) {
-  if (params.empty()) return;
-  TensorPointers pointers = tensor_pointers(params, grads, m, v);
-  cuda::adam_step(device_of(params[0]), is_f64(params[0]), pointers.list(weight_decays.data()), hyper, device_hyper);
-}
-
-void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-              const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
-              const SgdHyper& hyper) {
-  if (params.empty()) return;
-  TensorPointers pointers = tensor_pointers(params, grads, velocities, {});
-  cuda::sgd_step(device_of(params[0]), is_f64(params[0]), pointers.list(weight_decays.data()), hyper);
-}
-
-double sum_of_squares(const std::vector<Tensor>& tensors) {
-  if (tensors.empty()) return 0;
-  // The kernel reads grads[t]: the tensors go there, with no parameter to write.
-  TensorPointers pointers = tensor_pointers(tensors, tensors, {}, {});
-  cuda::TensorList list = pointers.list(nullptr);
-  list.params = nullptr;
-  const Device device = tensors[0].device();
-  Tensor partials = Tensor::empty({cuda::sum_squares_partials(list)}, Dtype::Float64, device);
-  if (partials.numel() == 0) return 0;
-  cuda::sum_squares(device.index, tensors[0].dtype() == Dtype::Float64, list, partials.data<double>());
-  double total = 0;
-  for (double partial : partials.to(Device::cpu()).to_vector<double>()) total += partial;  // in order
-  return total;
-}
-
-void scale_all(const std::vector<Tensor>& tensors, double value) {
-  if (tensors.empty()) return;
-  // The kernel writes params[t]: the tensors themselves.
-  TensorPointers pointers = tensor_pointers(tensors, {}, {}, {});
-  cuda::TensorList list = pointers.list(nullptr);
-  cuda::scale_all(tensors[0].device().index, tensors[0].dtype() == Dtype::Float64, list, value);
-}
-
-Tensor clip_by_norm(const std::vector<Tensor>& tensors, double max_norm) {
-  const Device device = tensors[0].device();
-  const bool f64 = tensors[0].dtype() == Dtype::Float64;
-  TensorPointers pointers = tensor_pointers(tensors, tensors, {}, {});
-  cuda::TensorList list = pointers.list(nullptr);
-  list.params = nullptr;
-  const int64_t count = cuda::sum_squares_partials(list);
-  Tensor partials = Tensor::empty({count > 0 ? count : 1}, Dtype::Float64, device);
-  if (count > 0) cuda::sum_squares(device.index, f64, list, partials.data<double>());
-  Tensor norm_scale = Tensor::empty({2}, Dtype::Float64, device);
-  cuda::clip_scale(device.index, partials.data<double>(), count, max_norm, norm_scale.data<double>());
-  TensorPointers targets = tensor_pointers(tensors, {}, {}, {});
-  cuda::scale_all_by(device.index, f64, targets.list(nullptr), norm_scale.data<double>() + 1);
-  return norm_scale.select(0, 0);
 }
 
 void synchronize(Device device) {

@@ -27,13 +27,6 @@ void fill(const Tensor& dst, double value);
 void add_into(const Tensor& dst, const Tensor& src, double alpha);  // dst += alpha * src
 void scale(const Tensor& dst, double value);                         // dst *= value
 Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape);  // cond ? a : b
-// x * keep / (1 - p) with the CPU's mask (core/ops/dropout.cpp): contiguous result.
-// With `state` (device memory, a CUDA graph's step): the seed is state[0] and `first` counts from state[1].
-Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t threshold, double scale,
-                    const uint64_t* state = nullptr);
-
-// t (contiguous, floating) = element i of a uniform [a, b) or normal (mean a, std b) draw from `first`.
-void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b);
 
 // ---- GEMM (cuBLAS), row-major, strides in elements; see core/cuda_ops.h
 template <typename T>
@@ -71,24 +64,6 @@ Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, b
                          Tensor& lse, Tensor* weights, bool bf16 = false);
 Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           int64_t heads, const Tensor& mask, bool causal, AttentionBand band, bool bf16 = false);
-
-// ---- Optimisers: one fused launch over all the parameters (core/update_rules.h per element), all
-// on one GPU, of one dtype, contiguous (core/ops/optimizer_steps.cpp checks them).
-// m, v: Adam's moments, one per parameter; velocities: SGD's, one per parameter or none (no momentum).
-void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
-               const std::vector<Tensor>& v, const std::vector<double>& weight_decays, const AdamHyper& hyper,
-               const AdamHyper* device_hyper = nullptr);
-void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-              const std::vector<Tensor>& velocities, const std::vector<double>& weight_decays,
-              const SgdHyper& hyper);
-
-// ---- Gradient clipping: the sum of the squares of every element of `tensors` (in double, the same
-// on every run; one read back for all of them), and tensors[t] *= value for all (one launch).
-// All on one GPU, contiguous, of one floating dtype.
-double sum_of_squares(const std::vector<Tensor>& tensors);
-void scale_all(const std::vector<Tensor>& tensors, double value);
-// Clipping on the GPU, nothing read back: the norm (a float64 scalar on the device) is returned.
-Tensor clip_by_norm(const std::vector<Tensor>& tensors, double max_norm);
 
 // Waits for the device's queued work (for timing).
 void synchronize(Device device);

@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/update_rules.h"
+
 namespace ember {
 
 // Where a kernel runs and the element type of its floating operands: every kernel's first parameter.
@@ -124,5 +126,68 @@ EMBER_KERNEL(void, embedding_forward, (const On& on, const void* weight, int64_t
 EMBER_KERNEL(void, embedding_backward, (const On& on, const void* grad, const int64_t* rows, const int64_t* starts,
                                         const int64_t* positions, int64_t nrows, int64_t D, void* dweight,
                                         const int64_t* count))
+// ---- Optimiser steps (core/ops/optimizer_steps.cpp; CPU: core/cpu/optimizer_steps.cpp, GPU:
+// cuda/optim_kernels.cu): every tensor of a list updated in place by the per-element rules of
+// core/update_rules.h, the very functions on both devices, so each element's result is the same on
+// either and for any thread count (no sums: each element is updated on its own). On the GPU one fused
+// launch updates up to 32 tensors (a model of up to 32 parameters: one launch).
+
+// The tensors of one multi-tensor kernel, as host arrays of `count` entries, all of on.dtype and on
+// on.device: params[t] (written), grads[t] (read) and up to two state buffers (state1[t],
+// state2[t]) of sizes[t] contiguous elements each, and each tensor's weight decay; an array a kernel
+// does not use may be null.
+struct TensorList {
+  int count = 0;
+  void* const* params = nullptr;
+  const void* const* grads = nullptr;
+  void* const* state1 = nullptr;
+  void* const* state2 = nullptr;
+  const int64_t* sizes = nullptr;
+  const double* weight_decays = nullptr;
+};
+
+// Adam / AdamW (AdamRule): state1 = the first moments (exp_avg), state2 = the second (exp_avg_sq).
+// With `device_hyper` (memory of on's device, for a CUDA graph's step) the step's numbers are read
+// there instead of `hyper`.
+EMBER_KERNEL(void, adam_step, (const On& on, const TensorList& tensors, const AdamHyper& hyper,
+                               const AdamHyper* device_hyper))
+// SGD (SgdRule): state1 = the velocities (null without momentum); state2 unused.
+EMBER_KERNEL(void, sgd_step, (const On& on, const TensorList& tensors, const SgdHyper& hyper))
+
+// ---- Gradient clipping over a TensorList (core/ops/optimizer_steps.cpp: sum_of_squares,
+// scale_all_, clip_by_norm_; CPU: core/cpu/grad_clipping.cpp, GPU: cuda/optim_kernels.cu; on a GPU
+// one launch each for up to 32 tensors).
+// sum_squares: the squares of every element of every grads[t], summed in double into
+// sum_squares_partials(on, tensors) partial sums, each backend's fixed split (the CPU: 16 lanes per
+// tensor; the GPU: one per 65,536-element chunk, a fixed tree within it), to be added up in order
+// (by the caller, or by clip_scale): the same sum on every run and for any thread count.
+EMBER_KERNEL(int64_t, sum_squares_partials, (const On& on, const TensorList& tensors))
+EMBER_KERNEL(void, sum_squares, (const On& on, const TensorList& tensors, double* partials))
+// scale_all: params[t][j] *= value for every tensor, in the tensors' type (as Tensor::mul_).
+EMBER_KERNEL(void, scale_all, (const On& on, const TensorList& tensors, double value))
+// Clipping with nothing read back: clip_scale adds the `count` partials up in order (from 0) and
+// writes norm_scale[0] = the norm (the square root) and norm_scale[1] = the factor, max_norm /
+// (norm + 1e-6) when norm > max_norm (and > 0), else 1; scale_all_by multiplies every params[t] by
+// *factor. partials, norm_scale and factor are memory of on's device.
+EMBER_KERNEL(void, clip_scale, (const On& on, const double* partials, int64_t count, double max_norm,
+                                double* norm_scale))
+EMBER_KERNEL(void, scale_all_by, (const On& on, const TensorList& tensors, const double* factor))
+
+// ---- Dropout (core/ops/dropout.cpp; CPU: core/cpu/dropout.cpp, GPU: cuda/elementwise_kernels.cu)
+// out[i] = in[i] * scale where (random_bits(seed, first + i) >> 11) >= threshold, else 0: core/random.h's
+// counter-based hash, so the mask is a pure function of (seed, first + i), the same on either device
+// and for any thread count. n contiguous elements of on.dtype (float32, float64, or bfloat16 scaled in
+// float and rounded once). With `state` (memory of on's device: a CUDA graph's step, whose numbers
+// change with each replay) the seed is state[0] and `first` counts from state[1].
+EMBER_KERNEL(void, dropout_mask, (const On& on, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
+                                  uint64_t threshold, double scale, const uint64_t* state))
+
+// ---- Random fills (core/ops/random.cpp: uniform_, normal_; CPU: core/cpu/random_fill.cpp, GPU:
+// cuda/random_kernels.cu). data[i] = element i of a uniform [a, b) (normal = false) or normal (mean a,
+// std b) draw whose range starts at `first`: core/random.h's uniform_element / normal_element, a pure
+// function of (seed, first + i), so a seed gives the same numbers on either device and for any thread
+// count. n contiguous elements of on.dtype (float32 or float64).
+EMBER_KERNEL(void, random_fill, (const On& on, void* data, int64_t n, bool normal, uint64_t seed, uint64_t first,
+                                 double a, double b))
 
 }  // namespace ember

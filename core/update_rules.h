@@ -1,5 +1,5 @@
 // The optimisers' update of one element, written once for both devices: the CPU loops of
-// core/ops/optimizer_steps.cpp and the GPU's fused multi-tensor kernels (cuda/optim_kernels.cu) call these
+// core/cpu/optimizer_steps.cpp and the GPU's fused multi-tensor kernels (cuda/optim_kernels.cu) call these
 // same functions (EMBER_HD: __host__ __device__ under nvcc), so the CPU tests of SGD and Adam check
 // the GPU's arithmetic too. The per-step numbers (bias corrections, step size) are computed once in
 // double and rounded to the parameter type, the same way on both devices.

@@ -1,5 +1,6 @@
 // Element-wise kernels over strided, broadcast operands: copy (with type conversion), fill,
-// in-place add and scale, binary arithmetic and comparisons, select (where / masked_fill), dropout.
+// in-place add and scale, binary arithmetic and comparisons, select (where / masked_fill), dropout
+// (kernel::dropout_mask, declared in core/kernels.h).
 // bfloat16 (ember::BFloat16, host and device) is computed in float and each result rounded once
 // (compute_type<T>), the CPU's rule, so both devices give the same bits.
 // Each thread takes linear indices of the output shape (grid-stride), turns one into a multi-index
@@ -17,6 +18,7 @@
 
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
+#include "core/kernels.h"
 #include "core/merge_dims.h"
 #include "core/random.h"
 #include "core/unary_math.h"
@@ -254,12 +256,12 @@ void select(int device, const Shape8& shape_in, const Operand& out_in, const Ope
   EMBER_CUDA_LAUNCHED("select_kernel");
 }
 
-void dropout(int device, int dtype, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
-             uint64_t threshold, double scale, const uint64_t* state) {
+void dropout_mask(const On& on, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
+                  uint64_t threshold, double scale, const uint64_t* state) {
   if (n == 0) return;
-  cudaStream_t stream = use_device(device);
+  cudaStream_t stream = use_device(on.device);
   const char* not_floating = "dropout: expected a floating tensor (float32, float64 or bfloat16) on CUDA";
-  dispatch_real(dtype, not_floating, [&](auto tag) {
+  dispatch_real(on.dtype, not_floating, [&](auto tag) {
     using T = decltype(tag);  // scale in compute_type<T>: float for float32 and bfloat16
     dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), n, seed,
                                                            first, threshold, compute_type<T>(scale), state);

@@ -1,15 +1,16 @@
-// The optimisers' update on the GPU: SGD and Adam / AdamW, each as one fused multi-tensor kernel;
-// and gradient clipping's two passes (the sum of squares of every gradient, then scaling them all),
-// each one launch over all the tensors too.
+// The optimisers' update on the GPU (declared in core/kernels.h): SGD and Adam / AdamW, each as one
+// fused multi-tensor kernel; and gradient clipping's two passes (the sum of squares of every
+// gradient, then scaling them all), each one launch over all the tensors too.
 // Up to 32 tensors travel in the kernel's arguments (pointers, sizes, weight decays); each thread
 // takes flat indices over all of them and finds its tensor by a scan of the (at most 32) offsets,
 // then applies the per-element rule of core/update_rules.h, the very function the CPU loop of
-// core/ops/optimizer_steps.cpp calls.
+// core/cpu/optimizer_steps.cpp calls.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <cmath>
 #include <cstdint>
 
 #include "core/cuda_ops.h"
+#include "core/kernels.h"
 #include "core/update_rules.h"
 #include "cuda/dispatch.h"
 #include "cuda/launch.h"
@@ -157,11 +158,10 @@ void for_each_batch(const TensorList& list, Launch launch) {
 
 }  // namespace
 
-void adam_step(int device, bool float64, const TensorList& tensors, const AdamHyper& hyper,
-               const AdamHyper* device_hyper) {
-  cudaStream_t stream = use_device(device);
+void adam_step(const On& on, const TensorList& tensors, const AdamHyper& hyper, const AdamHyper* device_hyper) {
+  cudaStream_t stream = use_device(on.device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    dispatch_floating(float64, [&](auto tag) {
+    dispatch_floating(on.float64(), [&](auto tag) {
       using T = decltype(tag);
       adam_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper, device_hyper);
     });
@@ -169,10 +169,10 @@ void adam_step(int device, bool float64, const TensorList& tensors, const AdamHy
   });
 }
 
-void sgd_step(int device, bool float64, const TensorList& tensors, const SgdHyper& hyper) {
-  cudaStream_t stream = use_device(device);
+void sgd_step(const On& on, const TensorList& tensors, const SgdHyper& hyper) {
+  cudaStream_t stream = use_device(on.device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    dispatch_floating(float64, [&](auto tag) {
+    dispatch_floating(on.float64(), [&](auto tag) {
       using T = decltype(tag);
       sgd_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, hyper);
     });
@@ -180,21 +180,21 @@ void sgd_step(int device, bool float64, const TensorList& tensors, const SgdHype
   });
 }
 
-int64_t sum_squares_partials(const TensorList& tensors) {
+int64_t sum_squares_partials(const On&, const TensorList& tensors) {
   int64_t chunks = 0;
   for (int t = 0; t < tensors.count; ++t) chunks += chunks_of(tensors.sizes[t]);
   return chunks;
 }
 
-void sum_squares(int device, bool float64, const TensorList& tensors, double* partials) {
-  cudaStream_t stream = use_device(device);
+void sum_squares(const On& on, const TensorList& tensors, double* partials) {
+  cudaStream_t stream = use_device(on.device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t) {
     ChunkStarts chunks{};
     for (int t = 0; t < batch.count; ++t)
       chunks.first[t + 1] = chunks.first[t] + chunks_of(batch.offsets[t + 1] - batch.offsets[t]);
     const int64_t blocks = chunks.first[batch.count];
     if (blocks > 2147483647) raise_message("clip_grad_norm (CUDA): too many elements");
-    dispatch_floating(float64, [&](auto tag) {
+    dispatch_floating(on.float64(), [&](auto tag) {
       using T = decltype(tag);
       sum_squares_kernel<T><<<unsigned(blocks), kThreads, 0, stream>>>(batch, chunks, partials);
     });
@@ -203,10 +203,10 @@ void sum_squares(int device, bool float64, const TensorList& tensors, double* pa
   });
 }
 
-void scale_all(int device, bool float64, const TensorList& tensors, double value) {
-  cudaStream_t stream = use_device(device);
+void scale_all(const On& on, const TensorList& tensors, double value) {
+  cudaStream_t stream = use_device(on.device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    dispatch_floating(float64, [&](auto tag) {
+    dispatch_floating(on.float64(), [&](auto tag) {
       using T = decltype(tag);
       scale_all_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, T(value));
     });
@@ -214,16 +214,16 @@ void scale_all(int device, bool float64, const TensorList& tensors, double value
   });
 }
 
-void clip_scale(int device, const double* partials, int64_t count, double max_norm, double* norm_scale) {
-  cudaStream_t stream = use_device(device);
+void clip_scale(const On& on, const double* partials, int64_t count, double max_norm, double* norm_scale) {
+  cudaStream_t stream = use_device(on.device);
   clip_scale_kernel<<<1, 1, 0, stream>>>(partials, count, max_norm, norm_scale);
   EMBER_CUDA_LAUNCHED("clip_scale_kernel");
 }
 
-void scale_all_by(int device, bool float64, const TensorList& tensors, const double* factor) {
-  cudaStream_t stream = use_device(device);
+void scale_all_by(const On& on, const TensorList& tensors, const double* factor) {
+  cudaStream_t stream = use_device(on.device);
   for_each_batch(tensors, [&](const Batch& batch, int64_t total) {
-    dispatch_floating(float64, [&](auto tag) {
+    dispatch_floating(on.float64(), [&](auto tag) {
       using T = decltype(tag);
       scale_all_by_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(batch, factor);
     });

@@ -654,6 +654,34 @@ TEST_CASE("cuda ops: AdamW's fused multi-tensor step and clip_grad_norm match th
   for (size_t i = 0; i < cpu_params.size(); ++i) check_close(gpu_params[i].to(Device::cpu()), cpu_params[i], 1e-5);
 }
 
+TEST_CASE("cuda ops: scale_all_ and clip_grad_norm_ on the GPU give the CPU's bits, bfloat16 and strided too") {
+  if (skip_without_cuda()) return;
+  Generator gen(5);
+  std::vector<Tensor> cpu{uniform({40}, -2, 2, gen, Dtype::Float32), uniform({3, 5}, -2, 2, gen, Dtype::Float32),
+                          uniform({4, 6}, -2, 2, gen, Dtype::Float32).transpose(0, 1),
+                          uniform({9}, -2, 2, gen, Dtype::Float32).to(Dtype::BFloat16)};
+  std::vector<Tensor> gpu;
+  for (const Tensor& t : cpu) gpu.push_back(t.dim() == 2 && !t.is_contiguous() ? t.transpose(0, 1).to(kGpu).transpose(0, 1)
+                                                                               : t.to(kGpu));
+  scale_all_(cpu, 0.3);
+  scale_all_(gpu, 0.3);  // one launch for the contiguous float32 ones; mul_ for the strided and the bfloat16
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(gpu[i].to(Device::cpu()).to_vector<double>() == cpu[i].to_vector<double>());
+  }
+  // clip_grad_norm_ over float32 gradients: the norm stays on the GPU, the same number and scaling as the CPU's.
+  auto [cpu_params, gpu_params] = parameter_pairs(6, 3, 40);
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    Tensor g = rnd(cpu_params[i].shape(), 70 + uint64_t(i), -3, 3);
+    cpu_params[i].set_grad(g);
+    gpu_params[i].set_grad(g.to(kGpu));
+  }
+  const Tensor n_cpu = optim::clip_grad_norm_(cpu_params, 1.0), n_gpu = optim::clip_grad_norm_(gpu_params, 1.0);
+  CHECK(n_gpu.device() == kGpu);
+  CHECK(n_gpu.item<double>() == doctest::Approx(n_cpu.item<double>()).epsilon(1e-12));
+  for (size_t i = 0; i < cpu_params.size(); ++i) check_close(gpu_params[i].grad().to(Device::cpu()), cpu_params[i].grad(), 1e-6);
+}
+
 TEST_CASE("cuda ops: uniform_ and normal_ fill a GPU tensor with the CPU's numbers for the same seed") {
   if (skip_without_cuda()) return;
   for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {

@@ -1,5 +1,6 @@
 // optim/: SGD, Adam, AdamW against steps computed by hand; schedules; clipping; state round trip.
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -201,4 +202,52 @@ TEST_CASE("optim: clip_grad_norm scales to the global norm") {
   set_grad(b, {0.4});
   CHECK(optim::clip_grad_norm({a, b}, 1.0) == doctest::Approx(0.5));
   check_values(a.grad(), {0.3, 0.0});
+}
+
+TEST_CASE("optim: clip_grad_norm_ (the norm kept as a tensor) gives clip_grad_norm's norm and gradients") {
+  for (Dtype dtype : {Dtype::Float32, Dtype::Float64}) {
+    for (double max_norm : {1.0, 1e6}) {  // clipped, and left alone
+      INFO(dtype_name(dtype) << " max_norm " << max_norm);
+      Generator gen(11);
+      std::vector<Tensor> a, b;
+      double naive = 0;
+      for (int64_t n : {0, 5, 16, 37, 1000}) {  // an empty tensor, and the 16 lanes' tails
+        Tensor g = uniform({n}, -3, 3, gen, dtype);
+        for (double x : g.to_vector<double>()) naive += x * x;
+        Tensor pa = zeros({n}, dtype).requires_grad_(), pb = zeros({n}, dtype).requires_grad_();
+        pa.set_grad(g.clone());
+        pb.set_grad(g.clone());
+        a.push_back(pa);
+        b.push_back(pb);
+      }
+      const Tensor norm = optim::clip_grad_norm_(a, max_norm);
+      const double expected = optim::clip_grad_norm(b, max_norm);
+      CHECK(expected == doctest::Approx(std::sqrt(naive)).epsilon(1e-12));
+      CHECK(norm.dtype() == Dtype::Float64);
+      CHECK(norm.dim() == 0);
+      CHECK(norm.item<double>() == expected);  // the same sums in the same order
+      for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].grad().to_vector<double>() == b[i].grad().to_vector<double>());
+    }
+  }
+  Tensor a = param({0, 0}), b = param({0});
+  set_grad(a, {3.0, 0.0});
+  set_grad(b, {4.0});
+  CHECK(optim::clip_grad_norm_({a, b}, 1.0).item<double>() == doctest::Approx(5.0));
+  check_values(a.grad(), {0.6, 0.0}, 1e-5);
+  check_values(b.grad(), {0.8}, 1e-5);
+}
+
+TEST_CASE("optim: scale_all_ scales contiguous, strided and bfloat16 tensors as mul_ does") {
+  Generator gen(3);
+  std::vector<Tensor> all{uniform({40}, -2, 2, gen, Dtype::Float32), uniform({3, 5}, -2, 2, gen, Dtype::Float64),
+                          uniform({4, 6}, -2, 2, gen, Dtype::Float32).transpose(0, 1),
+                          uniform({9}, -2, 2, gen, Dtype::Float32).to(Dtype::BFloat16)};
+  std::vector<Tensor> expected;
+  for (const Tensor& t : all) expected.push_back(t.clone().mul_(0.3));
+  scale_all_(all, 0.3);
+  for (size_t i = 0; i < all.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(all[i].to_vector<double>() == expected[i].to_vector<double>());
+  }
+  check_error([] { scale_all_({Tensor()}, 2.0); }, "scale_all_: a tensor is undefined");
 }

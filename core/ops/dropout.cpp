@@ -12,14 +12,10 @@
 //
 // p == 0 or !training: returns x itself (no copy, the generator is not advanced).
 // p == 1: every element is dropped; the result (and gradient) is all zeros.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
-#include "core/cpu/elementwise.h"
 #include "core/ops/op_support.h"
-
 
 namespace ember {
 namespace {
@@ -28,48 +24,14 @@ namespace {
 // exact (a 53-bit integer, and p scaled by a power of two), so an integer compare is the same test.
 uint64_t keep_threshold(double p) { return uint64_t(std::ceil(std::ldexp(p, 53))); }
 
-// out[i] = in[i] * (kept(i) ? scale : 0) for i in [begin, end). `__restrict` (out is a new
-// tensor) lets the compiler vectorise the hash's 64-bit multiplies (AVX-512DQ: 8 lanes at once).
-// A bfloat16 x is scaled in float, each result rounded once.
-template <typename T, typename C = compute_type<T>>
-void mask_range(const T* __restrict in, T* __restrict out, int64_t begin, int64_t end, uint64_t seed, uint64_t first,
-                uint64_t threshold, C scale) {
-  for (int64_t i = begin; i < end; ++i) {
-    bool keep = (random_bits(seed, first + uint64_t(i)) >> 11) >= threshold;
-    out[i] = T(keep ? C(in[i]) * scale : C(0));
-  }
-}
-
-template <typename T, typename C = compute_type<T>>
-void apply_mask(const T* in, T* out, int64_t n, uint64_t seed, uint64_t first, uint64_t threshold, C scale) {
-  parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
-    if constexpr (std::is_same_v<T, BFloat16>) {  // in float chunks, as float32 (cpu::widen, cpu::narrow)
-      float wide[cpu::kWideChunk], masked[cpu::kWideChunk];
-      for (int64_t i0 = begin; i0 < end; i0 += cpu::kWideChunk) {
-        const int64_t m = std::min(cpu::kWideChunk, end - i0);
-        cpu::widen(in + i0, wide, m);
-        mask_range<float>(wide, masked, 0, m, seed, first + uint64_t(i0), threshold, scale);  // element i0 + i
-        cpu::narrow(masked, out + i0, m);
-      }
-    } else {
-      mask_range(in, out, begin, end, seed, first, threshold, scale);
-    }
-  });
-}
-
-// With `state` (a CUDA graph's step, Generator::set_device_state), `first` counts from state[1].
+// x * keep / (1 - p), contiguous (kernel::dropout_mask, core/kernels.h): the same hash of the same
+// (seed, index) on every device, so the same mask. With `state` (a CUDA graph's step,
+// Generator::set_device_state), the seed is state[0] and `first` counts from state[1].
 Tensor masked_scale(const Tensor& x, uint64_t seed, uint64_t first, double p, const uint64_t* state) {
-  // On a GPU: the same hash of the same (seed, index), so the same mask as the CPU's.
-  if (x.device().is_cuda())
-    return gpu::dropout_mask(x, seed, first, keep_threshold(p), p < 1.0 ? 1.0 / (1.0 - p) : 0.0, state);
   Tensor in = x.detach().contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  const uint64_t threshold = keep_threshold(p);
-  const double scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
-  dispatch_real(x.dtype(), "dropout", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    apply_mask<T>(in.data<T>(), out.data<T>(), x.numel(), seed, first, threshold, compute_type<T>(scale));
-  });
+  kernel::dropout_mask(kernel_on(x), in.raw_data(), out.raw_data(), x.numel(), seed, first, keep_threshold(p),
+                       p < 1.0 ? 1.0 / (1.0 - p) : 0.0, state);
   return out;
 }
 
@@ -98,7 +60,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   uint64_t first = take_range(x, gen);
   // NOTE: in a CUDA graph's step the kernels read the seed and the step's first offset on the GPU
   // (a replay's, not the capture's); `first` is then the offset within the step.
-  const uint64_t* state = x.device().is_cuda() ? gen.device_state() : nullptr;
+  // The generator's device state is GPU memory: a CPU tensor's kernel reads the host's numbers.
+  const uint64_t* state = kernel_on(x).cpu() ? nullptr : gen.device_state();
   if (state != nullptr) first -= gen.device_step_offset();
   Tensor out = masked_scale(x, seed, first, p, state);
   // d/dx = mask * scale: the same pass over the gradient with the same (seed, first).

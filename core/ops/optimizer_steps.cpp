@@ -1,13 +1,12 @@
 // The optimisers' updates as ops (in place, outside autograd), so that optim/ reaches every device
-// through core/ops.h: the inputs are checked once here, then each parameter is updated by one pass
-// on the CPU (the per-element rules of core/update_rules.h, on the thread pool), or all the
-// parameters of a GPU and dtype by one fused launch of the same rules (core/gpu.h,
-// cuda/optim_kernels.cu). Gradient clipping's sum of squares and scaling likewise.
+// through core/ops.h: the inputs are checked once here, then the parameters of each device and dtype
+// go to one kernel of core/kernels.h (kernel::sgd_step, kernel::adam_step: on the CPU one pass per
+// parameter on the thread pool, on a GPU one fused launch), which apply the per-element rules of
+// core/update_rules.h. Gradient clipping's sum of squares and scaling likewise.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -50,35 +49,50 @@ void check_step(const char* op, const std::vector<Tensor>& params, const std::ve
   }
 }
 
-// The indices of the CUDA tensors by (device, dtype), each group in order: one fused launch each.
-std::map<std::pair<int, int>, std::vector<size_t>> cuda_groups(const std::vector<Tensor>& tensors) {
+// The indices of the tensors by where their kernel runs (device, dtype), each group in order: one
+// kernel call each (on a GPU, one fused launch per 32 tensors).
+std::map<std::pair<int, int>, std::vector<size_t>> kernel_groups(const std::vector<Tensor>& tensors) {
   std::map<std::pair<int, int>, std::vector<size_t>> groups;
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i].device().is_cuda()) groups[{tensors[i].device().index, int(tensors[i].dtype())}].push_back(i);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const On on = kernel_on(tensors[i]);
+    groups[{on.device, on.dtype}].push_back(i);
+  }
   return groups;
 }
 
-std::vector<Tensor> pick(const std::vector<Tensor>& tensors, const std::vector<size_t>& indices) {
-  std::vector<Tensor> out;
-  if (tensors.empty()) return out;
-  for (size_t i : indices) out.push_back(tensors[i]);
-  return out;
-}
-std::vector<double> pick(const std::vector<double>& values, const std::vector<size_t>& indices) {
-  std::vector<double> out;
-  for (size_t i : indices) out.push_back(values[i]);
-  return out;
-}
+// The raw pointers of one group's tensors for a multi-tensor kernel (TensorList, core/kernels.h).
+// list() points into these vectors: the TensorPointers must outlive the kernel call that uses it.
+struct TensorPointers {
+  std::vector<void*> params, state1, state2;
+  std::vector<const void*> grads;
+  std::vector<int64_t> sizes;
+  std::vector<double> weight_decays;
+  TensorList list() const {
+    return {int(sizes.size()),
+            params.empty() ? nullptr : params.data(),
+            grads.empty() ? nullptr : grads.data(),
+            state1.empty() ? nullptr : state1.data(),
+            state2.empty() ? nullptr : state2.data(),
+            sizes.data(),
+            weight_decays.empty() ? nullptr : weight_decays.data()};
+  }
+};
 
-// Runs fn(T* param, const T* grad, begin, end) over a CPU parameter's elements on the thread pool.
-template <typename Fn>
-void update_elements(const Tensor& p, const Tensor& g, const char* op, Fn fn) {
-  dispatch_floating(p.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* pd = p.data<T>();
-    const T* gd = g.data<T>();
-    parallel_for(0, p.numel(), 1 << 15, [&](int64_t begin, int64_t end) { fn(pd, gd, begin, end); });
-  });
+// The tensors [i] for i in `group` of each list given (an empty list, or one undefined, gives no array):
+// the parameters written, the gradients read, up to two state buffers, and the weight decays.
+TensorPointers tensor_pointers(const std::vector<size_t>& group, const std::vector<Tensor>& params,
+                               const std::vector<Tensor>& grads, const std::vector<Tensor>& state1 = {},
+                               const std::vector<Tensor>& state2 = {}, const std::vector<double>& weight_decays = {}) {
+  TensorPointers out;
+  for (size_t i : group) {
+    if (!params.empty()) out.params.push_back(params[i].raw_data());
+    if (!grads.empty()) out.grads.push_back(grads[i].raw_data());
+    if (!state1.empty()) out.state1.push_back(state1[i].raw_data());
+    if (!state2.empty()) out.state2.push_back(state2[i].raw_data());
+    if (!weight_decays.empty()) out.weight_decays.push_back(weight_decays[i]);
+    out.sizes.push_back((params.empty() ? grads : params)[i].numel());
+  }
+  return out;
 }
 
 std::vector<Tensor> contiguous_all(const std::vector<Tensor>& tensors) {
@@ -95,19 +109,10 @@ void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
   check_step("SGD", params, grads_in, {&velocities}, weight_decays);
   const std::vector<Tensor> grads = contiguous_all(grads_in);
   for (const Tensor& p : params) p.bump_version();  // written in place: a graph that saved p sees it
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (!params[i].device().is_cpu()) continue;
-    Tensor velocity = velocities.empty() ? Tensor() : velocities[i];
-    const double wd = weight_decays[i];
-    update_elements(params[i], grads[i], "SGD", [&](auto* pd, const auto* gd, int64_t b, int64_t e) {
-      using T = std::remove_pointer_t<decltype(pd)>;
-      const SgdRule<T> rule{T(hyper.lr), T(hyper.momentum), hyper.first_step};
-      T* v = velocity.defined() ? velocity.data<T>() : nullptr;
-      for (int64_t j = b; j < e; ++j) rule(pd[j], gd[j], v != nullptr ? v + j : nullptr, wd);
-    });
+  for (const auto& [where, group] : kernel_groups(params)) {
+    const TensorPointers pointers = tensor_pointers(group, params, grads, velocities, {}, weight_decays);
+    kernel::sgd_step(On{where.first, where.second}, pointers.list(), hyper);
   }
-  for (const auto& [where, group] : cuda_groups(params))
-    gpu::sgd_step(pick(params, group), pick(grads, group), pick(velocities, group), pick(weight_decays, group), hyper);
 }
 
 void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads_in,
@@ -125,27 +130,16 @@ void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
               "{}: every parameter needs both moments", op);
   const std::vector<Tensor> grads = contiguous_all(grads_in);
   for (const Tensor& p : params) p.bump_version();  // written in place: a graph that saved p sees it
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (!params[i].device().is_cpu()) continue;
-    const Tensor &m = exp_avg[i], &v = exp_avg_sq[i];
-    const double wd = weight_decays[i];
-    update_elements(params[i], grads[i], op, [&](auto* pd, const auto* gd, int64_t b, int64_t e) {
-      using T = std::remove_pointer_t<decltype(pd)>;
-      const AdamRule<T> rule(hyper.lr, hyper.beta1, hyper.beta2, hyper.eps, hyper.correction1, hyper.correction2,
-                             hyper.decoupled);
-      T* md = m.data<T>();
-      T* vd = v.data<T>();
-      for (int64_t j = b; j < e; ++j) rule(pd[j], gd[j], md[j], vd[j], wd);
-    });
-  }
-  for (const auto& [where, group] : cuda_groups(params))
-  {
-    const bool on_device = device_hyper.defined() && where.first == device_hyper.device().index;
-    EMBER_CHECK(!device_hyper.defined() || on_device, "{}: the step's numbers are on {}, a parameter on {}", op,
-                device_hyper.device().str(), Device::cuda(where.first).str());
-    gpu::adam_step(pick(params, group), pick(grads, group), pick(exp_avg, group), pick(exp_avg_sq, group),
-                   pick(weight_decays, group), hyper,
-                   on_device ? reinterpret_cast<const AdamHyper*>(device_hyper.data<int64_t>()) : nullptr);
+  // The step's numbers on the device serve the parameters of that GPU; the CPU's read `hyper`.
+  const int hyper_device = device_hyper.defined() ? kernel_on(device_hyper).device : -1;
+  for (const auto& [where, group] : kernel_groups(params)) {
+    const On on{where.first, where.second};
+    const bool on_device = device_hyper.defined() && on.device == hyper_device;
+    EMBER_CHECK(!device_hyper.defined() || on.cpu() || on_device, "{}: the step's numbers are on {}, a parameter on {}",
+                op, device_hyper.device().str(), Device::cuda(on.device).str());
+    const TensorPointers pointers = tensor_pointers(group, params, grads, exp_avg, exp_avg_sq, weight_decays);
+    kernel::adam_step(on, pointers.list(), hyper,
+                      on_device ? reinterpret_cast<const AdamHyper*>(device_hyper.data<int64_t>()) : nullptr);
   }
 }
 
@@ -156,41 +150,46 @@ double sum_of_squares(const std::vector<Tensor>& tensors_in) {
     EMBER_CHECK(is_floating(t.dtype()), "sum_of_squares: expected floating tensors, got {}", dtype_name(t.dtype()));
     tensors.push_back(t.contiguous());
   }
+  // The tensors of each device and dtype in one kernel call (on a GPU one launch and one read back),
+  // its partial sums added up in order; then the groups' sums in order.
   double total = 0;
-  for (const Tensor& t : tensors) {
-    if (!t.device().is_cpu()) continue;
-    dispatch_floating(t.dtype(), "sum_of_squares", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* d = t.data<T>();
-      const int64_t n = t.numel();
-      // Independent accumulators so that the loop vectorises; combined in a fixed order, so the
-      // sum is the same on every run.
-      constexpr int kLanes = 16;
-      double lanes[kLanes] = {};
-      int64_t i = 0;
-      for (; i + kLanes <= n; i += kLanes)
-        for (int k = 0; k < kLanes; ++k) lanes[k] += double(d[i + k]) * double(d[i + k]);
-      for (; i < n; ++i) lanes[0] += double(d[i]) * double(d[i]);
-      for (double lane : lanes) total += lane;
-    });
+  for (const auto& [where, group] : kernel_groups(tensors)) {
+    const On on{where.first, where.second};
+    const TensorPointers pointers = tensor_pointers(group, {}, tensors);  // read as the kernel's grads
+    const TensorList list = pointers.list();
+    Tensor partials = Tensor::empty({kernel::sum_squares_partials(on, list)}, Dtype::Float64, tensors[group[0]].device());
+    if (partials.numel() == 0) continue;
+    kernel::sum_squares(on, list, partials.data<double>());
+    double sum = 0;
+    for (double partial : partials.to(Device::cpu()).to_vector<double>()) sum += partial;  // in order
+    total += sum;
   }
-  // On a GPU: all the tensors of a device and dtype in one launch and one read back of its partial sums.
-  for (const auto& [where, group] : cuda_groups(tensors)) total += gpu::sum_of_squares(pick(tensors, group));
   return total;
 }
 
 Tensor clip_by_norm_(const std::vector<Tensor>& tensors, double max_norm) {
-  // All on one GPU, of one dtype, contiguous: the norm and the factor stay there (no read back).
-  bool one_gpu = !tensors.empty();
+  // All on one device, of one dtype, contiguous: the norm and the factor stay there (nothing read
+  // back from a GPU): the sum of squares, the factor, the scaling by it.
+  bool one_group = !tensors.empty();
   for (const Tensor& t : tensors) {
     EMBER_CHECK(t.defined(), "clip_by_norm_: a tensor is undefined");
     EMBER_CHECK(is_floating(t.dtype()), "clip_by_norm_: expected floating tensors, got {}", dtype_name(t.dtype()));
-    one_gpu = one_gpu && t.device().is_cuda() && t.device() == tensors[0].device() &&
-              t.dtype() == tensors[0].dtype() && t.is_contiguous();
+    one_group = one_group && t.device() == tensors[0].device() && t.dtype() == tensors[0].dtype() && t.is_contiguous();
   }
-  if (one_gpu) {
-    for (const Tensor& t : tensors) t.bump_version();  // written in place by the scaling launch
-    return gpu::clip_by_norm(tensors, max_norm);
+  if (one_group) {
+    for (const Tensor& t : tensors) t.bump_version();  // written in place by the scaling
+    const On on = kernel_on(tensors[0]);
+    const Device device = tensors[0].device();
+    std::vector<size_t> all(tensors.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    const TensorPointers read = tensor_pointers(all, {}, tensors), written = tensor_pointers(all, tensors, {});
+    const int64_t count = kernel::sum_squares_partials(on, read.list());
+    Tensor partials = Tensor::empty({count > 0 ? count : 1}, Dtype::Float64, device);
+    if (count > 0) kernel::sum_squares(on, read.list(), partials.data<double>());
+    Tensor norm_scale = Tensor::empty({2}, Dtype::Float64, device);
+    kernel::clip_scale(on, partials.data<double>(), count, max_norm, norm_scale.data<double>());
+    kernel::scale_all_by(on, written.list(), norm_scale.data<double>() + 1);
+    return norm_scale.select(0, 0);
   }
   const double norm = std::sqrt(sum_of_squares(tensors));
   if (norm > max_norm && norm > 0) scale_all_(tensors, max_norm / (norm + 1e-6));
@@ -198,18 +197,20 @@ Tensor clip_by_norm_(const std::vector<Tensor>& tensors, double max_norm) {
 }
 
 void scale_all_(const std::vector<Tensor>& tensors, double value) {
-  std::vector<Tensor> contiguous_on_gpu;
+  // Contiguous float32 / float64 tensors: each device and dtype's in one kernel call (on a GPU one
+  // launch); any other (strided, bfloat16) through mul_.
+  std::vector<Tensor> listed;
   for (const Tensor& t : tensors) {
     EMBER_CHECK(t.defined(), "scale_all_: a tensor is undefined");
-    if (t.device().is_cuda() && t.is_contiguous()) {
-      t.bump_version();  // written in place by the launch below, as mul_ does
-      contiguous_on_gpu.push_back(t);
+    if (is_floating(t.dtype()) && t.is_contiguous()) {
+      t.bump_version();  // written in place by the kernel below, as mul_ does
+      listed.push_back(t);
     } else {
       Tensor(t).mul_(value);
     }
   }
-  for (const auto& [where, group] : cuda_groups(contiguous_on_gpu))
-    gpu::scale_all(pick(contiguous_on_gpu, group), value);
+  for (const auto& [where, group] : kernel_groups(listed))
+    kernel::scale_all(On{where.first, where.second}, tensor_pointers(group, listed, {}).list(), value);
 }
 
 }  // namespace ember

@@ -17,22 +17,13 @@ void manual_seed(uint64_t seed) { default_generator().set_state(seed, 0); }
 namespace {
 
 // Fills a contiguous floating tensor with element i of a uniform (normal = false) or normal draw
-// (core/random.h), on its device; `first` is the first index of the generator's range.
+// (core/random.h), on its device (kernel::random_fill, core/kernels.h); `first` is the first index
+// of the generator's range.
 void fill_random(Tensor& t, const char* op, bool normal, uint64_t seed, uint64_t first, double a, double b) {
   EMBER_CHECK(t.is_contiguous(), "{}: the tensor must be contiguous", op);
   EMBER_CHECK(is_floating(t.dtype()), "{}: needs a floating tensor, got {}", op, dtype_name(t.dtype()));
   t.bump_version();
-  if (t.device().is_cuda()) return gpu::random_fill(t, normal, seed, first, a, b);
-  check_cpu(op, t);
-  dispatch_floating(t.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = t.data<T>();
-    parallel_for(0, t.numel(), 16384, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        p[i] = static_cast<T>(normal ? normal_element(seed, first, uint64_t(i), a, b)
-                                     : uniform_element(seed, first, uint64_t(i), a, b));
-    });
-  });
+  kernel::random_fill(kernel_on(t), t.raw_data(), t.numel(), normal, seed, first, a, b);
 }
 
 }  // namespace
