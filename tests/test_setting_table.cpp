@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <map>

@@ -1,6 +1,7 @@
 // The training settings' rows (setting_table.h), and reading, writing and checking one row's value.
 #include "examples/imdb/setting_table.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
