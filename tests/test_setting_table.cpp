@@ -253,3 +253,14 @@ TEST_CASE("setting table: the flags set the members of their rows") {
   CHECK(c.quiet);
   CHECK(c.out == "runs/imdb");
 }
+
+TEST_CASE("setting table: a number with leading zeros is decimal, as the range check read it") {
+  CLI::App app;
+  TrainConfig c;
+  add_training_flags(app, c, "runs/imdb");
+  // CLI11 alone converts "010" as octal (8), after the range check accepted it as 10.
+  app.parse("--heads 010 --layers 07 --seed 0010", false);
+  CHECK(c.model.heads == 10);
+  CHECK(c.model.layers == 7);
+  CHECK(c.seed == 10);
+}

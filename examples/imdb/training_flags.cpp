@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -20,7 +21,11 @@ namespace ember::imdb {
 CLI::Validator integer_in(int64_t min, int64_t max) {
   return CLI::Validator(
       [min, max](std::string& text) -> std::string {
-        if (parse_integer(text, min, max)) return "";
+        // Rewritten to its decimal digits: CLI11 would read "010" as octal 8.
+        if (std::optional<int64_t> value = parse_integer(text, min, max)) {
+          text = std::to_string(*value);
+          return "";
+        }
         return fmt::format("expects an integer in [{}, {}], got '{}'", min, max, text);
       },
       fmt::format("[{}, {}]", min, max));
@@ -28,7 +33,10 @@ CLI::Validator integer_in(int64_t min, int64_t max) {
 CLI::Validator unsigned_integer() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        if (parse_unsigned(text)) return "";
+        if (std::optional<uint64_t> value = parse_unsigned(text)) {
+          text = std::to_string(*value);
+          return "";
+        }
         return fmt::format("expects an integer in [0, {}], got '{}'", std::numeric_limits<uint64_t>::max(), text);
       },
       "[0, 2^64)");

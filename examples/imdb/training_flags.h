@@ -11,9 +11,7 @@ namespace ember::imdb {
 
 // Checks a flag's text before CLI11 converts it: a whole decimal integer in [min, max] (CLI11's own
 // conversion would clamp "99999999999999999999").
-// NOTE: "010" passes as decimal 10, but CLI11 then converts the unchanged text as octal: `--heads 010`
-// gives 8 heads (so it did before the settings' table). Rewriting the text to its decimal digits
-// here would fix it; left for a change that may alter behaviour.
+// A number that passes is handed on as its decimal digits: CLI11 would read "010" as octal (8).
 CLI::Validator integer_in(int64_t min, int64_t max);
 CLI::Validator unsigned_integer();
 CLI::Validator real_in(double min, double max);
