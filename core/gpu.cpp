@@ -79,8 +79,6 @@ Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape&
   return out;
 }
 
-}
-
 bool gemm_readable(const Tensor& x) {
   const size_t n = x.shape().size();
   int64_t rows = x.shape()[n - 2], cols = x.shape()[n - 1], rs = x.strides()[n - 2], cs = x.strides()[n - 1];
