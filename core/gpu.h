@@ -34,27 +34,8 @@ Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t thr
 // t (contiguous, floating) = element i of a uniform [a, b) or normal (mean a, std b) draw from `first`.
 void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b);
 
-// ---- GEMM (cuBLAS), row-major, strides in elements; see core/cuda_ops.h
-template <typename T>
-void gemm(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_bs, int64_t a_rs,
-          int64_t a_cs, const T* B, int64_t b_bs, int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_bs, int64_t ldc) {
-  cuda::gemm(device, sizeof(T) == 8, batch, M, N, K, A, a_rs, a_cs, a_bs, B, b_rs, b_cs, b_bs, double(beta), C, ldc,
-             c_bs);
-}
-// float32 operands multiplied as bfloat16, summed in float32 (mixed precision; cuda::gemm_bf16).
-inline void gemm_bf16(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A, int64_t a_bs,
-                      int64_t a_rs, int64_t a_cs, const float* B, int64_t b_bs, int64_t b_rs, int64_t b_cs, float beta,
-                      float* C, int64_t c_bs, int64_t ldc) {
-  cuda::gemm_bf16(device, batch, M, N, K, A, a_rs, a_cs, a_bs, B, b_rs, b_cs, b_bs, double(beta), C, ldc, c_bs);
-}
-// True when cuBLAS can read x's last two dims in place (unit stride along one, a valid leading dim).
-bool gemm_readable(const Tensor& x);
-// y [rows, N] = x [rows, K] W^T (+ b); dx = g W; dW = g^T x (all contiguous; float32 or float64).
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                    int64_t N);
-void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
-                     int64_t rows, int64_t K, int64_t N);
-// The mixed-precision linear as the CPU's (core/ops/linear.cpp): y [rows, N] bfloat16 = x W^T + b, x float32
+// ---- The mixed-precision linear (the plain linear and matmul are core/kernels.h's)
+// As the CPU's (core/ops/linear.cpp): y [rows, N] bfloat16 = x W^T + b, x float32
 // or bfloat16, W and b float32, summed in float32 from the bias and rounded once; from a bfloat16 g,
 // dx = g W in dx's dtype and dW = g^T x in float32 (all contiguous; cuda::gemm_bf16_typed).
 void linear_forward_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,

@@ -1,6 +1,7 @@
 // The affine map of a Linear layer as one op: y = x W^T + b, for x [..., K], W [N, K], b [N].
-// It is matmul(x, W^T) + b, fused: the GEMM adds the bias to each tile of y while the tile is in
-// cache (core/cpu/gemm.h), so there is no separate pass over y and no temporary.
+// It is matmul(x, W^T) + b, fused: the kernels kernel::linear_forward / linear_backward (core/kernels.h;
+// CPU: core/cpu/products.cpp, GPU: cuda/blas.cu). The CPU's GEMM adds the bias to each tile of y while
+// the tile is in cache, so there is no separate pass over y and no temporary.
 // Backward (x seen as [rows, K], g as [rows, N]):
 //   dx = g W      dW = g^T x      db = sum over rows of g
 // W^T and g^T are strided views read in place by the GEMM; db uses the deterministic row sum.
@@ -88,14 +89,6 @@ Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, in
   return y;
 }
 
-template <typename T>
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                    int64_t N) {
-  // W^T(k, n) = W[n, k]: the weight read with swapped strides.
-  cpu::gemm(rows, N, K, T(1), x.data<T>(), K, 1, w.data<T>(), 1, K, T(0), y.data<T>(), N,
-            b.defined() ? b.data<T>() : nullptr);
-}
-
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -133,12 +126,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = N;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
-  if (y.numel() > 0 && x.device().is_cuda())
-    gpu::linear_forward(x2, w, b, y, rows, K, N);  // cuBLAS; the bias is copied into y first
-  else if (y.numel() > 0)
-    dispatch_floating(x.dtype(), "linear", [&](auto tag) {
-      linear_forward<typename decltype(tag)::type>(x2, w, b, y, rows, K, N);
-    });
+  if (y.numel() > 0)
+    kernel::linear_forward(kernel_on(x), x2.raw_data(), w.raw_data(), data_or_null(b), y.raw_data(), rows, K, N);
 
   const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad();
   const bool need_db = bias.defined() && bias.requires_grad();
@@ -148,27 +137,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           need_dw, need_db, x_shape = x.shape()](const Tensor& g) -> Grads {
            const Tensor &x2 = saved_x.get(), &w = saved_w.get();
            Tensor g2 = g.contiguous().view({rows, N});
-           Tensor dx, dw, db;
-           if (g2.device().is_cuda()) {
-             if (need_dx) dx = Tensor::empty(x_shape, g2.dtype(), g2.device());
-             if (need_dw) dw = Tensor::empty({N, K}, g2.dtype(), g2.device());
-             gpu::linear_backward(g2, x2, w, need_dx ? &dx : nullptr, need_dw ? &dw : nullptr, rows, K, N);
-             if (need_db) db = sum(g2, {0});
-             return {dx, dw, db};
-           }
-           dispatch_floating(g2.dtype(), "linear", [&](auto tag) {
-             using T = typename decltype(tag)::type;
-             if (need_dx) {
-               dx = Tensor::empty(x_shape, g2.dtype());
-               cpu::gemm(rows, K, N, T(1), g2.data<T>(), N, 1, w.data<T>(), K, 1, T(0), dx.data<T>(), K);
-             }
-             if (need_dw) {  // g^T: element (n, r) of g^T is g[r, n]
-               dw = Tensor::empty({N, K}, g2.dtype());
-               cpu::gemm(N, K, rows, T(1), g2.data<T>(), 1, N, x2.data<T>(), K, 1, T(0), dw.data<T>(), K);
-             }
-           });
-           if (need_db) db = sum(g2, {0});
-           return {dx, dw, db};
+           Tensor dx = need_dx ? Tensor::empty(x_shape, g2.dtype(), g2.device()) : Tensor();
+           Tensor dw = need_dw ? Tensor::empty({N, K}, g2.dtype(), g2.device()) : Tensor();
+           kernel::linear_backward(kernel_on(g2), g2.raw_data(), data_or_null(x2), data_or_null(w), data_or_null(dx),
+                                   data_or_null(dw), rows, K, N);
+           return {dx, dw, need_db ? sum(g2, {0}) : Tensor()};
          });
   return y;
 }
