@@ -91,24 +91,6 @@ void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, do
   cuda::random_fill(device_of(t), is_f64(t), t.raw_data(), t.numel(), normal, seed, first, a, b);
 }
 
-void linear_forward_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                         int64_t N) {
-  // W^T(k, n) = W[n, k]: the weight read with swapped strides.
-  cuda::gemm_bf16_typed(device_of(x), rows, N, K, x.raw_data(), scalar_type(x.dtype(), "linear"), K, 1, w.raw_data(),
-                        cuda::kFloat32, 1, K, y.raw_data(), cuda::kBFloat16, N, b.defined() ? b.data<float>() : nullptr);
-}
-
-void linear_backward_bf16(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
-                          int64_t rows, int64_t K, int64_t N) {
-  const int device = device_of(g);
-  if (dx != nullptr)  // dx [rows, K] = g [rows, N] W [N, K]
-    cuda::gemm_bf16_typed(device, rows, K, N, g.raw_data(), cuda::kBFloat16, N, 1, w.raw_data(), cuda::kFloat32, K, 1,
-                          dx->raw_data(), scalar_type(dx->dtype(), "linear"), K, nullptr);
-  if (dw != nullptr)  // dW [N, K] = g^T [N, rows] x [rows, K]
-    cuda::gemm_bf16_typed(device, N, K, rows, g.raw_data(), cuda::kBFloat16, 1, N, x.raw_data(),
-                          scalar_type(x.dtype(), "linear"), K, 1, dw->raw_data(), cuda::kFloat32, K, nullptr);
-}
-
 Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, Tensor& lse,
                          Tensor* weights, bool bf16) {
   const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;

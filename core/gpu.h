@@ -34,15 +34,6 @@ Tensor dropout_mask(const Tensor& x, uint64_t seed, uint64_t first, uint64_t thr
 // t (contiguous, floating) = element i of a uniform [a, b) or normal (mean a, std b) draw from `first`.
 void random_fill(const Tensor& t, bool normal, uint64_t seed, uint64_t first, double a, double b);
 
-// ---- The mixed-precision linear (the plain linear and matmul are core/kernels.h's)
-// As the CPU's (core/ops/linear.cpp): y [rows, N] bfloat16 = x W^T + b, x float32
-// or bfloat16, W and b float32, summed in float32 from the bias and rounded once; from a bfloat16 g,
-// dx = g W in dx's dtype and dW = g^T x in float32 (all contiguous; cuda::gemm_bf16_typed).
-void linear_forward_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                         int64_t N);
-void linear_backward_bf16(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
-                          int64_t rows, int64_t K, int64_t N);
-
 // ---- Fused attention (cuda/attention_kernels.cu): qkv contiguous [B, T, 3 D], mask contiguous bool [B, T]
 // or undefined. `lse` receives the per-row log-sum-exp the backward needs. bf16 (float32 qkv): the
 // products' operands in bfloat16, the softmax in float32 (cuda::attention_forward_bf16).

@@ -139,6 +139,25 @@ EMBER_KERNEL(void, linear_forward, (const On& on, const void* x, const void* w, 
 EMBER_KERNEL(void, linear_backward, (const On& on, const void* g, const void* x, const void* w, void* dx, void* dw,
                                      int64_t rows, int64_t K, int64_t N))
 
+// The mixed-precision linear (core/precision.h, core/ops/linear.cpp; CPU: core/cpu/products.cpp, GPU:
+// cuda/blas_bf16.cu): y [rows, N] bfloat16 = x W^T (+ bias, float32 [N]; may be null), the products of
+// bfloat16-rounded operands summed in float32 and each entry rounded once (a GPU's sums start from the
+// bias rounded to bfloat16: docs/precision.md). x (on.dtype) and W (w_dtype) are contiguous, float32 or
+// bfloat16: the op rounds both to bfloat16 first where linear_bf16_rounds_first(on) (the CPU: it keeps
+// those half-size copies for the backward, and its GEMM reads them in place), else hands them as they
+// are (a GPU: its product copies each operand into a compact bfloat16 block anyway).
+// Backward from g [rows, N] bfloat16: dx = g W (dx_dtype), dW = g^T x and db = the column sums of g
+// (float32; the CPU's by blocks of 256 rows, then the blocks in order; a GPU's as sum(g.to(float32),
+// {0}): the widened g and the reduction's scratch in `scratch`, linear_bf16_scratch(on, rows, N)
+// floats); each null when not wanted.
+EMBER_KERNEL(bool, linear_bf16_rounds_first, (const On& on))
+EMBER_KERNEL(void, linear_forward_bf16, (const On& on, const void* x, const void* w, int w_dtype, const float* bias,
+                                         void* y, int64_t rows, int64_t K, int64_t N))
+EMBER_KERNEL(int64_t, linear_bf16_scratch, (const On& on, int64_t rows, int64_t N))
+EMBER_KERNEL(void, linear_backward_bf16, (const On& on, const void* g, const void* x, const void* w, int w_dtype,
+                                          void* dx, int dx_dtype, float* dw, float* db, int64_t rows, int64_t K,
+                                          int64_t N, float* scratch))
+
 // Matmul, a strided batch: C[b] (M x N, rows ldc apart) = A[b] (M x K) @ B[b] (K x N) for b < batch,
 // A(i, k) = A[b a_bs + i a_rs + k a_cs], B(k, j) = B[b b_bs + k b_rs + j b_cs], C at C + b c_bs (a batch
 // stride 0 repeats a broadcast operand); C is overwritten, never read. bf16 (float32 only): the operands
