@@ -2,7 +2,6 @@
 // have checked their inputs (devices, dtypes, shapes); only what the GPU cannot do is refused here.
 #include "core/gpu.h"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -77,53 +76,6 @@ Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape&
   cuda::select(device_of(a), shape8(shape, "where"), operand(out, shape, "where"), operand(cond, shape, "where"),
                operand(a, shape, "where"), operand(b, shape, "where"));
   return out;
-}
-
-bool gemm_readable(const Tensor& x) {
-  const size_t n = x.shape().size();
-  int64_t rows = x.shape()[n - 2], cols = x.shape()[n - 1], rs = x.strides()[n - 2], cs = x.strides()[n - 1];
-  if (rows <= 1) rs = cs == 1 ? std::max<int64_t>(cols, 1) : 1;
-  if (cols <= 1) cs = rs == 1 ? std::max<int64_t>(rows, 1) : 1;
-  return (cs == 1 && rs >= std::max<int64_t>(cols, 1)) || (rs == 1 && cs >= std::max<int64_t>(rows, 1));
-}
-
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                    int64_t N) {
-  const int device = device_of(x);
-  double beta = 0.0;
-  if (b.defined()) {  // y starts as the bias on every row; the GEMM adds x W^T to it
-    copy(b, y.view({rows, N}));
-    beta = 1.0;
-  }
-  // W^T(k, n) = W[n, k]: the weight read with swapped strides.
-  cuda::gemm(device, is_f64(x), 1, rows, N, K, x.raw_data(), K, 1, 0, w.raw_data(), 1, K, 0, beta, y.raw_data(), N, 0);
-}
-
-void linear_forward_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                         int64_t N) {
-  // W^T(k, n) = W[n, k]: the weight read with swapped strides.
-  cuda::gemm_bf16_typed(device_of(x), rows, N, K, x.raw_data(), scalar_type(x.dtype(), "linear"), K, 1, w.raw_data(),
-                        cuda::kFloat32, 1, K, y.raw_data(), cuda::kBFloat16, N, b.defined() ? b.data<float>() : nullptr);
-}
-
-void linear_backward_bf16(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
-                          int64_t rows, int64_t K, int64_t N) {
-  const int device = device_of(g);
-  if (dx != nullptr)  // dx [rows, K] = g [rows, N] W [N, K]
-    cuda::gemm_bf16_typed(device, rows, K, N, g.raw_data(), cuda::kBFloat16, N, 1, w.raw_data(), cuda::kFloat32, K, 1,
-                          dx->raw_data(), scalar_type(dx->dtype(), "linear"), K, nullptr);
-  if (dw != nullptr)  // dW [N, K] = g^T [N, rows] x [rows, K]
-    cuda::gemm_bf16_typed(device, N, K, rows, g.raw_data(), cuda::kBFloat16, 1, N, x.raw_data(),
-                          scalar_type(x.dtype(), "linear"), K, 1, dw->raw_data(), cuda::kFloat32, K, nullptr);
-}
-
-void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
-                     int64_t rows, int64_t K, int64_t N) {
-  const int device = device_of(g);
-  if (dx != nullptr)  // dx [rows, K] = g [rows, N] W [N, K]
-    cuda::gemm(device, is_f64(g), 1, rows, K, N, g.raw_data(), N, 1, 0, w.raw_data(), K, 1, 0, 0.0, dx->raw_data(), K, 0);
-  if (dw != nullptr)  // dW [N, K] = g^T [N, rows] x [rows, K]
-    cuda::gemm(device, is_f64(g), 1, N, K, rows, g.raw_data(), 1, N, 0, x.raw_data(), K, 1, 0, 0.0, dw->raw_data(), K, 0);
 }
 
 Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, AttentionBand band,

@@ -28,34 +28,6 @@ void add_into(const Tensor& dst, const Tensor& src, double alpha);  // dst += al
 void scale(const Tensor& dst, double value);                         // dst *= value
 Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape);  // cond ? a : b
 
-// ---- GEMM (cuBLAS), row-major, strides in elements; see core/cuda_ops.h
-template <typename T>
-void gemm(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_bs, int64_t a_rs,
-          int64_t a_cs, const T* B, int64_t b_bs, int64_t b_rs, int64_t b_cs, T beta, T* C, int64_t c_bs, int64_t ldc) {
-  cuda::gemm(device, sizeof(T) == 8, batch, M, N, K, A, a_rs, a_cs, a_bs, B, b_rs, b_cs, b_bs, double(beta), C, ldc,
-             c_bs);
-}
-// float32 operands multiplied as bfloat16, summed in float32 (mixed precision; cuda::gemm_bf16).
-inline void gemm_bf16(int device, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A, int64_t a_bs,
-                      int64_t a_rs, int64_t a_cs, const float* B, int64_t b_bs, int64_t b_rs, int64_t b_cs, float beta,
-                      float* C, int64_t c_bs, int64_t ldc) {
-  cuda::gemm_bf16(device, batch, M, N, K, A, a_rs, a_cs, a_bs, B, b_rs, b_cs, b_bs, double(beta), C, ldc, c_bs);
-}
-// True when cuBLAS can read x's last two dims in place (unit stride along one, a valid leading dim).
-bool gemm_readable(const Tensor& x);
-// y [rows, N] = x [rows, K] W^T (+ b); dx = g W; dW = g^T x (all contiguous; float32 or float64).
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                    int64_t N);
-void linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
-                     int64_t rows, int64_t K, int64_t N);
-// The mixed-precision linear as the CPU's (core/ops/linear.cpp): y [rows, N] bfloat16 = x W^T + b, x float32
-// or bfloat16, W and b float32, summed in float32 from the bias and rounded once; from a bfloat16 g,
-// dx = g W in dx's dtype and dW = g^T x in float32 (all contiguous; cuda::gemm_bf16_typed).
-void linear_forward_bf16(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                         int64_t N);
-void linear_backward_bf16(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
-                          int64_t rows, int64_t K, int64_t N);
-
 // ---- Fused attention (cuda/attention_kernels.cu): qkv contiguous [B, T, 3 D], mask contiguous bool [B, T]
 // or undefined, band: none or sliding-window attention's (window >= 0, `global` leading tokens; tiles outside
 // it skipped). `lse` receives the per-row log-sum-exp the backward needs. bf16 (float32 qkv), or a bfloat16

@@ -10,7 +10,8 @@
 // that raises "<name>: this build of Ember has no CUDA backend" (never reached: no tensor can live
 // on a GPU there). So a kernel is declared here and nowhere else.
 // Element-wise kernels are not here: they come from the functor lists of core/unary_math.h. The
-// GEMMs, copies, fills and the runtime are in core/cuda_ops.h (the CPU has its own, core/cpu/gemm.h).
+// raw GEMMs under the products below, copies, fills and the runtime are in core/cuda_ops.h (the CPU
+// has its own, core/cpu/gemm.h).
 // C++17 and free of Tensor and fmt, so that cuda/*.cu include it.
 #pragma once
 #include <cstdint>
@@ -189,5 +190,58 @@ EMBER_KERNEL(void, dropout_mask, (const On& on, const void* in, void* out, int64
 // count. n contiguous elements of on.dtype (float32 or float64).
 EMBER_KERNEL(void, random_fill, (const On& on, void* data, int64_t n, bool normal, uint64_t seed, uint64_t first,
                                  double a, double b))
+
+// ---- Products, row-major, strides in elements (core/ops/linear.cpp, core/ops/matmul.cpp; CPU:
+// core/cpu/products.cpp on core/cpu/gemm.h's GEMM, GPU: cuda/blas.cu on cuBLAS). float32 or float64.
+
+// Linear: y [rows, N] = x [rows, K] W^T (+ bias [N] on every row; bias may be null), x, W [N, K] and
+// y contiguous, W^T read in place (swapped strides). The CPU adds the bias to each tile of y as the
+// tile is stored; the GPU copies it into y first (one copy launch) and the GEMM adds to it (beta 1).
+// Backward: dx [rows, K] = g W and dW [N, K] = g^T x (g [rows, N] contiguous, g^T read in place), each
+// null when not wanted; db (a sum over rows) is the op's.
+EMBER_KERNEL(void, linear_forward, (const On& on, const void* x, const void* w, const void* bias, void* y,
+                                    int64_t rows, int64_t K, int64_t N))
+EMBER_KERNEL(void, linear_backward, (const On& on, const void* g, const void* x, const void* w, void* dx, void* dw,
+                                     int64_t rows, int64_t K, int64_t N))
+
+// The mixed-precision linear (core/precision.h, core/ops/linear.cpp; CPU: core/cpu/products.cpp, GPU:
+// cuda/blas_bf16.cu): y [rows, N] bfloat16 = x W^T (+ bias, float32 [N]; may be null), the products of
+// bfloat16-rounded operands summed in float32 and each entry rounded once (a GPU's sums start from the
+// bias rounded to bfloat16: docs/precision.md). x (on.dtype) and W (w_dtype) are contiguous, float32 or
+// bfloat16: the op rounds both to bfloat16 first where linear_bf16_rounds_first(on) (the CPU: it keeps
+// those half-size copies for the backward, and its GEMM reads them in place), else hands them as they
+// are (a GPU: its product copies each operand into a compact bfloat16 block anyway).
+// Backward from g [rows, N] bfloat16: dx = g W (dx_dtype), dW = g^T x and db = the column sums of g
+// (float32; the CPU's by blocks of 256 rows, then the blocks in order; a GPU's as sum(g.to(float32),
+// {0}): the widened g and the reduction's scratch in `scratch`, linear_bf16_scratch(on, rows, N)
+// floats); each null when not wanted.
+EMBER_KERNEL(bool, linear_bf16_rounds_first, (const On& on))
+EMBER_KERNEL(void, linear_forward_bf16, (const On& on, const void* x, const void* w, int w_dtype, const float* bias,
+                                         void* y, int64_t rows, int64_t K, int64_t N))
+EMBER_KERNEL(int64_t, linear_bf16_scratch, (const On& on, int64_t rows, int64_t N))
+EMBER_KERNEL(void, linear_backward_bf16, (const On& on, const void* g, const void* x, const void* w, int w_dtype,
+                                          void* dx, int dx_dtype, float* dw, float* db, int64_t rows, int64_t K,
+                                          int64_t N, float* scratch))
+
+// Matmul, a strided batch: C[b] (M x N, rows ldc apart) = A[b] (M x K) @ B[b] (K x N) for b < batch,
+// A(i, k) = A[b a_bs + i a_rs + k a_cs], B(k, j) = B[b b_bs + k b_rs + j b_cs], C at C + b c_bs (a batch
+// stride 0 repeats a broadcast operand); C is overwritten, never read. bf16 (float32 only): the operands
+// rounded to bfloat16, the products summed in float32 (mixed precision, core/precision.h).
+// Each device's GEMM reads operands by its own rules (matmul_reads): the op lays them out to suit.
+EMBER_KERNEL(void, matmul, (const On& on, bool bf16, int64_t batch, int64_t M, int64_t N, int64_t K, const void* A,
+                            int64_t a_bs, int64_t a_rs, int64_t a_cs, const void* B, int64_t b_bs, int64_t b_rs,
+                            int64_t b_cs, void* C, int64_t c_bs, int64_t ldc))
+struct MatmulReads {
+  // true (cuBLAS): an operand needs unit stride along its rows or its columns and a leading dimension
+  // along the other (so A's batch read as extra rows of one tall A only when A is row-major); false
+  // (the CPU packs any strides): any, though one with no unit stride is copied first (packing it
+  // gathers element by element), and A's batch folds into its rows whenever the strides line up.
+  bool leading_dim;
+  // true (a cuBLAS call costs the host microseconds): operands whose batch dims do not merge into one
+  // strided batch are made contiguous, so that one call does the whole product; false: the outer
+  // batch dims are walked, one call per index.
+  bool one_call;
+};
+EMBER_KERNEL(MatmulReads, matmul_reads, (const On& on))
 
 }  // namespace ember

@@ -5,6 +5,8 @@
 // transposed view (row stride 1) is passed with CUBLAS_OP_T and ld = its column stride. Batches go
 // to cublas{S,D}gemmStridedBatched (batch stride 0 repeats a broadcast operand).
 // TF32 is off unless set_allow_tf32(true): float32 results then match the CPU to rounding.
+// On it, the products of core/kernels.h: linear (the bias copied into y first, the GEMM adding to it)
+// and the strided batched matmul (float32 operands as bfloat16: gemm_bf16, cuda/blas_bf16.cu).
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #include <cublas_v2.h>
 
@@ -13,6 +15,7 @@
 #include <mutex>
 
 #include "core/cuda_ops.h"
+#include "core/kernels.h"
 #include "cuda/check.h"
 #include "cuda/launch.h"
 
@@ -85,5 +88,44 @@ void gemm(int device, bool float64, int64_t batch, int64_t M, int64_t N, int64_t
                                                    &beta_f, static_cast<float*>(C), int(ldc), c_bs, int(batch)));
   }
 }
+
+void linear_forward(const On& on, const void* x, const void* w, const void* bias, void* y, int64_t rows, int64_t K,
+                    int64_t N) {
+  double beta = 0.0;
+  if (bias != nullptr) {  // y starts as the bias on every row (y seen as [rows, N], the bias broadcast along rows)
+    Shape8 shape;
+    shape.ndim = 2;
+    shape.size[0] = rows, shape.size[1] = N;
+    Operand to, from;
+    to.data = y, from.data = const_cast<void*>(bias);
+    to.dtype = from.dtype = on.dtype;
+    to.stride[0] = rows == 1 ? 0 : N;
+    to.stride[1] = from.stride[1] = N == 1 ? 0 : 1;
+    copy(on.device, shape, to, from);
+    beta = 1.0;
+  }
+  // W^T(k, n) = W[n, k]: the weight read with swapped strides.
+  gemm(on.device, on.float64(), 1, rows, N, K, x, K, 1, 0, w, 1, K, 0, beta, y, N, 0);
+}
+
+void linear_backward(const On& on, const void* g, const void* x, const void* w, void* dx, void* dw, int64_t rows,
+                     int64_t K, int64_t N) {
+  if (dx != nullptr)  // dx [rows, K] = g [rows, N] W [N, K]
+    gemm(on.device, on.float64(), 1, rows, K, N, g, N, 1, 0, w, K, 1, 0, 0.0, dx, K, 0);
+  if (dw != nullptr)  // dW [N, K] = g^T [N, rows] x [rows, K]
+    gemm(on.device, on.float64(), 1, N, K, rows, g, 1, N, 0, x, K, 1, 0, 0.0, dw, K, 0);
+}
+
+void matmul(const On& on, bool bf16, int64_t batch, int64_t M, int64_t N, int64_t K, const void* A, int64_t a_bs,
+            int64_t a_rs, int64_t a_cs, const void* B, int64_t b_bs, int64_t b_rs, int64_t b_cs, void* C, int64_t c_bs,
+            int64_t ldc) {
+  if (bf16 && on.dtype == kFloat32)
+    return gemm_bf16(on.device, batch, M, N, K, static_cast<const float*>(A), a_rs, a_cs, a_bs,
+                     static_cast<const float*>(B), b_rs, b_cs, b_bs, 0.0, static_cast<float*>(C), ldc, c_bs);
+  gemm(on.device, on.float64(), batch, M, N, K, A, a_rs, a_cs, a_bs, B, b_rs, b_cs, b_bs, 0.0, C, ldc, c_bs);
+}
+
+// cuBLAS takes an operand with one leading dimension (blas_operand above); a call costs the host microseconds.
+MatmulReads matmul_reads(const On&) { return MatmulReads{true, true}; }
 
 }  // namespace ember::cuda

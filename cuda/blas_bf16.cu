@@ -5,6 +5,7 @@
 // on a GPU). The row-major to column-major mapping is cuda/blas.cu's: C^T = B^T A^T, B first, M and N
 // swapped. gemm_bf16_typed also writes a bfloat16 C: cuBLAS writes it directly (CUDA_R_16BF C, each entry
 // the float32 sum rounded once), a bias folded in as beta = 1 on C filled with the bias rounded to bfloat16.
+// On it, the GPU's mixed-precision linear of core/kernels.h (operands as they are; db as the ops' sum).
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU.
 #include <cublas_v2.h>
 
@@ -15,6 +16,7 @@
 #include "core/allocator.h"
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
+#include "core/kernels.h"
 #include "cuda/check.h"
 #include "cuda/dispatch.h"
 #include "cuda/launch.h"
@@ -152,6 +154,52 @@ void gemm_bf16_typed(int device, int64_t M, int64_t N, int64_t K, const void* A,
                                                 CUDA_R_16BF, int(N), 0, a_bf, CUDA_R_16BF, int(K > 1 ? K : 1), 0, &beta,
                                                 C, rounded ? CUDA_R_16BF : CUDA_R_32F, int(ldc), 0, 1,
                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+bool linear_bf16_rounds_first(const On&) { return false; }
+
+void linear_forward_bf16(const On& on, const void* x, const void* w, int w_dtype, const float* bias, void* y,
+                         int64_t rows, int64_t K, int64_t N) {
+  // W^T(k, n) = W[n, k]: the weight read with swapped strides.
+  gemm_bf16_typed(on.device, rows, N, K, x, on.dtype, K, 1, w, w_dtype, 1, K, y, kBFloat16, N, bias);
+}
+
+namespace {
+// db's reduction as the sum op lays out g [rows, N] over dim 0 (core/ops/reduce.cpp's reduce_layout,
+// size-1 dims dropped): [outer, R, inner].
+struct ColumnSums {
+  int64_t outer, R, inner;
+};
+ColumnSums column_sums_layout(int64_t rows, int64_t N) {
+  return rows == 1 ? ColumnSums{N, 1, 1} : ColumnSums{1, rows, N};
+}
+}  // namespace
+
+int64_t linear_bf16_scratch(const On& on, int64_t rows, int64_t N) {
+  const ColumnSums l = column_sums_layout(rows, N);
+  return rows * N + reduce_scratch(On{on.device, kFloat32}, l.outer, l.R, l.inner);
+}
+
+void linear_backward_bf16(const On& on, const void* g, const void* x, const void* w, int w_dtype, void* dx,
+                          int dx_dtype, float* dw, float* db, int64_t rows, int64_t K, int64_t N, float* scratch) {
+  if (dx != nullptr)  // dx [rows, K] = g [rows, N] W [N, K]
+    gemm_bf16_typed(on.device, rows, K, N, g, kBFloat16, N, 1, w, w_dtype, K, 1, dx, dx_dtype, K, nullptr);
+  if (dw != nullptr)  // dW [N, K] = g^T [N, rows] x [rows, K]
+    gemm_bf16_typed(on.device, N, K, rows, g, kBFloat16, 1, N, x, on.dtype, K, 1, dw, kFloat32, K, nullptr);
+  if (db == nullptr) return;
+  // db = sum(g.to(float32), {0}) as the ops would run it: g widened into scratch (one copy), then summed
+  // over rows by the reduction kernel (in double, a fixed order), its own scratch after the widened g.
+  Shape8 shape;
+  shape.ndim = 2;
+  shape.size[0] = rows, shape.size[1] = N;
+  Operand to, from;
+  to.data = scratch, from.data = const_cast<void*>(g);
+  to.dtype = kFloat32, from.dtype = kBFloat16;
+  to.stride[0] = from.stride[0] = rows == 1 ? 0 : N;
+  to.stride[1] = from.stride[1] = N == 1 ? 0 : 1;
+  copy(on.device, shape, to, from);
+  const ColumnSums l = column_sums_layout(rows, N);
+  reduce(On{on.device, kFloat32}, ReduceKind::Sum, scratch, db, l.outer, l.R, l.inner, scratch + rows * N);
 }
 
 }  // namespace ember::cuda

@@ -208,7 +208,7 @@ TEST_CASE("mixed precision linear (CPU): y bfloat16, rounded once; dx, dW within
 }
 
 TEST_CASE("mixed precision linear (CPU): db sums a bfloat16 g by blocks of 256 rows, in order: the same bits on 1 and 2 threads") {
-  // db's documented order (core/ops/linear.cpp column_sums): each block of 256 rows summed row by row in float,
+  // db's documented order (core/cpu/products.cpp column_sums): each block of 256 rows summed row by row in float,
   // then the blocks in order. 600 rows (three blocks, the last short) and 37 columns (16 at a time, then a tail).
   Generator gen(13);
   const int64_t rows = 600, K = 8, N = 37;

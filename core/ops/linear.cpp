@@ -1,6 +1,7 @@
 // The affine map of a Linear layer as one op: y = x W^T + b, for x [..., K], W [N, K], b [N].
-// It is matmul(x, W^T) + b, fused: the GEMM adds the bias to each tile of y while the tile is in
-// cache (core/cpu/gemm.h), so there is no separate pass over y and no temporary.
+// It is matmul(x, W^T) + b, fused: the kernels kernel::linear_forward / linear_backward (core/kernels.h;
+// CPU: core/cpu/products.cpp, GPU: cuda/blas.cu). The CPU's GEMM adds the bias to each tile of y while
+// the tile is in cache, so there is no separate pass over y and no temporary.
 // Backward (x seen as [rows, K], g as [rows, N]):
 //   dx = g W      dW = g^T x      db = sum over rows of g
 // W^T and g^T are strided views read in place by the GEMM; db uses the deterministic row sum.
@@ -8,92 +9,53 @@
 // and dW of shape [N, 0]; no rows give an empty y and dW = 0, db = 0.
 // Mixed precision (core/precision.h): in a bfloat16 scope, or for a bfloat16 input, the input and the
 // weight are rounded to bfloat16, the products summed in float32 and y is bfloat16, as torch.autocast's
-// linear: linear_bf16 below (cpu::gemm_bf16 on the CPU, cuBLAS on a GPU).
-#include <algorithm>
-#include <cstddef>
+// linear: linear_bf16 below (kernel::linear_forward_bf16 / linear_backward_bf16).
 #include <cstdint>
-#include <vector>
 
-#include "core/cpu/gemm.h"
 #include "core/ops/op_support.h"
-#include "core/parallel.h"
 #include "core/precision.h"
 
 namespace ember {
 namespace {
 
-// db for a bfloat16 g [rows, N]: its column sums in float32 (the bias's dtype). Blocks of 256 rows
-// are summed on any thread, then the blocks in order: the same result for any number of threads.
-Tensor column_sums(const Tensor& g, int64_t rows, int64_t N) {
-  constexpr int64_t kBlock = 256;
-  const int64_t blocks = (rows + kBlock - 1) / kBlock;
-  std::vector<float> partial(size_t(blocks * N), 0.0f);
-  const BFloat16* data = g.data<BFloat16>();
-  parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
-    for (int64_t b = first; b < last; ++b) {
-      float* sums = partial.data() + b * N;
-      for (int64_t r = b * kBlock; r < std::min(rows, (b + 1) * kBlock); ++r)
-        for (int64_t n = 0; n < N; ++n) sums[n] += float(data[r * N + n]);
-    }
-  });
-  Tensor db = zeros({N}, Dtype::Float32);
-  float* out = db.data<float>();
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t n = 0; n < N; ++n) out[n] += partial[size_t(b * N + n)];
-  return db;
-}
-
 // The mixed-precision linear: x (float32 or bfloat16) and the float32 W rounded to bfloat16, y = x W^T + b
 // summed in float32 and stored as bfloat16. Backward: dx = g W in x's dtype, dW = g^T x and db in float32
-// (the master weights' dtype), every product from bfloat16 operands. The CPU keeps bfloat16 copies of x and
-// W for backward (half the bytes of float32 ones; its GEMM reads them in place); a GPU keeps them as they
-// are, since its product (cuBLAS, gpu::linear_forward_bf16) copies each operand into a compact bfloat16
-// block anyway.
+// (the master weights' dtype), every product from bfloat16 operands. A device whose kernel wants them
+// (kernel::linear_bf16_rounds_first: the CPU) gets x and W rounded to bfloat16 first, and the backward keeps
+// those (half the bytes of float32 ones); any other gets and keeps them as they are.
 Tensor linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows, int64_t K, int64_t N) {
   const Dtype bf16 = Dtype::BFloat16;
-  const bool on_gpu = x.device().is_cuda();
   Tensor xk = x.detach().contiguous(), wk = weight.detach().contiguous();
-  if (!on_gpu) xk = xk.to(bf16), wk = wk.to(bf16);
+  if (kernel::linear_bf16_rounds_first(kernel_on(x))) xk = xk.to(bf16), wk = wk.to(bf16);
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Shape out_shape = x.shape();
   out_shape.back() = N;
+  const On on = kernel_on(xk);  // x's device, and the dtype of x as the kernels get it
+  const int w_dtype = int(wk.dtype());
   Tensor y = Tensor::empty(out_shape, bf16, x.device());
-  if (y.numel() > 0 && on_gpu)
-    gpu::linear_forward_bf16(xk, wk, b, y, rows, K, N);
-  else if (y.numel() > 0)
-    cpu::gemm_bf16(rows, N, K, 1.0f, xk.data<BFloat16>(), K, 1, wk.data<BFloat16>(), 1, K, y.data<BFloat16>(), N,
-                   b.defined() ? b.data<float>() : nullptr);
+  if (y.numel() > 0)
+    kernel::linear_forward_bf16(on, xk.raw_data(), wk.raw_data(), w_dtype, b.defined() ? b.data<float>() : nullptr,
+                                y.raw_data(), rows, K, N);
   const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad();
   const bool need_db = bias.defined() && bias.requires_grad();
   record("linear", y, {x, weight, bias},
-         [saved_x = need_dw ? save(xk) : SavedTensor(), saved_w = need_dx ? save(wk) : SavedTensor(), rows, K, N,
-          need_dx, need_dw, need_db, on_gpu, x_dtype = x.dtype(), x_shape = x.shape()](const Tensor& g) -> Grads {
+         [on, w_dtype, saved_x = need_dw ? save(xk) : SavedTensor(), saved_w = need_dx ? save(wk) : SavedTensor(), rows,
+          K, N, need_dx, need_dw, need_db, x_dtype = x.dtype(), x_shape = x.shape()](const Tensor& g) -> Grads {
            const Tensor &xk = saved_x.get(), &wk = saved_w.get();
            Tensor g16 = g.contiguous().to(Dtype::BFloat16).view({rows, N});
-           Tensor dx = need_dx ? Tensor::empty(x_shape, x_dtype, g16.device()) : Tensor();
-           Tensor dw = need_dw ? Tensor::empty({N, K}, Dtype::Float32, g16.device()) : Tensor();
-           if (on_gpu) {
-             gpu::linear_backward_bf16(g16, xk, wk, need_dx ? &dx : nullptr, need_dw ? &dw : nullptr, rows, K, N);
-             return {dx, dw, need_db ? sum(g16.to(Dtype::Float32), {0}) : Tensor()};  // float32 column sums
-           }
-           const BFloat16* gd = g16.data<BFloat16>();
-           if (need_dx && x_dtype == Dtype::BFloat16)
-             cpu::gemm_bf16(rows, K, N, 1.0f, gd, N, 1, wk.data<BFloat16>(), K, 1, dx.data<BFloat16>(), K);
-           else if (need_dx)
-             cpu::gemm_bf16(rows, K, N, 1.0f, gd, N, 1, wk.data<BFloat16>(), K, 1, 0.0f, dx.data<float>(), K);
-           if (need_dw)  // g^T: element (n, r) of g^T is g[r, n]
-             cpu::gemm_bf16(N, K, rows, 1.0f, gd, 1, N, xk.data<BFloat16>(), K, 1, 0.0f, dw.data<float>(), K);
-           return {dx, dw, need_db ? column_sums(g16, rows, N) : Tensor()};
+           const Device device = g16.device();
+           Tensor dx = need_dx ? Tensor::empty(x_shape, x_dtype, device) : Tensor();
+           Tensor dw = need_dw ? Tensor::empty({N, K}, Dtype::Float32, device) : Tensor();
+           Tensor db = need_db ? Tensor::empty({N}, Dtype::Float32, device) : Tensor();
+           Tensor scratch =
+               need_db ? Tensor::empty({kernel::linear_bf16_scratch(on, rows, N)}, Dtype::Float32, device) : Tensor();
+           kernel::linear_backward_bf16(on, g16.raw_data(), data_or_null(xk), data_or_null(wk), w_dtype,
+                                        data_or_null(dx), int(x_dtype), need_dw ? dw.data<float>() : nullptr,
+                                        need_db ? db.data<float>() : nullptr, rows, K, N,
+                                        need_db ? scratch.data<float>() : nullptr);
+           return {dx, dw, db};
          });
   return y;
-}
-
-template <typename T>
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, int64_t rows, int64_t K,
-                    int64_t N) {
-  // W^T(k, n) = W[n, k]: the weight read with swapped strides.
-  cpu::gemm(rows, N, K, T(1), x.data<T>(), K, 1, w.data<T>(), 1, K, T(0), y.data<T>(), N,
-            b.defined() ? b.data<T>() : nullptr);
 }
 
 }  // namespace
@@ -133,12 +95,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = N;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
-  if (y.numel() > 0 && x.device().is_cuda())
-    gpu::linear_forward(x2, w, b, y, rows, K, N);  // cuBLAS; the bias is copied into y first
-  else if (y.numel() > 0)
-    dispatch_floating(x.dtype(), "linear", [&](auto tag) {
-      linear_forward<typename decltype(tag)::type>(x2, w, b, y, rows, K, N);
-    });
+  if (y.numel() > 0)
+    kernel::linear_forward(kernel_on(x), x2.raw_data(), w.raw_data(), data_or_null(b), y.raw_data(), rows, K, N);
 
   const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad();
   const bool need_db = bias.defined() && bias.requires_grad();
@@ -148,27 +106,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           need_dw, need_db, x_shape = x.shape()](const Tensor& g) -> Grads {
            const Tensor &x2 = saved_x.get(), &w = saved_w.get();
            Tensor g2 = g.contiguous().view({rows, N});
-           Tensor dx, dw, db;
-           if (g2.device().is_cuda()) {
-             if (need_dx) dx = Tensor::empty(x_shape, g2.dtype(), g2.device());
-             if (need_dw) dw = Tensor::empty({N, K}, g2.dtype(), g2.device());
-             gpu::linear_backward(g2, x2, w, need_dx ? &dx : nullptr, need_dw ? &dw : nullptr, rows, K, N);
-             if (need_db) db = sum(g2, {0});
-             return {dx, dw, db};
-           }
-           dispatch_floating(g2.dtype(), "linear", [&](auto tag) {
-             using T = typename decltype(tag)::type;
-             if (need_dx) {
-               dx = Tensor::empty(x_shape, g2.dtype());
-               cpu::gemm(rows, K, N, T(1), g2.data<T>(), N, 1, w.data<T>(), K, 1, T(0), dx.data<T>(), K);
-             }
-             if (need_dw) {  // g^T: element (n, r) of g^T is g[r, n]
-               dw = Tensor::empty({N, K}, g2.dtype());
-               cpu::gemm(N, K, rows, T(1), g2.data<T>(), 1, N, x2.data<T>(), K, 1, T(0), dw.data<T>(), K);
-             }
-           });
-           if (need_db) db = sum(g2, {0});
-           return {dx, dw, db};
+           Tensor dx = need_dx ? Tensor::empty(x_shape, g2.dtype(), g2.device()) : Tensor();
+           Tensor dw = need_dw ? Tensor::empty({N, K}, g2.dtype(), g2.device()) : Tensor();
+           kernel::linear_backward(kernel_on(g2), g2.raw_data(), data_or_null(x2), data_or_null(w), data_or_null(dx),
+                                   data_or_null(dw), rows, K, N);
+           return {dx, dw, need_db ? sum(g2, {0}) : Tensor()};
          });
   return y;
 }

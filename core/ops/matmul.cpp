@@ -1,20 +1,19 @@
 // Matrix products. matmul reduces every case (2-D, batched with broadcast batch dims, 1-D
-// operands like NumPy) to calls of the strided GEMM in core/cpu/gemm.h: operands are passed
+// operands like NumPy) to calls of the strided batched kernel::matmul (core/kernels.h; CPU:
+// core/cpu/products.cpp on core/cpu/gemm.h's GEMM, GPU: cuda/blas.cu on cuBLAS): operands are passed
 // with their own strides (a transpose is free), batch dims are walked by stride, and a batch
 // multiplied by one shared matrix is folded into a single tall GEMM.
 //
 // Backward of C = A @ B: dA = dC @ B^T, dB = A^T @ dC (B^T, A^T are views), summed over the
 // batch dims the operand was broadcast along.
 // Mixed precision (core/precision.h): in a bfloat16 scope float32 operands are multiplied as
-// bfloat16 (cpu::gemm_bf16, cuda::gemm_bf16), forward and backward; bfloat16 tensors go that way too.
+// bfloat16 (kernel::matmul's bf16: cpu::gemm_bf16, cuda::gemm_bf16), forward and backward; bfloat16 tensors
+// go that way too.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
-#include "core/cpu/elementwise.h"
-#include "core/cpu/gemm.h"
 #include "core/ops/op_support.h"
 #include "core/precision.h"
 
@@ -36,36 +35,28 @@ MatrixLayout matrix_layout(const Tensor& x) {
   return m;
 }
 
-// True when neither of the last two dims has unit stride (say, every other column of a matrix):
-// the GEMM would still be correct, but packing such an operand gathers element by element.
-bool needs_copy(const Tensor& x) {
-  if (x.device().is_cuda()) return !gpu::gemm_readable(x);  // cuBLAS also needs a valid leading dim
-  MatrixLayout m = matrix_layout(x);
-  return m.rs != 1 && m.cs != 1;
+// True when the device's GEMM (kernel::matmul_reads) should not read x's last two dims in place: cuBLAS
+// needs unit stride along one and a valid leading dim along the other; the CPU's reads any strides, but
+// packing an operand with no unit stride (say, every other column of a matrix) gathers element by element.
+bool needs_copy(const Tensor& x, const MatmulReads& reads) {
+  const MatrixLayout m = matrix_layout(x);
+  if (!reads.leading_dim) return m.rs != 1 && m.cs != 1;
+  return !((m.cs == 1 && m.rs >= std::max<int64_t>(m.cols, 1)) || (m.rs == 1 && m.cs >= std::max<int64_t>(m.rows, 1)));
 }
 
-// One GEMM (or a strided batch of them) on the operands' device: the CPU kernels of
-// core/cpu/gemm.h, or cuBLAS (core/gpu.h) for a CUDA tensor (device >= 0).
+// One GEMM, or a strided batch of them, on the operands' device (kernel::matmul).
 // bf16: float operands multiplied as bfloat16 (mixed precision).
 template <typename T>
-void gemm_batched_on(int device, bool bf16, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_bs,
+void gemm_batched_on(const On& on, bool bf16, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_bs,
                      int64_t a_rs, int64_t a_cs, const T* B, int64_t b_bs, int64_t b_rs, int64_t b_cs, T* C,
                      int64_t c_bs, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (bf16 && device >= 0)
-      return gpu::gemm_bf16(device, batch, M, N, K, A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, 0.0f, C, c_bs, ldc);
-    if (bf16 && batch == 1) return cpu::gemm_bf16(M, N, K, 1.0f, A, a_rs, a_cs, B, b_rs, b_cs, 0.0f, C, ldc);
-    if (bf16)
-      return cpu::gemm_bf16_batched(batch, M, N, K, 1.0f, A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, 0.0f, C, c_bs, ldc);
-  }
-  if (device >= 0) gpu::gemm<T>(device, batch, M, N, K, A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, T(0), C, c_bs, ldc);
-  else if (batch == 1) cpu::gemm(M, N, K, T(1), A, a_rs, a_cs, B, b_rs, b_cs, T(0), C, ldc);
-  else cpu::gemm_batched(batch, M, N, K, T(1), A, a_bs, a_rs, a_cs, B, b_bs, b_rs, b_cs, T(0), C, c_bs, ldc);
+  kernel::matmul(on, bf16, batch, M, N, K, static_cast<const void*>(A), a_bs, a_rs, a_cs, static_cast<const void*>(B),
+                 b_bs, b_rs, b_cs, static_cast<void*>(C), c_bs, ldc);
 }
 template <typename T>
-void gemm_on(int device, bool bf16, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs,
+void gemm_on(const On& on, bool bf16, int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs,
              const T* B, int64_t b_rs, int64_t b_cs, T* C, int64_t ldc) {
-  gemm_batched_on(device, bf16, 1, M, N, K, A, 0, a_rs, a_cs, B, 0, b_rs, b_cs, C, 0, ldc);
+  gemm_batched_on(on, bf16, 1, M, N, K, A, 0, a_rs, a_cs, B, 0, b_rs, b_cs, C, 0, ldc);
 }
 
 // One batch dim after merging: its size and each operand's element stride along it (0 = broadcast).
@@ -111,16 +102,17 @@ void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool bf16)
   const T* A = a.data<T>();
   const T* B = b.data<T>();
   T* C = c.data<T>();
-  const int device = c.device().is_cuda() ? c.device().index : -1;
+  const On on = kernel_on(c);
   if (dims.empty()) {
-    gemm_on(device, bf16, M, N, K, A, la.rs, la.cs, B, lb.rs, lb.cs, C, N);
+    gemm_on(on, bf16, M, N, K, A, la.rs, la.cs, B, lb.rs, lb.cs, C, N);
     return;
   }
   // One shared B and A's batch laid out like extra rows: a single [batch*M, K] @ [K, N] product.
-  // (On a GPU only for a row-major A: cuBLAS needs one leading dimension for the tall matrix.)
-  if (dims.size() == 1 && dims[0].b == 0 && (M == 1 || dims[0].a == M * la.rs) && (device < 0 || la.cs == 1)) {
+  // (With a leading dim (cuBLAS) only for a row-major A: one leading dimension for the tall matrix.)
+  if (dims.size() == 1 && dims[0].b == 0 && (M == 1 || dims[0].a == M * la.rs) &&
+      (!kernel::matmul_reads(on).leading_dim || la.cs == 1)) {
     int64_t a_rs = M == 1 ? dims[0].a : la.rs;
-    gemm_on(device, bf16, dims[0].size * M, N, K, A, a_rs, la.cs, B, lb.rs, lb.cs, C, N);
+    gemm_on(on, bf16, dims[0].size * M, N, K, A, a_rs, la.cs, B, lb.rs, lb.cs, C, N);
     return;
   }
   // The innermost batch dim goes to gemm_batched; outer ones are walked like an odometer.
@@ -131,7 +123,7 @@ void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool bf16)
   std::vector<int64_t> index(dims.size(), 0);
   int64_t a_off = 0, b_off = 0, c_off = 0;
   for (int64_t o = 0; o < outer_count; ++o) {
-    gemm_batched_on(device, bf16, inner.size, M, N, K, A + a_off, inner.a, la.rs, la.cs, B + b_off, inner.b, lb.rs, lb.cs,
+    gemm_batched_on(on, bf16, inner.size, M, N, K, A + a_off, inner.a, la.rs, la.cs, B + b_off, inner.b, lb.rs, lb.cs,
                     C + c_off, inner.c, N);
     for (size_t d = dims.size(); d-- > 0;) {
       a_off += dims[d].a;
@@ -190,13 +182,14 @@ Tensor matmul_nd(const Tensor& a_in, const Tensor& b_in) {
   Tensor out = Tensor::empty(out_shape, a_in.dtype(), a_in.device());
   const bool bf16 = product_precision() == Precision::BFloat16 && a_in.dtype() == Dtype::Float32;
   {
-    // Only an operand with no unit stride in its matrix dims is copied (never a plain transpose).
-    Tensor a = needs_copy(a_in) ? a_in.detach().contiguous() : a_in;
-    Tensor b = needs_copy(b_in) ? b_in.detach().contiguous() : b_in;
-    // On a GPU each cuBLAS call costs the host microseconds: batch dims that do not merge into one
+    // Only an operand the device's GEMM cannot read well in place is copied (never a plain transpose).
+    const MatmulReads reads = kernel::matmul_reads(kernel_on(out));
+    Tensor a = needs_copy(a_in, reads) ? a_in.detach().contiguous() : a_in;
+    Tensor b = needs_copy(b_in, reads) ? b_in.detach().contiguous() : b_in;
+    // Where each call costs the host microseconds (cuBLAS), batch dims that do not merge into one
     // strided batch (the heads of a [B, T, H, Dh] view, say) would take one call per outer index,
     // so the operands are copied contiguous instead and one batched call does the whole product.
-    if (out.device().is_cuda() && out.numel() > 0 && batch_dims(a, b, out).size() > 1) {
+    if (reads.one_call && out.numel() > 0 && batch_dims(a, b, out).size() > 1) {
       a = a.detach().contiguous();
       b = b.detach().contiguous();
     }
