@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/attention_band.h"
 #include "core/cuda_ops.h"
 #include "core/tensor.h"
 
@@ -62,15 +61,6 @@ void linear_forward_bf16(const Tensor& x, const Tensor& w, const Tensor& b, cons
                          int64_t N);
 void linear_backward_bf16(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor* dw,
                           int64_t rows, int64_t K, int64_t N);
-
-// ---- Fused attention (cuda/attention_kernels.cu): qkv contiguous [B, T, 3 D], mask contiguous bool [B, T]
-// or undefined, band: none or sliding-window attention's (window >= 0, `global` leading tokens; tiles outside
-// it skipped). `lse` receives the per-row log-sum-exp the backward needs. bf16 (float32 qkv), or a bfloat16
-// qkv: the products' operands in bfloat16, the softmax in float32 (cuda::attention_forward_bf16).
-Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, AttentionBand band,
-                         Tensor& lse, Tensor* weights, bool bf16 = false);
-Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                          int64_t heads, const Tensor& mask, bool causal, AttentionBand band, bool bf16 = false);
 
 // ---- Optimisers: one fused launch over all the parameters (core/update_rules.h per element), all
 // on one GPU, of one dtype, contiguous (core/ops/optimizer_steps.cpp checks them).
