@@ -2,10 +2,11 @@
 // backward without ever writing the [B, H, T, T] scores or probabilities to GPU memory.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 //
-// Layout (core/kernels.h, as the CPU's core/cpu/attention.cpp): qkv [B, T, 3 D] (row t: q, then k, then v, each H heads of Dh
-// columns side by side), out [B, T, D], key_padding_mask bool [B, T] (true = padding), causal
-// hides key j > query i. lse and delta are float64 [B, H, T]. Head h of q is the [T, Dh] block at
-// column h * Dh with row stride 3 D: the kernels read it in place, no permute or copy.
+// Layout (core/kernels.h; the CPU's kernels, core/cpu/attention.cpp, use the same): qkv [B, T, 3 D]
+// (row t: q, then k, then v, each H heads of Dh columns side by side), out [B, T, D], key_padding_mask
+// bool [B, T] (true = padding), causal hides key j > query i. lse and delta are float64 [B, H, T].
+// Head h of q is the [T, Dh] block at column h * Dh with row stride 3 D: the kernels read it in place,
+// no permute or copy.
 //
 // What it saves. The composed version (attention_reference: cuBLAS GEMMs + masked_fill + softmax)
 // writes the scores, the masked scores and the probabilities, each [B, H, T, T] (32 MiB apiece in
@@ -44,7 +45,7 @@
 // of computing S and dP twice (once per kernel).
 //
 // Precision: float32 computes and accumulates in float (like cuBLAS's float32 GEMMs), float64 in
-// double. Mixed precision (attention_forward_bf16 / attention_backward_bf16): the operands of every
+// double. Mixed precision (bf16 or a bfloat16 qkv: forward_bf16 / backward_bf16): the operands of every
 // product (Q, K, V, dO as they are staged, P and dS as they are written to shared memory) are rounded to
 // bfloat16, the products summed in float; the scores, the online softmax, lse and D = dO . O stay float32
 // (D from the unrounded dO), as a bf16 tensor-core kernel computes. Its tensors (qkv, O, dO, dqkv) are
@@ -570,7 +571,7 @@ __global__ void flash_backward_dkv_kernel(const S* qkv, const bool* pad, Dims d,
   }
 }
 
-// ---- Tensor cores for mixed precision (attention_forward_bf16 / attention_backward_bf16, on a GPU of
+// ---- Tensor cores for mixed precision (forward_bf16 / backward_bf16, on a GPU of
 // compute capability 8.0 or more, unless EMBER_ATTENTION_TENSOR_CORES=off). The same algorithm and the
 // same roundings as the kernels above with d.bf16 (Q, K, V, dO rounded to bfloat16 as they are staged,
 // P and dS as they are written; the scores, the online softmax, lse and D in float32), but every product

@@ -46,7 +46,8 @@ Kept cpu_attention(const Tensor& qkv, int64_t H, const Tensor& mask, bool causal
 }
 
 // The probabilities again from the kept stats (kernel::attention_probs), shaped as cpu_attention keeps them.
-Tensor cpu_attention_probs(const Tensor& qkv, int64_t H, const Tensor& mask, bool causal, const Tensor& stats, bool bf16) {
+Tensor cpu_attention_probs(const Tensor& qkv, int64_t H, const Tensor& mask, bool causal, const Tensor& stats,
+                          bool bf16) {
   const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3;
   const On on{-1, int(qkv.dtype())};
   const AttentionPlan plan = kernel::attention_plan(on, B, T, H, D, -1, bf16);

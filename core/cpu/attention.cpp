@@ -125,7 +125,7 @@ void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
 // side, element (i, j) at ((i / 2) T + j) 2 + i % 2 (a zero row after an odd T's last), the layout
 // cpu::gemm_bf16_pair_major reads, so that dV = P^T dO reads P in place: packing P^T (pairs of its columns
 // interleaved) was most of the bfloat16 backward's packing. dS^T for dK = dS^T Q is written the same way.
-// The kept tensor is [B, H, ceil(T / 2), T, 2]; attention_probs_rows gives the rows back.
+// The kept tensor is [B, H, ceil(T / 2), T, 2]; the op (core/ops/attention.cpp, probs_rows) gives the rows back.
 int64_t pair_rows(int64_t T) { return (T + 1) / 2 * 2; }
 
 // A head's row-major [T, T] block (rows T apart) into its pair-major block (a checkpoint's recompute).

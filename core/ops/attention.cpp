@@ -172,17 +172,15 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
   // come back in one pass over the scores.
   Tensor out, stats, probs;
   bool taken = false;
-  KeptResults r = kept_or_computed(name, {B, T, D}, qkv.dtype(), weights == nullptr,
-                                   [&] {
-                                     out = Tensor::empty({B, T, D}, qkv.dtype(), qkv.device());
-                                     if (!plan.saves_probs || keeping_results())
-                                       stats = Tensor::empty(stats_shape, Dtype(plan.stats_dtype), qkv.device());
-                                     if (keep_probs) probs = Tensor::empty(probs_shape, Dtype(plan.probs_dtype), qkv.device());
-                                     kernel::attention_forward(kernel_on(qkv), qkv.raw_data(), padding, B, T, heads, D,
-                                                               causal, band.window, band.global, bf16, out.raw_data(),
-                                                               data_or_null(stats), data_or_null(probs));
-                                     return KeptResults{out, stats};
-                                   }, &taken);
+  KeptResults r = kept_or_computed(name, {B, T, D}, qkv.dtype(), weights == nullptr, [&] {
+    out = Tensor::empty({B, T, D}, qkv.dtype(), qkv.device());
+    if (!plan.saves_probs || keeping_results())  // the plan's stats; the CPU's full attention: only to keep
+      stats = Tensor::empty(stats_shape, Dtype(plan.stats_dtype), qkv.device());
+    if (keep_probs) probs = Tensor::empty(probs_shape, Dtype(plan.probs_dtype), qkv.device());
+    kernel::attention_forward(kernel_on(qkv), qkv.raw_data(), padding, B, T, heads, D, causal, band.window, band.global,
+                              bf16, out.raw_data(), data_or_null(stats), data_or_null(probs));
+    return KeptResults{out, stats};
+  }, &taken);
   if (taken) {
     out = r[0];
     stats = r[1];
@@ -199,7 +197,8 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
     }
   }
   // The weights: qkv's dtype, float32 for bfloat16 (in bfloat16 on the CPU: the kept probabilities, rounded).
-  if (weights != nullptr) *weights = probs_rows(probs).to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
+  if (weights != nullptr)
+    *weights = probs_rows(probs).to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
   // One backward for every device and band: the device's kernel.
   // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.
   const Tensor none;
