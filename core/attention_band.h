@@ -3,7 +3,7 @@
 // j < global (the first `global` tokens attend to, and are attended by, every token). The default,
 // window < 0, is no band: full attention. Padding and causal masks combine with it (core/ops.h).
 // As PyTorch's scaled_dot_product_attention takes its attn_mask, attention() takes this; the CPU kernels
-// (core/cpu/attention.h) and the GPU's (cuda/attention_kernels.cu, attn::outside_window) read the same rule.
+// (core/cpu/attention.cpp) and the GPU's (cuda/attention_kernels.cu, attn::outside_window) read the same rule.
 #pragma once
 #include <cstdint>
 

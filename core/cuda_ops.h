@@ -116,42 +116,19 @@ EMBER_CUDA_DEFAULT(bool, cudnn_available, (), { return false; })  // built with 
 EMBER_CUDA_DEFAULT(void, set_softmax_cudnn, (bool on), { if (on) no_cuda_backend("set_softmax_cudnn"); })
 EMBER_CUDA_DEFAULT(bool, softmax_cudnn, (), { return false; })
 
-// ---- Fused attention (cuda/attention_kernels.cu: tiled, FlashAttention-2 style), the layout of
-// core/cpu/attention.h: qkv contiguous [B, T, 3 D], key_padding_mask bool [B, T] or null, out [B, T, D];
-// lse and delta are float64 [B, H, T] scratch saved between forward and backward; probs [B, H, T, T]
-// or null (only when asked for). Any T; head size D / heads up to attention_max_head_dim() (a larger
-// one raises). Used by core/ops/attention.cpp on a GPU when attention_fused() is on (the default;
-// set_attention_fused(false) or EMBER_ATTENTION=composed turn it off, and the composed attention_reference runs).
+// ---- Fused attention's settings (cuda/attention_kernels.cu: tiled, FlashAttention-2 style; its kernels are in
+// core/kernels.h). Any T; head size D / heads up to attention_max_head_dim(). core/ops/attention.cpp runs them
+// on a GPU when attention_fused() is on (the default; set_attention_fused(false) or EMBER_ATTENTION=composed
+// turn it off, and the composed attention_reference runs): kernel::attention_plan says which.
 EMBER_CUDA_DEFAULT(void, set_attention_fused, (bool on), {})
 EMBER_CUDA_DEFAULT(bool, attention_fused, (), { return false; })
-// Whether the fused kernels' bfloat16 path (attention_forward_bf16 / attention_backward_bf16) runs its
-// products on the tensor cores (WMMA, on a GPU of compute capability 8.0 or more): on unless
-// EMBER_ATTENTION_TENSOR_CORES=off (or 0), or set_attention_tensor_cores(false); off, the CUDA-core kernels.
+// Whether the fused kernels' mixed-precision path (bf16, or a bfloat16 qkv) runs its products on the tensor
+// cores (WMMA, on a GPU of compute capability 8.0 or more): on unless EMBER_ATTENTION_TENSOR_CORES=off (or 0),
+// or set_attention_tensor_cores(false); off, the CUDA-core kernels.
 EMBER_CUDA_DEFAULT(void, set_attention_tensor_cores, (bool on), {})
 EMBER_CUDA_DEFAULT(bool, attention_tensor_cores, (), { return false; })
 // The largest head size the fused kernels take (128; 0 without CUDA).
 EMBER_CUDA_DEFAULT(int64_t, attention_max_head_dim, (), { return 0; })
-// window, global: sliding-window attention's band (core/attention_band.h): key j hidden from query i when both
-// are past the first `global` tokens and more than `window` apart; tiles outside it skipped. window < 0: none.
-EMBER_CUDA_ENTRY(void, attention_forward, (int device, bool float64, const void* qkv, const bool* key_padding_mask,
-                                           int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
-                                           int64_t window, int64_t global, void* out, double* lse, void* probs))
-// grad_qkv [B, T, 3 D] is written whole (dq and delta by one kernel, then dk and dv by another).
-EMBER_CUDA_ENTRY(void, attention_backward, (int device, bool float64, const void* qkv, const bool* key_padding_mask,
-                                            int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
-                                            int64_t window, int64_t global, const void* out, const void* grad_out,
-                                            const double* lse, double* delta, void* grad_qkv))
-// The same in mixed precision (core/precision.h): the operands of the products rounded to bfloat16, the
-// softmax, lse and delta in float32. qkv, out, grad_out and grad_qkv of `dtype`: kFloat32, or kBFloat16
-// (read exactly, each result rounded once as it is stored); probs float32. With or without a band.
-EMBER_CUDA_ENTRY(void, attention_forward_bf16, (int device, int dtype, const void* qkv, const bool* key_padding_mask,
-                                                int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
-                                                int64_t window, int64_t global, void* out, double* lse, float* probs))
-EMBER_CUDA_ENTRY(void, attention_backward_bf16, (int device, int dtype, const void* qkv,
-                                                 const bool* key_padding_mask, int64_t B, int64_t T, int64_t heads,
-                                                 int64_t D, bool causal, int64_t window, int64_t global,
-                                                 const void* out, const void* grad_out, const double* lse,
-                                                 double* delta, void* grad_qkv))
 
 // ---- GEMM through cuBLAS (cuda/blas.cu), row-major like the CPU's cpu::gemm:
 // C[b] (M x N, row stride ldc) = A[b] (M x K) @ B[b] (K x N) + beta * C[b] for b < batch, where

@@ -78,50 +78,6 @@ Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape&
   return out;
 }
 
-Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, AttentionBand band,
-                         Tensor& lse, Tensor* weights, bool bf16) {
-  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
-  const char* op = band.on() ? "window_attention" : "attention";
-  EMBER_CHECK(D % heads == 0 && D / heads <= cuda::attention_max_head_dim(),
-              "{}: head size {} exceeds the fused CUDA kernels' {} (use EMBER_ATTENTION=composed)", op,
-              heads > 0 ? D / heads : 0, cuda::attention_max_head_dim());
-  Tensor out = Tensor::empty({B, T, D}, qkv.dtype(), qkv.device());
-  lse = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
-  Tensor probs;
-  const bool bf16_tensors = qkv.dtype() == Dtype::BFloat16;  // the weights asked for are float32 then
-  if (weights != nullptr)
-    probs = Tensor::empty({B, heads, T, T}, bf16_tensors ? Dtype::Float32 : qkv.dtype(), qkv.device());
-  const bool* pad = mask.defined() ? mask.data<bool>() : nullptr;
-  if (bf16_tensors || (bf16 && qkv.dtype() == Dtype::Float32))
-    cuda::attention_forward_bf16(device_of(qkv), scalar_type(qkv.dtype(), op), qkv.raw_data(), pad, B, T, heads, D,
-                                 causal, band.window, band.global, out.raw_data(), lse.data<double>(),
-                                 probs.defined() ? probs.data<float>() : nullptr);
-  else
-    cuda::attention_forward(device_of(qkv), is_f64(qkv), qkv.raw_data(), pad, B, T, heads, D, causal, band.window,
-                            band.global, out.raw_data(), lse.data<double>(),
-                            probs.defined() ? probs.raw_data() : nullptr);
-  if (weights != nullptr) *weights = probs;
-  return out;
-}
-
-Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                          int64_t heads, const Tensor& mask, bool causal, AttentionBand band, bool bf16) {
-  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], D = qkv.shape()[2] / 3;
-  const char* op = band.on() ? "window_attention" : "attention";
-  Tensor g = grad_out.contiguous();
-  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
-  Tensor delta = Tensor::empty({B, heads, T}, Dtype::Float64, qkv.device());
-  const bool* pad = mask.defined() ? mask.data<bool>() : nullptr;
-  if (qkv.dtype() == Dtype::BFloat16 || (bf16 && qkv.dtype() == Dtype::Float32))
-    cuda::attention_backward_bf16(device_of(qkv), scalar_type(qkv.dtype(), op), qkv.raw_data(), pad, B, T, heads, D, causal, band.window, band.global, out.raw_data(),
-                                  g.raw_data(), lse.data<double>(), delta.data<double>(), dqkv.raw_data());
-  else
-    cuda::attention_backward(device_of(qkv), is_f64(qkv), qkv.raw_data(), pad, B, T, heads, D, causal, band.window,
-                             band.global, out.raw_data(), g.raw_data(), lse.data<double>(), delta.data<double>(),
-                             dqkv.raw_data());
-  return dqkv;
-}
-
 void synchronize(Device device) {
   if (device.is_cuda()) cuda::synchronize(device.index);
 }

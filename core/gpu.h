@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/attention_band.h"
 #include "core/cuda_ops.h"
 #include "core/tensor.h"
 
@@ -27,15 +26,6 @@ void fill(const Tensor& dst, double value);
 void add_into(const Tensor& dst, const Tensor& src, double alpha);  // dst += alpha * src
 void scale(const Tensor& dst, double value);                         // dst *= value
 Tensor select(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape);  // cond ? a : b
-
-// ---- Fused attention (cuda/attention_kernels.cu): qkv contiguous [B, T, 3 D], mask contiguous bool [B, T]
-// or undefined, band: none or sliding-window attention's (window >= 0, `global` leading tokens; tiles outside
-// it skipped). `lse` receives the per-row log-sum-exp the backward needs. bf16 (float32 qkv), or a bfloat16
-// qkv: the products' operands in bfloat16, the softmax in float32 (cuda::attention_forward_bf16).
-Tensor attention_forward(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal, AttentionBand band,
-                         Tensor& lse, Tensor* weights, bool bf16 = false);
-Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                          int64_t heads, const Tensor& mask, bool causal, AttentionBand band, bool bf16 = false);
 
 // Waits for the device's queued work (for timing).
 void synchronize(Device device);

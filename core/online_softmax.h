@@ -14,7 +14,7 @@
 // Masked scores are -inf and get weight exactly 0. A row with no unmasked key keeps m = -inf, l = 0:
 // its output is 0 (softmax_norm gives 0, not 1 / 0) and its lse -inf, so that the backward's
 // probabilities e^(s - lse) of its (masked) keys are 0 too: no gradient flows from a query that sees
-// nothing. This is the CPU's rule too (core/cpu/attention.h, attention_reference; docs/attention.md).
+// nothing. This is the CPU's rule too (core/cpu/attention.cpp, attention_reference; docs/attention.md).
 #pragma once
 #include <cmath>
 #include <cstdint>

@@ -11,7 +11,7 @@
 //     backward and read again, compared with float32 activations.
 //   matmul and attention on float32 tensors: the operands are rounded to bfloat16 while the GEMM packs
 //     them (no conversion pass), the products are summed in float32 and the result is float32. Attention
-//     keeps its probabilities for backward in bfloat16 (core/cpu/attention.h).
+//     keeps its probabilities for backward in bfloat16 (core/cpu/attention.cpp).
 //   On a GPU the same rules: cuBLAS with bfloat16 inputs, the element-wise kernels on the bfloat16
 //     activations; a bfloat16 qkv goes into the fused attention kernels as it is (EMBER_ATTENTION=fused),
 //     or is widened for the composed version and its output rounded back.

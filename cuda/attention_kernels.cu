@@ -2,10 +2,11 @@
 // backward without ever writing the [B, H, T, T] scores or probabilities to GPU memory.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 //
-// Layout (as core/cpu/attention.h): qkv [B, T, 3 D] (row t: q, then k, then v, each H heads of Dh
-// columns side by side), out [B, T, D], key_padding_mask bool [B, T] (true = padding), causal
-// hides key j > query i. lse and delta are float64 [B, H, T]. Head h of q is the [T, Dh] block at
-// column h * Dh with row stride 3 D: the kernels read it in place, no permute or copy.
+// Layout (core/kernels.h; the CPU's kernels, core/cpu/attention.cpp, use the same): qkv [B, T, 3 D]
+// (row t: q, then k, then v, each H heads of Dh columns side by side), out [B, T, D], key_padding_mask
+// bool [B, T] (true = padding), causal hides key j > query i. lse and delta are float64 [B, H, T].
+// Head h of q is the [T, Dh] block at column h * Dh with row stride 3 D: the kernels read it in place,
+// no permute or copy.
 //
 // What it saves. The composed version (attention_reference: cuBLAS GEMMs + masked_fill + softmax)
 // writes the scores, the masked scores and the probabilities, each [B, H, T, T] (32 MiB apiece in
@@ -44,7 +45,7 @@
 // of computing S and dP twice (once per kernel).
 //
 // Precision: float32 computes and accumulates in float (like cuBLAS's float32 GEMMs), float64 in
-// double. Mixed precision (attention_forward_bf16 / attention_backward_bf16): the operands of every
+// double. Mixed precision (bf16 or a bfloat16 qkv: forward_bf16 / backward_bf16): the operands of every
 // product (Q, K, V, dO as they are staged, P and dS as they are written to shared memory) are rounded to
 // bfloat16, the products summed in float; the scores, the online softmax, lse and D = dO . O stay float32
 // (D from the unrounded dO), as a bf16 tensor-core kernel computes. Its tensors (qkv, O, dO, dqkv) are
@@ -65,6 +66,7 @@
 
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
+#include "core/kernels.h"
 #include "core/online_softmax.h"
 #include "cuda/dispatch.h"
 #include "cuda/launch.h"
@@ -569,7 +571,7 @@ __global__ void flash_backward_dkv_kernel(const S* qkv, const bool* pad, Dims d,
   }
 }
 
-// ---- Tensor cores for mixed precision (attention_forward_bf16 / attention_backward_bf16, on a GPU of
+// ---- Tensor cores for mixed precision (forward_bf16 / backward_bf16, on a GPU of
 // compute capability 8.0 or more, unless EMBER_ATTENTION_TENSOR_CORES=off). The same algorithm and the
 // same roundings as the kernels above with d.bf16 (Q, K, V, dO rounded to bfloat16 as they are staged,
 // P and dS as they are written; the scores, the online softmax, lse and D in float32), but every product
@@ -1200,8 +1202,10 @@ bool attention_tensor_cores() {
   return value == 1;
 }
 
+namespace {
+
 // Full attention is window < 0 (Dims): the same kernels, every tile in the band.
-void attention_forward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+void forward_float(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
                        int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, void* out, double* lse,
                        void* probs) {
   if (B * heads * T == 0) return;
@@ -1213,7 +1217,7 @@ void attention_forward(int device, bool float64, const void* qkv, const bool* ke
   });
 }
 
-void attention_backward(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+void backward_float(int device, bool float64, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
                         int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, const void* out,
                         const void* grad_out, const double* lse, double* delta, void* grad_qkv) {
   if (B * heads * T == 0) return;
@@ -1229,7 +1233,7 @@ void attention_backward(int device, bool float64, const void* qkv, const bool* k
 // the tensors (qkv, out, grad_out, grad_qkv) float32 or, with dtype kBFloat16, bfloat16 (read exactly,
 // each result rounded once as it is stored); the weights asked for (probs) float32 either way. The band
 // reaches the tensor-core kernels (tc::) and the CUDA-core ones alike through Dims.
-void attention_forward_bf16(int device, int dtype, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+void forward_bf16(int device, int dtype, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
                             int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, void* out,
                             double* lse, float* probs) {
   if (B * heads * T == 0) return;
@@ -1247,7 +1251,7 @@ void attention_forward_bf16(int device, int dtype, const void* qkv, const bool* 
   });
 }
 
-void attention_backward_bf16(int device, int dtype, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+void backward_bf16(int device, int dtype, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
                              int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, const void* out,
                              const void* grad_out, const double* lse, double* delta, void* grad_qkv) {
   if (B * heads * T == 0) return;
@@ -1265,6 +1269,63 @@ void attention_backward_bf16(int device, int dtype, const void* qkv, const bool*
     backward_typed<float, S>(device, static_cast<const S*>(qkv), key_padding_mask, d, static_cast<const S*>(out),
                              static_cast<const S*>(grad_out), lse, delta, static_cast<S*>(grad_qkv));
   });
+}
+
+// The old host wrapper's check (the op never asks: attention_plan sends a larger head to the composed version).
+void check_head_size(int64_t D, int64_t heads, int64_t window) {
+  if (D % heads == 0 && D / heads <= kMaxHeadDim) return;
+  char message[200];
+  std::snprintf(message, sizeof message,
+                "%s: head size %lld exceeds the fused CUDA kernels' %d (use EMBER_ATTENTION=composed)",
+                window >= 0 ? "window_attention" : "attention", static_cast<long long>(heads > 0 ? D / heads : 0),
+                kMaxHeadDim);
+  raise_message(message);
+}
+
+// Mixed precision: a bfloat16 qkv, or bf16 with a float32 one.
+bool mixed(const On& on, bool bf16) { return on.dtype == kBFloat16 || (bf16 && on.dtype == kFloat32); }
+
+}  // namespace
+
+// The GPU keeps out and the float64 log-sum-exps, and recomputes the probabilities in the backward; delta
+// [B, H, T] is its scratch. The weights asked for are qkv's dtype (float32 for bfloat16).
+AttentionPlan attention_plan(const On& on, int64_t B, int64_t T, int64_t heads, int64_t D, int64_t /*window*/,
+                             bool /*bf16*/) {
+  AttentionPlan plan;
+  plan.fused = attention_fused() && D / heads <= attention_max_head_dim();
+  plan.probs_dtype = on.dtype == kBFloat16 ? kFloat32 : on.dtype;
+  plan.stats_dtype = kFloat64;
+  plan.scratch = B * heads * T;
+  return plan;
+}
+
+void attention_forward(const On& on, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                       int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, bool bf16, void* out,
+                       void* stats, void* probs) {
+  check_head_size(D, heads, window);
+  if (mixed(on, bf16))
+    forward_bf16(on.device, on.dtype, qkv, key_padding_mask, B, T, heads, D, causal, window, global, out,
+                 static_cast<double*>(stats), static_cast<float*>(probs));
+  else
+    forward_float(on.device, on.float64(), qkv, key_padding_mask, B, T, heads, D, causal, window, global, out,
+                  static_cast<double*>(stats), probs);
+}
+
+void attention_probs(const On&, const void*, const bool*, int64_t, int64_t, int64_t, int64_t, bool, bool, const void*,
+                     void*) {
+  raise_message("attention_probs: the GPU's attention keeps no probabilities for its backward (attention_plan)");
+}
+
+void attention_backward(const On& on, const void* qkv, const bool* key_padding_mask, int64_t B, int64_t T,
+                        int64_t heads, int64_t D, bool causal, int64_t window, int64_t global, bool bf16,
+                        const void* out, const void* stats, const void* /*probs*/, const void* grad_out,
+                        double* scratch, void* grad_qkv) {
+  if (mixed(on, bf16))
+    backward_bf16(on.device, on.dtype, qkv, key_padding_mask, B, T, heads, D, causal, window, global, out, grad_out,
+                  static_cast<const double*>(stats), scratch, grad_qkv);
+  else
+    backward_float(on.device, on.float64(), qkv, key_padding_mask, B, T, heads, D, causal, window, global, out,
+                   grad_out, static_cast<const double*>(stats), scratch, grad_qkv);
 }
 
 }  // namespace ember::cuda

@@ -8,7 +8,7 @@
 
 #include "autograd/node.h"
 #include "core/allocator.h"
-#include "core/cpu/attention.h"
+#include "core/kernels.h"
 #include "core/parallel.h"
 #include "tests/helpers.h"
 
@@ -23,6 +23,41 @@ Tensor random_qkv(int64_t B, int64_t T, int64_t D, uint64_t seed, Dtype dtype = 
 }
 
 // Padding at the end of each review: review b keeps T - b % T_pad tokens.
+// What the CPU's fused kernels keep (core/kernels.h): out, and the probabilities and the rows' stats when
+// asked for, in attention_plan's dtypes and layouts (without a band).
+struct Kept {
+  Tensor out, probs, stats;
+};
+Kept cpu_attention(const Tensor& qkv, int64_t H, const Tensor& mask, bool causal, bool keep_probs, bool bf16 = false,
+                   bool keep_stats = false) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3;
+  const On on{-1, int(qkv.dtype())};
+  const AttentionPlan plan = kernel::attention_plan(on, B, T, H, D, -1, bf16);
+  Kept kept;
+  kept.out = Tensor::empty({B, T, D}, qkv.dtype());
+  if (keep_probs)
+    kept.probs = Tensor::empty(plan.probs_pair_major ? Shape{B, H, (T + 1) / 2, T, 2} : Shape{B, H, T, T},
+                               Dtype(plan.probs_dtype));
+  if (keep_stats) kept.stats = Tensor::empty({B, H, T, plan.stats_per_row}, Dtype(plan.stats_dtype));
+  kernel::attention_forward(on, qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B, T, H, D, causal, -1,
+                            0, bf16, kept.out.raw_data(), keep_stats ? kept.stats.raw_data() : nullptr,
+                            keep_probs ? kept.probs.raw_data() : nullptr);
+  return kept;
+}
+
+// The probabilities again from the kept stats (kernel::attention_probs), shaped as cpu_attention keeps them.
+Tensor cpu_attention_probs(const Tensor& qkv, int64_t H, const Tensor& mask, bool causal, const Tensor& stats,
+                          bool bf16) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3;
+  const On on{-1, int(qkv.dtype())};
+  const AttentionPlan plan = kernel::attention_plan(on, B, T, H, D, -1, bf16);
+  Tensor probs = Tensor::empty(plan.probs_pair_major ? Shape{B, H, (T + 1) / 2, T, 2} : Shape{B, H, T, T},
+                               Dtype(plan.probs_dtype));
+  kernel::attention_probs(on, qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B, T, H, D, causal, bf16,
+                          stats.raw_data(), probs.raw_data());
+  return probs;
+}
+
 Tensor tail_padding(int64_t B, int64_t T) {
   std::vector<uint8_t> pad(size_t(B * T));
   for (int64_t b = 0; b < B; ++b)
@@ -232,7 +267,7 @@ TEST_CASE("attention: with the causal mask and leading padding, queries before t
   check_gradient([&](auto& in) { return attention_reference(in[0], 2, mask, true); }, {x.clone()});
 }
 
-TEST_CASE("attention: a bfloat16 qkv keeps its probabilities pair-major; attention_probs_rows gives the rows back") {
+TEST_CASE("attention: a bfloat16 qkv keeps its probabilities pair-major; they are the weights handed out") {
   // Rows 2q and 2q + 1 side by side ([B, H, ceil(T / 2), T, 2]), so that dV = P^T dO reads them in place
   // (cpu::gemm_bf16_pair_major); an odd T's extra row is zeros. The rows must be the weights handed out, and
   // those the softmax of the float32 scores within bfloat16's rounding.
@@ -241,33 +276,30 @@ TEST_CASE("attention: a bfloat16 qkv keeps its probabilities pair-major; attenti
     const int64_t B = 2, D = 12, H = 3;
     Tensor qkv = random_qkv(B, T, D, 41).to(Dtype::BFloat16);
     Tensor mask = tail_padding(B, T);
-    cpu::AttentionForward forward = cpu::attention_forward(qkv, H, mask, false, {}, true);
+    Kept forward = cpu_attention(qkv, H, mask, false, true);
     const int64_t pairs = (T + 1) / 2;
     REQUIRE(forward.probs.shape() == Shape({B, H, pairs, T, 2}));
-    Tensor rows = cpu::attention_probs_rows(forward.probs);
-    REQUIRE(rows.shape() == Shape({B, H, T, T}));
+    Tensor weights;
+    attention(qkv, H, mask, false, &weights);
+    REQUIRE(weights.dtype() == Dtype::Float32);
+    REQUIRE(weights.shape() == Shape({B, H, T, T}));
+    Tensor rows = weights.contiguous();
     const BFloat16* kept = forward.probs.data<BFloat16>();
     for (int64_t bh = 0; bh < B * H; ++bh)
       for (int64_t i = 0; i < 2 * pairs; ++i)
         for (int64_t j = 0; j < T; ++j) {
           const BFloat16 pair_major = kept[bh * 2 * pairs * T + (i / 2 * T + j) * 2 + i % 2];
           if (i == T) REQUIRE(pair_major.bits == 0);  // the zero row after an odd T's last
-          else REQUIRE(pair_major.bits == rows.contiguous().data<BFloat16>()[(bh * T + i) * T + j].bits);
+          else REQUIRE(float(pair_major) == rows.data<float>()[(bh * T + i) * T + j]);  // widened: exact
         }
-    Tensor weights;
-    attention(qkv, H, mask, false, &weights);
-    REQUIRE(weights.dtype() == Dtype::Float32);
-    check_close(weights, rows.to(Dtype::Float32), 0.0);
     Tensor reference_weights;
     attention_reference(qkv.to(Dtype::Float32), H, mask, false, &reference_weights);
     check_close(weights, reference_weights, 2e-2);  // the scores summed from bfloat16 products, P rounded (2^-9)
   }
-  CHECK(cpu::attention_probs_rows(Tensor::empty({1, 1, 3, 3})).shape() == Shape({1, 1, 3, 3}));  // rows already
-  check_error([] { cpu::attention_probs_rows(Tensor::empty({1, 1, 3, 3, 3})); }, "attention_probs_rows: expected");
 }
 
 TEST_CASE("attention: the probabilities rebuilt from the rows' stats are the forward's, bit for bit") {
-  // What a checkpoint's recompute uses (autograd/recompute_cache.h): cpu::attention_probs from the stats
+  // What a checkpoint's recompute uses (autograd/recompute_cache.h): kernel::attention_probs from the stats
   // attention_forward returned must give the very probabilities it keeps, in every dtype and precision,
   // with padding holes, trailing padding, a review of padding only, and the causal mask.
   const int64_t B = 3, T = 37, D = 12, H = 3;
@@ -288,15 +320,15 @@ TEST_CASE("attention: the probabilities rebuilt from the rows' stats are the for
         CAPTURE(masked);
         Tensor qkv = random_qkv(B, T, D, 31, c.dtype == Dtype::BFloat16 ? Dtype::Float32 : c.dtype).to(c.dtype);
         Tensor mask = masked ? holes : Tensor();
-        cpu::AttentionForward forward = cpu::attention_forward(qkv, H, mask, causal, {}, true, c.bf16, true);
+        Kept forward = cpu_attention(qkv, H, mask, causal, true, c.bf16, true);
         REQUIRE(forward.stats.defined());
         CHECK(forward.stats.shape() == Shape({B, H, T, 2}));
-        Tensor probs = cpu::attention_probs(qkv, H, mask, causal, forward.stats, c.bf16);
+        Tensor probs = cpu_attention_probs(qkv, H, mask, causal, forward.stats, c.bf16);
         REQUIRE(probs.dtype() == forward.probs.dtype());
         REQUIRE(probs.shape() == forward.probs.shape());
         CHECK(std::memcmp(probs.raw_data(), forward.probs.raw_data(), size_t(probs.numel() * dtype_size(probs.dtype()))) == 0);
         // Without the stats asked for, the same output (keeping them changes nothing else).
-        cpu::AttentionForward plain = cpu::attention_forward(qkv, H, mask, causal, {}, false, c.bf16);
+        Kept plain = cpu_attention(qkv, H, mask, causal, false, c.bf16);
         CHECK_FALSE(plain.stats.defined());
         CHECK(std::memcmp(plain.out.raw_data(), forward.out.raw_data(), size_t(plain.out.numel() * dtype_size(plain.out.dtype()))) == 0);
         if (masked) {  // review 2 sees nothing: every row's max is -inf, its probabilities 0
@@ -306,10 +338,4 @@ TEST_CASE("attention: the probabilities rebuilt from the rows' stats are the for
       }
     }
   }
-  Tensor qkv = random_qkv(2, 5, 6, 3);
-  cpu::AttentionForward forward = cpu::attention_forward(qkv, 2, Tensor(), false, {}, false, false, true);
-  check_error([&] { cpu::attention_probs(qkv, 2, Tensor(), false, forward.stats.to(Dtype::Float64)); },
-              "attention_probs: the kept row statistics must be contiguous float32 [2, 2, 5, 2], got float64 [2, 2, 5, 2]");
-  check_error([&] { cpu::attention_probs(qkv, 1, Tensor(), false, forward.stats); },
-              "must be contiguous float32 [2, 1, 5, 2]");
 }

@@ -17,6 +17,7 @@
 #include "core/allocator.h"
 #include "core/cuda_ops.h"
 #include "core/gpu.h"
+#include "core/kernels.h"
 #include "core/precision.h"
 #include "core/unary_math.h"
 #include "core/update_rules.h"
@@ -609,9 +610,12 @@ TEST_CASE("cuda ops: the fused attention kernels (EMBER_ATTENTION=fused) match t
     // A head size over the kernels' 128 runs the composed version instead.
     check_parity("head size 144 (composed)", {rnd({2, 9, 3 * 144}, 142)},
                  [](const std::vector<Tensor>& v) { return attention(v[0], 1, Tensor()); });
-    Tensor lse;
-    check_error([&] { gpu::attention_forward(rnd({2, 9, 3 * 144}, 143).to(kGpu), 1, Tensor(), false, {}, lse, nullptr); },
-                "head size 144 exceeds the fused CUDA kernels' 128");
+    Tensor qkv = rnd({2, 9, 3 * 144}, 143).to(kGpu);
+    Tensor out = Tensor::empty({2, 9, 144}, Dtype::Float32, kGpu), lse = Tensor::empty({2, 1, 9}, Dtype::Float64, kGpu);
+    check_error([&] {
+      kernel::attention_forward(On{kGpu.index, int(Dtype::Float32)}, qkv.raw_data(), nullptr, 2, 9, 1, 144, false, -1,
+                                0, false, out.raw_data(), lse.raw_data(), nullptr);
+    }, "attention: head size 144 exceeds the fused CUDA kernels' 128");
   }
 }
 

@@ -11,8 +11,8 @@
 
 #include "autograd/node.h"
 #include "core/allocator.h"
-#include "core/cpu/attention.h"
 #include "core/cuda_ops.h"
+#include "core/kernels.h"
 #include "core/parallel.h"
 #include "tests/cuda_skip.h"
 #include "tests/helpers.h"
@@ -172,7 +172,10 @@ TEST_CASE("window attention: the kept log-sum-exps are log sum_j e^(s_ij) over t
   for (bool causal : {false, true}) {
     CAPTURE(causal);
     int64_t blind = 0;
-    const Tensor lse = cpu::attention_forward(qkv, heads, mask, causal, {window, global}, false).stats;
+    // The CPU's band kernel (core/kernels.h): out and the rows' log-sum-exps, of qkv's dtype.
+    Tensor out = Tensor::empty({B, T, D}), lse = Tensor::empty({B, heads, T});
+    kernel::attention_forward(On{}, qkv.data<float>(), mask.data<bool>(), B, T, heads, D, causal, window, global, false,
+                              out.raw_data(), lse.raw_data(), nullptr);
     REQUIRE(lse.shape() == Shape({B, heads, T}));
     const float* x = qkv.data<float>();
     for (int64_t b = 0; b < B; ++b)

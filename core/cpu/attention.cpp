@@ -1,5 +1,56 @@
-// CPU fused multi-head self-attention, full or over a band; see attention.h for the layout and the formulas.
-#include "core/cpu/attention.h"
+// CPU multi-head self-attention, fused per (batch, head), one kernel family for full attention and for
+// attention over a band (sliding-window attention, core/attention_band.h). The composed, readable version
+// is attention_reference() in core/ops/attention.cpp; the tests compare the two.
+//
+// Layout: qkv is the fused projection [B, T, 3 * D], D = H * Dh: row t holds q (heads side by
+// side), then k, then v. Head h of q is the [T, Dh] strided block at column h * Dh; the GEMMs read
+// these blocks in place (row stride 3 D), so no permute or copy is needed, and the output and the
+// gradient are written straight into the [B, T, D] and [B, T, 3 D] layouts (attention_layout.h).
+// Each (b, h) is one task on one thread, every sum in a fixed order: results do not depend on the
+// thread count. Keys after a review's last real token (trailing padding) get probability 0 from
+// every query, so the products stop there: a batch padded to T costs each review its own length.
+//
+// Full attention (no band): the scores, their masks, the softmax and the product with V are computed
+// for one head at a time, so that its [T, T] block stays in cache and the [B, H, T, T] intermediates
+// of the composed version (scores, masked scores, probabilities, and their gradients) are never
+// written out; the probabilities are kept for the backward.
+// Forward per (b, h):   P = softmax(scale Q K^T + mask)   O = P V
+// Backward per (b, h):  dV = P^T dO   dP = dO V^T   dS = P * (dP - rowsum(dP * P))
+//                       dQ = scale dS K   dK = scale dS^T Q
+//
+// With a band: cost and memory grow with T x window, not T^2, and nothing [T, T] is kept. Per (b, h),
+// queries go in blocks of R rows [i0, i1); the keys a block can see are two ranges: the global keys
+// below its window [0, a) and its window [lo, hi) = [i0 - W, i1 - 1 + W] (clipped), so a block's scores
+// are an [R, a + hi - lo] tile, made by two GEMMs and masked to the exact band; global queries
+// (i < global) are blocks whose one range is every key [0, L).
+// Forward per block:   S = scale Q K^T (masked)   P = softmax(S)   O = P V   lse = log sum_j e^S (per row)
+// Backward per block:  P = e^(S - lse), S recomputed (nothing [T, T] is saved)
+//                      dV += P^T dO   dP = dO V^T   dS = P * (dP - rowsum(dO * O))
+//                      dQ = scale dS K   dK += scale dS^T Q
+// (rowsum(dP * P) = rowsum(dO * O) since O = P V: Dh terms per row instead of a row of the band.)
+// Saved for backward: the output and the [B, H, T] log-sum-exps (with qkv and the mask).
+//
+// The kernels of core/kernels.h (attention_plan, attention_forward, attention_probs, attention_backward).
+// A query row whose keys are all masked gets probability 0 on every key: its output row is 0, and no
+// gradient flows through it (docs/attention.md).
+// Full attention keeps for the backward (attention_plan): the probabilities [B, H, T, T] of qkv's dtype,
+// bfloat16 when bf16, and for a bfloat16 qkv bfloat16 pair-major [B, H, ceil(T / 2), T, 2] (below); and, when
+// asked (stats not null: what a checkpoint keeps, autograd/recompute_cache.h), each row's softmax max and
+// 1 / sum [B, H, T, 2] (float32 for a bfloat16 qkv), from which attention_probs rebuilds the same
+// probabilities without the forward's other passes. A band keeps out and the rows' log-sum-exps [B, H, T]
+// of qkv's dtype (-inf for a query that sees no key); its probabilities, when asked for, are the dense
+// [B, H, T, T] weights (0 outside the band; O(T^2): for looking at, not for training).
+// bf16 (float32 qkv only): Q K^T and P V (and the backward's four products) take bfloat16 operands and
+// sum in float32 (cpu::gemm_bf16); the scores and the softmax are float32, and P V reads that float32 P
+// (rounded while packed). The probabilities kept for the backward are rounded to bfloat16: P V rounds
+// them so anyway, and the [B, H, T, T] tensor, the step's largest, then costs half the memory and
+// half the traffic. The backward widens each head's block to float32 in cache; dS = P (dP - ...) then
+// sees P rounded to bfloat16 (relative error <= 2^-9 per element).
+// bfloat16 qkv: the same with bfloat16 products throughout (the scores, the softmax and dS in float32),
+// a bfloat16 output and gradient, and the probabilities kept as bfloat16, pair-major: rows 2q and 2q + 1 of
+// each head's block side by side, so that dV = P^T dO reads P^T in place, unpacked (gemm_bf16_pair_major).
+// With a band: the products' operands rounded the same way when bf16 (the softmax, dS and rowsum(dO O) stay
+// float32); a bfloat16 qkv is not taken (attention_plan: the op widens it to float32 first).
 
 #include <algorithm>
 #include <cmath>
@@ -7,16 +58,18 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <string>
 #include <type_traits>
 #include <vector>
 
+#include "core/attention_band.h"
 #include "core/bfloat16.h"
+#include "core/dtype.h"
 #include "core/cpu/attention_layout.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/lanes.h"
 #include "core/cpu/rows.h"
 #include "core/error.h"
+#include "core/kernels.h"
 #include "core/parallel.h"
 
 namespace ember::cpu {
@@ -72,7 +125,7 @@ void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
 // side, element (i, j) at ((i / 2) T + j) 2 + i % 2 (a zero row after an odd T's last), the layout
 // cpu::gemm_bf16_pair_major reads, so that dV = P^T dO reads P in place: packing P^T (pairs of its columns
 // interleaved) was most of the bfloat16 backward's packing. dS^T for dK = dS^T Q is written the same way.
-// The kept tensor is [B, H, ceil(T / 2), T, 2]; attention_probs_rows gives the rows back.
+// The kept tensor is [B, H, ceil(T / 2), T, 2]; the op (core/ops/attention.cpp, probs_rows) gives the rows back.
 int64_t pair_rows(int64_t T) { return (T + 1) / 2 * 2; }
 
 // A head's row-major [T, T] block (rows T apart) into its pair-major block (a checkpoint's recompute).
@@ -619,126 +672,98 @@ void backward_kernel(const Dims& d, AttentionBand w, const T* grad, const T* qkv
 
 }  // namespace
 
-namespace {
-
-// Over a band: out, the rows' log-sum-exps (stats) and, when asked, the dense weights.
-AttentionForward band_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
-                              AttentionBand band, bool keep_probs, bool bf16) {
-  const Dims d = dims_of(qkv, heads);
-  AttentionForward result;
-  result.out = Tensor::empty({d.B, d.T, d.D}, qkv.dtype());
-  result.stats = Tensor::empty({d.B, d.H, d.T}, qkv.dtype());
-  if (keep_probs) {
-    result.probs = Tensor::empty({d.B, d.H, d.T, d.T}, qkv.dtype());
-    std::memset(result.probs.raw_data(), 0, size_t(result.probs.numel()) * dtype_size(result.probs.dtype()));  // 0.0
+AttentionPlan attention_plan(const On& on, int64_t /*B*/, int64_t /*T*/, int64_t /*heads*/, int64_t /*D*/,
+                             int64_t window, bool bf16) {
+  const Dtype dtype = Dtype(on.dtype);
+  AttentionPlan plan;
+  if (window >= 0) {  // out and the log-sum-exps; a bfloat16 qkv widened by the op
+    plan.takes_bf16 = false;
+    plan.probs_dtype = plan.stats_dtype = on.dtype;
+    return plan;
   }
-  const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
-  dispatch_floating(qkv.dtype(), "window_attention", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    banded::forward_kernel<T>(d, band, qkv.data<T>(), padding, causal, result.out.data<T>(), result.stats.data<T>(),
-                              keep_probs ? result.probs.data<T>() : nullptr, bf16);
-  });
-  return result;
+  plan.saves_probs = true;
+  plan.stats_per_row = 2;
+  plan.probs_pair_major = dtype == Dtype::BFloat16;
+  plan.probs_dtype = int(dtype == Dtype::BFloat16 || (bf16 && dtype == Dtype::Float32) ? Dtype::BFloat16 : dtype);
+  plan.stats_dtype = int(dtype == Dtype::BFloat16 ? Dtype::Float32 : dtype);
+  return plan;
 }
 
-}  // namespace
-
-AttentionForward attention_forward(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
-                                   AttentionBand band, bool keep_probs, bool bf16, bool keep_stats) {
-  if (band.on()) return band_forward(qkv, heads, key_padding_mask, causal, band, keep_probs, bf16);
-  const Dims d = dims_of(qkv, heads);
-  AttentionForward result;
-  result.out = Tensor::empty({d.B, d.T, d.D}, qkv.dtype());
-  const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
-  if (qkv.dtype() == Dtype::BFloat16) {  // bfloat16 in and out; the probabilities kept as bfloat16, pair-major
-    if (keep_probs) result.probs = Tensor::empty({d.B, d.H, pair_rows(d.T) / 2, d.T, 2}, Dtype::BFloat16);
-    if (keep_stats) result.stats = Tensor::empty({d.B, d.H, d.T, 2}, Dtype::Float32);
-    forward_kernel_bf16(d, qkv.data<BFloat16>(), padding, causal, result.out.data<BFloat16>(),
-                        keep_probs ? result.probs.data<BFloat16>() : nullptr,
-                        keep_stats ? result.stats.data<float>() : nullptr);
-    return result;
-  }
-  const bool kept_bf16 = keep_probs && bf16 && qkv.dtype() == Dtype::Float32;
-  if (keep_probs) result.probs = Tensor::empty({d.B, d.H, d.T, d.T}, kept_bf16 ? Dtype::BFloat16 : qkv.dtype());
-  if (keep_stats) result.stats = Tensor::empty({d.B, d.H, d.T, 2}, qkv.dtype());
-  dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    forward_kernel<T>(d, qkv.data<T>(), padding, causal, result.out.data<T>(),
-                      keep_probs && !kept_bf16 ? result.probs.data<T>() : nullptr,
-                      kept_bf16 ? result.probs.data<BFloat16>() : nullptr,
-                      keep_stats ? result.stats.data<T>() : nullptr, bf16);
-  });
-  return result;
-}
-
-Tensor attention_probs(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
-                       const Tensor& stats, bool bf16) {
-  const Dims d = dims_of(qkv, heads);
-  const Dtype stats_dtype = qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype();
-  const std::string got =
-      stats.defined() ? fmt::format("{} {}", dtype_name(stats.dtype()), shape_str(stats.shape())) : std::string("none");
-  EMBER_CHECK(stats.defined() && stats.is_contiguous() && stats.dtype() == stats_dtype &&
-                  stats.shape() == Shape({d.B, d.H, d.T, 2}),
-              "attention_probs: the kept row statistics must be contiguous {} [{}, {}, {}, 2], got {}",
-              dtype_name(stats_dtype), d.B, d.H, d.T, got);
-  const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
-  if (qkv.dtype() == Dtype::BFloat16) {
-    Tensor probs = Tensor::empty({d.B, d.H, pair_rows(d.T) / 2, d.T, 2}, Dtype::BFloat16);
-    probs_kernel_bf16(d, qkv.data<BFloat16>(), padding, causal, stats.data<float>(), probs.data<BFloat16>());
-    return probs;
-  }
-  const bool kept_bf16 = bf16 && qkv.dtype() == Dtype::Float32;
-  Tensor probs = Tensor::empty({d.B, d.H, d.T, d.T}, kept_bf16 ? Dtype::BFloat16 : qkv.dtype());
-  dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    probs_kernel<T>(d, qkv.data<T>(), padding, causal, stats.data<T>(), kept_bf16 ? nullptr : probs.data<T>(),
-                    kept_bf16 ? probs.data<BFloat16>() : nullptr, bf16);
-  });
-  return probs;
-}
-
-Tensor attention_backward(const Tensor& grad_out, const Tensor& qkv, const AttentionForward& kept, int64_t heads,
-                          const Tensor& key_padding_mask, bool causal, AttentionBand band, bool bf16) {
-  const Dims d = dims_of(qkv, heads);
-  const bool* padding = key_padding_mask.defined() ? key_padding_mask.data<bool>() : nullptr;
-  if (band.on()) {
-    Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
-    std::memset(dqkv.raw_data(), 0, size_t(dqkv.numel()) * dtype_size(dqkv.dtype()));  // all-zero bytes: 0.0
-    dispatch_floating(qkv.dtype(), "window_attention", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      banded::backward_kernel<T>(d, band, grad_out.data<T>(), qkv.data<T>(), kept.out.data<T>(), kept.stats.data<T>(),
-                                 padding, causal, dqkv.data<T>(), bf16);
+void attention_forward(const On& on, const void* qkv, const bool* padding, int64_t B, int64_t T, int64_t heads,
+                       int64_t D, bool causal, int64_t window, int64_t global, bool bf16, void* out, void* stats,
+                       void* probs) {
+  const Dims d{B, T, D, heads, D / heads};
+  const Dtype dtype = Dtype(on.dtype);
+  if (window >= 0) {  // out, the rows' log-sum-exps (stats) and, when asked, the dense weights
+    if (probs != nullptr) std::memset(probs, 0, size_t(B * heads * T * T) * dtype_size(dtype));  // 0.0
+    dispatch_floating(dtype, "window_attention", [&](auto tag) {
+      using S = typename decltype(tag)::type;
+      banded::forward_kernel<S>(d, AttentionBand{window, global}, static_cast<const S*>(qkv), padding, causal,
+                                static_cast<S*>(out), static_cast<S*>(stats), static_cast<S*>(probs), bf16);
     });
-    return dqkv;
+    return;
   }
-  const Tensor& probs = kept.probs;
-  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype());
-  if (qkv.dtype() == Dtype::BFloat16) {
-    EMBER_CHECK(probs.dtype() == Dtype::BFloat16 && probs.is_contiguous() &&
-                    probs.shape() == Shape({d.B, d.H, pair_rows(d.T) / 2, d.T, 2}),
-                "attention_backward: a bfloat16 qkv's kept probabilities must be pair-major bfloat16 [{}, {}, {}, {}, 2]",
-                d.B, d.H, pair_rows(d.T) / 2, d.T);
-    backward_kernel_bf16(d, grad_out.data<BFloat16>(), qkv.data<BFloat16>(), probs.data<BFloat16>(), padding,
-                         dqkv.data<BFloat16>());
-    return dqkv;
+  if (dtype == Dtype::BFloat16) {  // bfloat16 in and out; the probabilities kept as bfloat16, pair-major
+    forward_kernel_bf16(d, static_cast<const BFloat16*>(qkv), padding, causal, static_cast<BFloat16*>(out),
+                        static_cast<BFloat16*>(probs), static_cast<float*>(stats));
+    return;
   }
-  dispatch_floating(qkv.dtype(), "attention", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const bool kept_bf16 = probs.dtype() == Dtype::BFloat16;
-    backward_kernel<T>(d, grad_out.data<T>(), qkv.data<T>(), kept_bf16 ? nullptr : probs.data<T>(),
-                       kept_bf16 ? probs.data<BFloat16>() : nullptr, padding, dqkv.data<T>(), bf16);
+  const bool kept_bf16 = bf16 && dtype == Dtype::Float32;
+  dispatch_floating(dtype, "attention", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    forward_kernel<S>(d, static_cast<const S*>(qkv), padding, causal, static_cast<S*>(out),
+                      kept_bf16 ? nullptr : static_cast<S*>(probs), kept_bf16 ? static_cast<BFloat16*>(probs) : nullptr,
+                      static_cast<S*>(stats), bf16);
   });
-  return dqkv;
 }
 
-Tensor attention_probs_rows(const Tensor& probs) {
-  if (probs.dim() == 4) return probs;
-  EMBER_CHECK(probs.dim() == 5 && probs.size(4) == 2,
-              "attention_probs_rows: expected [B, H, T, T] or pair-major [B, H, ceil(T / 2), T, 2] probabilities, got {}",
-              shape_str(probs.shape()));
-  const int64_t B = probs.size(0), H = probs.size(1), T = probs.size(3);
-  // (q, j, r) -> (q, r, j): rows 2q + r, then the zero row after an odd T's last dropped.
-  return probs.permute({0, 1, 2, 4, 3}).contiguous().view({B, H, 2 * probs.size(2), T}).narrow(2, 0, T);
+void attention_probs(const On& on, const void* qkv, const bool* padding, int64_t B, int64_t T, int64_t heads,
+                     int64_t D, bool causal, bool bf16, const void* stats, void* probs) {
+  const Dims d{B, T, D, heads, D / heads};
+  const Dtype dtype = Dtype(on.dtype);
+  if (dtype == Dtype::BFloat16) {
+    probs_kernel_bf16(d, static_cast<const BFloat16*>(qkv), padding, causal, static_cast<const float*>(stats),
+                      static_cast<BFloat16*>(probs));
+    return;
+  }
+  const bool kept_bf16 = bf16 && dtype == Dtype::Float32;
+  dispatch_floating(dtype, "attention", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    probs_kernel<S>(d, static_cast<const S*>(qkv), padding, causal, static_cast<const S*>(stats),
+                    kept_bf16 ? nullptr : static_cast<S*>(probs), kept_bf16 ? static_cast<BFloat16*>(probs) : nullptr,
+                    bf16);
+  });
+}
+
+void attention_backward(const On& on, const void* qkv, const bool* padding, int64_t B, int64_t T, int64_t heads,
+                        int64_t D, bool causal, int64_t window, int64_t global, bool bf16, const void* out,
+                        const void* stats, const void* probs, const void* grad_out, double* /*scratch*/,
+                        void* grad_qkv) {
+  const Dims d{B, T, D, heads, D / heads};
+  const Dtype dtype = Dtype(on.dtype);
+  if (window >= 0) {
+    std::memset(grad_qkv, 0, size_t(B * T * 3 * D) * dtype_size(dtype));  // all-zero bytes: 0.0
+    dispatch_floating(dtype, "window_attention", [&](auto tag) {
+      using S = typename decltype(tag)::type;
+      banded::backward_kernel<S>(d, AttentionBand{window, global}, static_cast<const S*>(grad_out),
+                                 static_cast<const S*>(qkv), static_cast<const S*>(out), static_cast<const S*>(stats),
+                                 padding, causal, static_cast<S*>(grad_qkv), bf16);
+    });
+    return;
+  }
+  if (dtype == Dtype::BFloat16) {  // the probabilities pair-major bfloat16
+    backward_kernel_bf16(d, static_cast<const BFloat16*>(grad_out), static_cast<const BFloat16*>(qkv),
+                         static_cast<const BFloat16*>(probs), padding, static_cast<BFloat16*>(grad_qkv));
+    return;
+  }
+  const bool kept_bf16 = bf16 && dtype == Dtype::Float32;  // the probabilities kept as bfloat16
+  dispatch_floating(dtype, "attention", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    backward_kernel<S>(d, static_cast<const S*>(grad_out), static_cast<const S*>(qkv),
+                       kept_bf16 ? nullptr : static_cast<const S*>(probs),
+                       kept_bf16 ? static_cast<const BFloat16*>(probs) : nullptr, padding, static_cast<S*>(grad_qkv),
+                       bf16);
+  });
 }
 
 }  // namespace ember::cpu

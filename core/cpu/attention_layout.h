@@ -7,7 +7,6 @@
 #include <type_traits>
 
 #include "core/cpu/gemm.h"
-#include "core/tensor.h"
 
 namespace ember::cpu::attention_layout {
 
@@ -15,12 +14,6 @@ struct Dims {
   int64_t B, T, D, H, Dh;
   int64_t row() const { return 3 * D; }  // row stride of qkv
 };
-
-// qkv [B, T, 3 D] with D divisible by heads: the op has checked it (core/ops/attention.cpp).
-inline Dims dims_of(const Tensor& qkv, int64_t heads) {
-  const int64_t D = qkv.size(2) / 3;
-  return {qkv.size(0), qkv.size(1), D, heads, D / heads};
-}
 
 // Keys past the last unmasked one get probability exactly 0 from every query: the products skip them
 // (with trailing padding, a review of L tokens costs L, not T, keys; a review of padding only, 0).

@@ -3,8 +3,8 @@
 //   attention_reference: composed from the ops above it (views, matmul, masked_fill, softmax), each
 //     with its own backward; the band is one more mask on the [B, H, T, T] scores, made in full. The
 //     version to read first, and what the tests hold the fused one to.
-//   attention: one op, one fused kernel forward and one backward, on the device's kernels: the CPU's
-//     (core/cpu/attention.h: full attention keeps each head's [T, T] block in cache and never materialises
+//   attention: one op, one fused kernel forward and one backward, on the device's kernels (core/kernels.h):
+//     the CPU's (core/cpu/attention.cpp: full attention keeps each head's [T, T] block in cache and never materialises
 //     the masked scores; over a band cost and memory grow with T x window and nothing [T, T] is saved) or
 //     the GPU's tiled ones (cuda/attention_kernels.cu, tiles outside the band skipped).
 // Both take qkv [B, T, 3 D] (q | k | v, each H heads of Dh = D / H) and return [B, T, D]:
@@ -22,7 +22,6 @@
 #include <string>
 #include <tuple>
 
-#include "core/cpu/attention.h"
 #include "core/ops/op_support.h"
 #include "core/precision.h"
 
@@ -80,6 +79,15 @@ Tensor outside_band(int64_t T, AttentionBand band, Device device) {
   return on_device;
 }
 
+// The kept probabilities as [B, H, T, T] rows: pair-major ones ([B, H, ceil(T / 2), T, 2], rows 2q and 2q + 1
+// side by side: a bfloat16 qkv's on the CPU, AttentionPlan) unpacked, others returned as they are.
+Tensor probs_rows(const Tensor& probs) {
+  if (probs.dim() == 4) return probs;
+  const int64_t B = probs.size(0), H = probs.size(1), T = probs.size(3);
+  // (q, j, r) -> (q, r, j): rows 2q + r, then the zero row after an odd T's last dropped.
+  return probs.permute({0, 1, 2, 4, 3}).contiguous().view({B, H, 2 * probs.size(2), T}).narrow(2, 0, T);
+}
+
 }  // namespace
 
 Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal,
@@ -133,68 +141,84 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, const Tensor& key_padding_
                  AttentionBand band) {
   const char* name = op_name("attention", "window_attention", band);
   check_attention_inputs(name, qkv_in, heads, key_padding_mask, band);
-  const bool on_gpu = qkv_in.device().is_cuda();
-  // On a GPU: the tiled fused kernels of cuda/attention_kernels.cu (the default; no [B, H, T, T] tensor is
-  // written; head sizes up to 128), or with EMBER_ATTENTION=composed the composed version (cuBLAS
-  // strided-batched GEMMs, the masked_fill and softmax kernels). The fused one became the default once it had
-  // passed its tests on a GPU and run faster there (docs/cuda.md).
-  const bool fused_on_gpu =
-      on_gpu && cuda::attention_fused() && qkv_in.size(2) / 3 / heads <= cuda::attention_max_head_dim();
+  const int64_t B = qkv_in.size(0), T = qkv_in.size(1), D = qkv_in.size(2) / 3;
+  // Mixed precision (core/precision.h): the products in bfloat16, the softmax in float32.
+  const bool bf16 = product_precision() == Precision::BFloat16 && qkv_in.dtype() == Dtype::Float32;
+  // How the device runs it (core/kernels.h). On a GPU: the tiled fused kernels of cuda/attention_kernels.cu
+  // (the default; no [B, H, T, T] tensor is written; head sizes up to 128), or with EMBER_ATTENTION=composed
+  // the composed version (cuBLAS strided-batched GEMMs, the masked_fill and softmax kernels). The fused one
+  // became the default once it had passed its tests on a GPU and run faster there (docs/cuda.md).
+  const AttentionPlan plan = kernel::attention_plan(kernel_on(qkv_in), B, T, heads, D, band.window, bf16);
   // A bfloat16 qkv: the fused kernels read it and write a bfloat16 output themselves (below): the GPU's, and
   // the CPU's without a band. Otherwise (the composed version; the CPU's band kernel) the op runs on the
   // widened values in the scope, its output rounded back.
-  if (qkv_in.dtype() == Dtype::BFloat16 && (on_gpu ? !fused_on_gpu : band.on())) {
-    MixedPrecisionGuard bf16(Precision::BFloat16);
+  if (qkv_in.dtype() == Dtype::BFloat16 && (!plan.fused || !plan.takes_bf16)) {
+    MixedPrecisionGuard bf16_scope(Precision::BFloat16);
     return attention(widened_from_bf16(qkv_in), heads, key_padding_mask, causal, weights, band).to(Dtype::BFloat16);
   }
-  if (on_gpu && !fused_on_gpu) return attention_reference(qkv_in, heads, key_padding_mask, causal, weights, band);
-  // Mixed precision (core/precision.h): the products in bfloat16, the softmax in float32.
-  const bool bf16 = product_precision() == Precision::BFloat16 && qkv_in.dtype() == Dtype::Float32;
-  Tensor qkv = on_gpu ? qkv_in.detach().contiguous() : qkv_in.contiguous();
-  Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
-  // What the backward reads besides qkv and the mask: the probabilities the CPU's full-attention kernel kept,
-  // or (the GPU's kernels, the CPU's over a band) the output and the rows' log-sum-exps, from which it
-  // recomputes them tile by tile.
-  const bool reads_probs = !on_gpu && cpu::backward_reads_probs(band);
+  if (!plan.fused) return attention_reference(qkv_in, heads, key_padding_mask, causal, weights, band);
+  const Tensor qkv = qkv_in.detach().contiguous();
+  const Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
+  const bool* padding = mask.defined() ? mask.data<bool>() : nullptr;
+  // What the backward reads besides qkv and the mask (the plan's): the probabilities the CPU's full-attention
+  // kernel kept, or (the GPU's kernels, the CPU's over a band) the output and the rows' log-sum-exps, from
+  // which it recomputes them tile by tile.
   const bool needs_grad = any_requires_grad({qkv_in});
-  // In a checkpoint's recompute: the output and the second result its forward kept (autograd/
-  // recompute_cache.h): the log-sum-exps, all such a backward needs, or the rows' softmax statistics, from
-  // which the probabilities come back in one pass over the scores.
-  cpu::AttentionForward kept;  // out, probs (when read), stats (log-sum-exps, or the statistics)
+  const bool keep_probs = weights != nullptr || (needs_grad && plan.saves_probs);
+  const Shape stats_shape = plan.stats_per_row == 1 ? Shape{B, heads, T} : Shape{B, heads, T, plan.stats_per_row};
+  const Shape probs_shape = plan.probs_pair_major ? Shape{B, heads, (T + 1) / 2, T, 2} : Shape{B, heads, T, T};
+  // In a checkpoint's recompute: the output and the stats its forward kept (autograd/recompute_cache.h): the
+  // log-sum-exps, all such a backward needs, or the rows' softmax statistics, from which the probabilities
+  // come back in one pass over the scores.
+  Tensor out, stats, probs;
   bool taken = false;
-  KeptResults r = kept_or_computed(name, {qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(), weights == nullptr,
-                                   [&] {
-                                     if (on_gpu) {
-                                       kept.out = gpu::attention_forward(qkv, heads, mask, causal, band, kept.stats,
-                                                                         weights, bf16);
-                                     } else {
-                                       kept = cpu::attention_forward(qkv, heads, mask, causal, band,
-                                                                     weights != nullptr || (needs_grad && reads_probs),
-                                                                     bf16, keeping_results());
-                                     }
-                                     return KeptResults{kept.out, kept.stats};
-                                   }, &taken);
+  KeptResults r = kept_or_computed(name, {B, T, D}, qkv.dtype(), weights == nullptr, [&] {
+    out = Tensor::empty({B, T, D}, qkv.dtype(), qkv.device());
+    if (!plan.saves_probs || keeping_results())  // the plan's stats; the CPU's full attention: only to keep
+      stats = Tensor::empty(stats_shape, Dtype(plan.stats_dtype), qkv.device());
+    if (keep_probs) probs = Tensor::empty(probs_shape, Dtype(plan.probs_dtype), qkv.device());
+    kernel::attention_forward(kernel_on(qkv), qkv.raw_data(), padding, B, T, heads, D, causal, band.window, band.global,
+                              bf16, out.raw_data(), data_or_null(stats), data_or_null(probs));
+    return KeptResults{out, stats};
+  }, &taken);
   if (taken) {
-    kept.out = r[0];
-    kept.stats = r[1];
-    if (needs_grad && reads_probs) kept.probs = cpu::attention_probs(qkv, heads, mask, causal, r[1], bf16);
+    out = r[0];
+    stats = r[1];
+    if (needs_grad && plan.saves_probs) {
+      EMBER_CHECK(stats.defined() && stats.is_contiguous() && stats.dtype() == Dtype(plan.stats_dtype) &&
+                      stats.shape() == stats_shape,
+                  "{}: the kept row statistics must be contiguous {} {}, got {}", name,
+                  dtype_name(Dtype(plan.stats_dtype)), shape_str(stats_shape),
+                  stats.defined() ? std::string(dtype_name(stats.dtype())) + " " + shape_str(stats.shape())
+                                  : std::string("none"));
+      probs = Tensor::empty(probs_shape, Dtype(plan.probs_dtype), qkv.device());
+      kernel::attention_probs(kernel_on(qkv), qkv.raw_data(), padding, B, T, heads, D, causal, bf16, stats.raw_data(),
+                              probs.raw_data());
+    }
   }
-  // The weights on the CPU: qkv's dtype, float32 for bfloat16 (in bfloat16: the kept probabilities, rounded).
-  if (weights != nullptr && !on_gpu)
-    *weights = cpu::attention_probs_rows(kept.probs).to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
-  // One backward for every device and band: the device's kernel (core/cpu/attention.h, core/gpu.h).
+  // The weights: qkv's dtype, float32 for bfloat16 (in bfloat16 on the CPU: the kept probabilities, rounded).
+  if (weights != nullptr)
+    *weights = probs_rows(probs).to(qkv.dtype() == Dtype::BFloat16 ? Dtype::Float32 : qkv.dtype());
+  // One backward for every device and band: the device's kernel.
   // NOTE: the probabilities are saved too: `weights` hands them to the caller, who could change them.
   const Tensor none;
-  Tensor lse = reads_probs ? none : kept.stats;
-  record(name, kept.out, {qkv_in},
-         [heads, causal, band, bf16, qkv = save(qkv), mask = save(mask), probs = save(reads_probs ? kept.probs : none),
-          out = save(reads_probs ? none : kept.out), lse](const Tensor& g) -> Grads {
-           if (qkv.get().device().is_cuda())
-             return {gpu::attention_backward(g, qkv.get(), out.get(), lse, heads, mask.get(), causal, band, bf16)};
-           const cpu::AttentionForward forward{out.get(), probs.get(), lse};
-           return {cpu::attention_backward(g.contiguous(), qkv.get(), forward, heads, mask.get(), causal, band, bf16)};
+  const Tensor lse = plan.saves_probs ? none : stats;
+  record(name, out, {qkv_in},
+         [B, T, D, heads, causal, band, bf16, scratch_size = plan.scratch, qkv = save(qkv), mask = save(mask),
+          probs = save(plan.saves_probs ? probs : none), out = save(plan.saves_probs ? none : out),
+          lse](const Tensor& g) -> Grads {
+           const Tensor& x = qkv.get();
+           const Tensor& m = mask.get();
+           const Tensor grad = g.contiguous();
+           Tensor dqkv = Tensor::empty(x.shape(), x.dtype(), x.device());
+           Tensor scratch = scratch_size > 0 ? Tensor::empty({scratch_size}, Dtype::Float64, x.device()) : Tensor();
+           kernel::attention_backward(kernel_on(x), x.raw_data(), m.defined() ? m.data<bool>() : nullptr, B, T, heads,
+                                      D, causal, band.window, band.global, bf16, data_or_null(out.get()),
+                                      data_or_null(lse), data_or_null(probs.get()), grad.raw_data(),
+                                      scratch.defined() ? scratch.data<double>() : nullptr, dqkv.raw_data());
+           return {dqkv};
          });
-  return kept.out;
+  return out;
 }
 
 Tensor window_attention(const Tensor& qkv, int64_t heads, int64_t window, int64_t global,
