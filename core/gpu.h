@@ -1,7 +1,7 @@
-// The CUDA backend for tensors: the operand layout an op hands a raw kernel of core/cuda_ops.h
-// (cuda/*.cu), and host C++ wrappers that lay operands out, launch and allocate the results for the
-// ops that share kernels. The ops in core/ops/*.cpp have checked their inputs (devices, dtypes,
-// shapes) and route a CUDA tensor here in a line or two; CPU tensors never come here.
+// The CUDA backend's element-wise plumbing for tensors: the operand layout (any strides, operands
+// broadcast to the output) that the element-wise kernels of core/cuda_ops.h take, and the copies,
+// fills and selects that many ops share. The structural kernels are not here: each is declared once
+// in core/kernels.h, for every device. CPU tensors never come here.
 // In a build without CUDA every kernel behind these raises "this build of Ember has no CUDA
 // backend" (core/cuda_ops_stubs.cpp); no tensor can be on a GPU there anyway.
 // NOTE: compiled by CI and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
