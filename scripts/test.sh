@@ -9,7 +9,8 @@
 #   2. the normal Release build in build/ (GCC), with the CUDA tests also run on the CPU emulator
 #      ("emulated: ..." tests, docs/cuda.md).
 # Between them, scripts/tsan.sh runs the threaded tests under ThreadSanitizer (build-tsan/, GCC; skip
-# with EMBER_TSAN_CI=0); a data race fails the run.
+# with EMBER_TSAN_CI=0); a data race fails the run. After them, the commands docs/adding-an-op.md gives
+# a contributor run as written, in build/ (tests/docs_commands.sh).
 # Each configuration's ctest summary is printed; the last line is the ctest-style summary of the
 # whole run (both configurations), and the exit code is non-zero if any test failed in either.
 set -euo pipefail
@@ -73,6 +74,16 @@ fi
 echo "== normal configuration (Release)"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j"$JOBS" --timeout 600) 2>&1 | tee "$logs/normal.log" || status=$?
 
+echo "== the commands docs/adding-an-op.md gives a contributor, run in $BUILD_DIR (configured above)"
+if bash tests/docs_commands.sh "$BUILD_DIR" docs/adding-an-op.md >"$logs/docs-commands.log" 2>&1; then
+  docs_result="docs commands: passed ($(grep -c '^   ok' "$logs/docs-commands.log") of docs/adding-an-op.md)"
+else
+  cat "$logs/docs-commands.log"
+  docs_result="docs commands: FAILED (see above)"
+  status=1
+fi
+echo "$docs_result"
+
 # ctest lists skipped tests (no GPU) after its summary: repeat the summaries, and end with the total.
 total=0 failed=0
 for config in asan normal; do
@@ -85,6 +96,7 @@ for config in asan normal; do
   total=$((total + n)) failed=$((failed + f))
 done
 [ -z "$tsan_result" ] || echo "$tsan_result"
+echo "$docs_result"
 [ "$failed" -eq 0 ] || status=1
 percent=$(( total > 0 ? (total - failed) * 100 / total : 0 ))
 echo "${percent}% tests passed, ${failed} tests failed out of ${total}"
