@@ -152,7 +152,7 @@ int run(int argc, char** argv) {
   compare_command->add_option("--heads-list", heads_list, "comma-separated head counts")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->check(integer_in(1, limits::max_heads))
+      ->transform(integer_in(1, limits::max_heads))
       ->capture_default_str();
   integer_option(*compare_command, "--seeds", compare_config.seeds, 1, 1000, "seeds 0..N-1 per head count");
 
@@ -171,7 +171,7 @@ int run(int argc, char** argv) {
                    "also the accuracy by whole review length, e.g. 256,512: reviews of 0-256 tokens (before truncation), "
                    "257-512, 513 or more")
       ->delimiter(',')
-      ->check(integer_in(1, limits::max_len));
+      ->transform(integer_in(1, limits::max_len));
 
   CLI::App* predict_command = app.add_subcommand("predict", "classify one review given as --text or --file");
   predict_command->add_option("--run", run_folder, "a train output folder")->capture_default_str();
@@ -187,7 +187,7 @@ int run(int argc, char** argv) {
   report_command->add_option("--heads-list", heads_list, "comma-separated head counts (--compare)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->check(integer_in(1, limits::max_heads))
+      ->transform(integer_in(1, limits::max_heads))
       ->capture_default_str();
   integer_option(*report_command, "--seed", report_seed, 0, 1 << 30, "the seed of the runs shown (--compare)");
   integer_option(*report_command, "--threads", threads, 0, limits::max_threads, "CPU threads, 0 = all cores");

@@ -77,7 +77,7 @@ void add_setting_flag(CLI::App& app, const Setting& row, TrainConfig& c) {
       break;
     case SettingKind::unsigned_integer:
       option = app.add_option(row.flag, std::get<uint64_t& (*)(TrainConfig&)>(row.member)(c), row.help)
-                   ->check(unsigned_integer());
+                   ->transform(unsigned_integer());
       break;
     case SettingKind::choice:
       option = app.add_option(row.flag, std::get<std::string& (*)(TrainConfig&)>(row.member)(c), row.help)

@@ -11,7 +11,8 @@ namespace ember::imdb {
 
 // Checks a flag's text before CLI11 converts it: a whole decimal integer in [min, max] (CLI11's own
 // conversion would clamp "99999999999999999999").
-// A number that passes is handed on as its decimal digits: CLI11 would read "010" as octal (8).
+// A number that passes is handed on as its decimal digits (a transform, not a check: CLI11 keeps the
+// rewritten text only then); CLI11 would read "010" as octal (8).
 CLI::Validator integer_in(int64_t min, int64_t max);
 CLI::Validator unsigned_integer();
 CLI::Validator real_in(double min, double max);
@@ -20,7 +21,7 @@ CLI::Validator real_in(double min, double max);
 template <typename T>
 CLI::Option* integer_option(CLI::App& app, const std::string& name, T& value, int64_t min, int64_t max,
                             const std::string& help) {
-  return app.add_option(name, value, help)->check(integer_in(min, max))->capture_default_str();
+  return app.add_option(name, value, help)->transform(integer_in(min, max))->capture_default_str();
 }
 CLI::Option* real_option(CLI::App& app, const std::string& name, double& value, double min, double max,
                          const std::string& help);
