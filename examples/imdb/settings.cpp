@@ -150,6 +150,7 @@ std::map<std::string, std::string> TrainConfig::shared_settings() const {
   m["log_every"] = std::to_string(log_every);
   m["stop_after"] = std::to_string(stop_after);
   m["resume"] = resume ? "true" : "false";
+  m["init"] = init;
   m["bucket_kb"] = std::to_string(bucket_kb);
   m["overlap"] = overlap ? "true" : "false";
   m["zero"] = zero ? "true" : "false";
