@@ -15,7 +15,10 @@ namespace {
 SplitMix64 row_generator(uint64_t seed, int64_t step, int64_t row) {
   SplitMix64 a(seed ^ 0x6D61736B696E6721ULL);  // "masking!": not the batch order's stream
   SplitMix64 b(a.next() + uint64_t(step));
-  return SplitMix64(b.next() + uint64_t(row) * 0x9E3779B97F4A7C15ULL);
+  // NOTE: the row's stream starts at a hashed state: a state of (base + row x SplitMix64's own increment) would
+  // make row r + 1's draws row r's shifted by one.
+  SplitMix64 c(b.next() + uint64_t(row));
+  return SplitMix64(c.next());
 }
 
 double uniform(SplitMix64& g) { return double(g.next() >> 11) * 0x1p-53; }
