@@ -1,6 +1,7 @@
 // The pretrained encoder's file, its checks, and a classifier's start from it.
 #include "examples/imdb/encoder_file.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>

@@ -1,6 +1,7 @@
 // The masked-token model: the classifier's encoder, the rows at the masked positions, BERT's head.
 #include "examples/imdb/masked_token_model.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>

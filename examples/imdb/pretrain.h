@@ -6,6 +6,7 @@
 // the seed and the step), encoder.safetensors (at each epoch's end and at the last step) and report.html.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
