@@ -36,8 +36,8 @@ PretrainedEncoder load_encoder(const std::string& folder) {
     EMBER_CHECK(!std::filesystem::exists(folder + "/model.safetensors", error),
                 "--init {}: that is a classifier's run (model.safetensors), not a pretrained encoder; --init takes "
                 "the folder of an `imdb pretrain` run (its {})", folder, kEncoderFile);
-    fail("--init {}: there is no {} there (the folder of an `imdb pretrain` run that finished an epoch or its "
-         "steps)", folder, kEncoderFile);
+    fail("--init {}: there is no {} there (the folder of an `imdb pretrain` run that saved a checkpoint)", folder,
+         kEncoderFile);
   }
   nn::Metadata meta;
   nn::TensorMap tensors = nn::load_tensors(path, &meta);  // truncated or malformed files fail here

@@ -62,7 +62,7 @@ class PretrainRun {
 
  private:
   void resume();
-  void save();  // collective; rank 0 writes
+  void save();  // collective; rank 0 writes the checkpoint, then encoder.safetensors
   void save_encoder_file();
   void end_epoch(int64_t epoch, double seconds, int64_t tokens);
 
@@ -248,6 +248,8 @@ void PretrainRun::save() {
     meta[kContentKey] = content_fingerprint(tensors, meta);
     nn::save_tensors(checkpoint_path_, tensors, meta);
   });
+  // The encoder with every checkpoint: a run stopped early (--stop-after, a signal) can be fine-tuned from too.
+  save_encoder_file();
 }
 
 void PretrainRun::save_encoder_file() {
@@ -358,7 +360,7 @@ PretrainResult PretrainRun::run() {
   return result_;
 }
 
-// An epoch's end (or the run's last step): its record, the encoder file, then the checkpoint.
+// An epoch's end (or the run's last step): its record, then the checkpoint and the encoder file.
 void PretrainRun::end_epoch(int64_t epoch, double seconds, int64_t tokens) {
   const int64_t steps_in_epoch = state_.step - epoch * steps_per_epoch_;
   const double loss = state_.epoch_loss_sum / double(steps_in_epoch);
@@ -372,7 +374,6 @@ void PretrainRun::end_epoch(int64_t epoch, double seconds, int64_t tokens) {
                "real tok/s\n", epoch + 1, epochs_, loss, 100 * accuracy, state_.epoch_masked, seconds,
                double(tokens) / seconds);
   distributed::on_root(world_, [&] { metrics_->flush(); });
-  save_encoder_file();
   state_.epoch_loss_sum = 0;
   state_.epoch_correct = 0;
   state_.epoch_masked = 0;

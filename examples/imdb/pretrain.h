@@ -3,7 +3,7 @@
 // It reads every training review whole, in windows of --max-len tokens (review_windows), and never the
 // test reviews nor the --validation ones. A run folder as `train` writes: vocab.txt, metrics.jsonl (each
 // step's masked-token loss and accuracy), checkpoint.safetensors (exact resume: the masks are drawn from
-// the seed and the step), encoder.safetensors (at each epoch's end and at the last step) and report.html.
+// the seed and the step), encoder.safetensors (with every checkpoint: each epoch's end, --save-every, a stop) and report.html.
 #pragma once
 #include <cstdint>
 #include <map>
