@@ -131,10 +131,9 @@ TEST_CASE("pretrain masking: 15% of the real tokens chosen, of those 80% [MASK],
   CHECK(mask_tokens(batch, mask_id, 2, vocab, 8, 3).positions != m.positions);
 }
 
-TEST_CASE("pretrain masking: a row's masks do not depend on the rows beside it (ranks' slices), every row gets one") {
+TEST_CASE("pretrain masking: a row's masks do not depend on the rows beside it (ranks' slices); a batch always gets one") {
   const Batch batch = word_batch(6);
   const MaskedBatch whole = mask_tokens(batch, 1000, 2, 1001, 1, 0);
-  Batcher batcher({{5, 6, 7}}, {0}, 1);
   // Rows 2..3 alone, as a rank would hold them, with first_row = 2.
   Batch part;
   part.batch = 2;
