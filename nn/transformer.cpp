@@ -65,12 +65,20 @@ TransformerClassifier::TransformerClassifier(const ClassifierConfig& config, Gen
 Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& key_padding_mask,
                                       std::vector<Tensor>* attention_weights) const {
   auto scope = forward_scope();
+  return forward_embedded(embed(tokens), key_padding_mask, attention_weights);
+}
+
+Tensor TransformerClassifier::encode(const Tensor& tokens, const Tensor& key_padding_mask) const {
+  auto scope = forward_scope();
+  return encode_embedded(embed(tokens), key_padding_mask, nullptr);
+}
+
+Tensor TransformerClassifier::embed(const Tensor& tokens) const {
   EMBER_CHECK(tokens.dim() == 2, "TransformerClassifier: tokens must be [B, T], got {}", shape_str(tokens.shape()));
   const int64_t T = tokens.size(1);
   EMBER_CHECK(T <= config.max_len, "TransformerClassifier: sequence length {} exceeds max_len {}", T, config.max_len);
   Tensor positions = arange(T).view({1, T}).to(tokens.device());
-  return forward_embedded(token_embedding->forward(tokens) + position_embedding->forward(positions), key_padding_mask,
-                          attention_weights);
+  return token_embedding->forward(tokens) + position_embedding->forward(positions);
 }
 
 Tensor TransformerClassifier::forward(const DeviceIds& tokens, const DeviceIds& positions,
@@ -85,9 +93,8 @@ Tensor TransformerClassifier::forward(const DeviceIds& tokens, const DeviceIds& 
                           key_padding_mask, nullptr);
 }
 
-Tensor TransformerClassifier::forward_embedded(const Tensor& embedded, const Tensor& key_padding_mask,
-                                               std::vector<Tensor>* attention_weights) const {
-  const int64_t B = embedded.size(0), T = embedded.size(1);
+Tensor TransformerClassifier::encode_embedded(const Tensor& embedded, const Tensor& key_padding_mask,
+                                              std::vector<Tensor>* attention_weights) const {
   Tensor x = embedding_dropout->forward(embedded);
   if (attention_weights != nullptr) attention_weights->clear();
   for (const auto& block : blocks) {
@@ -95,7 +102,13 @@ Tensor TransformerClassifier::forward_embedded(const Tensor& embedded, const Ten
     x = block->forward(x, key_padding_mask, /*causal=*/false, attention_weights ? &weights : nullptr);
     if (attention_weights != nullptr) attention_weights->push_back(weights);
   }
-  x = final_norm->forward(x);
+  return final_norm->forward(x);
+}
+
+Tensor TransformerClassifier::forward_embedded(const Tensor& embedded, const Tensor& key_padding_mask,
+                                               std::vector<Tensor>* attention_weights) const {
+  const int64_t B = embedded.size(0), T = embedded.size(1);
+  Tensor x = encode_embedded(embedded, key_padding_mask, attention_weights);
   // Mean over real positions: padded positions are left out of the pooling.
   Tensor keep = key_padding_mask.defined() ? where(key_padding_mask, zeros({1}, x.dtype(), x.device()), ones({1}, x.dtype(), x.device()))
                                            : ones({B, T}, x.dtype(), x.device());

@@ -54,6 +54,9 @@ class TransformerClassifier : public Module {
   // The same with the tokens and the positions 0 .. T-1 ([1, T]) staged on the GPU (stage_ids,
   // core/ops.h, with buckets): a CUDA graph's step, which uploads nothing (examples/imdb/graph_step.h).
   Tensor forward(const DeviceIds& tokens, const DeviceIds& positions, const Tensor& key_padding_mask) const;
+  // The encoder alone: each token's vector after the blocks and the final LayerNorm, [B, T, dim],
+  // before the pooling and the head (masked-token pretraining, examples/imdb/pretrain.h).
+  Tensor encode(const Tensor& tokens, const Tensor& key_padding_mask) const;
 
   ClassifierConfig config;
   std::shared_ptr<Embedding> token_embedding, position_embedding;
@@ -66,6 +69,11 @@ class TransformerClassifier : public Module {
   // From the embeddings' sum [B, T, D] (before dropout) to the logits.
   Tensor forward_embedded(const Tensor& embedded, const Tensor& key_padding_mask,
                           std::vector<Tensor>* attention_weights) const;
+  // From the tokens to the embeddings' sum [B, T, D], checked against max_len.
+  Tensor embed(const Tensor& tokens) const;
+  // From the embeddings' sum to the final LayerNorm's output [B, T, D].
+  Tensor encode_embedded(const Tensor& embedded, const Tensor& key_padding_mask,
+                         std::vector<Tensor>* attention_weights) const;
 };
 
 }  // namespace ember::nn

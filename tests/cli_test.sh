@@ -190,6 +190,21 @@ expect "predict needs a review" 2 "exactly one of --text or --file" -- "$IMDB" p
 # a C++ container, a block being freed): always the documented error, never "std::bad_alloc" or an
 # abort from a destructor.
 # AddressSanitizer: GCC links its runtime as libasan.so, clang into the program (then only its symbols show).
+# Masked-token pretraining, then a classifier started from it (--init); bad --init refused, nothing overwritten.
+expect "pretrain" 0 "encoder in $OUT/pre/encoder.safetensors" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --out "$OUT/pre"
+grep -q 'id="pretrain-accuracy"' "$OUT/pre/report.html" && pass "pretrain's report.html has its accuracy chart" || failed "pretrain's report.html has no accuracy chart"
+expect "pretrain stopped part-way" 0 "stopped after 3 of 6 steps" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --stop-after 3 --out "$OUT/pre-part"
+expect "pretrain resumed" 0 "pretrained 6 steps" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --resume --out "$OUT/pre-part"
+cmp -s "$OUT/pre/encoder.safetensors" "$OUT/pre-part/encoder.safetensors" && pass "a resumed pretraining writes the uninterrupted run's encoder" || failed "a resumed pretraining's encoder differs"
+expect "train --init" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --out "$OUT/fine"
+before=$(cd "$OUT/fine" && sha256sum checkpoint.safetensors metrics.jsonl vocab.txt model.safetensors)
+expect "--init of another model size" 1 "it was pretrained with --dim 16, this run has --dim 32" -- "$IMDB" train "${small[@]}" --dim 32 --max-len 32 --epochs 1 --init "$OUT/pre" --out "$OUT/fine"
+expect "--init of another vocabulary" 1 "it was pretrained with --vocab 20000, this run has --vocab 50" -- "$IMDB" train "${small[@]}" --vocab 50 --max-len 32 --epochs 1 --init "$OUT/pre" --out "$OUT/fine"
+expect "--init of a classifier's run" 1 "that is a classifier's run (model.safetensors), not a pretrained encoder" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/run" --out "$OUT/fine"
+cp -r "$OUT/pre" "$OUT/pre-bad" && head -c 3000 "$OUT/pre/encoder.safetensors" > "$OUT/pre-bad/encoder.safetensors"
+expect "--init of a half-written encoder" 1 "encoder.safetensors" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre-bad" --out "$OUT/fine"
+[ "$before" = "$(cd "$OUT/fine" && sha256sum checkpoint.safetensors metrics.jsonl vocab.txt model.safetensors)" ] && pass "a refused --init changes nothing" || failed "a refused --init changed the run's files"
+expect "pretrain --resume of a half-written checkpoint" 1 "checkpoint.safetensors" -- bash -c "head -c 4000 '$OUT/pre/checkpoint.safetensors' > '$OUT/pre-bad/checkpoint.safetensors' && exec \"\$0\" pretrain $(printf '%q ' "${small[@]}") --max-len 32 --steps 6 --resume --out '$OUT/pre-bad'" "$IMDB"
 if ldd "$IMDB" 2>/dev/null | grep -q libasan || nm "$IMDB" 2>/dev/null | grep -q " __asan_init$"; then
   echo "skipped: out of memory under ulimit -v (AddressSanitizer reserves more address space than any limit allows)"
 else

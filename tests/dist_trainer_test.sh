@@ -60,6 +60,17 @@ for ranks in 2 3; do
   fi
 done
 
+# ---- Masked-token pretraining on 2 ranks: one process's losses, step by step; and a resume on 1 rank.
+pretrain=(pretrain --data "$data" --dim 16 --heads 2 --layers 1 --ffn 32 --max-len 32 --batch-size 16 --steps 10 --threads 1 --quiet)
+"$imdb" "${pretrain[@]}" --out "$work/pre1" >/dev/null 2>&1 || fail "pretrain, one process"
+if "${mpirun[@]}" -np 2 "$imdb" "${pretrain[@]}" --stop-after 6 --out "$work/pre2" >"$work/pre2.log" 2>&1 &&
+   "$imdb" "${pretrain[@]}" --resume --out "$work/pre2" >>"$work/pre2.log" 2>&1; then
+  same_losses "$work/pre2/metrics.jsonl" "$work/pre1/metrics.jsonl" 1 10 &&
+    pass "pretrain on 2 ranks, resumed on 1: the 10 losses of one process" || fail "pretrain on 2 ranks: losses differ"
+else
+  fail "pretrain on 2 ranks"; tail -20 "$work/pre2.log"
+fi
+
 # ---- Evaluation shared over 3 ranks: one process's accuracy.
 one_eval=$("$imdb" eval --run "$work/one" --data "$data" --threads 1 2>/dev/null | sed 's/ (.*//')
 three_eval=$("${mpirun[@]}" -np 3 "$imdb" eval --run "$work/one" --data "$data" --threads 1 2>/dev/null | sed 's/ (.*//')

@@ -2,6 +2,7 @@
 //   imdb train [flags]       imdb eval --run DIR       imdb predict --run DIR (--text T | --file F)
 //   imdb compare [flags]     imdb report (--run DIR | --compare DIR)     imdb check --run DIR
 //   imdb flops [flags]       (the model FLOPs of a training step, and MFU for a throughput)
+//   imdb pretrain [flags]    (masked-token pretraining of the encoder; then imdb train --init DIR)
 // The flags are one table per command (CLI11, Debian's libcli11-dev): it parses them, checks each
 // number in full against its range (settings.h), and writes --help. The training flags are made
 // from the settings' rows (training_flags.h, setting_table.h).
@@ -12,6 +13,7 @@
 #include <cctype>
 #include <cstddef>
 #include <csignal>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +30,7 @@
 #include "core/parallel.h"
 #include "examples/imdb/compare.h"
 #include "examples/imdb/presets.h"
+#include "examples/imdb/pretrain.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/trainer.h"
 #include "examples/imdb/training_flags.h"
@@ -144,6 +147,14 @@ int run(int argc, char** argv) {
                "report.html");
   add_training_flags(*train_command, train_config, "runs/imdb");
 
+  PretrainConfig pretrain_config;
+  CLI::App* pretrain_command = app.add_subcommand(
+      "pretrain", "masked-token pretraining of the classifier's encoder on the training reviews' text (whole "
+                  "reviews, in windows of --max-len tokens); fine-tune it with train --init OUT");
+  add_training_flags(*pretrain_command, pretrain_config.train, "runs/pretrain");
+  integer_option(*pretrain_command, "--steps", pretrain_config.steps, 0, limits::max_reviews,
+                 "steps of the run (the schedule's length); 0: --epochs over the windows");
+
   CompareConfig compare_config;
   std::vector<int64_t> heads_list{1, 4, 8};
   CLI::App* compare_command =
@@ -218,10 +229,10 @@ int run(int argc, char** argv) {
     throw UsageError(fmt::format("'{}' is not an option: long options take two dashes", std::string(argv[1]).substr(0, 40)));
   if (argc >= 2 && argv[1][0] != '-' && !is_command(argv[1]))
     throw UsageError(
-        fmt::format("unknown command '{}' (commands: train, eval, predict, compare, report, check, flops)", argv[1]));
+        fmt::format("unknown command '{}' (commands: train, pretrain, eval, predict, compare, report, check, flops)", argv[1]));
   // --preset NAME: its flags written right after the command, before the explicit ones (presets.h).
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && (args[0] == "train" || args[0] == "compare" || args[0] == "flops")) {
+  if (!args.empty() && (args[0] == "train" || args[0] == "pretrain" || args[0] == "compare" || args[0] == "flops")) {
     try {
       args = expand_preset(args);
     } catch (const Error& e) {
@@ -243,7 +254,29 @@ int run(int argc, char** argv) {
   }
   check_no_flag_values(app);
 
-  if (train_command->parsed()) {
+  if (pretrain_command->parsed()) {
+    check_training_config(pretrain_config.train);
+    if (!pretrain_config.train.init.empty()) throw UsageError("pretrain: --init is for train (it starts a classifier)");
+    return in_world(pretrain_config.train.dist_timeout, [&](distributed::ProcessGroup& world) {
+      PretrainResult r = pretrain(pretrain_config, world);
+      if (world.rank() != 0) return r.stopped_by_signal != 0 ? 128 + r.stopped_by_signal : 0;
+      const std::string& out = pretrain_config.train.out;
+      if (r.stopped_by_signal != 0) {
+        fmt::print("stopped by {} at step {} of {}, checkpointed; continue with --resume (outputs in {})\n",
+                   r.stopped_by_signal == SIGINT ? "SIGINT" : "SIGTERM", r.steps, r.total_steps, out);
+        return 128 + r.stopped_by_signal;
+      }
+      if (!r.finished) {
+        fmt::print("stopped after {} of {} steps, checkpointed; continue with --resume (outputs in {})\n", r.steps,
+                   r.total_steps, out);
+        return 0;
+      }
+      fmt::print("pretrained {} steps in {:.1f}s; last step's masked-token loss {:.4f}, accuracy {:.2f}%; encoder in "
+                 "{}/encoder.safetensors\n", r.steps, r.wall_seconds, r.step_losses.empty() ? NAN : r.step_losses.back(),
+                 r.step_accuracies.empty() ? NAN : 100 * r.step_accuracies.back(), out);
+      return 0;
+    });
+  } else if (train_command->parsed()) {
     check_training_config(train_config);
     return in_world(train_config.dist_timeout, [&](distributed::ProcessGroup& world) {
       RunResult r = train(train_config, world);

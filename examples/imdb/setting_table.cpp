@@ -165,6 +165,11 @@ std::vector<Setting> make_table() {
                    S::shared));
   t.push_back(with(of_kind(K::on_off, "resume", "--resume", MEMBER(resume), "continue from OUT/checkpoint.safetensors"),
                    S::shared));
+  Setting init = of_kind(K::text, "init", "--init", MEMBER(init),
+                         "start the encoder from an `imdb pretrain` folder (its encoder.safetensors and vocab.txt; "
+                         "docs/imdb.md)");
+  init.help_shows_default = false;
+  t.push_back(with(init, S::shared));
   t.push_back(with(integer("log_every", "--log-every", MEMBER(log_every), 1, limits::max_reviews,
                            "steps between log lines when not on a terminal"),
                    S::shared));

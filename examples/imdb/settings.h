@@ -56,6 +56,8 @@ struct TrainConfig {
   // The model's attention (model.attention_window / attention_global, --attention) and activation
   // checkpointing (model.checkpoint, --checkpoint) are in `model`.
   bool resume = false;              // continue from out/checkpoint.safetensors
+  std::string init;                 // an `imdb pretrain` folder: the classifier's encoder starts from its
+                                    // encoder.safetensors, its reviews encoded with its vocab.txt (encoder_file.h)
   bool quiet = false;
   // Data parallelism (under mpirun; docs/distributed.md). Not in the checkpoint: a run resumes on
   // any number of ranks, with or without ZeRO-1.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "core/file_io.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
+#include "examples/imdb/encoder_file.h"
 #include "examples/imdb/eval_graph.h"
 #include "examples/imdb/graph_step.h"
 #include "examples/imdb/run_folder.h"
@@ -247,7 +249,13 @@ RunResult train(const TrainConfig& config, distributed::ProcessGroup& world) {
     distributed::on_root(world, [&] {
       ensure_imdb_downloaded(config.data_dir.empty() ? default_data_dir() : config.data_dir);
     });
-  Data data = prepare_data(config);
+  // --init: the pretrained encoder is checked before the data is read, and its vocabulary encodes the reviews.
+  std::optional<PretrainedEncoder> encoder;
+  if (!config.init.empty()) {
+    encoder.emplace(load_encoder(config.init));
+    check_encoder_fits(*encoder, config, encoder->vocabulary);
+  }
+  Data data = prepare_data(config, encoder ? &encoder->vocabulary : nullptr);
   return train(config, data, world);
 }
 

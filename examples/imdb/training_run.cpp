@@ -27,6 +27,7 @@
 #include "core/distributed/world.h"
 #include "core/parallel.h"
 #include "core/precision.h"
+#include "examples/imdb/encoder_file.h"
 #include "examples/imdb/graph_step.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/report.h"
@@ -180,6 +181,9 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   precision_.emplace(parse_precision(config_.precision));
 
   model_.emplace(config_.model, gen_);
+  // --init (not on a resume, whose checkpoint holds the weights): the encoder's weights, checked against these settings
+  if (!config_.init.empty() && !config_.resume)
+    init_from_encoder(load_encoder(config_.init), config_, data_.vocabulary, *model_);
   model_->to(device_);  // initialised on the CPU, so the same seed gives the same weights on every device
   group_ = &world_;
   if (device_.is_cuda() && several_) {

@@ -1,0 +1,423 @@
+// `imdb pretrain`'s run: its setup, its steps (masks drawn per step, the loss at the masked positions
+// only), its checkpoints (exact resume) and its outputs. It uses the trainer's pieces: the run folder's
+// lock, metrics log and stop signals (run_folder.h), the progress lines (progress.h), the batcher, the
+// checkpoint's checksum (trainer.h), AdamW's parameter groups and data parallelism (nn/data_parallel.h).
+#include "examples/imdb/pretrain.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/distributed/agreement.h"
+#include "core/distributed/world.h"
+#include "core/parallel.h"
+#include "core/precision.h"
+#include "examples/imdb/encoder_file.h"
+#include "examples/imdb/masked_token_model.h"
+#include "examples/imdb/progress.h"
+#include "examples/imdb/run_folder.h"
+#include "nn/checkpoint.h"
+#include "nn/data_parallel.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+namespace ember::imdb {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr const char* kCheckpointFormat = "ember-imdb-pretrain-checkpoint-v1";
+constexpr int64_t kFirstWord = 2;  // a random replacement is a word: not [PAD] or [UNK]
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// The state between steps that a checkpoint keeps besides the tensors.
+struct PretrainState {
+  int64_t step = 0, total_steps = 0;
+  uint64_t generator_offset = 0;
+  double epoch_loss_sum = 0;            // the current epoch's whole-batch losses so far
+  int64_t epoch_correct = 0, epoch_masked = 0;
+  std::string data_fingerprint;
+};
+
+class PretrainRun {
+ public:
+  PretrainRun(const PretrainConfig& config, const Data& data, distributed::ProcessGroup& world);
+  PretrainResult run();
+
+ private:
+  void resume();
+  void save();  // collective; rank 0 writes the checkpoint, then encoder.safetensors
+  void save_encoder_file();
+  void end_epoch(int64_t epoch, double seconds, int64_t tokens);
+
+  PretrainConfig config_;
+  TrainConfig& train_;  // config_.train, with model.vocab_size counting [MASK]
+  const Data& data_;
+  distributed::ProcessGroup& world_;
+  const bool lead_, several_;
+  Device device_;
+  int64_t mask_id_ = 0;
+  std::optional<RunLock> lock_;
+  std::optional<StopSignals> signals_;
+  std::optional<MixedPrecisionGuard> precision_;
+  Generator gen_;
+  std::optional<MaskedTokenModel> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::optional<Batcher> batcher_;
+  int64_t steps_per_epoch_ = 0, epochs_ = 0;
+  optim::Schedule schedule_;
+  PretrainState state_;
+  std::string checkpoint_path_;
+  std::optional<MetricsLog> metrics_;
+  std::optional<nn::DataParallel> dp_;
+  Progress progress_;
+  PretrainResult result_;
+};
+
+PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distributed::ProcessGroup& world)
+    : config_(config), train_(config_.train), data_(data), world_(world), lead_(world.rank() == 0),
+      several_(world.size() > 1), gen_(config.train.seed),
+      progress_(config.train.quiet || world.rank() != 0 ? Progress::Mode::Silent : Progress::detect(),
+                config.train.log_every) {
+  mask_id_ = data.vocabulary.size();  // [MASK]: one row past the vocabulary's
+  train_.model.vocab_size = mask_id_ + 1;
+  train_.validate();
+  EMBER_CHECK(!train_.zero, "pretrain: --zero is not supported (the moments stay whole on every rank)");
+  EMBER_CHECK(train_.cuda_graph != "on", "pretrain: --cuda-graph on is not supported (its steps run op by op)");
+  EMBER_CHECK(config_.steps >= 0 && config_.steps <= optim::Optimizer::max_steps, "pretrain: --steps {} is out of range",
+              config_.steps);
+  if (!lead_) train_.quiet = true;
+  std::map<std::string, std::string> shared = train_.shared_settings();
+  shared["pretrain_steps"] = std::to_string(config_.steps);
+  distributed::check_same_settings(world_, shared);
+  device_ = checked_device(train_.device);
+  EMBER_CHECK(!device_.is_cuda() || !several_, "pretrain: several ranks on GPUs are not supported yet (its gradients "
+              "travel over MPI from the CPU); run one process per GPU, or on the CPU");
+  distributed::on_root(world_, [&] {
+    check_output_folder(train_.out);
+    lock_.emplace(train_.out);
+  });
+  signals_.emplace();
+  if (train_.threads > 0) {
+    set_num_threads(train_.threads);
+  } else if (several_) {
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    set_num_threads(std::max(1, cores / std::max(1, distributed::launch_info().local_size)));
+  }
+  precision_.emplace(parse_precision(train_.precision));
+
+  std::vector<std::vector<int32_t>> windows = review_windows(data_.train_tokens, train_.model.max_len);
+  EMBER_CHECK(!windows.empty(), "pretrain: there are no training reviews");
+  result_.windows = int64_t(windows.size());
+  batcher_.emplace(std::move(windows), std::vector<int>(size_t(result_.windows), 0), train_.batch_size);
+  steps_per_epoch_ = batcher_->num_batches();
+  state_.total_steps = config_.steps > 0 ? config_.steps : 0;
+  if (config_.steps == 0)
+    EMBER_CHECK(!__builtin_mul_overflow(steps_per_epoch_, train_.epochs, &state_.total_steps) &&
+                    state_.total_steps <= optim::Optimizer::max_steps,
+                "pretrain: {} epochs of {} steps are more steps than a run can count", train_.epochs, steps_per_epoch_);
+  epochs_ = (state_.total_steps + steps_per_epoch_ - 1) / steps_per_epoch_;
+  schedule_ = optim::Schedule{optim::parse_schedule(train_.schedule), train_.lr,
+                              int64_t(std::llround(train_.warmup * double(state_.total_steps))), state_.total_steps};
+
+  model_.emplace(train_.model, gen_);
+  model_->to(device_);
+  optimizer_ = std::make_unique<optim::AdamW>(parameter_groups(*model_, train_.weight_decay), train_.lr);
+  state_.data_fingerprint = data_fingerprint(data_);
+  checkpoint_path_ = train_.out + "/checkpoint.safetensors";
+  if (train_.resume) resume();
+  distributed::on_root(world_, [&] {
+    data_.vocabulary.save(train_.out + "/vocab.txt");
+    metrics_.emplace(train_.out + "/metrics.jsonl", train_.resume, state_.step);
+  });
+  dp_.emplace(*model_, world_, nn::DataParallelOptions{.bucket_bytes = train_.bucket_kb * 1024, .overlap = train_.overlap});
+  result_.parameters = model_->num_parameters();
+  result_.total_steps = state_.total_steps;
+  if (!train_.quiet)
+    fmt::print(stderr, "Pretraining (masked tokens): {} heads, {} layers, dim {}, {} parameters; {} training reviews in "
+               "{} windows of up to {} tokens; {} steps ({} per epoch); {}{} threads\n",
+               train_.model.heads, train_.model.layers, train_.model.dim, result_.parameters, data_.train_tokens.size(),
+               result_.windows, train_.model.max_len, state_.total_steps, steps_per_epoch_,
+               several_ ? fmt::format("{} ranks x ", world_.size()) : std::string(), num_threads());
+}
+
+// Everything checked (the file, the settings, the data, every tensor) before any file is written.
+void PretrainRun::resume() {
+  nn::TensorMap tensors;
+  nn::Metadata meta;
+  distributed::on_root(world_, [&] { tensors = nn::load_tensors(checkpoint_path_, &meta); });
+  if (several_) {
+    distributed::broadcast_tensors(world_, tensors);
+    meta = nlohmann::json::parse(distributed::broadcast_string(world_, nlohmann::json(meta).dump())).get<nn::Metadata>();
+  }
+  try {
+    const std::string& path = checkpoint_path_;
+    auto field = [&](const char* key) -> const std::string& {
+      auto it = meta.find(key);
+      EMBER_CHECK(it != meta.end(), "resume: '{}' has no '{}' in its metadata (not a pretraining checkpoint)", path, key);
+      return it->second;
+    };
+    EMBER_CHECK(field("format") == kCheckpointFormat, "resume: '{}' has format '{}', expected {}{}", path,
+                field("format").substr(0, 60), kCheckpointFormat,
+                field("format").rfind("ember-imdb-checkpoint", 0) == 0 ? " (a classifier's checkpoint: resume it with "
+                                                                         "`imdb train --resume`)" : "");
+    const std::map<std::string, std::string> wanted = config_.to_metadata();
+    for (const auto& [key, value] : wanted)
+      EMBER_CHECK(field(key.c_str()) == value, "resume: {} was written with other settings: {} is {} there but {} here",
+                  path, key, field(key.c_str()).substr(0, 40), value);
+    auto integer = [&](const char* key, int64_t max) {
+      std::optional<int64_t> value = parse_integer(field(key), 0, max);
+      EMBER_CHECK(value.has_value(), "resume: '{}': '{}' = '{}' is not an integer in [0, {}]", path, key,
+                  field(key).substr(0, 40), max);
+      return *value;
+    };
+    PretrainState saved;
+    saved.step = integer("step", optim::Optimizer::max_steps);
+    saved.total_steps = integer("total_steps", optim::Optimizer::max_steps);
+    saved.epoch_correct = integer("epoch_correct", optim::Optimizer::max_steps);
+    saved.epoch_masked = integer("epoch_masked", optim::Optimizer::max_steps);
+    std::optional<uint64_t> offset = parse_unsigned(field("generator_offset"));
+    EMBER_CHECK(offset.has_value(), "resume: '{}': 'generator_offset' is not an unsigned integer", path);
+    saved.generator_offset = *offset;
+    const std::string& sum = field("epoch_loss_sum");
+    char* end = nullptr;
+    saved.epoch_loss_sum = std::strtod(sum.c_str(), &end);
+    EMBER_CHECK(!sum.empty() && end == sum.c_str() + sum.size() && std::isfinite(saved.epoch_loss_sum),
+                "resume: '{}': 'epoch_loss_sum' = '{}' is not a finite number", path, sum.substr(0, 40));
+    saved.data_fingerprint = field("data_fingerprint");
+    EMBER_CHECK(saved.data_fingerprint == state_.data_fingerprint, "resume: {} was pretrained on other data (its "
+                "vocabulary or reviews differ); give the same --data, --limit and --validation, or a new --out", path);
+    EMBER_CHECK(saved.total_steps == state_.total_steps && saved.step <= saved.total_steps,
+                "resume: {} is at step {} of a run of {} steps; these settings make {}", path, saved.step,
+                saved.total_steps, state_.total_steps);
+    try {
+      model_->load_state_dict(nn::with_prefix_removed(tensors, "model."));
+      optimizer_->load_state_dict(nn::with_prefix_removed(tensors, "optim."));
+    } catch (const Error& e) {
+      fail("resume: '{}': {}", path, e.what());
+    }
+    EMBER_CHECK(optimizer_->step_count() == saved.step, "resume: '{}': the optimiser has taken {} steps but the "
+                "checkpoint says {}", path, optimizer_->step_count(), saved.step);
+    check_content_fingerprint(tensors, meta, "resume: '" + path + "'");
+    state_ = saved;
+  } catch (const Error& e) {
+    if (several_) throw distributed::AgreedError(e.what());
+    throw;
+  }
+  gen_.set_state(train_.seed, state_.generator_offset);
+}
+
+void PretrainRun::save() {
+  if (several_) dp_->check_replicas_agree();
+  state_.generator_offset = gen_.offset();
+  const nn::TensorMap optimizer_state = optimizer_->state_dict();
+  distributed::on_root(world_, [&] {
+    metrics_->flush();  // every step the checkpoint covers is in metrics.jsonl first
+    nn::TensorMap tensors = nn::with_prefix_added(model_->state_dict(), "model.");
+    for (auto& [name, t] : nn::with_prefix_added(optimizer_state, "optim.")) tensors.emplace(name, t);
+    try {
+      nn::check_all_finite(tensors, "after step " + std::to_string(state_.step));
+    } catch (const Error& e) {
+      fail("pretraining diverged: {}; the checkpoint before it is kept (lower --lr)", e.what());
+    }
+    nn::Metadata meta = config_.to_metadata();
+    meta["format"] = kCheckpointFormat;
+    meta["step"] = std::to_string(state_.step);
+    meta["total_steps"] = std::to_string(state_.total_steps);
+    meta["generator_offset"] = std::to_string(state_.generator_offset);
+    meta["epoch_loss_sum"] = fmt::format("{:a}", state_.epoch_loss_sum);  // reads back to the same double
+    meta["epoch_correct"] = std::to_string(state_.epoch_correct);
+    meta["epoch_masked"] = std::to_string(state_.epoch_masked);
+    meta["data_fingerprint"] = state_.data_fingerprint;
+    meta[kContentKey] = content_fingerprint(tensors, meta);
+    nn::save_tensors(checkpoint_path_, tensors, meta);
+  });
+  // The encoder with every checkpoint: a run stopped early (--stop-after, a signal) can be fine-tuned from too.
+  save_encoder_file();
+}
+
+void PretrainRun::save_encoder_file() {
+  distributed::on_root(world_, [&] { save_encoder(train_.out + "/" + kEncoderFile, train_, *model_, data_.vocabulary); });
+}
+
+PretrainResult PretrainRun::run() {
+  const auto run_start = Clock::now();
+  int64_t& step = state_.step;
+  bool stop = false;
+  while (step < state_.total_steps && !stop) {
+    const int64_t epoch = step / steps_per_epoch_;
+    const int64_t epoch_end = std::min(state_.total_steps, (epoch + 1) * steps_per_epoch_);
+    std::vector<int64_t> order = train_.length_buckets > 0
+                                     ? batcher_->length_bucketed_order(train_.seed, epoch, train_.length_buckets)
+                                     : batcher_->shuffled_order(train_.seed, epoch);
+    model_->train();
+    progress_.start_epoch(epoch + 1, epochs_, epoch_end - epoch * steps_per_epoch_);
+    const auto epoch_start = Clock::now();
+    int64_t tokens = 0;
+    for (int64_t b = step % steps_per_epoch_; epoch * steps_per_epoch_ + b < epoch_end; ++b) {
+      if (const int signal = StopSignals::received(); signal != 0 && !several_) {
+        result_.stopped_by_signal = signal;
+        stop = true;
+        break;
+      }
+      // The whole batch's masks on every rank (they depend on the seed and the step alone), then this rank's rows.
+      const Batch whole = batcher_->batch(order, b);
+      const MaskedBatch masked = mask_tokens(whole, mask_id_, kFirstWord, mask_id_ + 1, train_.seed, step, 0, config_.rates);
+      const distributed::Range rows = distributed::shard_range(whole.batch, world_.rank(), world_.size());
+      const int64_t T = whole.seq_len, first = rows.begin * T, last = rows.end * T;
+      std::vector<int64_t> positions, targets;
+      for (size_t i = 0; i < masked.positions.size(); ++i)
+        if (masked.positions[i] >= first && masked.positions[i] < last) {
+          positions.push_back(masked.positions[i] - first);
+          targets.push_back(masked.targets[i]);
+        }
+      Batch mine = batcher_->batch_rows(order, b, rows.begin, rows.size());
+      mine.tokens.assign(masked.inputs.begin() + first, masked.inputs.begin() + last);
+      BatchTensors t = to_tensors(mine, device_);
+      if (several_) gen_.set_batch_slice({whole.batch, rows.begin, rows.size()});
+      optimizer_->set_lr(schedule_.lr_at(step));
+      optimizer_->zero_grad();
+      double loss_value = 0, correct = 0;
+      const double all_masked = double(masked.positions.size()), my_masked = double(positions.size());
+      if (!positions.empty()) {
+        MaskedTokenModel::Output out = model_->forward(t.tokens, t.padding_mask, from_vector(positions),
+                                                       from_vector(targets));
+        // Each rank's mean weighs its share of the batch's masked tokens; DataParallel averages (/ size).
+        if (several_) (out.loss * (my_masked * double(world_.size()) / all_masked)).backward();
+        else out.loss.backward();
+        loss_value = double(out.loss.item<float>());
+        correct = out.correct.item<double>();
+      }
+      dp_->synchronize_gradients();
+      if (train_.clip > 0) optim::clip_grad_norm_(model_->parameters(), train_.clip);
+      optimizer_->step();
+      if (several_) {  // the whole batch's loss and accuracy, and any rank's signal
+        Tensor sums = from_vector(std::vector<double>{loss_value * my_masked, correct, double(StopSignals::received())});
+        world_.all_reduce(sums, distributed::ReduceOp::Sum);
+        const std::vector<double> totals = sums.to_vector<double>();
+        loss_value = totals[0] / all_masked;
+        correct = totals[1];
+        if (totals[2] > 0) {
+          result_.stopped_by_signal = StopSignals::received() != 0 ? StopSignals::received() : SIGTERM;
+          stop = true;
+        }
+      }
+      EMBER_CHECK(std::isfinite(loss_value), "pretraining diverged: the loss at step {} is {}; that step is not saved "
+                  "and the last checkpoint is kept (lower --lr)", step + 1, loss_value);
+      ++step;
+      const double accuracy = correct / all_masked;
+      result_.step_losses.push_back(loss_value);
+      result_.step_accuracies.push_back(accuracy);
+      state_.epoch_loss_sum += loss_value;
+      state_.epoch_correct += int64_t(std::llround(correct));
+      state_.epoch_masked += int64_t(masked.positions.size());
+      tokens += whole.real_tokens;
+      if (lead_)
+        metrics_->write({{"kind", "step"}, {"step", step}, {"epoch", epoch + 1}, {"loss", loss_value},
+                         {"accuracy", accuracy}, {"masked", int64_t(masked.positions.size())}, {"lr", optimizer_->lr()}});
+      const double elapsed = seconds_since(epoch_start);
+      progress_.update(b + 1, state_.epoch_loss_sum / double(b + 1), double(tokens) / elapsed, elapsed);
+      const bool at_end = step == epoch_end;
+      if (!at_end && train_.save_every > 0 && step % train_.save_every == 0) save();
+      if (train_.stop_after > 0 && step >= train_.stop_after && !at_end) stop = true;
+      if (stop) break;
+    }
+    progress_.finish_epoch();
+    if (step == epoch_end) {
+      end_epoch(epoch, seconds_since(epoch_start), tokens);
+    } else {
+      save();  // stopped part-way (a signal, --stop-after)
+    }
+  }
+  result_.steps = step;
+  result_.finished = step == state_.total_steps;
+  result_.wall_seconds = seconds_since(run_start);
+  if (result_.finished && lead_ && result_.stopped_by_signal == 0) {
+    metrics_->flush();
+    try {
+      write_pretrain_report(train_.out, config_.to_metadata(), result_.parameters);
+      if (!train_.quiet) fmt::print(stderr, "Report: {}/report.html\n", train_.out);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "warning: could not write {}/report.html: {}\n", train_.out, e.what());
+    }
+  }
+  return result_;
+}
+
+// An epoch's end (or the run's last step): its record, then the checkpoint and the encoder file.
+void PretrainRun::end_epoch(int64_t epoch, double seconds, int64_t tokens) {
+  const int64_t steps_in_epoch = state_.step - epoch * steps_per_epoch_;
+  const double loss = state_.epoch_loss_sum / double(steps_in_epoch);
+  const double accuracy = double(state_.epoch_correct) / double(std::max<int64_t>(1, state_.epoch_masked));
+  if (lead_)
+    metrics_->write({{"kind", "epoch"}, {"epoch", epoch + 1}, {"step", state_.step}, {"train_loss", loss},
+                     {"masked_accuracy", accuracy}, {"masked_tokens", state_.epoch_masked}, {"train_seconds", seconds},
+                     {"real_tokens_per_s", double(tokens) / seconds}});
+  if (!train_.quiet)
+    fmt::print(stderr, "epoch {}/{}: masked-token loss {:.4f}, accuracy {:.2f}% ({} masked tokens) | {:.1f}s | {:.0f} "
+               "real tok/s\n", epoch + 1, epochs_, loss, 100 * accuracy, state_.epoch_masked, seconds,
+               double(tokens) / seconds);
+  distributed::on_root(world_, [&] { metrics_->flush(); });
+  state_.epoch_loss_sum = 0;
+  state_.epoch_correct = 0;
+  state_.epoch_masked = 0;
+  save();
+}
+
+}  // namespace
+
+std::map<std::string, std::string> PretrainConfig::to_metadata() const {
+  std::map<std::string, std::string> meta = train.to_metadata();
+  meta["pretrain_steps"] = std::to_string(steps);
+  meta["mask_rates"] = fmt::format("{},{},{}", rates.choose, rates.to_mask, rates.to_random);
+  return meta;
+}
+
+Data prepare_pretraining_data(const TrainConfig& config) {
+  TrainConfig whole = config;
+  whole.model.max_len = limits::max_len;  // every review whole: the windows cut them
+  whole.truncate = "head";
+  Data data = prepare_data(whole);
+  // Pretraining reads the training reviews alone.
+  data.test_tokens.clear();
+  data.test_labels.clear();
+  data.test_lengths.clear();
+  data.validation_tokens.clear();
+  data.validation_labels.clear();
+  return data;
+}
+
+PretrainResult pretrain(const PretrainConfig& config, const Data& data, distributed::ProcessGroup& world) {
+  return PretrainRun(config, data, world).run();
+}
+
+PretrainResult pretrain(const PretrainConfig& config, distributed::ProcessGroup& world) {
+  config.train.validate();
+  distributed::on_root(world, [&] { check_output_folder(config.train.out); });
+  checked_device(config.train.device);
+  if (!config.train.quiet && world.rank() == 0) fmt::print(stderr, "Loading IMDb (training reviews)...\n");
+  if (config.train.data.empty() && world.size() > 1)
+    distributed::on_root(world, [&] {
+      ensure_imdb_downloaded(config.train.data_dir.empty() ? default_data_dir() : config.train.data_dir);
+    });
+  Data data = prepare_pretraining_data(config.train);
+  return pretrain(config, data, world);
+}
+
+}  // namespace ember::imdb

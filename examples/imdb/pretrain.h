@@ -1,0 +1,52 @@
+// `imdb pretrain`: masked-token prediction (masking.h) over the training reviews, on the classifier's own
+// encoder (masked_token_model.h), as a first stage before `imdb train --init RUN` (encoder_file.h).
+// It reads every training review whole, in windows of --max-len tokens (review_windows), and never the
+// test reviews nor the --validation ones. A run folder as `train` writes: vocab.txt, metrics.jsonl (each
+// step's masked-token loss and accuracy), checkpoint.safetensors (exact resume: the masks are drawn from
+// the seed and the step), encoder.safetensors (with every checkpoint: each epoch's end, --save-every, a stop) and report.html.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/distributed/process_group.h"
+#include "examples/imdb/masking.h"
+#include "examples/imdb/settings.h"
+#include "examples/imdb/trainer.h"
+
+namespace ember::imdb {
+
+struct PretrainConfig {
+  // The model, the data (--data, --limit, --validation, --vocab), the optimiser and the run folder's
+  // settings, as for `train`. Its max_len is the windows' length; truncate and classes are not used.
+  TrainConfig train;
+  int64_t steps = 0;  // the run's steps (the schedule's length); 0: --epochs over the windows
+  MaskingRates rates;
+
+  std::map<std::string, std::string> to_metadata() const;  // train's, with pretrain_steps
+};
+
+struct PretrainResult {
+  int64_t windows = 0;                  // windows of training text per epoch
+  int64_t parameters = 0;
+  int64_t steps = 0, total_steps = 0;   // done (resumed steps included), and of the whole run
+  bool finished = false;
+  int stopped_by_signal = 0;
+  double wall_seconds = 0;
+  std::vector<double> step_losses, step_accuracies;  // this process's steps, in order (whole batches')
+};
+
+// The training reviews whole (not truncated), encoded with a vocabulary built from them; the test
+// reviews are not kept. --validation reviews are held out as `train` holds them out (and not kept either).
+Data prepare_pretraining_data(const TrainConfig& config);
+
+// Collective under mpirun, as train(): each rank computes its rows of every global batch.
+PretrainResult pretrain(const PretrainConfig& config, distributed::ProcessGroup& world);
+PretrainResult pretrain(const PretrainConfig& config, const Data& data, distributed::ProcessGroup& world);
+
+// report.html of a pretraining folder: the masked-token loss and accuracy per step and per epoch, the settings.
+void write_pretrain_report(const std::string& folder, const std::map<std::string, std::string>& settings,
+                           int64_t parameters);
+
+}  // namespace ember::imdb

@@ -1,0 +1,92 @@
+// report.html of an `imdb pretrain` folder: the masked-token loss and accuracy per step (with a moving
+// mean; the steps are noisy) and per epoch, drawn with svg.h's charts, and the run's settings.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "examples/imdb/pretrain.h"
+#include "examples/imdb/svg.h"
+
+namespace ember::imdb {
+
+namespace {
+
+std::vector<double> moving_mean(const std::vector<double>& xs, size_t window) {
+  std::vector<double> out;
+  double sum = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    sum += xs[i];
+    if (i >= window) sum -= xs[i - window];
+    out.push_back(sum / double(std::min(i + 1, window)));
+  }
+  return out;
+}
+
+}  // namespace
+
+void write_pretrain_report(const std::string& folder, const std::map<std::string, std::string>& settings,
+                           int64_t parameters) {
+  const std::string path = folder + "/metrics.jsonl";
+  std::ifstream in(path);
+  EMBER_CHECK(in.good(), "pretrain report: cannot read '{}'", path);
+  std::map<int64_t, std::pair<double, double>> steps;  // a step logged twice (a resume) keeps its last line
+  std::vector<double> epoch, epoch_loss, epoch_accuracy;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    EMBER_CHECK(record.is_object(), "pretrain report: '{}' line {} is not a JSON object", path, number);
+    const std::string kind = record.value("kind", "");
+    if (kind == "step")
+      steps[record.value("step", int64_t(0))] = {record.value("loss", 0.0), 100 * record.value("accuracy", 0.0)};
+    else if (kind == "epoch") {
+      epoch.push_back(double(record.value("epoch", int64_t(0))));
+      epoch_loss.push_back(record.value("train_loss", 0.0));
+      epoch_accuracy.push_back(100 * record.value("masked_accuracy", 0.0));
+    }
+  }
+  std::vector<double> step, loss, accuracy;
+  for (const auto& [s, values] : steps) step.push_back(double(s)), loss.push_back(values.first), accuracy.push_back(values.second);
+  const size_t window = std::max<size_t>(1, step.size() / 50);
+  std::string body = fmt::format("<h1>Ember IMDb masked-token pretraining: {}</h1>\n", svg::escape(folder));
+  body += fmt::format("<p>{} parameters; {} steps logged. The loss and accuracy are over the masked tokens of each "
+                      "step's batch (15% of its tokens: 80% shown as [MASK], 10% as a random word, 10% as they are); "
+                      "the thick line is the mean of the last {} steps.</p>\n",
+                      parameters, step.size(), window);
+  body += "<div class=\"charts\">\n";
+  body += svg::line_chart({"Masked-token loss per step", "step", "cross-entropy", "pretrain-loss"},
+                          {{"step", step, loss, "#1f77b4", false, 1.0, 0.35},
+                           {"moving mean", step, moving_mean(loss, window), "#1f77b4", false, 2.5, 1.0}});
+  body += svg::line_chart({"Masked-token accuracy per step", "step", "accuracy (%)", "pretrain-accuracy"},
+                          {{"step", step, accuracy, "#d62728", false, 1.0, 0.35},
+                           {"moving mean", step, moving_mean(accuracy, window), "#d62728", false, 2.5, 1.0}});
+  body += "</div>\n<h2>Epochs</h2>\n<table><tr><th>epoch</th><th>loss</th><th>accuracy</th></tr>\n";
+  for (size_t i = 0; i < epoch.size(); ++i)
+    body += fmt::format("<tr><td>{}</td><td>{:.4f}</td><td>{:.2f}%</td></tr>\n", epoch[i], epoch_loss[i], epoch_accuracy[i]);
+  body += "</table>\n<h2>Settings</h2>\n<table>\n";
+  for (const auto& [key, value] : settings)
+    body += fmt::format("<tr><td class=\"name\">{}</td><td>{}</td></tr>\n", svg::escape(key), svg::escape(value));
+  body += "</table>\n";
+  const std::string page = fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>\nbody {{ "
+      "font-family: system-ui, sans-serif; margin: 24px; color: #222; }} .charts {{ display: flex; flex-wrap: wrap; "
+      "gap: 16px; }} .chart .grid {{ stroke: #eee; }} .chart .axis {{ stroke: #666; }} .chart .frame {{ fill: none; "
+      "stroke: #999; }} .chart-title {{ font-size: 14px; font-weight: 600; }} .tick {{ font-size: 11px; fill: #444; }} "
+      ".label {{ font-size: 12px; }} table {{ border-collapse: collapse; font-size: 13px; }} td, th {{ border: 1px solid "
+      "#ddd; padding: 3px 8px; text-align: right; }} td.name {{ text-align: left; }}\n</style>\n</head>\n<body>\n{}"
+      "</body>\n</html>\n",
+      svg::escape("pretraining " + folder), body);
+  write_file_atomically(folder + "/report.html", page);
+}
+
+}  // namespace ember::imdb
