@@ -20,21 +20,6 @@
 
 namespace ember::imdb {
 
-namespace {
-
-std::vector<double> moving_mean(const std::vector<double>& xs, size_t window) {
-  std::vector<double> out;
-  double sum = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    sum += xs[i];
-    if (i >= window) sum -= xs[i - window];
-    out.push_back(sum / double(std::min(i + 1, window)));
-  }
-  return out;
-}
-
-}  // namespace
-
 void write_pretrain_report(const std::string& folder, const std::map<std::string, std::string>& settings,
                            int64_t parameters) {
   const std::string path = folder + "/metrics.jsonl";
@@ -66,10 +51,10 @@ void write_pretrain_report(const std::string& folder, const std::map<std::string
   body += "<div class=\"charts\">\n";
   body += svg::line_chart({"Masked-token loss per step", "step", "cross-entropy", "pretrain-loss"},
                           {{"step", step, loss, "#1f77b4", false, 1.0, 0.35},
-                           {"moving mean", step, moving_mean(loss, window), "#1f77b4", false, 2.5, 1.0}});
+                           {"moving mean", step, svg::moving_average(loss, window), "#1f77b4", false, 2.5, 1.0}});
   body += svg::line_chart({"Masked-token accuracy per step", "step", "accuracy (%)", "pretrain-accuracy"},
                           {{"step", step, accuracy, "#d62728", false, 1.0, 0.35},
-                           {"moving mean", step, moving_mean(accuracy, window), "#d62728", false, 2.5, 1.0}});
+                           {"moving mean", step, svg::moving_average(accuracy, window), "#d62728", false, 2.5, 1.0}});
   body += "</div>\n<h2>Epochs</h2>\n<table><tr><th>epoch</th><th>loss</th><th>accuracy</th></tr>\n";
   for (size_t i = 0; i < epoch.size(); ++i)
     body += fmt::format("<tr><td>{}</td><td>{:.4f}</td><td>{:.2f}%</td></tr>\n", epoch[i], epoch_loss[i], epoch_accuracy[i]);

@@ -55,18 +55,6 @@ document.body.dataset.heatmaps = document.querySelectorAll("svg.heatmap").length
                      escape(title), body);
 }
 
-// The mean of the last `window` values at each point (the loss per step is noisy).
-std::vector<double> moving_average(const std::vector<double>& xs, size_t window) {
-  std::vector<double> out;
-  double sum = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    sum += xs[i];
-    if (i >= window) sum -= xs[i - window];
-    out.push_back(sum / double(std::min(i + 1, window)));
-  }
-  return out;
-}
-
 std::string percent(double x) { return std::isfinite(x) ? fmt::format("{:.2f}%", 100 * x) : "–"; }
 
 struct Curves {
@@ -153,7 +141,7 @@ std::string render_run_report(const RunReport& r) {
   body += "<h2>Training</h2>\n<div class=\"charts\">\n";
   body += svg::line_chart({"Training loss per step", "step", "cross-entropy", "loss-chart", 760, 300, false, "{:.2f}"},
                           {{"per step", c.step, c.loss, "#9ecae1", false, 1.0, 0.8},
-                           {"mean of last 50", c.step, moving_average(c.loss, 50), "#08519c", false, 2.0, 1.0}});
+                           {"mean of last 50", c.step, svg::moving_average(c.loss, 50), "#08519c", false, 2.0, 1.0}});
   if (chosen == nullptr)
     body += svg::line_chart({"Test accuracy per epoch", "epoch", "accuracy (%)", "accuracy-chart", 420, 300, false, "{:.1f}", true},
                             {{"", c.epoch, c.accuracy, "#d62728", true, 2.0, 1.0}});
@@ -212,7 +200,7 @@ std::string render_compare_report(const std::string& title, const std::vector<Co
                         col.metrics.epochs.empty() ? "–" : percent(col.metrics.epochs.back().test_accuracy),
                         percent(best), chosen_cell, seconds / n, tokens / n);
     std::string color = kColors[m % 6], label = fmt::format("h = {}", col.heads);
-    loss.push_back({label, c.step, moving_average(c.loss, 50), color, false, 1.5, 0.9});
+    loss.push_back({label, c.step, svg::moving_average(c.loss, 50), color, false, 1.5, 0.9});
     accuracy.push_back({label, c.epoch, c.accuracy, color, true, 2.0, 1.0});
   }
   body += "</table>\n<div class=\"charts\">\n";

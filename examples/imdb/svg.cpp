@@ -160,4 +160,15 @@ std::string heat_map(const HeatMap& map) {
   return out + "</g>\n</svg>\n";
 }
 
+std::vector<double> moving_average(const std::vector<double>& xs, size_t window) {
+  std::vector<double> out;
+  double sum = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    sum += xs[i];
+    if (i >= window) sum -= xs[i - window];
+    out.push_back(sum / double(std::min(i + 1, window)));
+  }
+  return out;
+}
+
 }  // namespace ember::imdb::svg

@@ -1,6 +1,7 @@
 // Inline SVG for the training report: line charts and attention heat maps, as strings.
 // No JavaScript, no fonts or files fetched: a page built from these opens offline.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,6 +32,8 @@ struct Chart {
 
 // Lines over shared axes with ticks, labels and a legend. Empty series are skipped.
 std::string line_chart(const Chart& chart, const std::vector<Series>& series);
+// The mean of the last `window` values at each point: a noisy series (a loss per step) smoothed for its chart.
+std::vector<double> moving_average(const std::vector<double>& xs, size_t window);
 
 struct HeatMap {
   std::string title;                // drawn above the map
