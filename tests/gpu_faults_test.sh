@@ -46,6 +46,10 @@ expect "uninterrupted GPU run" 0 "trained 13 steps" -- "$EMU" train "${tiny[@]}"
 expect "GPU run stopped at step 4" 0 "stopped after 4 of 13 steps" -- "$EMU" train "${tiny[@]}" --device cuda --stop-after 4 --out "$OUT/ref4"
 expect "GPU run stopped at step 2" 0 "stopped after 2 of 13 steps" -- "$EMU" train "${tiny[@]}" --device cuda --stop-after 2 --out "$OUT/ref2"
 
+# --zero on one GPU process: a clear error before training, not the optimiser's check.
+expect "--zero on one GPU process is refused up front" 1 "on one GPU process there is nothing to shard" -- \
+  "$EMU" train "${tiny[@]}" --device cuda --zero --out "$OUT/zero1"
+
 # 1. Out of GPU memory.
 expect "a model that does not fit: what was asked for and what is free" 1 "of 1048576 bytes free" -- \
   env EMBER_EMULATED_MEMORY_MIB=1 "$EMU" train "${tiny[@]}" --device cuda --out "$OUT/oom-start"

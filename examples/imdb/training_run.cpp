@@ -180,6 +180,11 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   }
   precision_.emplace(parse_precision(config_.precision));
 
+  // ZeRO-1's moments are sharded over the ranks' NCCL group on GPUs: one GPU process has none (its world group
+  // holds CPU tensors), and would fail at the optimiser's first check.
+  EMBER_CHECK(!(config_.zero && device_.is_cuda() && !several_),
+              "--zero shards AdamW's moments over the ranks of an mpirun job; on one GPU process there is nothing "
+              "to shard: drop --zero, or run under mpirun -np N");
   model_.emplace(config_.model, gen_);
   // --init (not on a resume, whose checkpoint holds the weights): the encoder's weights, checked against these settings
   if (!config_.init.empty() && !config_.resume)
