@@ -7,20 +7,7 @@ IMDB=$1
 DATA=$2
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-fails=0
-passes=0
-pass() { echo "ok: $1"; passes=$((passes+1)); }
-failed() { echo "FAIL: $1"; fails=$((fails+1)); }
-expect() {  # expect <description> <wanted exit> <text the output must contain> -- command...
-  local what=$1 want=$2 text=$3; shift 4
-  local got out
-  out=$("$@" 2>&1); got=$?
-  if [ "$got" != "$want" ] || ! grep -qF -- "$text" <<<"$out"; then
-    failed "$what (exit $got, wanted $want; output must contain '$text')"; echo "$out" | tail -5
-  else
-    pass "$what"
-  fi
-}
+source "$(dirname "$0")/expect.sh"
 small=(--data "$DATA" --dim 16 --heads 2 --layers 1 --ffn 32 --max-len 64 --batch-size 16 --quiet)
 expect "train on the small data" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/run"
 expect "eval a saved run" 0 "test accuracy" -- "$IMDB" eval --run "$OUT/run" --data "$DATA"

@@ -18,22 +18,8 @@ CPU=$2
 DATA=$3
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-fails=0
-passes=0
-pass() { echo "ok: $1"; passes=$((passes+1)); }
-failed() { echo "FAIL: $1"; fails=$((fails+1)); }
-expect() {  # expect <description> <wanted exit> <text the output must contain> -- command...
-  local what=$1 want=$2 text=$3; shift 4
-  local got
-  out=$("$@" 2>&1); got=$?  # (kept in $out for more checks)
-  if [ "$got" != "$want" ] || ! grep -qF -- "$text" <<<"$out"; then
-    failed "$what (exit $got, wanted $want; output must contain '$text')"; echo "$out" | tail -5
-  elif grep -q "CUDA error\|Abort\|terminate called" <<<"$out"; then
-    failed "$what: a raw CUDA error or an abort"; echo "$out" | tail -5
-  else
-    pass "$what"
-  fi
-}
+EXPECT_NO_RAW_ERRORS=1
+source "$(dirname "$0")/expect.sh"
 same() {  # same <description> <file> <file>
   if cmp -s "$2" "$3"; then pass "$1"; else failed "$1 ($2 and $3 differ)"; fi
 }
