@@ -22,11 +22,21 @@ namespace ember::optim {
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr) : groups_(std::move(groups)), lr_(lr) {
   EMBER_CHECK(lr >= 0, "optimizer: learning rate must be >= 0, got {}", lr);
-  for (auto& group : groups_)
+  for (auto& group : groups_) {
+    EMBER_CHECK(std::isfinite(group.lr_scale) && group.lr_scale >= 0,
+                "optimizer: a group's learning-rate scale must be finite and >= 0, got {}", group.lr_scale);
     for (auto& p : group.params) {
       EMBER_CHECK(p.defined() && p.requires_grad() && p.is_leaf(), "optimizer: parameters must be leaves that require grad");
       EMBER_CHECK(p.is_contiguous(), "optimizer: parameters must be contiguous");
     }
+  }
+}
+
+std::vector<double> Optimizer::lr_scales() const {
+  std::vector<double> scales;
+  for (const auto& group : groups_)
+    if (std::find(scales.begin(), scales.end(), group.lr_scale) == scales.end()) scales.push_back(group.lr_scale);
+  return scales;
 }
 
 void Optimizer::zero_grad() {
@@ -139,16 +149,18 @@ std::vector<std::string> SGD::state_kinds() const {
 void SGD::step() {
   NoGradGuard no_grad;
   count_step();
-  std::vector<Tensor> params, grads, velocities;
-  std::vector<double> decays;
-  for_each_param([&](size_t index, Tensor& p, double wd) {
-    if (!p.grad().defined()) return;
-    params.push_back(p);
-    grads.push_back(p.grad());
-    if (momentum != 0) velocities.push_back(buffer("momentum", index, p));
-    decays.push_back(wd);
-  });
-  sgd_step_(params, grads, velocities, decays, {lr_, momentum, steps_ == 1});
+  for (double scale : lr_scales()) {
+    std::vector<Tensor> params, grads, velocities;
+    std::vector<double> decays;
+    for_each_param_at(scale, [&](size_t index, Tensor& p, double wd) {
+      if (!p.grad().defined()) return;
+      params.push_back(p);
+      grads.push_back(p.grad());
+      if (momentum != 0) velocities.push_back(buffer("momentum", index, p));
+      decays.push_back(wd);
+    });
+    if (!params.empty()) sgd_step_(params, grads, velocities, decays, {lr_ * scale, momentum, steps_ == 1});
+  }
 }
 
 Adam::Adam(std::vector<ParamGroup> groups, double lr, double beta1, double beta2, double eps, bool decoupled)
@@ -172,22 +184,25 @@ void check_adam_state_entry(const std::string& name, const std::string& kind, co
   EMBER_CHECK(!(smallest < 0), "optimizer state: '{}' holds {} (a second moment must be >= 0)", name, smallest);
 }
 
-AdamHyper Adam::hyper_for(int64_t step) const {
-  return {lr_, beta1, beta2, eps, 1 - std::pow(beta1, double(step)), 1 - std::pow(beta2, double(step)), decoupled};
+AdamHyper Adam::hyper_for(int64_t step, double lr_scale) const {
+  return {lr_ * lr_scale, beta1, beta2, eps, 1 - std::pow(beta1, double(step)), 1 - std::pow(beta2, double(step)), decoupled};
 }
 
 void Adam::keep_numbers_on_device(Device device) {
   EMBER_CHECK(device.is_cuda(), "Adam: the step's numbers can be kept on a GPU, not on {}", device.str());
   constexpr int64_t words = (sizeof(AdamHyper) + 7) / 8;
-  device_numbers_ = zeros({words}, Dtype::Int64, device);
+  device_numbers_ = zeros({int64_t(lr_scales().size()), words}, Dtype::Int64, device);
   staged_step_ = -1;
 }
 
 void Adam::stage_step() {
   EMBER_CHECK(device_numbers_.defined(), "Adam::stage_step: call keep_numbers_on_device first");
-  const AdamHyper hyper = hyper_for(steps_ + 1);
   std::vector<int64_t> words(size_t(device_numbers_.numel()), 0);
-  std::memcpy(words.data(), &hyper, sizeof hyper);
+  const std::vector<double> scales = lr_scales();
+  for (size_t s = 0; s < scales.size(); ++s) {
+    const AdamHyper hyper = hyper_for(steps_ + 1, scales[s]);
+    std::memcpy(words.data() + s * size_t(device_numbers_.size(1)), &hyper, sizeof hyper);
+  }
   upload_into(device_numbers_, words.data(), device_numbers_.numel() * 8);  // through pinned staging: no wait
   staged_step_ = steps_ + 1;
   staged_lr_ = lr_;
@@ -202,18 +217,23 @@ void Adam::step() {
   EMBER_CHECK(!device_numbers_.defined() || staged_lr_ == lr_, "Adam: step {} keeps its numbers on {}, staged at "
               "learning rate {}, but set_lr({}) came after stage_step()", steps_, device_numbers_.device().str(),
               staged_lr_, lr_);
-  const AdamHyper hyper = hyper_for(steps_);
-  std::vector<Tensor> params, grads, ms, vs;
-  std::vector<double> decays;
-  for_each_param([&](size_t index, Tensor& p, double wd) {
-    if (!p.grad().defined()) return;
-    params.push_back(p);
-    grads.push_back(p.grad());
-    ms.push_back(buffer("exp_avg", index, p));
-    vs.push_back(buffer("exp_avg_sq", index, p));
-    decays.push_back(wd);
-  });
-  adam_step_(params, grads, ms, vs, decays, hyper, device_numbers_);
+  // One update per learning-rate scale: the groups that share it share a kernel call.
+  const std::vector<double> scales = lr_scales();
+  for (size_t s = 0; s < scales.size(); ++s) {
+    std::vector<Tensor> params, grads, ms, vs;
+    std::vector<double> decays;
+    for_each_param_at(scales[s], [&](size_t index, Tensor& p, double wd) {
+      if (!p.grad().defined()) return;
+      params.push_back(p);
+      grads.push_back(p.grad());
+      ms.push_back(buffer("exp_avg", index, p));
+      vs.push_back(buffer("exp_avg_sq", index, p));
+      decays.push_back(wd);
+    });
+    if (params.empty()) continue;
+    adam_step_(params, grads, ms, vs, decays, hyper_for(steps_, scales[s]),
+               device_numbers_.defined() ? device_numbers_.select(0, int64_t(s)) : Tensor());
+  }
 }
 
 }  // namespace ember::optim

@@ -16,6 +16,9 @@ namespace ember::optim {
 struct ParamGroup {
   std::vector<Tensor> params;
   double weight_decay = 0.0;
+  // The group learns at lr() x lr_scale: e.g. a pretrained encoder fine-tuned more gently than the new
+  // head on top of it (ULMFiT's discriminative rates). >= 0; 1 = the optimiser's rate.
+  double lr_scale = 1.0;
 };
 
 class Optimizer {
@@ -76,6 +79,18 @@ class Optimizer {
     for (auto& group : groups_)
       for (auto& p : group.params) fn(index++, p, group.weight_decay);
   }
+  // The groups' distinct learning-rate scales, in the order they first appear (one update call each).
+  std::vector<double> lr_scales() const;
+  // for_each_param over the groups whose lr_scale is `scale` (the numbering stays the global one).
+  template <typename Fn>
+  void for_each_param_at(double scale, Fn&& fn) {
+    size_t index = 0;
+    for (auto& group : groups_)
+      for (auto& p : group.params) {
+        if (group.lr_scale == scale) fn(index, p, group.weight_decay);
+        ++index;
+      }
+  }
   // Named state buffers, one per parameter and kind; created (zeros) on first use.
   Tensor& buffer(const std::string& kind, size_t index, const Tensor& like);
   // Counts one more step; an ember::Error (rather than an overflow) past max_steps.
@@ -111,8 +126,8 @@ class Adam : public Optimizer {
   bool decoupled;
 
   // For a CUDA graph's step: the GPU kernel reads the step's numbers (learning rate, bias
-  // corrections) from a small buffer on `device` instead of its arguments, so that a replay of a
-  // captured step() uses that replay's numbers. stage_step() writes the numbers of the next step()
+  // corrections; one set per learning-rate scale) from a small buffer on `device` instead of its
+  // arguments, so that a replay of a captured step() uses that replay's numbers. stage_step() writes the numbers of the next step()
   // (step_count() + 1, at lr()) there, an asynchronous upload; each step() checks that it was called
   // for it, and that lr() has not changed since.
   void keep_numbers_on_device(Device device);
@@ -122,8 +137,8 @@ class Adam : public Optimizer {
   void check_state_entry(const std::string& name, const std::string& kind, const Tensor& value) const override;
 
  private:
-  AdamHyper hyper_for(int64_t step) const;
-  Tensor device_numbers_;    // int64 on the GPU, an AdamHyper's bytes
+  AdamHyper hyper_for(int64_t step, double lr_scale) const;
+  Tensor device_numbers_;    // int64 on the GPU: an AdamHyper's bytes for each of lr_scales(), in order
   int64_t staged_step_ = -1;  // the step whose numbers device_numbers_ holds
   double staged_lr_ = 0;      // and the learning rate they were staged with
 };

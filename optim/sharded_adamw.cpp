@@ -47,7 +47,7 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, distributed::ProcessG
     for (size_t j = 0; j < g.params.size(); ++j, ++k) {
       const int64_t begin = std::max(first, flat_offset_[k]);
       const int64_t end = std::min(first + shard_, flat_offset_[k] + all[k].numel());
-      if (begin < end) pieces_.push_back({k, begin - flat_offset_[k], begin - first, end - begin, g.weight_decay});
+      if (begin < end) pieces_.push_back({k, begin - flat_offset_[k], begin - first, end - begin, g.weight_decay, g.lr_scale});
     }
   const Device device = group_.device();
   flat_grad_ = zeros({shard_ * ranks}, dtype, device);
@@ -100,18 +100,22 @@ void ShardedAdamW::step() {
 }
 
 // The rank's shard, piece by piece (each with its parameter's weight decay), through the same op
-// as optim::AdamW: one pass on the CPU, one fused launch on a GPU.
+// as optim::AdamW: one pass on the CPU, one fused launch on a GPU, for each learning-rate scale.
 void ShardedAdamW::update_shard(double correction1, double correction2) {
-  std::vector<Tensor> ps, gs, ms, vs;
-  std::vector<double> decays;
-  for (const Piece& piece : pieces_) {
-    ps.push_back(shard_param_.narrow(0, piece.shard_offset, piece.length));
-    gs.push_back(shard_grad_.narrow(0, piece.shard_offset, piece.length));
-    ms.push_back(exp_avg_.narrow(0, piece.shard_offset, piece.length));
-    vs.push_back(exp_avg_sq_.narrow(0, piece.shard_offset, piece.length));
-    decays.push_back(piece.weight_decay);
+  for (double scale : lr_scales()) {
+    std::vector<Tensor> ps, gs, ms, vs;
+    std::vector<double> decays;
+    for (const Piece& piece : pieces_) {
+      if (piece.lr_scale != scale) continue;
+      ps.push_back(shard_param_.narrow(0, piece.shard_offset, piece.length));
+      gs.push_back(shard_grad_.narrow(0, piece.shard_offset, piece.length));
+      ms.push_back(exp_avg_.narrow(0, piece.shard_offset, piece.length));
+      vs.push_back(exp_avg_sq_.narrow(0, piece.shard_offset, piece.length));
+      decays.push_back(piece.weight_decay);
+    }
+    if (!ps.empty())
+      adam_step_(ps, gs, ms, vs, decays, {lr_ * scale, beta1, beta2, eps, correction1, correction2, true});
   }
-  if (!ps.empty()) adam_step_(ps, gs, ms, vs, decays, {lr_, beta1, beta2, eps, correction1, correction2, true});
 }
 
 std::map<std::string, Tensor> ShardedAdamW::state_dict() const {

@@ -49,7 +49,7 @@ class ShardedAdamW : public Optimizer {
   struct Piece {
     size_t param;
     int64_t param_offset, shard_offset, length;
-    double weight_decay;
+    double weight_decay, lr_scale;
   };
   std::vector<Tensor> params() const;
   void update_shard(double correction1, double correction2);

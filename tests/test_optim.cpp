@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -66,6 +67,51 @@ TEST_CASE("optim: Adam and AdamW steps by hand") {
   optim::AdamW idle({{{untouched}, 0.1}}, 0.01);
   idle.step();
   check_values(untouched, {5.0});
+}
+
+TEST_CASE("optim: a group's lr_scale: its parameters step as at lr x scale, the others at lr, numbered as before") {
+  // Two groups at scales 1 and 0.25 against two optimisers at lr and lr / 4: the same numbers, bit for bit.
+  auto run = [](auto make, double scale_b) {
+    Tensor a = param({1.0, -2.0}), b = param({0.5, 3.0});
+    auto opt = make(std::vector<optim::ParamGroup>{{{a}, 0.1, 1.0}, {{b}, 0.1, scale_b}});
+    for (int s = 0; s < 3; ++s) {
+      set_grad(a, {0.3, -1.0 + s});
+      set_grad(b, {2.0 - s, 0.7});
+      opt.step();
+    }
+    return std::pair{a.to_vector<double>(), b.to_vector<double>()};
+  };
+  auto alone = [](auto make, double lr_factor, bool first) {
+    Tensor x = first ? param({1.0, -2.0}) : param({0.5, 3.0});
+    auto opt = make(std::vector<optim::ParamGroup>{{{x}, 0.1}}, lr_factor);
+    for (int s = 0; s < 3; ++s) {
+      set_grad(x, first ? std::initializer_list<double>{0.3, -1.0 + s} : std::initializer_list<double>{2.0 - s, 0.7});
+      opt.step();
+    }
+    return x.to_vector<double>();
+  };
+  auto adamw = [](std::vector<optim::ParamGroup> g, double factor = 1.0) { return optim::AdamW(std::move(g), 0.01 * factor); };
+  auto sgd = [](std::vector<optim::ParamGroup> g, double factor = 1.0) { return optim::SGD(std::move(g), 0.1 * factor, 0.9); };
+  const auto [adam_a, adam_b] = run(adamw, 0.25);
+  CHECK(adam_a == alone(adamw, 1.0, true));
+  CHECK(adam_b == alone(adamw, 0.25, false));
+  CHECK(adam_b != alone(adamw, 1.0, false));
+  const auto [sgd_a, sgd_b] = run(sgd, 0.25);
+  CHECK(sgd_a == alone(sgd, 1.0, true));
+  CHECK(sgd_b == alone(sgd, 0.25, false));
+  // Scale 0: the group does not move at all (not even its weight decay).
+  const auto [moved, frozen] = run(adamw, 0.0);
+  CHECK(frozen == std::vector<double>{0.5, 3.0});
+  // The state keeps the global numbering ("1.exp_avg" is b's), whatever the scales.
+  Tensor a = param({1.0}), b = param({2.0});
+  optim::AdamW two({{{a}, 0.0, 0.5}, {{b}, 0.0, 1.0}}, 0.01);
+  set_grad(a, {1.0});
+  set_grad(b, {3.0});
+  two.step();
+  CHECK(two.state_dict().at("1.exp_avg").to_vector<double>() == std::vector<double>{(1 - 0.9) * 3.0});  // m = (1 - beta1) g
+  // A negative or non-finite scale is refused.
+  check_error([&] { optim::AdamW({{{param({1.0})}, 0.0, -0.5}}, 0.01); }, "learning-rate scale must be finite and >= 0");
+  check_error([&] { optim::SGD({{{param({1.0})}, 0.0, NAN}}, 0.01); }, "learning-rate scale must be finite and >= 0");
 }
 
 TEST_CASE("optim: optimiser state round-trips and bad state is rejected") {

@@ -345,6 +345,37 @@ TEST_CASE("pretrain --init: the classifier starts from the encoder's weights exa
   CHECK(pretrained.step_losses.front() != random.step_losses.front());
 }
 
+TEST_CASE("pretrain --init --encoder-lr-scale: 0 keeps the pretrained encoder exactly while the head learns") {
+  PretrainConfig p = tiny_pretrain("for-scale");
+  pretrain(p, *distributed::make_single_process_group());
+  const PretrainedEncoder encoder = load_encoder(p.train.out);
+  TrainConfig frozen = tiny_classifier("scale-0", p);
+  frozen.encoder_lr_scale = 0.0;
+  REQUIRE(train(frozen).finished);
+  TrainConfig gentle = tiny_classifier("scale-half", p);
+  gentle.encoder_lr_scale = 0.5;
+  REQUIRE(train(gentle).finished);
+  const SavedRun run0 = load_run(frozen.out), run_half = load_run(gentle.out);
+  CHECK(run0.config.encoder_lr_scale == 0.0);  // in the model's settings (and the checkpoint's)
+  Generator gen(frozen.seed);
+  nn::TransformerClassifier initial(run0.config.model, gen);  // the head as initialised (--init keeps it)
+  const auto initial_state = initial.state_dict(), half_state = run_half.model->state_dict();
+  int64_t encoder_tensors = 0;
+  for (const auto& [name, t] : run0.model->state_dict()) {
+    const std::vector<float> half = half_state.at(name).to_vector<float>();
+    if (name.rfind("head.", 0) == 0) {  // the head learnt at the full rate
+      CHECK_MESSAGE(t.to_vector<float>() != initial_state.at(name).to_vector<float>(), name);
+      continue;
+    }
+    ++encoder_tensors;
+    Tensor expected = encoder.tensors.at(name);
+    if (name == "token_embedding.weight" || name == "position_embedding.weight") expected = expected.narrow(0, 0, t.size(0));
+    CHECK_MESSAGE(t.to_vector<float>() == expected.contiguous().to_vector<float>(), name);  // not moved at scale 0
+    CHECK_MESSAGE(half != expected.contiguous().to_vector<float>(), name);                  // moved at 0.5
+  }
+  CHECK(encoder_tensors == int64_t(initial_state.size()) - 2);
+}
+
 TEST_CASE("pretrain --init faults: another vocabulary or size, a damaged encoder, a classifier's run: refused, nothing overwritten") {
   PretrainConfig p = tiny_pretrain("faults-source");
   pretrain(p, *distributed::make_single_process_group());

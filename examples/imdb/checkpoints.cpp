@@ -250,7 +250,7 @@ CheckpointInfo check_checkpoint(const std::string& path) {
   ReadCheckpoint read = read_checkpoint(path);  // the sizes are those of the tensors present: building is bounded
   Generator gen(0);
   nn::TransformerClassifier model(read.info.config.model, gen);
-  optim::AdamW optimizer(parameter_groups(model, read.info.config.weight_decay), read.info.config.lr);
+  optim::AdamW optimizer(parameter_groups(model, read.info.config.weight_decay, read.info.config.encoder_lr_scale), read.info.config.lr);
   load_into(path, read, model, optimizer);
   return read.info;
 }

@@ -128,6 +128,10 @@ std::vector<Setting> make_table() {
   t.push_back(integer("epochs", "--epochs", MEMBER(epochs), 1, limits::max_epochs, "passes over the training reviews"));
   t.push_back(real("lr", "--lr", MEMBER(lr), 0.0, 10.0, "peak learning rate (AdamW)"));
   t.push_back(real("weight_decay", "--weight-decay", MEMBER(weight_decay), 0.0, 10.0, "on weight matrices only"));
+  t.push_back(with(real("encoder_lr_scale", "--encoder-lr-scale", MEMBER(encoder_lr_scale), 0.0, 1.0,
+                        "the encoder's learning rate as a fraction of --lr (the head's): below 1 fine-tunes an "
+                        "--init encoder more gently"),
+                   S::checkpoint, "1"));
   t.push_back(real("warmup", "--warmup", MEMBER(warmup), 0.0, 1.0, "warm-up fraction of all steps"));
   t.push_back(choice("schedule", "--schedule", MEMBER(schedule), {"linear", "cosine", "constant"},
                      "learning-rate schedule"));

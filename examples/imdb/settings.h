@@ -31,6 +31,7 @@ struct TrainConfig {
   int64_t epochs = 3;
   double lr = 5e-4;
   double weight_decay = 0.01;       // on weight matrices only
+  double encoder_lr_scale = 1.0;    // the encoder's learning rate over the head's (a pretrained encoder, --init)
   double warmup = 0.05;             // fraction of all steps
   std::string schedule = "linear";  // linear | cosine | constant
   double clip = 1.0;                // global gradient norm; 0 = off

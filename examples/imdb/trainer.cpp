@@ -60,13 +60,18 @@ std::vector<std::vector<int32_t>> encode(const Vocabulary& vocabulary, const std
 
 }  // namespace
 
-std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double weight_decay) {
+std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double weight_decay, double encoder_lr_scale) {
+  // The decaying groups first, then the others; the head after the encoder in each: with one rate (2
+  // groups) or two (4), the parameters are numbered in the same order (the optimiser state's names).
   optim::ParamGroup decay{{}, weight_decay}, no_decay{{}, 0.0};
+  optim::ParamGroup encoder_decay{{}, weight_decay, encoder_lr_scale}, encoder_no_decay{{}, 0.0, encoder_lr_scale};
   for (auto& [name, p] : model.named_parameters()) {
-    bool is_matrix = p.dim() >= 2 && name.find("embedding") == std::string::npos;
-    (is_matrix ? decay : no_decay).params.push_back(p);
+    const bool is_matrix = p.dim() >= 2 && name.find("embedding") == std::string::npos;
+    const bool in_encoder = encoder_lr_scale != 1.0 && name.rfind("head.", 0) != 0;
+    (is_matrix ? (in_encoder ? encoder_decay : decay) : (in_encoder ? encoder_no_decay : no_decay)).params.push_back(p);
   }
-  return {decay, no_decay};
+  if (encoder_lr_scale == 1.0) return {decay, no_decay};
+  return {encoder_decay, decay, encoder_no_decay, no_decay};
 }
 
 namespace {

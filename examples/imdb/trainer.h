@@ -79,8 +79,10 @@ RunResult train(const TrainConfig& config, distributed::ProcessGroup& world);
 RunResult train(const TrainConfig& config, const Data& data, distributed::ProcessGroup& world);
 
 // AdamW's parameter groups of the recipe: weight matrices decay, biases, LayerNorm parameters
-// and embeddings do not.
-std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double weight_decay);
+// and embeddings do not. With encoder_lr_scale != 1 (--encoder-lr-scale), everything but the
+// classification head ("head.*") learns at that fraction of the learning rate.
+std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double weight_decay,
+                                                double encoder_lr_scale = 1.0);
 
 // What a checkpoint holds, once checked: check_checkpoint() reads the file, rebuilds the model
 // and optimiser it describes and loads every tensor into them, as --resume does. Throws

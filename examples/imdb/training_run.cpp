@@ -196,10 +196,10 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
     group_ = nccl_.get();
   }
   if (config_.zero)  // ZeRO-1: clips by the global norm itself, over every rank's shard
-    optimizer_ = std::make_unique<optim::ShardedAdamW>(parameter_groups(*model_, config_.weight_decay), *group_,
+    optimizer_ = std::make_unique<optim::ShardedAdamW>(parameter_groups(*model_, config_.weight_decay, config_.encoder_lr_scale), *group_,
                                                        config_.lr, config_.clip);
   else
-    optimizer_ = std::make_unique<optim::AdamW>(parameter_groups(*model_, config_.weight_decay), config_.lr);
+    optimizer_ = std::make_unique<optim::AdamW>(parameter_groups(*model_, config_.weight_decay, config_.encoder_lr_scale), config_.lr);
   batcher_.emplace(data_.train_tokens, data_.train_labels, config_.batch_size);
   steps_per_epoch_ = batcher_->num_batches();
   EMBER_CHECK(!__builtin_mul_overflow(steps_per_epoch_, config_.epochs, &total_steps_) &&

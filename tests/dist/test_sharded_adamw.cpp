@@ -20,8 +20,9 @@ using namespace ember::testing;
 
 namespace {
 
-std::vector<optim::ParamGroup> two_groups(const nn::Module& model) {
-  optim::ParamGroup decay{{}, 0.1}, no_decay{{}, 0.0};
+// Matrices with weight decay, the rest without, at `no_decay_lr_scale` of the learning rate.
+std::vector<optim::ParamGroup> two_groups(const nn::Module& model, double no_decay_lr_scale = 1.0) {
+  optim::ParamGroup decay{{}, 0.1}, no_decay{{}, 0.0, no_decay_lr_scale};
   for (const Tensor& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
   return {decay, no_decay};
 }
@@ -39,45 +40,50 @@ void backward_on_slice(nn::TransformerClassifier& model, Generator& gen, const S
 }  // namespace
 
 TEST_CASE("ShardedAdamW: the same parameters as data parallelism with AdamW, clipping exact over all shards") {
-  Generator plain_gen(6), zero_gen(6);
-  nn::TransformerClassifier plain(small_model(), plain_gen), sharded(small_model(), zero_gen);
-  plain.to(Dtype::Float64);
-  sharded.to(Dtype::Float64);
-  nn::DataParallel plain_dp(plain, world());
-  nn::DataParallel sharded_dp(sharded, world(), {.reduce_gradients = false});
-  optim::AdamW adamw(two_groups(plain), 3e-2);
-  optim::ShardedAdamW zero(two_groups(sharded), world(), 3e-2, /*max_grad_norm=*/0.3);
-  // Every rank owns a shard; together they cover the (padded) flat vector.
-  CHECK(zero.shard_size() * world().size() >= sharded.num_parameters());
-  CHECK((zero.shard_size() - 1) * world().size() < sharded.num_parameters());
-  for (int step = 0; step < 6; ++step) {
-    SmallBatch batch = small_batch(11, 50 + step);
-    adamw.zero_grad();
-    backward_on_slice(plain, plain_gen, batch);
-    plain_dp.synchronize_gradients();
-    const double norm = optim::clip_grad_norm(plain.parameters(), 0.3);
-    adamw.step();
+  // With one learning rate, and with a group at half of it (--encoder-lr-scale): shards then cut across
+  // runs of the two rates.
+  for (const double scale : {1.0, 0.5}) {
+    INFO("the second group's learning-rate scale: " << scale);
+    Generator plain_gen(6), zero_gen(6);
+    nn::TransformerClassifier plain(small_model(), plain_gen), sharded(small_model(), zero_gen);
+    plain.to(Dtype::Float64);
+    sharded.to(Dtype::Float64);
+    nn::DataParallel plain_dp(plain, world());
+    nn::DataParallel sharded_dp(sharded, world(), {.reduce_gradients = false});
+    optim::AdamW adamw(two_groups(plain, scale), 3e-2);
+    optim::ShardedAdamW zero(two_groups(sharded, scale), world(), 3e-2, /*max_grad_norm=*/0.3);
+    // Every rank owns a shard; together they cover the (padded) flat vector.
+    CHECK(zero.shard_size() * world().size() >= sharded.num_parameters());
+    CHECK((zero.shard_size() - 1) * world().size() < sharded.num_parameters());
+    for (int step = 0; step < 6; ++step) {
+      SmallBatch batch = small_batch(11, 50 + step);
+      adamw.zero_grad();
+      backward_on_slice(plain, plain_gen, batch);
+      plain_dp.synchronize_gradients();
+      const double norm = optim::clip_grad_norm(plain.parameters(), 0.3);
+      adamw.step();
 
-    zero.zero_grad();
-    backward_on_slice(sharded, zero_gen, batch);
-    sharded_dp.synchronize_gradients();  // no reduction: the optimiser reduce-scatters
-    zero.step();
-    CHECK(zero.last_grad_norm() == doctest::Approx(norm).epsilon(1e-12));
-    CHECK(norm > 0.3);  // the clipping did act
-  }
-  std::vector<Tensor> a = plain.parameters(), b = sharded.parameters();
-  for (size_t k = 0; k < a.size(); ++k) {
-    INFO("parameter " << k);
-    check_close(b[k], a[k], 1e-10);
-    CHECK(same_on_every_rank(b[k]));
-  }
-  // The state, gathered whole, is AdamW's.
-  std::map<std::string, Tensor> full = zero.state_dict(), expected = adamw.state_dict();
-  REQUIRE(full.size() == expected.size());
-  for (auto& [name, t] : expected) {
-    INFO(name);
-    REQUIRE(full.count(name) == 1);
-    check_close(full[name], t, 1e-9);
+      zero.zero_grad();
+      backward_on_slice(sharded, zero_gen, batch);
+      sharded_dp.synchronize_gradients();  // no reduction: the optimiser reduce-scatters
+      zero.step();
+      CHECK(zero.last_grad_norm() == doctest::Approx(norm).epsilon(1e-12));
+      CHECK(norm > 0.3);  // the clipping did act
+    }
+    std::vector<Tensor> a = plain.parameters(), b = sharded.parameters();
+    for (size_t k = 0; k < a.size(); ++k) {
+      INFO("parameter " << k);
+      check_close(b[k], a[k], 1e-10);
+      CHECK(same_on_every_rank(b[k]));
+    }
+    // The state, gathered whole, is AdamW's.
+    std::map<std::string, Tensor> full = zero.state_dict(), expected = adamw.state_dict();
+    REQUIRE(full.size() == expected.size());
+    for (auto& [name, t] : expected) {
+      INFO(name);
+      REQUIRE(full.count(name) == 1);
+      check_close(full[name], t, 1e-9);
+    }
   }
 }
 

@@ -53,8 +53,8 @@ struct Run {
   Generator gen;
   nn::TransformerClassifier model;
   optim::AdamW optimizer;
-  explicit Run(uint64_t seed, const nn::ClassifierConfig& config = small_recipe())
-      : gen(seed), model(config, gen), optimizer(imdb::parameter_groups(model, 0.01), 1e-3) {
+  explicit Run(uint64_t seed, const nn::ClassifierConfig& config = small_recipe(), double encoder_lr_scale = 1.0)
+      : gen(seed), model(config, gen), optimizer(imdb::parameter_groups(model, 0.01, encoder_lr_scale), 1e-3) {
     model.to(Device::cuda(0));
     model.train();
   }
