@@ -24,6 +24,11 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) {
   weight = register_parameter("weight", normal({num_embeddings, dim}, 0.0, kInitStd, gen));
 }
 
+Embedding::Embedding(int64_t num_embeddings, int64_t dim) {
+  EMBER_CHECK(num_embeddings > 0 && dim > 0, "Embedding: sizes must be positive, got {} x {}", num_embeddings, dim);
+  weight = register_parameter("weight", zeros({num_embeddings, dim}));
+}
+
 LayerNorm::LayerNorm(int64_t dim, double eps) : eps(eps) {
   EMBER_CHECK(dim > 0, "LayerNorm: dim must be positive, got {}", dim);
   weight = register_parameter("weight", ones({dim}));

@@ -22,6 +22,8 @@ class Linear : public Module {
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim, Generator& gen);
+  // All zeros, drawing nothing (a table added to another, that starts as if absent).
+  Embedding(int64_t num_embeddings, int64_t dim);
   Tensor forward(const Tensor& ids) const {
     auto scope = forward_scope();
     return embedding(weight, ids);

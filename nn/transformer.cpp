@@ -7,6 +7,10 @@
 #include "nn/transformer.h"
 
 #include "autograd/checkpoint.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/shape.h"
+#include "nn/bigrams.h"
 
 namespace ember::nn {
 
@@ -60,6 +64,12 @@ TransformerClassifier::TransformerClassifier(const ClassifierConfig& config, Gen
   }
   final_norm = register_module("final_norm", std::make_shared<LayerNorm>(config.dim));
   head = register_module("head", std::make_shared<Linear>(config.dim, config.classes, gen));
+  EMBER_CHECK(config.bigram_buckets >= 0, "TransformerClassifier: bigram_buckets must be >= 0, got {}", config.bigram_buckets);
+  if (config.bigram_buckets > 0) {
+    // Zeros, drawing nothing: the model starts as the one without it, the same draws and outputs (a
+    // pretrained encoder, --init, is untouched until the pairs learn).
+    bigram_embedding = register_module("bigram_embedding", std::make_shared<Embedding>(config.bigram_buckets, config.dim));
+  }
 }
 
 Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& key_padding_mask,
@@ -78,19 +88,28 @@ Tensor TransformerClassifier::embed(const Tensor& tokens) const {
   const int64_t T = tokens.size(1);
   EMBER_CHECK(T <= config.max_len, "TransformerClassifier: sequence length {} exceeds max_len {}", T, config.max_len);
   Tensor positions = arange(T).view({1, T}).to(tokens.device());
-  return token_embedding->forward(tokens) + position_embedding->forward(positions);
+  Tensor embedded = token_embedding->forward(tokens) + position_embedding->forward(positions);
+  if (bigram_embedding) embedded = embedded + bigram_embedding->forward(hashed_bigrams(tokens, config.bigram_buckets));
+  return embedded;
 }
 
 Tensor TransformerClassifier::forward(const DeviceIds& tokens, const DeviceIds& positions,
-                                      const Tensor& key_padding_mask) const {
+                                      const Tensor& key_padding_mask, const DeviceIds* bigrams) const {
   auto scope = forward_scope();
   EMBER_CHECK(tokens.ids.dim() == 2, "TransformerClassifier: tokens must be [B, T], got {}", shape_str(tokens.ids.shape()));
   const int64_t T = tokens.ids.size(1);
   EMBER_CHECK(T <= config.max_len, "TransformerClassifier: sequence length {} exceeds max_len {}", T, config.max_len);
   EMBER_CHECK(positions.ids.shape() == Shape({1, T}), "TransformerClassifier: positions must be [1, {}], got {}", T,
               shape_str(positions.ids.shape()));
-  return forward_embedded(embedding(token_embedding->weight, tokens) + embedding(position_embedding->weight, positions),
-                          key_padding_mask, nullptr);
+  EMBER_CHECK((bigrams != nullptr) == bool(bigram_embedding), "TransformerClassifier: a model {} bigram embeddings "
+              "was given {} bigram ids", bigram_embedding ? "with" : "without", bigrams != nullptr ? "staged" : "no");
+  Tensor embedded = embedding(token_embedding->weight, tokens) + embedding(position_embedding->weight, positions);
+  if (bigrams != nullptr) {
+    EMBER_CHECK(bigrams->ids.shape() == tokens.ids.shape(), "TransformerClassifier: bigram ids {} for tokens {}",
+                shape_str(bigrams->ids.shape()), shape_str(tokens.ids.shape()));
+    embedded = embedded + embedding(bigram_embedding->weight, *bigrams);
+  }
+  return forward_embedded(embedded, key_padding_mask, nullptr);
 }
 
 Tensor TransformerClassifier::encode_embedded(const Tensor& embedded, const Tensor& key_padding_mask,

@@ -40,10 +40,11 @@ struct ClassifierConfig {
   int64_t attention_window = -1;  // sliding-window attention: keys within this many positions (-1: full)
   int64_t attention_global = 0;   // with a window: the first tokens that see and are seen by all
   bool checkpoint = false;        // activation checkpointing, per block (autograd/checkpoint.h)
+  int64_t bigram_buckets = 0;     // > 0: hashed bigram embeddings (nn/bigrams.h) added to the token embeddings
 };
 
-// Token + learned position embeddings -> dropout -> encoder blocks -> final LayerNorm ->
-// mean over real (non-padded) positions -> Linear to class logits.
+// Token + learned position embeddings (+ hashed bigram embeddings, with bigram_buckets) -> dropout ->
+// encoder blocks -> final LayerNorm -> mean over real (non-padded) positions -> Linear to class logits.
 class TransformerClassifier : public Module {
  public:
   TransformerClassifier(const ClassifierConfig& config, Generator& gen);
@@ -53,13 +54,16 @@ class TransformerClassifier : public Module {
                  std::vector<Tensor>* attention_weights = nullptr) const;
   // The same with the tokens and the positions 0 .. T-1 ([1, T]) staged on the GPU (stage_ids,
   // core/ops.h, with buckets): a CUDA graph's step, which uploads nothing (examples/imdb/graph_step.h).
-  Tensor forward(const DeviceIds& tokens, const DeviceIds& positions, const Tensor& key_padding_mask) const;
+  // With bigram_buckets, `bigrams` are the tokens' hashed_bigrams, staged the same way.
+  Tensor forward(const DeviceIds& tokens, const DeviceIds& positions, const Tensor& key_padding_mask,
+                 const DeviceIds* bigrams = nullptr) const;
   // The encoder alone: each token's vector after the blocks and the final LayerNorm, [B, T, dim],
   // before the pooling and the head (masked-token pretraining, examples/imdb/pretrain.h).
   Tensor encode(const Tensor& tokens, const Tensor& key_padding_mask) const;
 
   ClassifierConfig config;
   std::shared_ptr<Embedding> token_embedding, position_embedding;
+  std::shared_ptr<Embedding> bigram_embedding;  // with bigram_buckets only; starts at zero (the model without it)
   std::shared_ptr<Dropout> embedding_dropout;
   std::vector<std::shared_ptr<TransformerEncoderLayer>> blocks;
   std::shared_ptr<LayerNorm> final_norm;

@@ -190,6 +190,8 @@ expect "--init of another vocabulary" 1 "it was pretrained with --vocab 20000, t
 expect "--init of a classifier's run" 1 "that is a classifier's run (model.safetensors), not a pretrained encoder" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/run" --out "$OUT/fine"
 expect "--resume with another --encoder-lr-scale" 1 "encoder_lr_scale" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --encoder-lr-scale 0.5 --resume --out "$OUT/fine"
 expect "--encoder-lr-scale out of range" 2 "--encoder-lr-scale" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --encoder-lr-scale 2 --out "$OUT/fine"
+expect "pretrain --bigrams" 2 "--bigrams is for train" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --bigrams 1000 --out "$OUT/pre"
+expect "train --init --bigrams" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --bigrams 1000 --encoder-lr-scale 0.5 --out "$OUT/fine-bigrams"
 expect "pretrain --encoder-lr-scale" 2 "--encoder-lr-scale is for train" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --encoder-lr-scale 0.5 --out "$OUT/pre"
 cp -r "$OUT/pre" "$OUT/pre-bad" && head -c 3000 "$OUT/pre/encoder.safetensors" > "$OUT/pre-bad/encoder.safetensors"
 expect "--init of a half-written encoder" 1 "encoder.safetensors" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre-bad" --out "$OUT/fine"

@@ -875,6 +875,31 @@ TEST_CASE("cuda trainer: --precision bf16 on the GPU trains as the CPU's bf16 ru
   CHECK(fp32.step_losses != bf16.on_gpu.step_losses);
 }
 
+TEST_CASE("cuda trainer: --bigrams on the GPU (staged with the tokens, graphs and op by op) trains the CPU's losses") {
+  if (skip_without_cuda()) return;
+  auto config_for = [](const std::string& name, const std::string& device) {
+    imdb::TrainConfig c = tiny_train_config("ember_cuda_train_bigrams", name);
+    c.epochs = 1;
+    c.device = device;
+    c.model.bigram_buckets = 97;
+    if (cuda_emulated()) c.model.max_len = 16;  // as in the cases above
+    return c;
+  };
+  const BothRuns graphs = train_on_cpu_and_gpu(config_for, 1e-3);  // --cuda-graph on (the GPU's default)
+  CHECK(graphs.on_gpu.graph_replays > graphs.on_gpu.steps / 2);
+  CHECK(graphs.on_gpu.epochs.back().test_accuracy == doctest::Approx(graphs.on_cpu.epochs.back().test_accuracy));
+  imdb::TrainConfig eager = config_for("gpu-eager", "cuda");
+  eager.cuda_graph = "off";
+  const imdb::RunResult op_by_op = imdb::train(eager, graphs.data);
+  REQUIRE(op_by_op.step_losses.size() == graphs.on_gpu.step_losses.size());
+  for (size_t i = 0; i < op_by_op.step_losses.size(); ++i)  // (graph batches are padded to 32 tokens: not bit for bit)
+    CHECK(op_by_op.step_losses[i] == doctest::Approx(graphs.on_gpu.step_losses[i]).epsilon(1e-4));
+  // The pairs did learn: the run without them trains other losses.
+  imdb::TrainConfig none = config_for("gpu-none", "cuda");
+  none.model.bigram_buckets = 0;
+  CHECK(imdb::train(none, graphs.data).step_losses != graphs.on_gpu.step_losses);
+}
+
 TEST_CASE("cuda allocator: blocks are reused (no cudaMalloc in a steady loop), statistics and out-of-memory") {
   if (skip_without_cuda()) return;
   auto step = [] {

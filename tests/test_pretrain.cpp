@@ -376,6 +376,28 @@ TEST_CASE("pretrain --init --encoder-lr-scale: 0 keeps the pretrained encoder ex
   CHECK(encoder_tensors == int64_t(initial_state.size()) - 2);
 }
 
+TEST_CASE("pretrain --init --bigrams: the pairs start at zero, so the first step is the one without them; then they learn") {
+  PretrainConfig p = tiny_pretrain("for-bigrams");
+  pretrain(p, *distributed::make_single_process_group());
+  TrainConfig with = tiny_classifier("bigrams", p), without = tiny_classifier("no-bigrams", p);
+  with.model.bigram_buckets = 211;
+  with.encoder_lr_scale = 0.5;  // the pairs are new: they learn at the head's rate, not the encoder's
+  without.encoder_lr_scale = 0.5;
+  const RunResult a = train(with), b = train(without);
+  REQUIRE(a.step_losses.size() == b.step_losses.size());
+  REQUIRE(a.step_losses.size() > 2);
+  CHECK(a.step_losses[0] == b.step_losses[0]);
+  CHECK(a.step_losses.back() != b.step_losses.back());
+  const SavedRun run = load_run(with.out);
+  CHECK(run.config.model.bigram_buckets == 211);
+  const std::vector<optim::ParamGroup> groups = parameter_groups(*run.model, 0.01, 0.5);
+  std::vector<double> scales_of_pairs;
+  for (const optim::ParamGroup& g : groups)
+    for (const Tensor& t : g.params)
+      if (t.raw_data() == run.model->bigram_embedding->weight.raw_data()) scales_of_pairs.push_back(g.lr_scale);
+  CHECK(scales_of_pairs == std::vector<double>{1.0});
+}
+
 TEST_CASE("pretrain --init faults: another vocabulary or size, a damaged encoder, a classifier's run: refused, nothing overwritten") {
   PretrainConfig p = tiny_pretrain("faults-source");
   pretrain(p, *distributed::make_single_process_group());

@@ -101,7 +101,7 @@ void init_from_encoder(const PretrainedEncoder& encoder, const TrainConfig& clas
   nn::TensorMap state = model.state_dict();
   nn::TensorMap loaded;
   for (const auto& [name, current] : state) {
-    if (name.rfind("head.", 0) == 0) {
+    if (name.rfind("head.", 0) == 0 || name.rfind("bigram_embedding.", 0) == 0) {  // not pretrained: as initialised
       loaded.emplace(name, current.detach().clone());
       continue;
     }

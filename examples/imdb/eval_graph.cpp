@@ -19,7 +19,7 @@ GraphEvaluator::GraphEvaluator(nn::TransformerClassifier& model, Device device) 
 }
 
 void GraphEvaluator::count(const DeviceBatch& in) {
-  Tensor predicted = argmax(model_.forward(in.tokens, in.positions, in.mask), 1);
+  Tensor predicted = argmax(model_.forward(in.tokens, in.positions, in.mask, in.bigrams_if_any()), 1);
   correct_.add_(sum(eq(predicted, in.labels.ids).to(Dtype::Float64)));
 }
 

@@ -44,7 +44,7 @@ GraphStep::GraphStep(nn::TransformerClassifier& model, optim::Adam& optimizer, G
 
 Tensor gpu_step(nn::TransformerClassifier& model, optim::Optimizer& optimizer, const DeviceBatch& inputs, double clip) {
   optimizer.zero_grad();  // before the forward: its activations may take the gradients' memory
-  Tensor loss = cross_entropy(model.forward(inputs.tokens, inputs.positions, inputs.mask), inputs.labels);
+  Tensor loss = cross_entropy(model.forward(inputs.tokens, inputs.positions, inputs.mask, inputs.bigrams_if_any()), inputs.labels);
   UpdateOptions update;
   update.clip = clip;
   backward_and_update(loss, model, optimizer, update);
@@ -61,6 +61,9 @@ void GraphStep::copy_in(PerShape& s, const DeviceBatch& batch) {
                  batch.tokens.bound};
     in.labels = {Tensor::empty({B}, Dtype::Int64, device_), Tensor(), batch.labels.bound};
     in.mask = Tensor::empty({B, T}, Dtype::Bool, device_);
+    if (batch.bigrams.ids.defined())
+      in.bigrams = {Tensor::empty({B, T}, Dtype::Int64, device_), Tensor::empty({3 * B * T + 2}, Dtype::Int64, device_),
+                    batch.bigrams.bound};
     stage_ids(arange(T).view({1, T}), model_.config.max_len, /*with_buckets=*/true, device_, in.positions);
   }
   auto copy = [&](const Tensor& dst, const Tensor& src) {
@@ -75,6 +78,10 @@ void GraphStep::copy_in(PerShape& s, const DeviceBatch& batch) {
   copy(in.tokens.buckets, batch.tokens.buckets);
   copy(in.mask, batch.mask);
   copy(in.labels.ids, batch.labels.ids);
+  if (in.bigrams.ids.defined()) {
+    copy(in.bigrams.ids, batch.bigrams.ids);
+    copy(in.bigrams.buckets, batch.bigrams.buckets);
+  }
 }
 
 Tensor GraphStep::run(const Batch& batch) {

@@ -257,6 +257,9 @@ int run(int argc, char** argv) {
   if (pretrain_command->parsed()) {
     check_training_config(pretrain_config.train);
     if (!pretrain_config.train.init.empty()) throw UsageError("pretrain: --init is for train (it starts a classifier)");
+    if (pretrain_config.train.model.bigram_buckets != 0)
+      throw UsageError("pretrain: --bigrams is for train (the pairs' embeddings learn in fine-tuning; an --init "
+                       "classifier starts them at zero)");
     if (pretrain_config.train.encoder_lr_scale != 1.0)
       throw UsageError("pretrain: --encoder-lr-scale is for train (the classifier's encoder against its head)");
     return in_world(pretrain_config.train.dist_timeout, [&](distributed::ProcessGroup& world) {

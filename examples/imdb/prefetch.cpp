@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "nn/bigrams.h"
 
 namespace ember::imdb {
 
@@ -23,6 +24,9 @@ void stage(const Batch& batch, const nn::ClassifierConfig& model, Device device,
   if (!into.mask.defined()) into.mask = Tensor::empty({B, T}, Dtype::Bool, device);
   upload_into(into.mask, padding.data(), B * T, stream);
   stage_ids(from_vector(batch.labels, {B}), model.classes, /*with_buckets=*/false, device, into.labels, stream);
+  if (model.bigram_buckets > 0)
+    stage_ids(nn::hashed_bigrams(from_vector(batch.tokens, {B, T}), model.bigram_buckets), model.bigram_buckets,
+              with_buckets, device, into.bigrams, stream);
 }
 
 BatchPrefetcher::BatchPrefetcher(Device device, const nn::ClassifierConfig& model, int64_t max_batch)
@@ -38,6 +42,10 @@ BatchPrefetcher::BatchPrefetcher(Device device, const nn::ClassifierConfig& mode
     s.position_buckets = Tensor::empty({3 * T + 2}, Dtype::Int64, device);
     s.labels = Tensor::empty({max_batch}, Dtype::Int64, device);
     s.mask = Tensor::empty({n}, Dtype::Bool, device);
+    if (model.bigram_buckets > 0) {
+      s.bigram_ids = Tensor::empty({n}, Dtype::Int64, device);
+      s.bigram_buckets = Tensor::empty({3 * n + 2}, Dtype::Int64, device);
+    }
     // NOTE: the blocks may have been freed by work still queued on the compute stream: the first
     // upload into them waits for it.
     s.read.record(GpuStream::Compute);
@@ -67,6 +75,10 @@ void BatchPrefetcher::prefetch(const Batch& batch) {
     v.tokens.buckets = s.buckets.narrow(0, 0, 3 * n + 2);
     v.labels.ids = s.labels.narrow(0, 0, B);
     v.mask = s.mask.narrow(0, 0, n).view({B, T});
+    if (s.bigram_ids.defined()) {
+      v.bigrams.ids = s.bigram_ids.narrow(0, 0, n).view({B, T});
+      v.bigrams.buckets = s.bigram_buckets.narrow(0, 0, 3 * n + 2);
+    }
   }
   if (v.seq_len != T) {  // (stage() then uploads this length's positions)
     v.positions.ids = s.positions.narrow(0, 0, T).view({1, T});

@@ -38,13 +38,16 @@ struct DeviceBatch {
   DeviceIds positions;  // int64 [1, T]: 0 .. T-1, with buckets
   DeviceIds labels;     // int64 [B]
   Tensor mask;          // bool [B, T], true at padding
+  DeviceIds bigrams;    // int64 [B, T]: the tokens' hashed_bigrams, with buckets (a model with bigram_buckets only)
+  const DeviceIds* bigrams_if_any() const { return bigrams.ids.defined() ? &bigrams : nullptr; }
 };
 
 // The batch's inputs into `into` on `device` (a GPU), as the step reads them: the one way a batch
 // goes up, for every step and evaluation that reads a DeviceBatch. The tokens, with the embedding
 // backward's buckets when `with_buckets`, and the labels are checked on the host and staged
 // (stage_ids, core/ops.h), the padding mask uploaded, all through pinned staging on `stream` (the
-// compute stream, or the copy stream: the caller orders it with events), without a host wait.
+// compute stream, or the copy stream: the caller orders it with events), without a host wait; with
+// model.bigram_buckets, the tokens' hashed bigrams (nn/bigrams.h, computed on the host) too.
 // Tensors of `into` already made are rewritten in place (a graph's inputs, a prefetcher's buffers
 // keep their addresses); made on the first call otherwise. The positions (0 .. T-1), the same for
 // every batch of a length, are staged only when `into` last held another length (or none).
@@ -80,6 +83,7 @@ class BatchPrefetcher {
  private:
   struct Slot {
     Tensor ids, buckets, positions, position_buckets, labels, mask;  // flat, of the largest batch's sizes
+    Tensor bigram_ids, bigram_buckets;                              // (a model with bigram embeddings)
     DeviceBatch view;  // views of the last batch's sizes into them
     GpuEvent uploaded, read;
     explicit Slot(Device device) : uploaded(device), read(device) {}

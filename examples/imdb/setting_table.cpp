@@ -91,6 +91,10 @@ std::vector<Setting> make_table() {
   t.push_back(with(choice("truncate", "--truncate", MEMBER(truncate), {"head", "tail", "head+tail"},
                           "which tokens of a longer review: head, tail or head+tail (1/4 + 3/4)"),
                    S::checkpoint, "head"));
+  t.push_back(with(integer("bigram_buckets", "--bigrams", MEMBER(model.bigram_buckets), 0, limits::max_bigram_buckets,
+                           "hashed bigram embeddings beside the token embeddings, in N buckets (fastText's word pairs); "
+                           "0: none (the recipe)"),
+                   S::checkpoint, "0"));
   t.push_back(with(integer("validation", "--validation", MEMBER(validation), 0, limits::max_reviews,
                            "hold out N training reviews (the same N for every run) as a validation set, evaluated "
                            "each epoch; 0: none (the recipe)"),

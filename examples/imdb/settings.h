@@ -18,6 +18,7 @@ constexpr int64_t max_heads = 1024, max_layers = 1024, max_dim = 1 << 16, max_ff
 constexpr int64_t max_vocab_words = 1 << 30, max_batch_size = 1 << 20, max_epochs = 1'000'000, max_threads = 4096;
 constexpr int64_t max_reviews = int64_t(1) << 40;  // --limit, --save-every, --stop-after, --log-every
 constexpr int64_t max_bucket_kb = 1 << 20;         // 1 GiB
+constexpr int64_t max_bigram_buckets = 1 << 26;   // --bigrams: 64 Mi rows
 constexpr double max_dist_timeout = 1e9;          // seconds
 }  // namespace limits
 

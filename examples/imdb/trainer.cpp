@@ -67,7 +67,9 @@ std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double 
   optim::ParamGroup encoder_decay{{}, weight_decay, encoder_lr_scale}, encoder_no_decay{{}, 0.0, encoder_lr_scale};
   for (auto& [name, p] : model.named_parameters()) {
     const bool is_matrix = p.dim() >= 2 && name.find("embedding") == std::string::npos;
-    const bool in_encoder = encoder_lr_scale != 1.0 && name.rfind("head.", 0) != 0;
+    // The head and the bigram embeddings are new in a fine-tune (--init copies neither): the head's rate.
+    const bool in_encoder =
+        encoder_lr_scale != 1.0 && name.rfind("head.", 0) != 0 && name.rfind("bigram_embedding.", 0) != 0;
     (is_matrix ? (in_encoder ? encoder_decay : decay) : (in_encoder ? encoder_no_decay : no_decay)).params.push_back(p);
   }
   if (encoder_lr_scale == 1.0) return {decay, no_decay};

@@ -80,7 +80,7 @@ RunResult train(const TrainConfig& config, const Data& data, distributed::Proces
 
 // AdamW's parameter groups of the recipe: weight matrices decay, biases, LayerNorm parameters
 // and embeddings do not. With encoder_lr_scale != 1 (--encoder-lr-scale), everything but the
-// classification head ("head.*") learns at that fraction of the learning rate.
+// classification head and the bigram embeddings (new in a fine-tune) learns at that fraction of the rate.
 std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double weight_decay,
                                                 double encoder_lr_scale = 1.0);
 
