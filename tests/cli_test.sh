@@ -192,6 +192,10 @@ expect "--resume with another --encoder-lr-scale" 1 "encoder_lr_scale" -- "$IMDB
 expect "--encoder-lr-scale out of range" 2 "--encoder-lr-scale" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --encoder-lr-scale 2 --out "$OUT/fine"
 expect "pretrain --bigrams" 2 "--bigrams is for train" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --bigrams 1000 --out "$OUT/pre"
 expect "train --init --bigrams" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --bigrams 1000 --encoder-lr-scale 0.5 --out "$OUT/fine-bigrams"
+expect "eval an ensemble" 0 "(ensemble of 2 runs: the mean probability)" -- "$IMDB" eval --run "$OUT/fine" --run "$OUT/fine-bigrams" --data "$DATA"
+expect "predict with an ensemble" 0 "probability positive" -- "$IMDB" predict --run "$OUT/fine" --run "$OUT/fine-bigrams" --text "a fine film"
+expect "eval an ensemble by length" 2 "--by-length takes one --run" -- "$IMDB" eval --run "$OUT/fine" --run "$OUT/fine-bigrams" --data "$DATA" --by-length 64
+expect "eval --split validation of runs that held none out" 1 "held out no validation reviews" -- "$IMDB" eval --run "$OUT/fine" --split validation --data "$DATA"
 expect "pretrain --encoder-lr-scale" 2 "--encoder-lr-scale is for train" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --encoder-lr-scale 0.5 --out "$OUT/pre"
 cp -r "$OUT/pre" "$OUT/pre-bad" && head -c 3000 "$OUT/pre/encoder.safetensors" > "$OUT/pre-bad/encoder.safetensors"
 expect "--init of a half-written encoder" 1 "encoder.safetensors" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre-bad" --out "$OUT/fine"

@@ -1,8 +1,9 @@
 // imdb: train, evaluate, use and compare Transformer sentiment classifiers on IMDb.
-//   imdb train [flags]       imdb eval --run DIR       imdb predict --run DIR (--text T | --file F)
+//   imdb train [flags]       imdb eval --run DIR...    imdb predict --run DIR... (--text T | --file F)
 //   imdb compare [flags]     imdb report (--run DIR | --compare DIR)     imdb check --run DIR
 //   imdb flops [flags]       (the model FLOPs of a training step, and MFU for a throughput)
 //   imdb pretrain [flags]    (masked-token pretraining of the encoder; then imdb train --init DIR)
+//   (several --run: an ensemble, the mean of the runs' probabilities; examples/imdb/ensemble.h)
 // The flags are one table per command (CLI11, Debian's libcli11-dev): it parses them, checks each
 // number in full against its range (settings.h), and writes --help. The training flags are made
 // from the settings' rows (training_flags.h, setting_table.h).
@@ -28,7 +29,9 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/parallel.h"
+#include "core/precision.h"
 #include "examples/imdb/compare.h"
+#include "examples/imdb/ensemble.h"
 #include "examples/imdb/presets.h"
 #include "examples/imdb/pretrain.h"
 #include "examples/imdb/report.h"
@@ -172,8 +175,17 @@ int run(int argc, char** argv) {
   int64_t report_seed = 0;
   TrainConfig data_config;
 
-  CLI::App* eval_command = app.add_subcommand("eval", "accuracy of a trained run on all test reviews");
-  eval_command->add_option("--run", run_folder, "a train output folder")->capture_default_str();
+  std::vector<std::string> runs = {"runs/imdb"};
+  std::string split = "test";
+  CLI::App* eval_command = app.add_subcommand("eval", "accuracy of a trained run (or an ensemble) on all test reviews");
+  eval_command
+      ->add_option("--run", runs,
+                   "a train output folder; several (--run A --run B ...): their ensemble, the mean of their "
+                   "probabilities (docs/imdb.md)")
+      ->capture_default_str();
+  eval_command->add_option("--split", split, "test, or validation: the training reviews the runs held out (--validation)")
+      ->check(CLI::IsMember({"test", "validation"}))
+      ->capture_default_str();
   add_data_flags(*eval_command, data_config);
   integer_option(*eval_command, "--threads", threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
   std::vector<int64_t> length_bounds;
@@ -185,7 +197,8 @@ int run(int argc, char** argv) {
       ->transform(integer_in(1, limits::max_len));
 
   CLI::App* predict_command = app.add_subcommand("predict", "classify one review given as --text or --file");
-  predict_command->add_option("--run", run_folder, "a train output folder")->capture_default_str();
+  predict_command->add_option("--run", runs, "a train output folder; several: their ensemble (the mean probability)")
+      ->capture_default_str();
   CLI::Option* text_option = predict_command->add_option("--text", text, "the review");
   predict_command->add_option("--file", file, "a file holding the review")->excludes(text_option);
 
@@ -323,6 +336,16 @@ int run(int argc, char** argv) {
     for (size_t i = 1; i < length_bounds.size(); ++i)
       if (length_bounds[i] <= length_bounds[i - 1])
         throw UsageError(fmt::format("--by-length: the lengths must increase, got {}", fmt::join(length_bounds, ",")));
+    if (runs.size() > 1 || split != "test") {  // an ensemble, or the validation reviews: one process
+      if (!length_bounds.empty()) throw UsageError("--by-length takes one --run and the test split");
+      const EnsembleResult r = evaluate_ensemble(runs, data_config, split == "validation");
+      for (size_t i = 0; i < runs.size(); ++i)
+        fmt::print("  {}: {:.2f}%\n", runs[i], 100 * r.run_accuracies[i]);
+      fmt::print("{} accuracy {:.2f}% on {} reviews ({})\n", split, 100 * r.accuracy, r.reviews,
+                 runs.size() > 1 ? fmt::format("ensemble of {} runs: the mean probability", runs.size()) : runs[0]);
+      return 0;
+    }
+    const std::string& run_folder = runs[0];
     // Under mpirun the ranks share the test batches (every rank reads the run and the data).
     return in_world(distributed::default_timeout_seconds(), [&](distributed::ProcessGroup& world) {
       SavedRun saved = load_run(run_folder);
@@ -331,6 +354,7 @@ int run(int argc, char** argv) {
       config.data_dir = data_config.data_dir;
       config.limit = 0;  // always every test review
       Data data = prepare_data(config, &saved.vocabulary);  // encoded with the run's own vocabulary
+      MixedPrecisionGuard precision(parse_precision(config.precision));  // as the trainer evaluated it
       // With --by-length the buckets cover every test review once, so the total is their sum: one pass, not two.
       const std::vector<LengthBucket> buckets =
           length_bounds.empty() ? std::vector<LengthBucket>{} : accuracy_by_length(*saved.model, data, length_bounds, &world);
@@ -371,8 +395,9 @@ int run(int argc, char** argv) {
   } else if (predict_command->parsed()) {
     if (text.empty() == file.empty()) throw UsageError("predict needs exactly one of --text or --file");
     if (!file.empty()) text = read_whole_file(file, "review file");
-    SavedRun saved = load_run(run_folder);
-    double p = predict_positive(saved, text);
+    std::vector<SavedRun> saved;
+    for (const std::string& folder : runs) saved.push_back(load_run(folder));
+    const double p = predict_ensemble(saved, text);
     fmt::print("{} (probability positive {:.4f})\n", p >= 0.5 ? "positive" : "negative", p);
   }
   return 0;

@@ -1,0 +1,94 @@
+// Several runs as one classifier: their probabilities averaged (examples/imdb/ensemble.h).
+#include "examples/imdb/ensemble.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/precision.h"
+#include "examples/imdb/batcher.h"
+
+namespace ember::imdb {
+
+std::vector<double> positive_probabilities(nn::TransformerClassifier& model,
+                                           const std::vector<std::vector<int32_t>>& reviews, int64_t batch_size) {
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  std::vector<int64_t> order = in_order(int64_t(reviews.size()));
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return reviews[a].size() < reviews[b].size(); });
+  Batcher batcher(reviews, std::vector<int>(reviews.size(), 0), batch_size);
+  const Device device = model.parameters().front().device();
+  std::vector<double> out(reviews.size());
+  for (int64_t b = 0; b < batcher.num_batches(); ++b) {
+    const BatchTensors t = to_tensors(batcher.batch(order, b), device);
+    const std::vector<float> p = softmax(model.forward(t.tokens, t.padding_mask), 1).to(Device::cpu()).to_vector<float>();
+    EMBER_CHECK(int64_t(p.size()) == 2 * t.tokens.size(0), "positive_probabilities: the model gives {} classes, expected 2",
+                p.size() / size_t(std::max<int64_t>(1, t.tokens.size(0))));
+    for (int64_t r = 0; r < t.tokens.size(0); ++r) out[size_t(order[size_t(b * batch_size + r)])] = p[size_t(2 * r + 1)];
+  }
+  model.train(was_training);
+  return out;
+}
+
+EnsembleResult evaluate_ensemble(const std::vector<std::string>& folders, const TrainConfig& data, bool validation) {
+  EMBER_CHECK(!folders.empty(), "evaluate_ensemble: no runs");
+  EnsembleResult result;
+  std::vector<double> sum;
+  std::vector<int> labels;
+  int64_t held_out = -1, of_limit = -1;  // the first run's --validation and --limit
+  for (const std::string& folder : folders) {
+    SavedRun saved = load_run(folder);
+    TrainConfig config = saved.config;
+    config.data = data.data;
+    config.data_dir = data.data_dir;
+    if (!validation) {
+      config.limit = 0;  // every test review
+    } else {
+      EMBER_CHECK(config.validation > 0, "ensemble: run '{}' held out no validation reviews (trained without --validation)",
+                  folder);
+      if (held_out < 0) {
+        held_out = config.validation;
+        of_limit = config.limit;
+      }
+      EMBER_CHECK(config.validation == held_out && config.limit == of_limit,
+                  "ensemble: run '{}' held out --validation {} of --limit {}, the first run --validation {} of --limit {}: "
+                  "not the same reviews", folder, config.validation, config.limit, held_out, of_limit);
+    }
+    const Data d = prepare_data(config, &saved.vocabulary);  // encoded with the run's own vocabulary
+    const auto& reviews = validation ? d.validation_tokens : d.test_tokens;
+    const auto& these_labels = validation ? d.validation_labels : d.test_labels;
+    if (labels.empty()) {
+      labels = these_labels;
+      sum.assign(labels.size(), 0.0);
+    }
+    EMBER_CHECK(these_labels == labels, "ensemble: run '{}' reads other reviews than the first run", folder);
+    MixedPrecisionGuard precision(parse_precision(config.precision));  // as the run was trained and evaluated
+    const std::vector<double> p = positive_probabilities(*saved.model, reviews);
+    int64_t correct = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      sum[i] += p[i];
+      correct += int((p[i] > 0.5) == (labels[i] == 1));  // > as argmax: a tie is negative
+    }
+    result.run_accuracies.push_back(labels.empty() ? 0.0 : double(correct) / double(labels.size()));
+  }
+  int64_t correct = 0;
+  for (size_t i = 0; i < sum.size(); ++i) correct += int((sum[i] / double(folders.size()) > 0.5) == (labels[i] == 1));
+  result.reviews = int64_t(labels.size());
+  result.accuracy = labels.empty() ? 0.0 : double(correct) / double(labels.size());
+  return result;
+}
+
+double predict_ensemble(const std::vector<SavedRun>& runs, const std::string& review) {
+  EMBER_CHECK(!runs.empty(), "predict_ensemble: no runs");
+  double sum = 0;
+  for (const SavedRun& run : runs) sum += predict_positive(run, review);
+  return sum / double(runs.size());
+}
+
+}  // namespace ember::imdb

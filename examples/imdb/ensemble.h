@@ -1,0 +1,33 @@
+// Several trained runs as one classifier (imdb eval and imdb predict with more than one --run): the mean
+// of their probabilities that a review is positive. Each run encodes the reviews with its own vocabulary
+// and truncation, so runs of different settings (--bigrams, an --init encoder, another --max-len) combine.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "examples/imdb/settings.h"
+#include "examples/imdb/trainer.h"
+#include "nn/transformer.h"
+
+namespace ember::imdb {
+
+// P(positive) of each review, in the order given: eval mode, no gradients, batches of similar lengths
+// (as evaluate()'s; padding never changes a prediction), on the model's device.
+std::vector<double> positive_probabilities(nn::TransformerClassifier& model,
+                                           const std::vector<std::vector<int32_t>>& reviews, int64_t batch_size = 64);
+
+struct EnsembleResult {
+  std::vector<double> run_accuracies;  // each run alone, in the order of the folders
+  double accuracy = 0;                 // the mean probability's (positive when > 0.5, as argmax)
+  int64_t reviews = 0;
+};
+// The runs in `folders` (each checked as load_run checks it) on every test review, or with `validation` on
+// the training reviews they held out (--validation: every run must have held out the same ones, the same
+// --validation and --limit, else an ember::Error). `data` gives --data and --data-dir.
+EnsembleResult evaluate_ensemble(const std::vector<std::string>& folders, const TrainConfig& data, bool validation);
+
+// The mean over `runs` of predict_positive.
+double predict_ensemble(const std::vector<SavedRun>& runs, const std::string& review);
+
+}  // namespace ember::imdb
