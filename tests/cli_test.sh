@@ -127,8 +127,8 @@ expect "--threads past 32 bits" 2 "--threads: expects an integer in [0, 4096], g
 expect "--threads 2^31" 2 "--threads: expects an integer in [0, 4096], got '2147483648'" -- "$IMDB" train --threads 2147483648
 # Presets (examples/imdb/presets.h): the preset's fields set, the explicit flags (before or after it) winning,
 # an unknown name a usage error naming the presets.
-expect "an unknown preset" 2 "--preset 'gpu-huge' is not a preset (known: head+tail-512, gpu-large)" -- "$IMDB" train --preset gpu-huge
-expect "--preset without a name" 2 "--preset needs a name (one of: head+tail-512, gpu-large)" -- "$IMDB" train --preset
+expect "an unknown preset" 2 "--preset 'gpu-huge' is not a preset (known: head+tail-512, head+tail-512-bigrams, bigram-bag, gpu-large)" -- "$IMDB" train --preset gpu-huge
+expect "--preset without a name" 2 "--preset needs a name (one of: head+tail-512, head+tail-512-bigrams, bigram-bag, gpu-large)" -- "$IMDB" train --preset
 expect "--preset on eval" 2 "--preset" -- "$IMDB" eval --preset gpu-large --run "$OUT/run"
 expect "train help lists the presets" 0 "gpu-large: a model a GPU fills" -- "$IMDB" train --help
 expect "train with the large preset, sizes overridden" 0 "stopped after 1 of" -- "$IMDB" train --data "$DATA" --layers 1 \
@@ -196,6 +196,9 @@ expect "eval an ensemble" 0 "(ensemble of 2 runs: the mean probability)" -- "$IM
 expect "predict with an ensemble" 0 "probability positive" -- "$IMDB" predict --run "$OUT/fine" --run "$OUT/fine-bigrams" --text "a fine film"
 expect "eval an ensemble by length" 2 "--by-length takes one --run" -- "$IMDB" eval --run "$OUT/fine" --run "$OUT/fine-bigrams" --data "$DATA" --by-length 64
 expect "eval --split validation of runs that held none out" 1 "held out no validation reviews" -- "$IMDB" eval --run "$OUT/fine" --split validation --data "$DATA"
+# The accuracy preset's pipeline (scripts/imdb_ensemble.sh) on the small data: pretraining, the two members, their ensemble.
+expect "the ensemble script" 0 "validation accuracy" -- env EMBER_IMDB="$IMDB" EMBER_PRETRAIN_STEPS=8 bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble" --pretrain "${small[@]}" --max-len 32 --attention window:8,global:1 --dim 16 --validation 20 --quiet
+[ -f "$OUT/ensemble/pretrain/encoder.safetensors" ] && [ -f "$OUT/ensemble/transformer/model.safetensors" ] && [ -f "$OUT/ensemble/bag/model.safetensors" ] && grep -q "ensemble of 2 runs" "$OUT/ensemble/ensemble.txt" && pass "the ensemble script wrote its three runs and the ensemble's accuracy" || failed "the ensemble script's files are missing"
 expect "pretrain --encoder-lr-scale" 2 "--encoder-lr-scale is for train" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --encoder-lr-scale 0.5 --out "$OUT/pre"
 cp -r "$OUT/pre" "$OUT/pre-bad" && head -c 3000 "$OUT/pre/encoder.safetensors" > "$OUT/pre-bad/encoder.safetensors"
 expect "--init of a half-written encoder" 1 "encoder.safetensors" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre-bad" --out "$OUT/fine"

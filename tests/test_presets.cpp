@@ -33,10 +33,10 @@ TEST_CASE("presets: the preset's flags go right after the command, before every 
 
 TEST_CASE("presets: an unknown or missing name is an error that names the known presets") {
   CHECK_THROWS_WITH_AS(expand_preset({"train", "--preset", "gpu-huge"}),
-                       "--preset 'gpu-huge' is not a preset (known: head+tail-512, gpu-large)", Error);
-  CHECK_THROWS_WITH_AS(expand_preset({"train", "--preset="}), doctest::Contains("(known: head+tail-512, gpu-large)"),
+                       "--preset 'gpu-huge' is not a preset (known: head+tail-512, head+tail-512-bigrams, bigram-bag, gpu-large)", Error);
+  CHECK_THROWS_WITH_AS(expand_preset({"train", "--preset="}), doctest::Contains("(known: head+tail-512, head+tail-512-bigrams, bigram-bag, gpu-large)"),
                        Error);
-  CHECK_THROWS_WITH_AS(expand_preset({"train", "--preset"}), "--preset needs a name (one of: head+tail-512, gpu-large)",
+  CHECK_THROWS_WITH_AS(expand_preset({"train", "--preset"}), "--preset needs a name (one of: head+tail-512, head+tail-512-bigrams, bigram-bag, gpu-large)",
                        Error);
   CHECK_THROWS_WITH_AS(expand_preset({"train", "--preset", "--heads", "4"}), doctest::Contains("needs a name"), Error);
 }

@@ -16,7 +16,7 @@ struct Preset {
 // Every preset, in the order --help lists them.
 const std::vector<Preset>& presets();
 
-// "head+tail-512, gpu-large": the names, for messages.
+// "head+tail-512, head+tail-512-bigrams, ...": the names, for messages.
 std::string preset_names();
 
 // args (a command line without the program's name: the command, then its flags) with each
