@@ -20,9 +20,9 @@ int64_t bigram_id(int64_t previous, int64_t token, int64_t buckets) {
 
 Tensor hashed_bigrams(const Tensor& tokens, int64_t buckets) {
   EMBER_CHECK(buckets >= 1, "hashed_bigrams: buckets must be >= 1, got {}", buckets);
-  EMBER_CHECK(tokens.defined() && tokens.dtype() == Dtype::Int64 && tokens.dim() == 2,
-              "hashed_bigrams: tokens must be int64 [B, T], got {} {}", tokens.defined() ? dtype_name(tokens.dtype()) : "undefined",
-              tokens.defined() ? shape_str(tokens.shape()) : "");
+  EMBER_CHECK(tokens.defined(), "hashed_bigrams: tokens are undefined");
+  EMBER_CHECK(tokens.dtype() == Dtype::Int64 && tokens.dim() == 2, "hashed_bigrams: tokens must be int64 [B, T], got {} {}",
+              dtype_name(tokens.dtype()), shape_str(tokens.shape()));
   const int64_t B = tokens.size(0), T = tokens.size(1);
   const std::vector<int64_t> ids = tokens.detach().to(Device::cpu()).contiguous().to_vector<int64_t>();
   std::vector<int64_t> out(ids.size());

@@ -44,7 +44,8 @@ GraphStep::GraphStep(nn::TransformerClassifier& model, optim::Adam& optimizer, G
 
 Tensor gpu_step(nn::TransformerClassifier& model, optim::Optimizer& optimizer, const DeviceBatch& inputs, double clip) {
   optimizer.zero_grad();  // before the forward: its activations may take the gradients' memory
-  Tensor loss = cross_entropy(model.forward(inputs.tokens, inputs.positions, inputs.mask, inputs.bigrams_if_any()), inputs.labels);
+  Tensor logits = model.forward(inputs.tokens, inputs.positions, inputs.mask, inputs.bigrams_if_any());
+  Tensor loss = cross_entropy(logits, inputs.labels);
   UpdateOptions update;
   update.clip = clip;
   backward_and_update(loss, model, optimizer, update);
