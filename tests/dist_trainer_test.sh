@@ -11,10 +11,13 @@
 #     checkpoint rank 0 wrote still loads; a rank that stops answering (SIGSTOP) makes rank 0's
 #     watchdog end the job after --dist-timeout; SIGTERM to one rank stops every rank at the same
 #     step, checkpointed.
-# Usage: tests/dist_trainer_test.sh path/to/imdb path/to/imdb_small.json
+#   - with the CUDA emulator's imdb (a third argument), masked-token pretraining on 2 emulated GPU ranks,
+#     their gradients over NCCL, gives one CPU process's losses.
+# Usage: tests/dist_trainer_test.sh path/to/imdb path/to/imdb_small.json [path/to/imdb_emulated]
 set -uo pipefail
 imdb=$1
 data=$2
+imdb_gpu=${3:-}
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mpirun=(bash "$here/../scripts/mpirun.sh")
 work=$(mktemp -d)
@@ -69,6 +72,18 @@ if "${mpirun[@]}" -np 2 "$imdb" "${pretrain[@]}" --stop-after 6 --out "$work/pre
     pass "pretrain on 2 ranks, resumed on 1: the 10 losses of one process" || fail "pretrain on 2 ranks: losses differ"
 else
   fail "pretrain on 2 ranks"; tail -20 "$work/pre2.log"
+fi
+
+if [ -n "$imdb_gpu" ]; then
+  if "${mpirun[@]}" -np 2 "$imdb_gpu" "${pretrain[@]}" --device cuda --out "$work/pre-gpu2" >"$work/pre-gpu2.log" 2>&1; then
+    same_losses "$work/pre-gpu2/metrics.jsonl" "$work/pre1/metrics.jsonl" 1 10 &&
+      pass "pretrain on 2 (emulated) GPU ranks over NCCL: the 10 losses of one CPU process" ||
+      fail "pretrain on 2 GPU ranks: losses differ"
+  else
+    fail "pretrain on 2 GPU ranks"; tail -20 "$work/pre-gpu2.log"
+  fi
+else
+  echo "skipped: pretrain on 2 GPU ranks (no emulated imdb given)"
 fi
 
 # ---- Evaluation shared over 3 ranks: one process's accuracy.

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/distributed/agreement.h"
+#include "core/distributed/nccl.h"
 #include "core/distributed/world.h"
 #include "core/parallel.h"
 #include "core/precision.h"
@@ -85,6 +86,8 @@ class PretrainRun {
   PretrainState state_;
   std::string checkpoint_path_;
   std::optional<MetricsLog> metrics_;
+  std::unique_ptr<distributed::ProcessGroup> nccl_;  // several GPU ranks: the gradients go over NCCL
+  distributed::ProcessGroup* gradients_ = nullptr;   // world_ or nccl_
   std::optional<nn::DataParallel> dp_;
   Progress progress_;
   PretrainResult result_;
@@ -107,8 +110,9 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
   shared["pretrain_steps"] = std::to_string(config_.steps);
   distributed::check_same_settings(world_, shared);
   device_ = checked_device(train_.device);
-  EMBER_CHECK(!device_.is_cuda() || !several_, "pretrain: several ranks on GPUs are not supported yet (its gradients "
-              "travel over MPI from the CPU); run one process per GPU, or on the CPU");
+  // Under mpirun, "cuda" is each rank's own GPU (as train's), and the gradients travel over NCCL between them.
+  if (device_.is_cuda() && several_ && train_.device == "cuda")
+    device_ = distributed::device_for_local_rank(distributed::launch_info().local_rank);
   distributed::on_root(world_, [&] {
     check_output_folder(train_.out);
     lock_.emplace(train_.out);
@@ -146,7 +150,12 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
     data_.vocabulary.save(train_.out + "/vocab.txt");
     metrics_.emplace(train_.out + "/metrics.jsonl", train_.resume, state_.step);
   });
-  dp_.emplace(*model_, world_, nn::DataParallelOptions{.bucket_bytes = train_.bucket_kb * 1024, .overlap = train_.overlap});
+  gradients_ = &world_;
+  if (device_.is_cuda() && several_) {
+    nccl_ = distributed::make_nccl_group(world_, device_, train_.dist_timeout);
+    gradients_ = nccl_.get();
+  }
+  dp_.emplace(*model_, *gradients_, nn::DataParallelOptions{.bucket_bytes = train_.bucket_kb * 1024, .overlap = train_.overlap});
   result_.parameters = model_->num_parameters();
   result_.total_steps = state_.total_steps;
   if (!train_.quiet)
@@ -154,7 +163,7 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
                "{} windows of up to {} tokens; {} steps ({} per epoch); {}{} threads\n",
                train_.model.heads, train_.model.layers, train_.model.dim, result_.parameters, data_.train_tokens.size(),
                result_.windows, train_.model.max_len, state_.total_steps, steps_per_epoch_,
-               several_ ? fmt::format("{} ranks x ", world_.size()) : std::string(), num_threads());
+               several_ ? fmt::format("{} ranks ({}) x ", world_.size(), gradients_->backend()) : std::string(), num_threads());
 }
 
 // Everything checked (the file, the settings, the data, every tensor) before any file is written.
