@@ -47,8 +47,12 @@ void check_format(const std::string& path, const std::string& format) {
   if (format.rfind(prefix, 0) == 0) version = parse_integer(format.substr(prefix.size()), 1, 1 << 30);
   const std::string found = format.substr(0, 60);
   if (version && format != format_of(int(*version))) version.reset();  // "-v02", "-v2 ": not a name written
-  EMBER_CHECK(version.has_value(), "checkpoint '{}' has format '{}', which this build does not know (it reads {})",
-              path, found, formats_read());
+  EMBER_CHECK(version.has_value(), "checkpoint '{}' has format '{}', which this build does not know (it reads {}){}",
+              path, found, formats_read(),
+              format.rfind("ember-imdb-pretrain-checkpoint", 0) == 0
+                  ? "; it is a pretraining's checkpoint (`imdb pretrain --resume` continues it; `imdb train --init` "
+                    "reads its folder's encoder.safetensors)"
+                  : "");
   EMBER_CHECK(*version != 1, "checkpoint '{}' was written by an older trainer ({}, without the data's fingerprint; "
               "this build reads {}): start the run again", path, found, formats_read());
   EMBER_CHECK(*version <= kFormatVersion, "checkpoint '{}' has format {}, newer than this build reads ({}): it was "
