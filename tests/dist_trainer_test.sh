@@ -11,8 +11,8 @@
 #     checkpoint rank 0 wrote still loads; a rank that stops answering (SIGSTOP) makes rank 0's
 #     watchdog end the job after --dist-timeout; SIGTERM to one rank stops every rank at the same
 #     step, checkpointed.
-#   - with the CUDA emulator's imdb (a third argument), masked-token pretraining on 2 emulated GPU ranks,
-#     their gradients over NCCL, gives one CPU process's losses.
+#   - masked-token pretraining on 2 ranks (also with ZeRO-1), resumed on 1, gives one process's losses; with
+#     the CUDA emulator's imdb (a third argument) on 2 emulated GPU ranks too, their gradients over NCCL.
 # Usage: tests/dist_trainer_test.sh path/to/imdb path/to/imdb_small.json [path/to/imdb_emulated]
 set -uo pipefail
 imdb=$1
@@ -74,14 +74,24 @@ else
   fail "pretrain on 2 ranks"; tail -20 "$work/pre2.log"
 fi
 
+if "${mpirun[@]}" -np 2 "$imdb" "${pretrain[@]}" --zero --stop-after 6 --out "$work/pre2z" >"$work/pre2z.log" 2>&1 &&
+   "$imdb" "${pretrain[@]}" --resume --out "$work/pre2z" >>"$work/pre2z.log" 2>&1; then
+  same_losses "$work/pre2z/metrics.jsonl" "$work/pre1/metrics.jsonl" 1 10 &&
+    pass "pretrain on 2 ranks with ZeRO-1, resumed on 1: the 10 losses of one process" || fail "pretrain with ZeRO-1: losses differ"
+else
+  fail "pretrain on 2 ranks with ZeRO-1"; tail -20 "$work/pre2z.log"
+fi
 if [ -n "$imdb_gpu" ]; then
-  if "${mpirun[@]}" -np 2 "$imdb_gpu" "${pretrain[@]}" --device cuda --out "$work/pre-gpu2" >"$work/pre-gpu2.log" 2>&1; then
-    same_losses "$work/pre-gpu2/metrics.jsonl" "$work/pre1/metrics.jsonl" 1 10 &&
-      pass "pretrain on 2 (emulated) GPU ranks over NCCL: the 10 losses of one CPU process" ||
-      fail "pretrain on 2 GPU ranks: losses differ"
-  else
-    fail "pretrain on 2 GPU ranks"; tail -20 "$work/pre-gpu2.log"
-  fi
+  for zero in "" --zero; do
+    if "${mpirun[@]}" -np 2 "$imdb_gpu" "${pretrain[@]}" --device cuda $zero --out "$work/pre-gpu2$zero" \
+        >"$work/pre-gpu2$zero.log" 2>&1; then
+      same_losses "$work/pre-gpu2$zero/metrics.jsonl" "$work/pre1/metrics.jsonl" 1 10 &&
+        pass "pretrain on 2 (emulated) GPU ranks over NCCL $zero: the 10 losses of one CPU process" ||
+        fail "pretrain on 2 GPU ranks $zero: losses differ"
+    else
+      fail "pretrain on 2 GPU ranks $zero"; tail -20 "$work/pre-gpu2$zero.log"
+    fi
+  done
 else
   echo "skipped: pretrain on 2 GPU ranks (no emulated imdb given)"
 fi

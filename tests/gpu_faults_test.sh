@@ -35,6 +35,8 @@ expect "GPU run stopped at step 2" 0 "stopped after 2 of 13 steps" -- "$EMU" tra
 # --zero on one GPU process: a clear error before training, not the optimiser's check.
 expect "--zero on one GPU process is refused up front" 1 "on one GPU process there is nothing to shard" -- \
   "$EMU" train "${tiny[@]}" --device cuda --zero --out "$OUT/zero1"
+expect "pretrain --zero on one GPU process is refused up front" 1 "on one GPU process there is nothing to shard" -- \
+  "$EMU" pretrain "${tiny[@]}" --steps 2 --device cuda --zero --out "$OUT/zero1-pre"
 
 # 1. Out of GPU memory.
 expect "a model that does not fit: what was asked for and what is free" 1 "of 1048576 bytes free" -- \

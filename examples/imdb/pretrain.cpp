@@ -36,6 +36,7 @@
 #include "nn/data_parallel.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim/sharded_adamw.h"
 
 namespace ember::imdb {
 
@@ -101,7 +102,6 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
   mask_id_ = data.vocabulary.size();  // [MASK]: one row past the vocabulary's
   train_.model.vocab_size = mask_id_ + 1;
   train_.validate();
-  EMBER_CHECK(!train_.zero, "pretrain: --zero is not supported (the moments stay whole on every rank)");
   EMBER_CHECK(train_.cuda_graph != "on", "pretrain: --cuda-graph on is not supported (its steps run op by op)");
   EMBER_CHECK(config_.steps >= 0 && config_.steps <= optim::Optimizer::max_steps, "pretrain: --steps {} is out of range",
               config_.steps);
@@ -140,9 +140,21 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
   schedule_ = optim::Schedule{optim::parse_schedule(train_.schedule), train_.lr,
                               int64_t(std::llround(train_.warmup * double(state_.total_steps))), state_.total_steps};
 
+  EMBER_CHECK(!(train_.zero && device_.is_cuda() && !several_),
+              "pretrain: --zero shards AdamW's moments over the ranks of an mpirun job; on one GPU process there is "
+              "nothing to shard: drop --zero, or run under mpirun -np N");
   model_.emplace(train_.model, gen_);
   model_->to(device_);
-  optimizer_ = std::make_unique<optim::AdamW>(parameter_groups(*model_, train_.weight_decay), train_.lr);
+  gradients_ = &world_;
+  if (device_.is_cuda() && several_) {
+    nccl_ = distributed::make_nccl_group(world_, device_, train_.dist_timeout);
+    gradients_ = nccl_.get();
+  }
+  if (train_.zero)  // ZeRO-1: the moments sharded over the ranks; it clips by the global norm itself
+    optimizer_ = std::make_unique<optim::ShardedAdamW>(parameter_groups(*model_, train_.weight_decay), *gradients_,
+                                                       train_.lr, train_.clip);
+  else
+    optimizer_ = std::make_unique<optim::AdamW>(parameter_groups(*model_, train_.weight_decay), train_.lr);
   state_.data_fingerprint = data_fingerprint(data_);
   checkpoint_path_ = train_.out + "/checkpoint.safetensors";
   if (train_.resume) resume();
@@ -150,12 +162,8 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
     data_.vocabulary.save(train_.out + "/vocab.txt");
     metrics_.emplace(train_.out + "/metrics.jsonl", train_.resume, state_.step);
   });
-  gradients_ = &world_;
-  if (device_.is_cuda() && several_) {
-    nccl_ = distributed::make_nccl_group(world_, device_, train_.dist_timeout);
-    gradients_ = nccl_.get();
-  }
-  dp_.emplace(*model_, *gradients_, nn::DataParallelOptions{.bucket_bytes = train_.bucket_kb * 1024, .overlap = train_.overlap});
+  dp_.emplace(*model_, *gradients_, nn::DataParallelOptions{.bucket_bytes = train_.bucket_kb * 1024,
+                                                            .overlap = train_.overlap, .reduce_gradients = !train_.zero});
   result_.parameters = model_->num_parameters();
   result_.total_steps = state_.total_steps;
   if (!train_.quiet)
@@ -163,7 +171,9 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
                "{} windows of up to {} tokens; {} steps ({} per epoch); {}{} threads\n",
                train_.model.heads, train_.model.layers, train_.model.dim, result_.parameters, data_.train_tokens.size(),
                result_.windows, train_.model.max_len, state_.total_steps, steps_per_epoch_,
-               several_ ? fmt::format("{} ranks ({}) x ", world_.size(), gradients_->backend()) : std::string(), num_threads());
+               several_ ? fmt::format("{} ranks ({}{}) x ", world_.size(), gradients_->backend(), train_.zero ? ", ZeRO-1" : "")
+                        : std::string(),
+               num_threads());
 }
 
 // Everything checked (the file, the settings, the data, every tensor) before any file is written.
@@ -314,7 +324,7 @@ PretrainResult PretrainRun::run() {
         correct = out.correct.item<double>();
       }
       dp_->synchronize_gradients();
-      if (train_.clip > 0) optim::clip_grad_norm_(model_->parameters(), train_.clip);
+      if (train_.clip > 0 && !train_.zero) optim::clip_grad_norm_(model_->parameters(), train_.clip);
       optimizer_->step();
       if (several_) {  // the whole batch's loss and accuracy, and any rank's signal
         Tensor sums = from_vector(std::vector<double>{loss_value * my_masked, correct, double(StopSignals::received())});
