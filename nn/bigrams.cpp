@@ -1,6 +1,7 @@
 // Hashed bigram ids (nn/bigrams.h): core/random.h's splitmix64 of the pair, reduced to the buckets.
 #include "nn/bigrams.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
