@@ -3,7 +3,7 @@
 # of 32 per epoch, 21 steps in 3 epochs):
 #   - 2 x 16 and 3 x (11, 11, 10) ranks give the losses of one process on batches of 32, step by
 #     step, to float tolerance (the sums go in another order), and the same test accuracy;
-#   - evaluation shared over 3 ranks gives one process's accuracy;
+#   - evaluation shared over 3 ranks gives one process's accuracy; an ensemble on 2 ranks prints it once;
 #   - a checkpoint written by 2 ranks resumes on 1 and on 3 (also with ZeRO-1's sharded optimiser
 #     state) and goes on as the one-process run did;
 #   - ranks started with different settings stop at start-up, naming the setting;
@@ -101,6 +101,12 @@ one_eval=$("$imdb" eval --run "$work/one" --data "$data" --threads 1 2>/dev/null
 three_eval=$("${mpirun[@]}" -np 3 "$imdb" eval --run "$work/one" --data "$data" --threads 1 2>/dev/null | sed 's/ (.*//')
 [ -n "$one_eval" ] && [ "$one_eval" = "$three_eval" ] && pass "evaluation on 3 ranks: $three_eval" ||
   fail "evaluation on 3 ranks: '$three_eval', one process: '$one_eval'"
+# An ensemble under mpirun: every rank evaluates it, rank 0 alone prints, one process's numbers.
+ensemble=(eval --run "$work/one" --run "$work/one" --data "$data" --threads 1)
+one_ensemble=$("$imdb" "${ensemble[@]}" 2>/dev/null)
+two_ensemble=$("${mpirun[@]}" -np 2 "$imdb" "${ensemble[@]}" 2>/dev/null)
+[ -n "$one_ensemble" ] && [ "$one_ensemble" = "$two_ensemble" ] && pass "an ensemble on 2 ranks prints once, one process's accuracy" ||
+  fail "an ensemble on 2 ranks: '$two_ensemble', one process: '$one_ensemble'"
 
 # ---- Resume: 10 steps on 2 ranks (plain, and ZeRO-1), then the rest on 1 and on 3 ranks.
 "${mpirun[@]}" -np 2 "$imdb" "${train[@]}" --stop-after 10 --out "$work/r2" >/dev/null 2>&1 || fail "2 ranks, 10 steps"

@@ -336,14 +336,18 @@ int run(int argc, char** argv) {
     for (size_t i = 1; i < length_bounds.size(); ++i)
       if (length_bounds[i] <= length_bounds[i - 1])
         throw UsageError(fmt::format("--by-length: the lengths must increase, got {}", fmt::join(length_bounds, ",")));
-    if (runs.size() > 1 || split != "test") {  // an ensemble, or the validation reviews: one process
+    if (runs.size() > 1 || split != "test") {  // an ensemble, or the validation reviews
       if (!length_bounds.empty()) throw UsageError("--by-length takes one --run and the test split");
-      const EnsembleResult r = evaluate_ensemble(runs, data_config, split == "validation");
-      for (size_t i = 0; i < runs.size(); ++i)
-        fmt::print("  {}: {:.2f}%\n", runs[i], 100 * r.run_accuracies[i]);
-      fmt::print("{} accuracy {:.2f}% on {} reviews ({})\n", split, 100 * r.accuracy, r.reviews,
-                 runs.size() > 1 ? fmt::format("ensemble of {} runs: the mean probability", runs.size()) : runs[0]);
-      return 0;
+      return in_world(distributed::default_timeout_seconds(), [&](distributed::ProcessGroup& world) {
+        // NOTE: not shared out: under mpirun every rank evaluates every review, and rank 0 prints.
+        const EnsembleResult r = evaluate_ensemble(runs, data_config, split == "validation");
+        if (world.rank() != 0) return 0;
+        for (size_t i = 0; i < runs.size(); ++i)
+          fmt::print("  {}: {:.2f}%\n", runs[i], 100 * r.run_accuracies[i]);
+        fmt::print("{} accuracy {:.2f}% on {} reviews ({})\n", split, 100 * r.accuracy, r.reviews,
+                   runs.size() > 1 ? fmt::format("ensemble of {} runs: the mean probability", runs.size()) : runs[0]);
+        return 0;
+      });
     }
     const std::string& run_folder = runs[0];
     // Under mpirun the ranks share the test batches (every rank reads the run and the data).
