@@ -17,6 +17,8 @@ namespace ember::imdb {
 
 std::vector<double> positive_probabilities(nn::TransformerClassifier& model,
                                            const std::vector<std::vector<int32_t>>& reviews, int64_t batch_size) {
+  EMBER_CHECK(model.config.classes == 2, "positive_probabilities: the model gives {} classes, expected 2 (negative, "
+              "positive)", model.config.classes);
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
@@ -28,8 +30,6 @@ std::vector<double> positive_probabilities(nn::TransformerClassifier& model,
   for (int64_t b = 0; b < batcher.num_batches(); ++b) {
     const BatchTensors t = to_tensors(batcher.batch(order, b), device);
     const std::vector<float> p = softmax(model.forward(t.tokens, t.padding_mask), 1).to(Device::cpu()).to_vector<float>();
-    EMBER_CHECK(int64_t(p.size()) == 2 * t.tokens.size(0), "positive_probabilities: the model gives {} classes, expected 2",
-                p.size() / size_t(std::max<int64_t>(1, t.tokens.size(0))));
     for (int64_t r = 0; r < t.tokens.size(0); ++r) out[size_t(order[size_t(b * batch_size + r)])] = p[size_t(2 * r + 1)];
   }
   model.train(was_training);

@@ -17,7 +17,8 @@ void stage(const Batch& batch, const nn::ClassifierConfig& model, Device device,
   const bool new_length = into.seq_len != T || !into.positions.ids.defined();
   into.batch = B;
   into.seq_len = T;
-  stage_ids(from_vector(batch.tokens, {B, T}), model.vocab_size, with_buckets, device, into.tokens, stream);
+  const Tensor tokens = from_vector(batch.tokens, {B, T});
+  stage_ids(tokens, model.vocab_size, with_buckets, device, into.tokens, stream);
   if (new_length) stage_ids(arange(T).view({1, T}), model.max_len, with_buckets, device, into.positions, stream);
   std::vector<uint8_t> padding(batch.key_mask.size());
   for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
@@ -25,8 +26,8 @@ void stage(const Batch& batch, const nn::ClassifierConfig& model, Device device,
   upload_into(into.mask, padding.data(), B * T, stream);
   stage_ids(from_vector(batch.labels, {B}), model.classes, /*with_buckets=*/false, device, into.labels, stream);
   if (model.bigram_buckets > 0)
-    stage_ids(nn::hashed_bigrams(from_vector(batch.tokens, {B, T}), model.bigram_buckets), model.bigram_buckets,
-              with_buckets, device, into.bigrams, stream);
+    stage_ids(nn::hashed_bigrams(tokens, model.bigram_buckets), model.bigram_buckets, with_buckets, device, into.bigrams,
+              stream);
 }
 
 BatchPrefetcher::BatchPrefetcher(Device device, const nn::ClassifierConfig& model, int64_t max_batch)

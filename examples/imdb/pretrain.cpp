@@ -24,7 +24,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/distributed/agreement.h"
-#include "core/distributed/nccl.h"
 #include "core/distributed/world.h"
 #include "core/parallel.h"
 #include "core/precision.h"
@@ -109,10 +108,7 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
   std::map<std::string, std::string> shared = train_.shared_settings();
   shared["pretrain_steps"] = std::to_string(config_.steps);
   distributed::check_same_settings(world_, shared);
-  device_ = checked_device(train_.device);
-  // Under mpirun, "cuda" is each rank's own GPU (as train's), and the gradients travel over NCCL between them.
-  if (device_.is_cuda() && several_ && train_.device == "cuda")
-    device_ = distributed::device_for_local_rank(distributed::launch_info().local_rank);
+  device_ = rank_device(train_.device, several_);  // under mpirun, "cuda" is each rank's own GPU
   distributed::on_root(world_, [&] {
     check_output_folder(train_.out);
     lock_.emplace(train_.out);
@@ -140,16 +136,10 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
   schedule_ = optim::Schedule{optim::parse_schedule(train_.schedule), train_.lr,
                               int64_t(std::llround(train_.warmup * double(state_.total_steps))), state_.total_steps};
 
-  EMBER_CHECK(!(train_.zero && device_.is_cuda() && !several_),
-              "pretrain: --zero shards AdamW's moments over the ranks of an mpirun job; on one GPU process there is "
-              "nothing to shard: drop --zero, or run under mpirun -np N");
+  check_zero_has_ranks(train_.zero, device_, several_);
   model_.emplace(train_.model, gen_);
   model_->to(device_);
-  gradients_ = &world_;
-  if (device_.is_cuda() && several_) {
-    nccl_ = distributed::make_nccl_group(world_, device_, train_.dist_timeout);
-    gradients_ = nccl_.get();
-  }
+  gradients_ = &gradient_group(world_, device_, train_.dist_timeout, nccl_);  // NCCL between several GPU ranks
   if (train_.zero)  // ZeRO-1: the moments sharded over the ranks; it clips by the global norm itself
     optimizer_ = std::make_unique<optim::ShardedAdamW>(parameter_groups(*model_, train_.weight_decay), *gradients_,
                                                        train_.lr, train_.clip);

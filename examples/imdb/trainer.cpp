@@ -18,6 +18,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/distributed/agreement.h"
+#include "core/distributed/nccl.h"
 #include "core/distributed/world.h"
 #include "core/file_io.h"
 #include "examples/imdb/dataset.h"
@@ -150,6 +151,26 @@ Device checked_device(const std::string& name) {
                            : fmt::format("there are only {} CUDA devices", count));
   }
   return device;
+}
+
+Device rank_device(const std::string& name, bool several) {
+  Device device = checked_device(name);
+  if (device.is_cuda() && several && name == "cuda")
+    device = distributed::device_for_local_rank(distributed::launch_info().local_rank);
+  return device;
+}
+
+distributed::ProcessGroup& gradient_group(distributed::ProcessGroup& world, Device device, double timeout_seconds,
+                                          std::unique_ptr<distributed::ProcessGroup>& nccl) {
+  if (!device.is_cuda() || world.size() == 1) return world;
+  nccl = distributed::make_nccl_group(world, device, timeout_seconds);
+  return *nccl;
+}
+
+void check_zero_has_ranks(bool zero, Device device, bool several) {
+  EMBER_CHECK(!(zero && device.is_cuda() && !several),
+              "--zero shards AdamW's moments over the ranks of an mpirun job; on one GPU process there is nothing "
+              "to shard: drop --zero, or run under mpirun -np N");
 }
 
 BatchTensors to_tensors(const Batch& batch, Device device) {

@@ -165,5 +165,15 @@ struct BatchTensors {
 BatchTensors to_tensors(const Batch& batch, Device device = Device::cpu());
 // The device of a --device flag, checked: cuda:N with no such GPU (or no CUDA build) is an ember::Error.
 Device checked_device(const std::string& name);
+// Where a rank of `train` or `pretrain` computes: checked_device, and under mpirun (`several` ranks) a plain
+// "cuda" is each rank's own GPU, cuda:(local rank % GPUs).
+Device rank_device(const std::string& name, bool several);
+// The group a rank's gradients travel in: `world` (MPI), or between the GPUs of several ranks an NCCL group,
+// made here (collective) and kept in `nccl`.
+distributed::ProcessGroup& gradient_group(distributed::ProcessGroup& world, Device device, double timeout_seconds,
+                                          std::unique_ptr<distributed::ProcessGroup>& nccl);
+// --zero shards AdamW's moments over the ranks: on one GPU process there are none to shard over (its world
+// group holds CPU tensors), an ember::Error before anything is built.
+void check_zero_has_ranks(bool zero, Device device, bool several);
 
 }  // namespace ember::imdb

@@ -23,7 +23,6 @@
 
 #include "core/allocator.h"
 #include "core/distributed/agreement.h"
-#include "core/distributed/nccl.h"
 #include "core/distributed/world.h"
 #include "core/parallel.h"
 #include "core/precision.h"
@@ -180,21 +179,13 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   }
   precision_.emplace(parse_precision(config_.precision));
 
-  // ZeRO-1's moments are sharded over the ranks' NCCL group on GPUs: one GPU process has none (its world group
-  // holds CPU tensors), and would fail at the optimiser's first check.
-  EMBER_CHECK(!(config_.zero && device_.is_cuda() && !several_),
-              "--zero shards AdamW's moments over the ranks of an mpirun job; on one GPU process there is nothing "
-              "to shard: drop --zero, or run under mpirun -np N");
+  check_zero_has_ranks(config_.zero, device_, several_);
   model_.emplace(config_.model, gen_);
   // --init (not on a resume, whose checkpoint holds the weights): the encoder's weights, checked against these settings
   if (!config_.init.empty() && !config_.resume)
     init_from_encoder(load_encoder(config_.init), config_, data_.vocabulary, *model_);
   model_->to(device_);  // initialised on the CPU, so the same seed gives the same weights on every device
-  group_ = &world_;
-  if (device_.is_cuda() && several_) {
-    nccl_ = distributed::make_nccl_group(world_, device_, config_.dist_timeout);
-    group_ = nccl_.get();
-  }
+  group_ = &gradient_group(world_, device_, config_.dist_timeout, nccl_);
   if (config_.zero)  // ZeRO-1: clips by the global norm itself, over every rank's shard
     optimizer_ = std::make_unique<optim::ShardedAdamW>(parameter_groups(*model_, config_.weight_decay, config_.encoder_lr_scale), *group_,
                                                        config_.lr, config_.clip);
@@ -232,12 +223,9 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
 }
 
 Device TrainingRun::choose_device() const {
-  Device device = checked_device(config_.device);
+  const Device device = rank_device(config_.device, several_);
   EMBER_CHECK(!config_.uses_cuda_graph() || device.is_cuda(), "--cuda-graph on: CUDA graphs need a GPU (--device cuda), "
               "not --device {}", config_.device);
-  // Under mpirun, "cuda" is each rank's own GPU: cuda:(local rank % GPUs).
-  if (device.is_cuda() && several_ && config_.device == "cuda")
-    device = distributed::device_for_local_rank(distributed::launch_info().local_rank);
   return device;
 }
 
