@@ -313,6 +313,44 @@ TEST_CASE("pretrain: a run stopped and resumed logs exactly the uninterrupted ru
   CHECK(snapshot(parts.train.out) == before);
 }
 
+TEST_CASE("pretrain --resume: a checkpoint from before a setting was recorded resumes as that setting's old value") {
+  PretrainConfig whole = tiny_pretrain("old-whole");
+  const PretrainResult a = pretrain(whole, *distributed::make_single_process_group());
+  REQUIRE(a.finished);
+
+  PretrainConfig parts = tiny_pretrain("old-parts");
+  parts.train.save_every = 5;
+  parts.train.stop_after = 7;
+  const PretrainResult first = pretrain(parts, *distributed::make_single_process_group());
+  REQUIRE(first.steps == 7);
+  // The checkpoint as a build before --bigrams and --encoder-lr-scale wrote it: neither key, sealed without them.
+  const std::string checkpoint = parts.train.out + "/checkpoint.safetensors";
+  auto rewrite_without = [&](const std::vector<std::string>& keys) {
+    nn::Metadata meta;
+    nn::TensorMap tensors = nn::load_tensors(checkpoint, &meta);
+    for (const std::string& key : keys) REQUIRE(meta.erase(key) == 1);
+    meta[kContentKey] = content_fingerprint(tensors, meta);
+    nn::save_tensors(checkpoint, tensors, meta);
+  };
+  const std::string current = contents(checkpoint);
+  rewrite_without({"bigram_buckets", "encoder_lr_scale"});
+  REQUIRE(contents(checkpoint) != current);
+  parts.train.stop_after = 0;
+  parts.train.resume = true;
+  const PretrainResult second = pretrain(parts, *distributed::make_single_process_group());
+  CHECK(second.finished);
+  std::vector<double> joined = first.step_losses;
+  joined.insert(joined.end(), second.step_losses.begin(), second.step_losses.end());
+  CHECK(joined == a.step_losses);
+  CHECK(contents(parts.train.out + "/encoder.safetensors") == contents(whole.train.out + "/encoder.safetensors"));
+
+  // A setting every pretraining checkpoint records, missing: refused by name, the folder unchanged.
+  rewrite_without({"lr"});
+  const auto before = snapshot(parts.train.out);
+  check_error([&] { pretrain(parts, *distributed::make_single_process_group()); }, "has no 'lr' in its metadata");
+  CHECK(snapshot(parts.train.out) == before);
+}
+
 TEST_CASE("pretrain --init: the classifier starts from the encoder's weights exactly, its head as initialised") {
   PretrainConfig p = tiny_pretrain("for-init");
   pretrain(p, *distributed::make_single_process_group());

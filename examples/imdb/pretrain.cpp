@@ -31,6 +31,7 @@
 #include "examples/imdb/masked_token_model.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/run_folder.h"
+#include "examples/imdb/setting_table.h"
 #include "nn/checkpoint.h"
 #include "nn/data_parallel.h"
 #include "optim/optimizer.h"
@@ -187,9 +188,14 @@ void PretrainRun::resume() {
                 field("format").rfind("ember-imdb-checkpoint", 0) == 0 ? " (a classifier's checkpoint: resume it with "
                                                                          "`imdb train --resume`)" : "");
     const std::map<std::string, std::string> wanted = config_.to_metadata();
-    for (const auto& [key, value] : wanted)
-      EMBER_CHECK(field(key.c_str()) == value, "resume: {} was written with other settings: {} is {} there but {} here",
-                  path, key, field(key.c_str()).substr(0, 40), value);
+    for (const auto& [key, value] : wanted) {
+      // A setting added after the file was written reads as what such a file means (setting_table.h's `before`).
+      const std::optional<std::string> recorded = recorded_setting(meta, key);
+      EMBER_CHECK(recorded.has_value(), "resume: '{}' has no '{}' in its metadata (not a pretraining checkpoint)", path,
+                  key);
+      EMBER_CHECK(*recorded == value, "resume: {} was written with other settings: {} is {} there but {} here", path,
+                  key, recorded->substr(0, 40), value);
+    }
     auto integer = [&](const char* key, int64_t max) {
       std::optional<int64_t> value = parse_integer(field(key), 0, max);
       EMBER_CHECK(value.has_value(), "resume: '{}': '{}' = '{}' is not an integer in [0, {}]", path, key,

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -205,6 +206,13 @@ std::vector<Setting> make_table() {
 const std::vector<Setting>& setting_table() {
   static const std::vector<Setting> table = make_table();
   return table;
+}
+
+std::optional<std::string> recorded_setting(const std::map<std::string, std::string>& metadata, const std::string& key) {
+  if (auto it = metadata.find(key); it != metadata.end()) return it->second;
+  for (const Setting& row : setting_table())
+    if (row.key == key) return row.before;
+  return std::nullopt;
 }
 
 std::string setting_text(const Setting& row, const TrainConfig& c) {

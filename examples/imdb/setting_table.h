@@ -5,6 +5,7 @@
 // member in TrainConfig and one row in setting_table.cpp.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -65,6 +66,9 @@ std::string setting_text(const Setting& row, const TrainConfig& c);
 // real and unsigned ranges, on_off, custom); choice and text are stored as given (validate checks a
 // choice). Throws ember::Error naming the key, the text and the range.
 void read_setting_text(const Setting& row, TrainConfig& c, const std::string& text);
+// A setting's text as a file records it: the metadata's entry, or for a row added after the file was written,
+// the text such a file means (`before`); nullopt when the file lacks a row every file has (or no row is `key`).
+std::optional<std::string> recorded_setting(const std::map<std::string, std::string>& metadata, const std::string& key);
 // validate()'s check of one row (integer and real ranges, choices): throws ember::Error "setting
 // <key> = <value> ...".
 void check_setting(const Setting& row, const TrainConfig& c);

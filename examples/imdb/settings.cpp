@@ -101,10 +101,9 @@ TrainConfig TrainConfig::from_metadata(const std::map<std::string, std::string>&
   TrainConfig c;
   for (const Setting& row : setting_table()) {
     if (row.scope != SettingScope::checkpoint) continue;
-    auto it = m.find(row.key);
-    EMBER_CHECK(it != m.end() || row.before.has_value(),
-                "checkpoint metadata has no '{}': not a checkpoint written by this trainer", row.key);
-    read_setting_text(row, c, it != m.end() ? it->second : *row.before);  // a file from before the row: its default
+    const std::optional<std::string> text = recorded_setting(m, row.key);  // a file from before the row: its default
+    EMBER_CHECK(text.has_value(), "checkpoint metadata has no '{}': not a checkpoint written by this trainer", row.key);
+    read_setting_text(row, c, *text);
   }
   try {
     c.validate();
