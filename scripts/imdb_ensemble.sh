@@ -31,7 +31,9 @@ split=test
 for ((i = 0; i < ${#flags[@]}; i++)); do
   case ${flags[i]} in
     --data | --data-dir | --threads) eval_flags+=("${flags[i]}" "${flags[i + 1]:-}") ;;
+    --data=* | --data-dir=* | --threads=*) eval_flags+=("${flags[i]}") ;;
     --validation) [ "${flags[i + 1]:-0}" = 0 ] || split=validation ;;
+    --validation=*) [ "${flags[i]#--validation=}" = 0 ] || split=validation ;;
   esac
 done
 mkdir -p "$out"
