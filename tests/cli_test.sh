@@ -199,8 +199,12 @@ expect "eval an ensemble by length" 2 "--by-length takes one --run" -- "$IMDB" e
 expect "eval --split validation of runs that held none out" 1 "held out no validation reviews" -- "$IMDB" eval --run "$OUT/fine" --split validation --data "$DATA"
 # The accuracy preset's pipeline (scripts/imdb_ensemble.sh) on the small data: pretraining, the two members, their ensemble
 # (--validation=20 in the --flag=value form: the ensemble must still be evaluated on the held-out reviews).
-expect "the ensemble script" 0 "validation accuracy" -- env EMBER_IMDB="$IMDB" EMBER_PRETRAIN_STEPS=8 bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble" --pretrain "${small[@]}" --max-len 32 --attention window:8,global:1 --dim 16 --validation=20 --threads=1 --quiet
+expect "the ensemble script" 0 "validation accuracy" -- env EMBER_IMDB="$IMDB" EMBER_PRETRAIN_STEPS=8 bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble" --pretrain --encoder "--ffn 24 --heads 4" "${small[@]}" --max-len 32 --attention window:8,global:1 --dim 16 --validation=20 --threads=1 --quiet
 [ -f "$OUT/ensemble/pretrain/encoder.safetensors" ] && [ -f "$OUT/ensemble/transformer/model.safetensors" ] && [ -f "$OUT/ensemble/bag/model.safetensors" ] && grep -q "ensemble of 2 runs" "$OUT/ensemble/ensemble.txt" && pass "the ensemble script wrote its three runs and the ensemble's accuracy" || failed "the ensemble script's files are missing"
+# --encoder's flags shape the pretraining and the Transformer, not the bag (which keeps the other flags' --ffn 32).
+ffn_of() { head -c 4000 "$1" | grep -a -o '"ffn_dim":"[0-9]*"'; }
+[ "$(ffn_of "$OUT/ensemble/transformer/model.safetensors")" = '"ffn_dim":"24"' ] && [ "$(ffn_of "$OUT/ensemble/bag/model.safetensors")" = '"ffn_dim":"32"' ] && pass "--encoder reached the Transformer and not the bag" || failed "--encoder: Transformer $(ffn_of "$OUT/ensemble/transformer/model.safetensors"), bag $(ffn_of "$OUT/ensemble/bag/model.safetensors")"
+expect "the ensemble script's --encoder without its flags" 2 "--encoder needs its flags" -- bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble-bad" --encoder
 expect "pretrain --encoder-lr-scale" 2 "--encoder-lr-scale is for train" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --encoder-lr-scale 0.5 --out "$OUT/pre"
 cp -r "$OUT/pre" "$OUT/pre-bad" && head -c 3000 "$OUT/pre/encoder.safetensors" > "$OUT/pre-bad/encoder.safetensors"
 expect "--init of a half-written encoder" 1 "encoder.safetensors" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre-bad" --out "$OUT/fine"
