@@ -204,6 +204,8 @@ expect "the ensemble script" 0 "validation accuracy" -- env EMBER_IMDB="$IMDB" E
 # --encoder's flags shape the pretraining and the Transformer, not the bag (which keeps the other flags' --ffn 32).
 ffn_of() { head -c 4000 "$1" | grep -a -o '"ffn_dim":"[0-9]*"'; }
 [ "$(ffn_of "$OUT/ensemble/transformer/model.safetensors")" = '"ffn_dim":"24"' ] && [ "$(ffn_of "$OUT/ensemble/bag/model.safetensors")" = '"ffn_dim":"32"' ] && pass "--encoder reached the Transformer and not the bag" || failed "--encoder: Transformer $(ffn_of "$OUT/ensemble/transformer/model.safetensors"), bag $(ffn_of "$OUT/ensemble/bag/model.safetensors")"
+lr_of() { head -c 4000 "$1" | grep -a -o '"lr":"[^"]*"'; }
+[ "$(lr_of "$OUT/ensemble/transformer/model.safetensors")" = '"lr":"0.001"' ] && pass "the ensemble script fine-tunes the pretrained Transformer at --lr 1e-3" || failed "the ensemble script's fine-tune: $(lr_of "$OUT/ensemble/transformer/model.safetensors")"
 expect "the ensemble script's --encoder without its flags" 2 "--encoder needs its flags" -- bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble-bad" --encoder
 expect "pretrain --encoder-lr-scale" 2 "--encoder-lr-scale is for train" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --encoder-lr-scale 0.5 --out "$OUT/pre"
 cp -r "$OUT/pre" "$OUT/pre-bad" && head -c 3000 "$OUT/pre/encoder.safetensors" > "$OUT/pre-bad/encoder.safetensors"
