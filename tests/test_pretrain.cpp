@@ -93,6 +93,17 @@ std::vector<std::string> step_lines(const std::string& path) {
   return lines;
 }
 
+// Resumes `parts` (stopped after `first`) to its end; the two parts' step losses, joined.
+std::vector<double> resume_to_end(PretrainConfig& parts, const PretrainResult& first) {
+  parts.train.stop_after = 0;
+  parts.train.resume = true;
+  const PretrainResult second = pretrain(parts, *distributed::make_single_process_group());
+  CHECK(second.finished);
+  std::vector<double> joined = first.step_losses;
+  joined.insert(joined.end(), second.step_losses.begin(), second.step_losses.end());
+  return joined;
+}
+
 }  // namespace
 
 TEST_CASE("pretrain masking: 15% of the real tokens chosen, of those 80% [MASK], 10% a random word, 10% kept") {
@@ -290,13 +301,7 @@ TEST_CASE("pretrain: a run stopped and resumed logs exactly the uninterrupted ru
   const PretrainResult first = pretrain(parts, *distributed::make_single_process_group());
   CHECK(!first.finished);
   CHECK(first.steps == 7);
-  parts.train.stop_after = 0;
-  parts.train.resume = true;
-  const PretrainResult second = pretrain(parts, *distributed::make_single_process_group());
-  CHECK(second.finished);
-  std::vector<double> joined = first.step_losses;
-  joined.insert(joined.end(), second.step_losses.begin(), second.step_losses.end());
-  CHECK(joined == a.step_losses);
+  CHECK(resume_to_end(parts, first) == a.step_losses);
   CHECK(step_lines(parts.train.out + "/metrics.jsonl") == step_lines(whole.train.out + "/metrics.jsonl"));
   CHECK(contents(parts.train.out + "/encoder.safetensors") == contents(whole.train.out + "/encoder.safetensors"));
 
@@ -335,13 +340,7 @@ TEST_CASE("pretrain --resume: a checkpoint from before a setting was recorded re
   const std::string current = contents(checkpoint);
   rewrite_without({"bigram_buckets", "encoder_lr_scale"});
   REQUIRE(contents(checkpoint) != current);
-  parts.train.stop_after = 0;
-  parts.train.resume = true;
-  const PretrainResult second = pretrain(parts, *distributed::make_single_process_group());
-  CHECK(second.finished);
-  std::vector<double> joined = first.step_losses;
-  joined.insert(joined.end(), second.step_losses.begin(), second.step_losses.end());
-  CHECK(joined == a.step_losses);
+  CHECK(resume_to_end(parts, first) == a.step_losses);
   CHECK(contents(parts.train.out + "/encoder.safetensors") == contents(whole.train.out + "/encoder.safetensors"));
 
   // A setting every pretraining checkpoint records, missing: refused by name, the folder unchanged.
