@@ -183,6 +183,18 @@ TEST_CASE("setting table: each checkpoint setting round-trips through to_metadat
   }
 }
 
+TEST_CASE("setting table: recorded_setting reads a file's entry, else what a file from before the row means") {
+  const std::map<std::string, std::string> meta = {{"truncate", "tail"}, {"lr", "0.002"}, {"mask_rates", "x"}};
+  CHECK(recorded_setting(meta, "truncate") == std::optional<std::string>("tail"));  // recorded: as written
+  CHECK(recorded_setting(meta, "lr") == std::optional<std::string>("0.002"));
+  CHECK(recorded_setting(meta, "mask_rates") == std::optional<std::string>("x"));  // a key of no row, recorded
+  CHECK(recorded_setting({}, "bigram_buckets") == std::optional<std::string>("0"));  // added later: its before
+  CHECK(recorded_setting({}, "encoder_lr_scale") == std::optional<std::string>("1"));
+  CHECK(recorded_setting({}, "truncate") == std::optional<std::string>("head"));
+  CHECK_FALSE(recorded_setting({}, "lr").has_value());          // every file records it
+  CHECK_FALSE(recorded_setting({}, "mask_rates").has_value());  // no row: nothing to fall back on
+}
+
 TEST_CASE("setting table: a value out of range is refused by the flag and by the metadata, with the same range") {
   for (const Setting& row : setting_table()) {
     INFO("setting " << row.key);
