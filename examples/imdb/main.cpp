@@ -59,7 +59,9 @@ int in_world(double timeout_seconds, Fn&& fn) {
     return fn(*world);
   } catch (const distributed::AgreedError&) {
     if (world->rank() == 0) throw;
-    return 1;
+    // Status 0, so that mpirun does not end the job (rank 0 with it) before rank 0 has reported the error; the
+    // job's status is rank 0's, 1 (a rank returning 1 here first made mpirun kill rank 0 unreported, now and then).
+    return 0;
   } catch (const std::exception& e) {
     if (world->size() > 1)
       world->abort_job(fmt::format("error (rank {} of {}): {}\nending every rank of the job", world->rank(),
