@@ -65,10 +65,11 @@ TEST_CASE("ensemble: one run gives the trainer's accuracy; two, their mean proba
   }
   CHECK(both.accuracy == accuracy_of(mean, labels));
   // predict: the mean of the runs' probabilities.
-  const std::vector<SavedRun> runs = {load_run(a.out), load_run(b.out)};
+  const std::vector<EnsembleMember> runs = {load_member(a.out), load_member(b.out)};
   const std::string review = "a wonderful film with a terrible ending";
   CHECK(predict_ensemble(runs, review) ==
-        doctest::Approx((predict_positive(runs[0], review) + predict_positive(runs[1], review)) / 2).epsilon(1e-12));
+        doctest::Approx((predict_positive(*runs[0].transformer, review) + predict_positive(*runs[1].transformer, review)) /
+                        2).epsilon(1e-12));
 }
 
 TEST_CASE("ensemble: runs that held out other reviews, or none, are refused on the validation split") {

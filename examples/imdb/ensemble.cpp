@@ -43,8 +43,8 @@ EnsembleResult evaluate_ensemble(const std::vector<std::string>& folders, const 
   std::vector<int> labels;
   int64_t held_out = -1, of_limit = -1;  // the first run's --validation and --limit
   for (const std::string& folder : folders) {
-    SavedRun saved = load_run(folder);
-    TrainConfig config = saved.config;
+    const EnsembleMember member = load_member(folder);
+    TrainConfig config = member.config();
     config.data = data.data;
     config.data_dir = data.data_dir;
     if (!validation) {
@@ -60,7 +60,7 @@ EnsembleResult evaluate_ensemble(const std::vector<std::string>& folders, const 
                   "ensemble: run '{}' held out --validation {} of --limit {}, the first run --validation {} of --limit {}: "
                   "not the same reviews", folder, config.validation, config.limit, held_out, of_limit);
     }
-    const Data d = prepare_data(config, &saved.vocabulary);  // encoded with the run's own vocabulary
+    const Data d = prepare_data(config, &member.vocabulary());  // encoded with the run's own vocabulary
     const auto& reviews = validation ? d.validation_tokens : d.test_tokens;
     const auto& these_labels = validation ? d.validation_labels : d.test_labels;
     if (labels.empty()) {
@@ -68,8 +68,7 @@ EnsembleResult evaluate_ensemble(const std::vector<std::string>& folders, const 
       sum.assign(labels.size(), 0.0);
     }
     EMBER_CHECK(these_labels == labels, "ensemble: run '{}' reads other reviews than the first run", folder);
-    MixedPrecisionGuard precision(parse_precision(config.precision));  // as the run was trained and evaluated
-    const std::vector<double> p = positive_probabilities(*saved.model, reviews);
+    const std::vector<double> p = member.probabilities(reviews);
     int64_t correct = 0;
     for (size_t i = 0; i < p.size(); ++i) {
       sum[i] += p[i];
@@ -84,11 +83,28 @@ EnsembleResult evaluate_ensemble(const std::vector<std::string>& folders, const 
   return result;
 }
 
-double predict_ensemble(const std::vector<SavedRun>& runs, const std::string& review) {
-  EMBER_CHECK(!runs.empty(), "predict_ensemble: no runs");
+std::vector<double> EnsembleMember::probabilities(const std::vector<std::vector<int32_t>>& reviews) const {
+  if (nbsvm) return nbsvm_probabilities(*nbsvm, reviews);
+  MixedPrecisionGuard precision(parse_precision(transformer->config.precision));  // as the run was trained and evaluated
+  return positive_probabilities(*transformer->model, reviews);
+}
+
+double EnsembleMember::predict(const std::string& review) const {
+  return nbsvm ? nbsvm_predict(*nbsvm, review) : predict_positive(*transformer, review);
+}
+
+EnsembleMember load_member(const std::string& folder) {
+  EnsembleMember member;
+  if (is_nbsvm_run(folder)) member.nbsvm.emplace(load_nbsvm(folder));
+  else member.transformer.emplace(load_run(folder));
+  return member;
+}
+
+double predict_ensemble(const std::vector<EnsembleMember>& members, const std::string& review) {
+  EMBER_CHECK(!members.empty(), "predict_ensemble: no runs");
   double sum = 0;
-  for (const SavedRun& run : runs) sum += predict_positive(run, review);
-  return sum / double(runs.size());
+  for (const EnsembleMember& member : members) sum += member.predict(review);
+  return sum / double(members.size());
 }
 
 }  // namespace ember::imdb

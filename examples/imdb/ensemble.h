@@ -1,11 +1,14 @@
 // Several trained runs as one classifier (imdb eval and imdb predict with more than one --run): the mean
 // of their probabilities that a review is positive. Each run encodes the reviews with its own vocabulary
-// and truncation, so runs of different settings (--bigrams, an --init encoder, another --max-len) combine.
+// and truncation, so runs of different settings (--bigrams, an --init encoder, another --max-len) combine,
+// and so do runs of either kind: a Transformer (imdb train) and an NBSVM (imdb nbsvm, examples/imdb/nbsvm.h).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "examples/imdb/nbsvm.h"
 #include "examples/imdb/settings.h"
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"
@@ -27,7 +30,19 @@ struct EnsembleResult {
 // --validation and --limit, else an ember::Error). `data` gives --data and --data-dir.
 EnsembleResult evaluate_ensemble(const std::vector<std::string>& folders, const TrainConfig& data, bool validation);
 
-// The mean over `runs` of predict_positive.
-double predict_ensemble(const std::vector<SavedRun>& runs, const std::string& review);
+// One member, loaded from its folder and checked (load_run, or load_nbsvm where the folder holds an NBSVM).
+struct EnsembleMember {
+  std::optional<SavedRun> transformer;
+  std::optional<NbsvmModel> nbsvm;
+  const TrainConfig& config() const { return transformer ? transformer->config : nbsvm->config.run; }
+  const Vocabulary& vocabulary() const { return transformer ? transformer->vocabulary : nbsvm->vocabulary; }
+  // P(positive) of reviews encoded with vocabulary(), in order (a Transformer in the precision it was trained in).
+  std::vector<double> probabilities(const std::vector<std::vector<int32_t>>& reviews) const;
+  double predict(const std::string& review) const;  // of one review's text
+};
+EnsembleMember load_member(const std::string& folder);
+
+// The mean over `members` of their predict().
+double predict_ensemble(const std::vector<EnsembleMember>& members, const std::string& review);
 
 }  // namespace ember::imdb

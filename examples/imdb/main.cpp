@@ -3,6 +3,7 @@
 //   imdb compare [flags]     imdb report (--run DIR | --compare DIR)     imdb check --run DIR
 //   imdb flops [flags]       (the model FLOPs of a training step, and MFU for a throughput)
 //   imdb pretrain [flags]    (masked-token pretraining of the encoder; then imdb train --init DIR)
+//   imdb nbsvm [flags]       (NBSVM: a linear model over naive-Bayes-scaled word n-grams; examples/imdb/nbsvm.h)
 //   (several --run: an ensemble, the mean of the runs' probabilities; examples/imdb/ensemble.h)
 // The flags are one table per command (CLI11, Debian's libcli11-dev): it parses them, checks each
 // number in full against its range (settings.h), and writes --help. The training flags are made
@@ -32,6 +33,7 @@
 #include "core/precision.h"
 #include "examples/imdb/compare.h"
 #include "examples/imdb/ensemble.h"
+#include "examples/imdb/nbsvm.h"
 #include "examples/imdb/presets.h"
 #include "examples/imdb/pretrain.h"
 #include "examples/imdb/report.h"
@@ -172,6 +174,34 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   integer_option(*compare_command, "--seeds", compare_config.seeds, 1, 1000, "seeds 0..N-1 per head count");
 
+  // NBSVM's flags: the data and run flags it reads (a Transformer's would be ignored, so it has none of them).
+  NbsvmConfig nbsvm_config;
+  TrainConfig& nb = nbsvm_config.run;
+  CLI::App* nbsvm_command = app.add_subcommand(
+      "nbsvm", "train NBSVM (Wang and Manning, 2012): logistic regression over each review's word 1-3-grams scaled by "
+               "their naive-Bayes log-count ratios; an ensemble member beside a Transformer (docs/imdb.md)");
+  add_data_flags(*nbsvm_command, nb);
+  nbsvm_command->add_option("--out", nb.out, "output folder (nbsvm.safetensors, vocab.txt)")->capture_default_str();
+  integer_option(*nbsvm_command, "--limit", nb.limit, 0, limits::max_reviews, "use only N train and N test reviews, 0 = all");
+  integer_option(*nbsvm_command, "--validation", nb.validation, 0, limits::max_reviews,
+                 "hold out N training reviews (the same ones as imdb train's), evaluated each epoch; the test reviews "
+                 "are then not read");
+  integer_option(*nbsvm_command, "--vocab", nb.vocab_words, 1, limits::max_vocab_words, "most frequent training words kept");
+  integer_option(*nbsvm_command, "--max-len", nb.model.max_len, 1, limits::max_len, "tokens read of each review");
+  nbsvm_command->add_option("--truncate", nb.truncate, "a review longer than --max-len: head | tail | head+tail")
+      ->check(CLI::IsMember({"head", "tail", "head+tail"}))
+      ->capture_default_str();
+  nbsvm_command->add_option("--seed", nb.seed, "the batches' order")->transform(unsigned_integer())->capture_default_str();
+  integer_option(*nbsvm_command, "--threads", nb.threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
+  integer_option(*nbsvm_command, "--epochs", nb.epochs, 1, limits::max_epochs, "passes over the training reviews");
+  real_option(*nbsvm_command, "--lr", nb.lr, 1e-12, 1e3, "Adam's peak learning rate (decays linearly to zero)");
+  integer_option(*nbsvm_command, "--batch-size", nb.batch_size, 1, limits::max_batch_size, "reviews a step");
+  nbsvm_command->add_flag("--quiet", nb.quiet, "no progress output");
+  integer_option(*nbsvm_command, "--ngrams", nbsvm_config.order, 1, 8, "word n-grams for n = 1 .. N");
+  integer_option(*nbsvm_command, "--buckets", nbsvm_config.buckets, 1, limits::max_bigram_buckets, "hashed n-gram ids");
+  real_option(*nbsvm_command, "--alpha", nbsvm_config.alpha, 1e-9, 1e9, "naive Bayes' smoothing count");
+  real_option(*nbsvm_command, "--l2", nbsvm_config.l2, 0.0, 1e3, "lambda of the penalty lambda / 2 * |w|^2");
+
   std::string run_folder = "runs/imdb", compare_folder, text, file;
   int threads = 0;
   int64_t report_seed = 0;
@@ -244,7 +274,7 @@ int run(int argc, char** argv) {
     throw UsageError(fmt::format("'{}' is not an option: long options take two dashes", std::string(argv[1]).substr(0, 40)));
   if (argc >= 2 && argv[1][0] != '-' && !is_command(argv[1]))
     throw UsageError(
-        fmt::format("unknown command '{}' (commands: train, pretrain, eval, predict, compare, report, check, flops)", argv[1]));
+        fmt::format("unknown command '{}' (commands: train, pretrain, nbsvm, eval, predict, compare, report, check, flops)", argv[1]));
   // --preset NAME: its flags written right after the command, before the explicit ones (presets.h).
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && (args[0] == "train" || args[0] == "pretrain" || args[0] == "compare" || args[0] == "flops")) {
@@ -296,6 +326,19 @@ int run(int argc, char** argv) {
                  r.step_accuracies.empty() ? NAN : 100 * r.step_accuracies.back(), out);
       return 0;
     });
+  } else if (nbsvm_command->parsed()) {
+    try {
+      nbsvm_config.validate();
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+    const NbsvmResult r = train_nbsvm(nbsvm_config);
+    if (r.test_accuracy >= 0)
+      fmt::print("trained in {:.1f}s; test accuracy {:.2f}%; outputs in {}\n", r.seconds, 100 * r.test_accuracy, nb.out);
+    else
+      fmt::print("trained in {:.1f}s; last validation accuracy {:.2f}%; outputs in {}\n", r.seconds,
+                 100 * r.validation_accuracies.back(), nb.out);
+    return 0;
   } else if (train_command->parsed()) {
     check_training_config(train_config);
     return in_world(train_config.dist_timeout, [&](distributed::ProcessGroup& world) {
@@ -401,9 +444,9 @@ int run(int argc, char** argv) {
   } else if (predict_command->parsed()) {
     if (text.empty() == file.empty()) throw UsageError("predict needs exactly one of --text or --file");
     if (!file.empty()) text = read_whole_file(file, "review file");
-    std::vector<SavedRun> saved;
-    for (const std::string& folder : runs) saved.push_back(load_run(folder));
-    const double p = predict_ensemble(saved, text);
+    std::vector<EnsembleMember> members;
+    for (const std::string& folder : runs) members.push_back(load_member(folder));
+    const double p = predict_ensemble(members, text);
     fmt::print("{} (probability positive {:.4f})\n", p >= 0.5 ? "positive" : "negative", p);
   }
   return 0;

@@ -1,0 +1,248 @@
+// NBSVM (examples/imdb/nbsvm.h): features, training with Adam, the model file, prediction.
+#include "examples/imdb/nbsvm.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/parallel.h"
+#include "examples/imdb/batcher.h"
+#include "examples/imdb/ngram_features.h"
+#include "examples/imdb/run_folder.h"
+#include "examples/imdb/trainer.h"
+#include "examples/imdb/truncation.h"
+#include "nn/checkpoint.h"
+#include "optim/optimizer.h"
+
+namespace ember::imdb {
+
+namespace {
+
+constexpr const char* kNbsvmFormat = "ember-imdb-nbsvm-v1";
+constexpr const char* kNbsvmFile = "/nbsvm.safetensors";
+
+std::vector<std::vector<int32_t>> ngram_sets(const std::vector<std::vector<int32_t>>& reviews, const NbsvmConfig& c) {
+  std::vector<std::vector<int32_t>> sets(reviews.size());
+  parallel_for(0, int64_t(reviews.size()), 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) sets[size_t(r)] = ngram_set(reviews[size_t(r)], c.order, c.buckets);
+  });
+  return sets;
+}
+
+// Positive when the score is > 0 (sigmoid > 0.5), as the Transformer's argmax: a tie is negative.
+double accuracy_of(const std::vector<double>& probabilities, const std::vector<int>& labels) {
+  int64_t correct = 0;
+  for (size_t i = 0; i < labels.size(); ++i) correct += int((probabilities[i] > 0.5) == (labels[i] == 1));
+  return labels.empty() ? 0.0 : double(correct) / double(labels.size());
+}
+
+std::vector<double> probabilities_of_sets(const Tensor& weight, const Tensor& bias, const std::vector<float>& ratios,
+                                          const std::vector<std::vector<int32_t>>& sets) {
+  NoGradGuard no_grad;
+  std::vector<double> out;
+  out.reserve(sets.size());
+  constexpr size_t kBatch = 256;
+  for (size_t first = 0; first < sets.size(); first += kBatch) {
+    std::vector<const std::vector<int32_t>*> batch;
+    for (size_t r = first; r < std::min(sets.size(), first + kBatch); ++r) batch.push_back(&sets[r]);
+    for (float z : nbsvm_scores(weight, bias, ratios, batch).to_vector<float>()) out.push_back(1.0 / (1.0 + std::exp(-double(z))));
+  }
+  return out;
+}
+
+nn::Metadata model_metadata(const NbsvmConfig& c, const Vocabulary& vocabulary) {
+  nn::Metadata meta = c.run.to_metadata();
+  meta["format"] = kNbsvmFormat;
+  meta["ngram_order"] = std::to_string(c.order);
+  meta["ngram_buckets"] = std::to_string(c.buckets);
+  meta["nb_alpha"] = fmt::format("{}", c.alpha);
+  meta["l2"] = fmt::format("{}", c.l2);
+  meta["vocab_sha256"] = vocabulary_fingerprint(vocabulary);
+  return meta;
+}
+
+}  // namespace
+
+NbsvmConfig::NbsvmConfig() {
+  run.model.max_len = limits::max_len;  // whole reviews: a feature costs one lookup, not attention
+  run.vocab_words = 100000;             // every training word (83,187)
+  run.epochs = 3;
+  run.lr = 0.01;
+  run.batch_size = 32;
+  run.out = "runs/nbsvm";
+}
+
+void NbsvmConfig::validate() const {
+  run.validate();
+  EMBER_CHECK(order >= 1 && order <= 8, "--ngrams must be in [1, 8], got {}", order);
+  EMBER_CHECK(buckets >= 1 && buckets <= limits::max_bigram_buckets, "--buckets must be in [1, {}], got {}",
+              limits::max_bigram_buckets, buckets);
+  EMBER_CHECK(alpha > 0 && std::isfinite(alpha), "--alpha must be > 0, got {}", alpha);
+  EMBER_CHECK(l2 >= 0 && std::isfinite(l2), "--l2 must be >= 0, got {}", l2);
+}
+
+Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const std::vector<float>& ratios,
+                    const std::vector<const std::vector<int32_t>*>& sets) {
+  const int64_t buckets = weight.size(0);
+  EMBER_CHECK(int64_t(ratios.size()) == buckets, "nbsvm_scores: {} ratios for {} weights", ratios.size(), buckets);
+  const int64_t B = int64_t(sets.size());
+  size_t longest = 1;  // a review with no n-gram (empty) scores the bias alone
+  for (const auto* set : sets) longest = std::max(longest, set->size());
+  const int64_t L = int64_t(longest);
+  // Padding: id 0 with value 0, which adds nothing to the score and nothing to weight 0's gradient.
+  std::vector<int64_t> ids(size_t(B * L), 0);
+  std::vector<float> values(size_t(B * L), 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int32_t>& set = *sets[size_t(b)];
+    for (size_t j = 0; j < set.size(); ++j) {
+      EMBER_CHECK(set[j] >= 0 && set[j] < buckets, "nbsvm_scores: n-gram id {} outside [0, {})", set[j], buckets);
+      ids[size_t(b * L) + j] = set[j];
+      values[size_t(b * L) + j] = ratios[size_t(set[j])];
+    }
+  }
+  const Tensor picked = embedding(weight, from_vector(ids, {B, L})).view({B, L});  // w[f] of each feature
+  return sum(picked * from_vector(values, {B, L}), {1}) + bias;
+}
+
+NbsvmResult train_nbsvm(const NbsvmConfig& c) {
+  c.validate();
+  if (c.run.threads > 0) set_num_threads(c.run.threads);
+  const auto started = std::chrono::steady_clock::now();
+  check_output_folder(c.run.out);
+  RunLock lock(c.run.out);
+  const std::string path = c.run.out + kNbsvmFile;
+  EMBER_CHECK(!std::filesystem::exists(path), "{} exists: a trained NBSVM is never overwritten (another --out, or "
+              "remove it)", path);
+  EMBER_CHECK(!std::filesystem::exists(c.run.out + "/model.safetensors"), "{} holds a Transformer run (model."
+              "safetensors): an NBSVM gets a folder of its own", c.run.out);
+  const Data data = prepare_data(c.run);
+  const std::vector<std::vector<int32_t>> train_sets = ngram_sets(data.train_tokens, c);
+  const std::vector<float> ratios = nb_log_count_ratios(train_sets, data.train_labels, c.buckets, c.alpha);
+  if (!c.run.quiet)
+    fmt::print("nbsvm: {} training reviews, 1-{}-grams in {} buckets, vocabulary {}\n", train_sets.size(), c.order,
+               c.buckets, data.vocabulary.size());
+
+  Tensor weight = zeros({c.buckets, 1});
+  weight.requires_grad_();
+  Tensor bias = zeros({1});
+  bias.requires_grad_();
+  optim::Adam adam({{{weight}, c.l2, 1.0}, {{bias}, 0.0, 1.0}}, c.run.lr);  // coupled: l2 * w joins the gradient
+  const int64_t count = int64_t(train_sets.size());
+  const int64_t per_epoch = (count + c.run.batch_size - 1) / c.run.batch_size;
+  const int64_t total = per_epoch * c.run.epochs;
+  NbsvmResult result;
+  const std::vector<std::vector<int32_t>> validation_sets = ngram_sets(data.validation_tokens, c);
+  for (int64_t epoch = 0; epoch < c.run.epochs; ++epoch) {
+    const std::vector<int64_t> order = shuffled_order(count, c.run.seed, epoch);
+    double loss_sum = 0;
+    for (int64_t s = 0; s < per_epoch; ++s) {
+      std::vector<const std::vector<int32_t>*> batch;
+      std::vector<float> signs;  // +1 for a positive review, -1 for a negative one
+      for (int64_t i = s * c.run.batch_size; i < std::min(count, (s + 1) * c.run.batch_size); ++i) {
+        batch.push_back(&train_sets[size_t(order[size_t(i)])]);
+        signs.push_back(data.train_labels[size_t(order[size_t(i)])] == 1 ? 1.0f : -1.0f);
+      }
+      const Tensor z = nbsvm_scores(weight, bias, ratios, batch);
+      // The logistic loss, log(1 + e^(-y z)), averaged over the batch.
+      const Tensor loss = sum(softplus(z * from_vector(signs, {int64_t(signs.size())}) * -1.0)) *
+                          (1.0 / double(signs.size()));
+      adam.zero_grad();
+      loss.backward();
+      adam.set_lr(c.run.lr * (1.0 - double(epoch * per_epoch + s) / double(total)));  // linear decay to zero
+      adam.step();
+      loss_sum += double(loss.item<float>());
+    }
+    result.epoch_losses.push_back(loss_sum / double(per_epoch));
+    std::string line = fmt::format("epoch {}/{}: train loss {:.4f}", epoch + 1, c.run.epochs, result.epoch_losses.back());
+    if (!validation_sets.empty()) {
+      result.validation_accuracies.push_back(
+          accuracy_of(probabilities_of_sets(weight, bias, ratios, validation_sets), data.validation_labels));
+      line += fmt::format(", validation accuracy {:.2f}%", 100 * result.validation_accuracies.back());
+    }
+    if (!c.run.quiet) fmt::print("{} ({:.0f} s)\n", line,
+                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+  if (validation_sets.empty())
+    result.test_accuracy = accuracy_of(probabilities_of_sets(weight, bias, ratios, ngram_sets(data.test_tokens, c)),
+                                       data.test_labels);
+
+  nn::TensorMap tensors{{"weight", weight.detach()}, {"bias", bias.detach()},
+                        {"ratios", from_vector(ratios, {c.buckets})}};
+  nn::check_all_finite(tensors, "nbsvm: the trained model");
+  nn::Metadata meta = model_metadata(c, data.vocabulary);
+  meta[kContentKey] = content_fingerprint(tensors, meta);
+  data.vocabulary.save(c.run.out + "/vocab.txt");
+  nn::save_tensors(path, tensors, meta);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+bool is_nbsvm_run(const std::string& folder) { return std::filesystem::exists(folder + kNbsvmFile); }
+
+NbsvmModel load_nbsvm(const std::string& folder) {
+  const std::string path = folder + kNbsvmFile;
+  nn::Metadata meta;
+  nn::TensorMap tensors = nn::load_weights(path, &meta);
+  auto text = [&](const std::string& key) {
+    auto it = meta.find(key);
+    EMBER_CHECK(it != meta.end(), "NBSVM file '{}' has no '{}' in its metadata", path, key);
+    return it->second;
+  };
+  EMBER_CHECK(text("format") == kNbsvmFormat, "NBSVM file '{}' has format '{}', expected {}", path,
+              text("format").substr(0, 60), kNbsvmFormat);
+  NbsvmConfig config;
+  try {
+    config.run = TrainConfig::from_metadata(meta);
+    const auto order = parse_integer(text("ngram_order"), 1, 8);
+    const auto buckets = parse_integer(text("ngram_buckets"), 1, limits::max_bigram_buckets);
+    const auto alpha = parse_real(text("nb_alpha"), 1e-300, 1e300);
+    const auto l2 = parse_real(text("l2"), 0, 1e300);
+    EMBER_CHECK(order && buckets && alpha && l2, "a setting (ngram_order, ngram_buckets, nb_alpha, l2) is malformed "
+                "or out of range");
+    config.order = *order;
+    config.buckets = *buckets;
+    config.alpha = *alpha;
+    config.l2 = *l2;
+  } catch (const Error& e) {
+    fail("NBSVM file '{}': {}", path, e.what());
+  }
+  const int64_t buckets = config.buckets;
+  const std::map<std::string, Shape> shapes{{"weight", {buckets, 1}}, {"bias", {1}}, {"ratios", {buckets}}};
+  EMBER_CHECK(tensors.size() == shapes.size(), "NBSVM file '{}' holds {} tensors, expected weight, bias, ratios", path,
+              tensors.size());
+  for (const auto& [name, shape] : shapes) {
+    auto it = tensors.find(name);
+    EMBER_CHECK(it != tensors.end(), "NBSVM file '{}' has no tensor '{}'", path, name);
+    EMBER_CHECK(it->second.dtype() == Dtype::Float32 && it->second.shape() == shape, "NBSVM file '{}': tensor '{}' is "
+                "{} {}, expected float32 {} (the settings' {} buckets)", path, name, dtype_name(it->second.dtype()),
+                shape_str(it->second.shape()), shape_str(shape), buckets);
+  }
+  Vocabulary vocabulary = Vocabulary::load(folder + "/vocab.txt");
+  EMBER_CHECK(text("vocab_sha256") == vocabulary_fingerprint(vocabulary), "{}: vocab.txt is not the vocabulary "
+              "the NBSVM was trained with (its SHA-256 differs from the one nbsvm.safetensors records)", folder);
+  check_content_fingerprint(tensors, meta, "NBSVM file '" + path + "'");  // last: what no check above can see
+  return NbsvmModel{config, std::move(vocabulary), tensors.at("weight"), tensors.at("bias"), tensors.at("ratios")};
+}
+
+std::vector<double> nbsvm_probabilities(const NbsvmModel& model, const std::vector<std::vector<int32_t>>& reviews) {
+  return probabilities_of_sets(model.weight, model.bias, model.ratios.to_vector<float>(), ngram_sets(reviews, model.config));
+}
+
+double nbsvm_predict(const NbsvmModel& model, const std::string& review) {
+  const NbsvmConfig& c = model.config;
+  return nbsvm_probabilities(model, {encode_truncated(model.vocabulary, review, c.run.model.max_len, c.run.truncate)})[0];
+}
+
+}  // namespace ember::imdb
