@@ -195,7 +195,7 @@ expect "pretrain --bigrams" 2 "--bigrams is for train" -- "$IMDB" pretrain "${sm
 expect "train --init --bigrams" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --bigrams 1000 --encoder-lr-scale 0.5 --out "$OUT/fine-bigrams"
 expect "eval an ensemble" 0 "(ensemble of 2 runs: the mean probability)" -- "$IMDB" eval --run "$OUT/fine" --run "$OUT/fine-bigrams" --data "$DATA"
 expect "predict with an ensemble" 0 "probability positive" -- "$IMDB" predict --run "$OUT/fine" --run "$OUT/fine-bigrams" --text "a fine film"
-expect "eval an ensemble by length" 2 "--by-length takes one --run" -- "$IMDB" eval --run "$OUT/fine" --run "$OUT/fine-bigrams" --data "$DATA" --by-length 64
+expect "eval an ensemble by length" 2 "--by-length takes one Transformer --run" -- "$IMDB" eval --run "$OUT/fine" --run "$OUT/fine-bigrams" --data "$DATA" --by-length 64
 expect "eval --split validation of runs that held none out" 1 "held out no validation reviews" -- "$IMDB" eval --run "$OUT/fine" --split validation --data "$DATA"
 # The accuracy preset's pipeline (scripts/imdb_ensemble.sh) on the small data: pretraining, the two members, their ensemble
 # (--validation=20 in the --flag=value form: the ensemble must still be evaluated on the held-out reviews).
@@ -207,6 +207,20 @@ ffn_of() { head -c 4000 "$1" | grep -a -o '"ffn_dim":"[0-9]*"'; }
 lr_of() { head -c 4000 "$1" | grep -a -o '"lr":"[^"]*"'; }
 [ "$(lr_of "$OUT/ensemble/transformer/model.safetensors")" = '"lr":"0.001"' ] && pass "the ensemble script fine-tunes the pretrained Transformer at --lr 1e-3" || failed "the ensemble script's fine-tune: $(lr_of "$OUT/ensemble/transformer/model.safetensors")"
 expect "the ensemble script's --encoder without its flags" 2 "--encoder needs its flags" -- bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble-bad" --encoder
+# NBSVM (imdb nbsvm): trained, evaluated alone and beside a Transformer, never overwritten; a Transformer's flag refused.
+nb=(--data "$DATA" --buckets 65536 --epochs 2 --lr 0.05 --batch-size 16 --quiet)
+expect "nbsvm" 0 "test accuracy" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/nb"
+expect "eval an NBSVM" 0 "test accuracy" -- "$IMDB" eval --run "$OUT/nb" --data "$DATA"
+expect "eval a Transformer and an NBSVM" 0 "(ensemble of 2 runs: the mean probability)" -- "$IMDB" eval --run "$OUT/fine" --run "$OUT/nb" --data "$DATA"
+expect "predict with a Transformer and an NBSVM" 0 "probability positive" -- "$IMDB" predict --run "$OUT/fine" --run "$OUT/nb" --text "a fine film"
+expect "eval an NBSVM by length" 2 "--by-length takes one Transformer --run" -- "$IMDB" eval --run "$OUT/nb" --data "$DATA" --by-length 64
+nb_before=$(sha256sum "$OUT/nb/nbsvm.safetensors" "$OUT/nb/vocab.txt")
+expect "nbsvm into a folder that has one" 1 "is never overwritten" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/nb"
+[ "$nb_before" = "$(sha256sum "$OUT/nb/nbsvm.safetensors" "$OUT/nb/vocab.txt")" ] && pass "a refused nbsvm changes nothing" || failed "a refused nbsvm changed the saved NBSVM"
+expect "nbsvm into a Transformer's folder" 1 "holds a Transformer run" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/run"
+expect "nbsvm with a Transformer's flag" 2 "--heads" -- "$IMDB" nbsvm "${nb[@]}" --heads 4 --out "$OUT/nb-heads"
+expect "nbsvm --ngrams 0" 2 "--ngrams" -- "$IMDB" nbsvm "${nb[@]}" --ngrams 0 --out "$OUT/nb-0"
+expect "nbsvm --l2 -1" 2 "--l2" -- "$IMDB" nbsvm "${nb[@]}" --l2 -1 --out "$OUT/nb-l2"
 expect "pretrain --encoder-lr-scale" 2 "--encoder-lr-scale is for train" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --encoder-lr-scale 0.5 --out "$OUT/pre"
 cp -r "$OUT/pre" "$OUT/pre-bad" && head -c 3000 "$OUT/pre/encoder.safetensors" > "$OUT/pre-bad/encoder.safetensors"
 expect "--init of a half-written encoder" 1 "encoder.safetensors" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre-bad" --out "$OUT/fine"

@@ -381,8 +381,8 @@ int run(int argc, char** argv) {
     for (size_t i = 1; i < length_bounds.size(); ++i)
       if (length_bounds[i] <= length_bounds[i - 1])
         throw UsageError(fmt::format("--by-length: the lengths must increase, got {}", fmt::join(length_bounds, ",")));
-    if (runs.size() > 1 || split != "test") {  // an ensemble, or the validation reviews
-      if (!length_bounds.empty()) throw UsageError("--by-length takes one --run and the test split");
+    if (runs.size() > 1 || split != "test" || is_nbsvm_run(runs[0])) {  // an ensemble, the validation reviews, an NBSVM
+      if (!length_bounds.empty()) throw UsageError("--by-length takes one Transformer --run and the test split");
       return in_world(distributed::default_timeout_seconds(), [&](distributed::ProcessGroup& world) {
         // NOTE: not shared out: under mpirun every rank evaluates every review, and rank 0 prints.
         const EnsembleResult r = evaluate_ensemble(runs, data_config, split == "validation");

@@ -103,7 +103,7 @@ Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const std::vector<
   const int64_t L = int64_t(longest);
   // Padding: id 0 with value 0, which adds nothing to the score and nothing to weight 0's gradient.
   std::vector<int64_t> ids(size_t(B * L), 0);
-  std::vector<float> values(size_t(B * L), 0.0f);
+  std::vector<double> values(size_t(B * L), 0.0);
   for (int64_t b = 0; b < B; ++b) {
     const std::vector<int32_t>& set = *sets[size_t(b)];
     for (size_t j = 0; j < set.size(); ++j) {
@@ -113,7 +113,7 @@ Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const std::vector<
     }
   }
   const Tensor picked = embedding(weight, from_vector(ids, {B, L})).view({B, L});  // w[f] of each feature
-  return sum(picked * from_vector(values, {B, L}), {1}) + bias;
+  return sum(picked * from_vector(values, {B, L}).to(weight.dtype()), {1}) + bias;  // (float64 in a gradcheck)
 }
 
 NbsvmResult train_nbsvm(const NbsvmConfig& c) {

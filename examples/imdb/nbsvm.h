@@ -41,7 +41,7 @@ struct NbsvmModel {
 };
 
 struct NbsvmResult {
-  std::vector<double> epoch_losses;          // mean training loss of each epoch (with the penalty)
+  std::vector<double> epoch_losses;          // mean logistic loss of each epoch's batches (the penalty not in it)
   std::vector<double> validation_accuracies; // each epoch's, with --validation
   double test_accuracy = -1;                 // at the end, without --validation (-1: not evaluated)
   double seconds = 0;
