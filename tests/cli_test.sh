@@ -200,10 +200,12 @@ expect "eval --split validation of runs that held none out" 1 "held out no valid
 # The accuracy preset's pipeline (scripts/imdb_ensemble.sh) on the small data: pretraining, the two members, their ensemble
 # (--validation=20 in the --flag=value form: the ensemble must still be evaluated on the held-out reviews).
 expect "the ensemble script" 0 "validation accuracy" -- env EMBER_IMDB="$IMDB" EMBER_PRETRAIN_STEPS=8 bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble" --pretrain --encoder "--ffn 24 --heads 4" "${small[@]}" --max-len 32 --attention window:8,global:1 --dim 16 --validation=20 --threads=1 --quiet
-[ -f "$OUT/ensemble/pretrain/encoder.safetensors" ] && [ -f "$OUT/ensemble/transformer/model.safetensors" ] && [ -f "$OUT/ensemble/bag/model.safetensors" ] && grep -q "ensemble of 2 runs" "$OUT/ensemble/ensemble.txt" && pass "the ensemble script wrote its three runs and the ensemble's accuracy" || failed "the ensemble script's files are missing"
-# --encoder's flags shape the pretraining and the Transformer, not the bag (which keeps the other flags' --ffn 32).
+[ -f "$OUT/ensemble/pretrain/encoder.safetensors" ] && [ -f "$OUT/ensemble/transformer/model.safetensors" ] && [ -f "$OUT/ensemble/nbsvm/nbsvm.safetensors" ] && grep -q "ensemble of 2 runs" "$OUT/ensemble/ensemble.txt" && pass "the ensemble script wrote its three runs and the ensemble's accuracy" || failed "the ensemble script's files are missing"
+# --encoder's flags shape the pretraining and the Transformer (over the other flags' --ffn 32); NBSVM held out the same
+# reviews (--validation=20) and took none of the Transformer's flags (it would refuse them).
 ffn_of() { head -c 4000 "$1" | grep -a -o '"ffn_dim":"[0-9]*"'; }
-[ "$(ffn_of "$OUT/ensemble/transformer/model.safetensors")" = '"ffn_dim":"24"' ] && [ "$(ffn_of "$OUT/ensemble/bag/model.safetensors")" = '"ffn_dim":"32"' ] && pass "--encoder reached the Transformer and not the bag" || failed "--encoder: Transformer $(ffn_of "$OUT/ensemble/transformer/model.safetensors"), bag $(ffn_of "$OUT/ensemble/bag/model.safetensors")"
+[ "$(ffn_of "$OUT/ensemble/transformer/model.safetensors")" = '"ffn_dim":"24"' ] && pass "--encoder reached the Transformer" || failed "--encoder: Transformer $(ffn_of "$OUT/ensemble/transformer/model.safetensors")"
+head -c 4000 "$OUT/ensemble/nbsvm/nbsvm.safetensors" | grep -a -q '"validation":"20"' && pass "the ensemble script's NBSVM held out the same reviews" || failed "the ensemble script's NBSVM did not hold out --validation=20"
 lr_of() { head -c 4000 "$1" | grep -a -o '"lr":"[^"]*"'; }
 [ "$(lr_of "$OUT/ensemble/transformer/model.safetensors")" = '"lr":"0.001"' ] && pass "the ensemble script fine-tunes the pretrained Transformer at --lr 1e-3" || failed "the ensemble script's fine-tune: $(lr_of "$OUT/ensemble/transformer/model.safetensors")"
 expect "the ensemble script's --encoder without its flags" 2 "--encoder needs its flags" -- bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble-bad" --encoder

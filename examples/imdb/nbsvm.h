@@ -26,7 +26,7 @@ struct NbsvmConfig {
   int64_t buckets = 1 << 23;      // hashed n-gram ids (IMDb's training reviews have ~5 M distinct 1-3-grams)
   double alpha = 1.0;             // naive Bayes' smoothing count
   double l2 = 4e-5;               // lambda / 2 * |w|^2 beside the mean loss: about liblinear's C = 1 over 25,000 reviews
-  NbsvmConfig();                  // run: whole reviews, every word, 3 epochs at lr 0.01, batches of 32
+  NbsvmConfig();                  // run: whole reviews, every word, 1 epoch at lr 0.01, batches of 32
   // Throws ember::Error naming the setting that is out of range.
   void validate() const;
 };
