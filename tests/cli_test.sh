@@ -220,6 +220,7 @@ nb_before=$(sha256sum "$OUT/nb/nbsvm.safetensors" "$OUT/nb/vocab.txt")
 expect "nbsvm into a folder that has one" 1 "is never overwritten" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/nb"
 [ "$nb_before" = "$(sha256sum "$OUT/nb/nbsvm.safetensors" "$OUT/nb/vocab.txt")" ] && pass "a refused nbsvm changes nothing" || failed "a refused nbsvm changed the saved NBSVM"
 expect "nbsvm into a Transformer's folder" 1 "holds a Transformer run" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/run"
+expect "train into an NBSVM's folder" 1 "holds an NBSVM" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/nb"
 expect "nbsvm with a Transformer's flag" 2 "--heads" -- "$IMDB" nbsvm "${nb[@]}" --heads 4 --out "$OUT/nb-heads"
 expect "nbsvm --ngrams 0" 2 "--ngrams" -- "$IMDB" nbsvm "${nb[@]}" --ngrams 0 --out "$OUT/nb-0"
 expect "nbsvm --l2 -1" 2 "--l2" -- "$IMDB" nbsvm "${nb[@]}" --l2 -1 --out "$OUT/nb-l2"

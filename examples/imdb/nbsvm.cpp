@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -133,6 +134,7 @@ NbsvmResult train_nbsvm(const NbsvmConfig& c) {
   if (!c.run.quiet)
     fmt::print("nbsvm: {} training reviews, 1-{}-grams in {} buckets, vocabulary {}\n", train_sets.size(), c.order,
                c.buckets, data.vocabulary.size());
+  std::fflush(stdout);
 
   Tensor weight = zeros({c.buckets, 1});
   weight.requires_grad_();
@@ -171,8 +173,10 @@ NbsvmResult train_nbsvm(const NbsvmConfig& c) {
           accuracy_of(probabilities_of_sets(weight, bias, ratios, validation_sets), data.validation_labels));
       line += fmt::format(", validation accuracy {:.2f}%", 100 * result.validation_accuracies.back());
     }
-    if (!c.run.quiet) fmt::print("{} ({:.0f} s)\n", line,
-                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    if (!c.run.quiet) {
+      fmt::print("{} ({:.0f} s)\n", line, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      std::fflush(stdout);  // a log file shows each epoch as it ends
+    }
   }
   if (validation_sets.empty())
     result.test_accuracy = accuracy_of(probabilities_of_sets(weight, bias, ratios, ngram_sets(data.test_tokens, c)),
