@@ -3,7 +3,8 @@
 # of 32 per epoch, 21 steps in 3 epochs):
 #   - 2 x 16 and 3 x (11, 11, 10) ranks give the losses of one process on batches of 32, step by
 #     step, to float tolerance (the sums go in another order), and the same test accuracy;
-#   - evaluation shared over 3 ranks gives one process's accuracy; an ensemble on 2 ranks prints it once;
+#   - evaluation shared over 3 ranks gives one process's accuracy; an ensemble on 2 ranks prints it once; imdb
+#     nbsvm (one process's trainer) is refused;
 #   - a checkpoint written by 2 ranks resumes on 1 and on 3 (also with ZeRO-1's sharded optimiser
 #     state) and goes on as the one-process run did;
 #   - ranks started with different settings stop at start-up, naming the setting;
@@ -107,6 +108,11 @@ one_ensemble=$("$imdb" "${ensemble[@]}" 2>/dev/null)
 two_ensemble=$("${mpirun[@]}" -np 2 "$imdb" "${ensemble[@]}" 2>/dev/null)
 [ -n "$one_ensemble" ] && [ "$one_ensemble" = "$two_ensemble" ] && pass "an ensemble on 2 ranks prints once, one process's accuracy" ||
   fail "an ensemble on 2 ranks: '$two_ensemble', one process: '$one_ensemble'"
+# NBSVM trains as one process: under mpirun it is refused with a usage error (exit 2), no folder written.
+nbsvm_out=$("${mpirun[@]}" -np 2 "$imdb" nbsvm --data "$data" --buckets 4096 --out "$work/nb2" 2>&1)
+code=$?
+[ "$code" -ne 0 ] && grep -q "nbsvm runs as one process" <<<"$nbsvm_out" && [ ! -e "$work/nb2/nbsvm.safetensors" ] &&
+  pass "nbsvm under mpirun: refused, naming why" || fail "nbsvm under mpirun: exit $code: $(tail -n 3 <<<"$nbsvm_out")"
 
 # ---- Resume: 10 steps on 2 ranks (plain, and ZeRO-1), then the rest on 1 and on 3 ranks.
 "${mpirun[@]}" -np 2 "$imdb" "${train[@]}" --stop-after 10 --out "$work/r2" >/dev/null 2>&1 || fail "2 ranks, 10 steps"
