@@ -39,6 +39,32 @@ DEVICE_TEST_CASE("embedding: gradient sums the rows of repeated ids") {
   check_values(weight.grad(), {7, 8, 9, 1101, 2202, 3303, 0, 0, 0, 10, 20, 30, 0, 0, 0}, 1e-12);
 }
 
+DEVICE_TEST_CASE("embedding: few ids in a large table (the backward sorts them by row) sum the same way") {
+  // 6 ids in 4,096 rows: fewer than one in eight, the sorted path of bucket_by_row.
+  Tensor weight = zeros({4096, 2}, Dtype::Float64, device).requires_grad_();
+  Tensor ids = from_vector<int64_t>({3, 4000, 3, 17, 4000, 3}, {2, 3}).to(device);
+  Tensor g = tensor({1, 2, 10, 20, 100, 200, 1000, 2000, 1e4, 2e4, 1e5, 2e5}, {2, 3, 2}, Dtype::Float64).to(device);
+  embedding(weight, ids).backward(g);
+  const std::vector<double> grad = weight.grad().to(Device::cpu()).to_vector<double>();
+  std::vector<double> expected(4096 * 2, 0.0);
+  expected[3 * 2] = 1 + 100 + 1e5, expected[3 * 2 + 1] = 2 + 200 + 2e5;
+  expected[4000 * 2] = 10 + 1e4, expected[4000 * 2 + 1] = 20 + 2e4;
+  expected[17 * 2] = 1000, expected[17 * 2 + 1] = 2000;
+  CHECK(grad == expected);
+  // In position order, as the counting path adds them: the float32 sums of both paths agree bit for bit.
+  Generator gen(9);
+  Tensor many = (rand({300}, gen, Dtype::Float64) * 40.0).to(Dtype::Int64).to(device);  // repeats, 300 ids
+  Tensor gm = randn({300, 8}, gen).to(device);
+  auto grad_of = [&](int64_t rows) {
+    Tensor w = zeros({rows, 8}, Dtype::Float32, device).requires_grad_();
+    embedding(w, many).backward(gm);
+    return w.grad().narrow(0, 0, 40).to(Device::cpu()).to_vector<float>();
+  };
+  CHECK(grad_of(40) == grad_of(100000));  // 300 * 8 > 40: counted; 300 * 8 < 100,000: sorted
+  check_gradient(device, [device](auto& in) { return embedding(in[0], from_vector<int64_t>({5, 60, 5}).to(device)); },
+                 {random64({64, 3}, 4)});
+}
+
 TEST_CASE("embedding: gradient is identical for 1 and 2 threads") {
   Generator gen(5);
   Tensor ids = (rand({4000}, gen, Dtype::Float64) * 37.0).to(Dtype::Int64);  // many repeats
