@@ -329,7 +329,7 @@ int run(int argc, char** argv) {
   } else if (nbsvm_command->parsed()) {
     const distributed::LaunchInfo launch = distributed::launch_info();
     if (launch.launched && launch.size != 1)  // every rank would train the same model into the same folder
-      throw UsageError(fmt::format("nbsvm runs as one process (it trains in about a minute), not as a job of {} "
+      throw UsageError(fmt::format("nbsvm runs as one process (it trains in under a minute), not as a job of {} "
                                    "processes under {}", launch.size, launch.launcher));
     try {
       nbsvm_config.validate();
