@@ -182,8 +182,15 @@ TEST_CASE("nbsvm: a saved model is never overwritten, and a damaged or mismatche
   CHECK_FALSE(is_nbsvm_run(transformer.out));
   NbsvmConfig into = c;
   into.run.out = transformer.out;
-  check_error([&] { train_nbsvm(into); }, "holds a Transformer run");
+  check_error([&] { train_nbsvm(into); }, "holds a Transformer run or pretraining (model.safetensors)");
   check_error([&] { load_nbsvm(transformer.out); }, "nbsvm.safetensors");
+  // Nor a Transformer into an NBSVM's folder (its vocab.txt would replace the NBSVM's): refused, nothing changed.
+  TrainConfig onto = transformer;
+  onto.out = c.run.out;
+  check_error([&] { train(onto); }, "train: " + c.run.out + " holds an NBSVM");
+  CHECK(read_whole_file(path, "model") == saved);
+  CHECK(read_whole_file(c.run.out + "/vocab.txt", "vocab") == vocab);
+  CHECK_NOTHROW(load_nbsvm(c.run.out));
   // Settings out of range.
   NbsvmConfig bad = c;
   bad.order = 0;

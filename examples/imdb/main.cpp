@@ -377,6 +377,7 @@ int run(int argc, char** argv) {
     if (report_command->count("--run") == 0 && compare_folder.empty())
       throw UsageError("report needs exactly one of --run or --compare");
     if (threads > 0) set_num_threads(threads);
+    if (compare_folder.empty()) check_not_nbsvm_folder(run_folder, "report");
     std::string path = compare_folder.empty() ? rebuild_run_report(run_folder, data_config)
                                               : write_compare_report(compare_folder, heads_list, report_seed, data_config);
     fmt::print("wrote {}\n", path);
@@ -442,6 +443,7 @@ int run(int argc, char** argv) {
       if (peak_tflops > 0) fmt::print("MFU {:.1f}% of {:.4g} TFLOP/s\n", 100 * achieved / peak_tflops, peak_tflops);
     }
   } else if (check_command->parsed()) {
+    check_not_nbsvm_folder(run_folder, "check");
     std::string path = run_folder + "/checkpoint.safetensors";
     CheckpointInfo info = check_checkpoint(path);
     fmt::print("checkpoint OK: step {} of {} ({})\n", info.step, info.total_steps, path);

@@ -126,8 +126,9 @@ NbsvmResult train_nbsvm(const NbsvmConfig& c) {
   const std::string path = c.run.out + kNbsvmFile;
   EMBER_CHECK(!std::filesystem::exists(path), "{} exists: a trained NBSVM is never overwritten (another --out, or "
               "remove it)", path);
-  EMBER_CHECK(!std::filesystem::exists(c.run.out + "/model.safetensors"), "{} holds a Transformer run (model."
-              "safetensors): an NBSVM gets a folder of its own", c.run.out);
+  for (const char* other : {"model.safetensors", "checkpoint.safetensors", "encoder.safetensors"})
+    EMBER_CHECK(!std::filesystem::exists(c.run.out + "/" + other), "{} holds a Transformer run or pretraining ({}): an "
+                "NBSVM gets a folder of its own", c.run.out, other);
   const Data data = prepare_data(c.run);
   const std::vector<std::vector<int32_t>> train_sets = ngram_sets(data.train_tokens, c);
   const std::vector<float> ratios = nb_log_count_ratios(train_sets, data.train_labels, c.buckets, c.alpha);
@@ -194,6 +195,11 @@ NbsvmResult train_nbsvm(const NbsvmConfig& c) {
 }
 
 bool is_nbsvm_run(const std::string& folder) { return std::filesystem::exists(folder + kNbsvmFile); }
+
+void check_not_nbsvm_folder(const std::string& folder, const std::string& command) {
+  EMBER_CHECK(!is_nbsvm_run(folder), "{}: {} holds an NBSVM (nbsvm.safetensors), which imdb eval and predict read; a "
+              "Transformer's run or pretraining gets a folder of its own", command, folder);
+}
 
 NbsvmModel load_nbsvm(const std::string& folder) {
   const std::string path = folder + kNbsvmFile;

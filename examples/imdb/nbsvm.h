@@ -59,6 +59,9 @@ Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const std::vector<
 
 // True if `folder` holds an NBSVM run (its nbsvm.safetensors).
 bool is_nbsvm_run(const std::string& folder);
+// For the Transformer's trainers and tools: an ember::Error naming `command` if `folder` holds an NBSVM (a
+// training run or pretraining there would write its own vocab.txt over the NBSVM's).
+void check_not_nbsvm_folder(const std::string& folder, const std::string& command);
 // Loads and checks a run: the file's format and settings, the tensors' shapes, vocab.txt against the
 // vocabulary the model recorded, every weight finite, the content checksum. ember::Error naming the file.
 NbsvmModel load_nbsvm(const std::string& folder);

@@ -29,6 +29,7 @@
 #include "core/precision.h"
 #include "examples/imdb/encoder_file.h"
 #include "examples/imdb/masked_token_model.h"
+#include "examples/imdb/nbsvm.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/setting_table.h"
@@ -112,6 +113,7 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
   device_ = rank_device(train_.device, several_);  // under mpirun, "cuda" is each rank's own GPU
   distributed::on_root(world_, [&] {
     check_output_folder(train_.out);
+    check_not_nbsvm_folder(train_.out, "pretrain");
     lock_.emplace(train_.out);
   });
   signals_.emplace();

@@ -24,7 +24,6 @@
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
 #include "examples/imdb/encoder_file.h"
-#include "examples/imdb/nbsvm.h"
 #include "examples/imdb/eval_graph.h"
 #include "examples/imdb/graph_step.h"
 #include "examples/imdb/run_folder.h"
@@ -270,11 +269,7 @@ RunResult train(const TrainConfig& config, const Data& data) {
 RunResult train(const TrainConfig& config, distributed::ProcessGroup& world) {
   config.validate();
   distributed::check_same_settings(world, config.shared_settings());  // before anything slow
-  distributed::on_root(world, [&] {
-    check_output_folder(config.out);
-    EMBER_CHECK(!is_nbsvm_run(config.out), "{} holds an NBSVM (nbsvm.safetensors): a Transformer run gets a folder of "
-                "its own", config.out);
-  });
+  distributed::on_root(world, [&] { check_output_folder(config.out); });
   checked_device(config.device);  // before the data is loaded: a missing GPU fails at once
   if (!config.quiet && world.rank() == 0) fmt::print(stderr, "Loading IMDb...\n");
   // Rank 0 downloads first (when --data is not given); the others then find the download cached.

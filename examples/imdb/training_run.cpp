@@ -28,6 +28,7 @@
 #include "core/precision.h"
 #include "examples/imdb/encoder_file.h"
 #include "examples/imdb/graph_step.h"
+#include "examples/imdb/nbsvm.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/run_folder.h"
@@ -168,6 +169,7 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   EMBER_CHECK(!data_.train_tokens.empty(), "train: there are no training reviews");
   distributed::on_root(world_, [&] {
     check_output_folder(config_.out);
+    check_not_nbsvm_folder(config_.out, "train");
     lock_.emplace(config_.out);
   });
   signals_.emplace();
