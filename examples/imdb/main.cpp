@@ -185,7 +185,7 @@ int run(int argc, char** argv) {
   integer_option(*nbsvm_command, "--limit", nb.limit, 0, limits::max_reviews, "use only N train and N test reviews, 0 = all");
   integer_option(*nbsvm_command, "--validation", nb.validation, 0, limits::max_reviews,
                  "hold out N training reviews (the same ones as imdb train's), evaluated each epoch; the test reviews "
-                 "are then not read");
+                 "are then not evaluated");
   integer_option(*nbsvm_command, "--vocab", nb.vocab_words, 1, limits::max_vocab_words, "most frequent training words kept");
   integer_option(*nbsvm_command, "--max-len", nb.model.max_len, 1, limits::max_len, "tokens read of each review");
   nbsvm_command->add_option("--truncate", nb.truncate, "a review longer than --max-len: head | tail | head+tail")

@@ -130,12 +130,13 @@ NbsvmResult train_nbsvm(const NbsvmConfig& c) {
     EMBER_CHECK(!std::filesystem::exists(c.run.out + "/" + other), "{} holds a Transformer run or pretraining ({}): an "
                 "NBSVM gets a folder of its own", c.run.out, other);
   const Data data = prepare_data(c.run);
+  EMBER_CHECK(!data.train_tokens.empty(), "nbsvm: there are no training reviews");
   const std::vector<std::vector<int32_t>> train_sets = ngram_sets(data.train_tokens, c);
   const std::vector<float> ratios = nb_log_count_ratios(train_sets, data.train_labels, c.buckets, c.alpha);
   if (!c.run.quiet)
     fmt::print("nbsvm: {} training reviews, 1-{}-grams in {} buckets, vocabulary {}\n", train_sets.size(), c.order,
                c.buckets, data.vocabulary.size());
-  std::fflush(stdout);
+  std::fflush(stdout);  // (a log file shows the line now)
 
   Tensor weight = zeros({c.buckets, 1});
   weight.requires_grad_();

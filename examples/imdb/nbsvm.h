@@ -48,8 +48,9 @@ struct NbsvmResult {
 };
 
 // Trains on the training reviews (less the --validation ones) and writes out/nbsvm.safetensors and
-// out/vocab.txt (both atomically). With --validation, the held-out reviews are evaluated after each epoch
-// and the test reviews never; without, the test reviews once at the end.
+// out/vocab.txt (both atomically; an existing NBSVM, or a Transformer's run or pretraining in `out`, is an
+// ember::Error before anything is written). With --validation, the held-out reviews are evaluated after each
+// epoch and the test reviews never; without, the test reviews once at the end.
 NbsvmResult train_nbsvm(const NbsvmConfig& config);
 
 // The scores z of reviews given as n-gram sets (ngram_set of their token ids): [B], differentiable in
