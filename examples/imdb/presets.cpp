@@ -16,8 +16,9 @@ const std::vector<Preset>& presets() {
       {"head+tail-512",
        {"--max-len", "512", "--truncate", "head+tail", "--attention", "window:256,global:1"},
        "the recipe on each review's first 128 and last 384 tokens (docs/imdb.md)"},
-      // The accuracy ensemble's two members (docs/imdb.md, "Beyond the recipe"; scripts/imdb_ensemble.sh trains
-      // both and averages their probabilities). Chosen on validation (2,500 held-out training reviews, seed 0):
+      // The accuracy ensemble's Transformer (docs/imdb.md, "Beyond the recipe"; scripts/imdb_ensemble.sh trains it
+      // and NBSVM, imdb nbsvm, and averages their probabilities). Chosen on validation (2,500 held-out training
+      // reviews, seed 0):
       // head+tail 512 with hashed word-pair embeddings, one epoch (with them the model fits the training
       // reviews within an epoch: over three, its validation accuracy fell from its first epoch's); products
       // in bfloat16, as every run that chose it.
@@ -25,6 +26,7 @@ const std::vector<Preset>& presets() {
        {"--max-len", "512", "--truncate", "head+tail", "--attention", "window:256,global:1", "--bigrams", "131072",
         "--epochs", "1", "--precision", "bf16"},
        "head+tail-512 with word-pair embeddings, one epoch, bf16: the ensemble's Transformer (docs/imdb.md)"},
+      // The ensemble's other member in the preset's first two versions, before NBSVM replaced it (docs/imdb.md).
       // fastText's model in Ember's terms (Joulin et al., 2016): no encoder block (--layers 0), so a review is
       // the mean of its words' and word pairs' embeddings (2^20 pair buckets, 32 wide) and a linear head; whole
       // reviews (2,560 tokens cost nothing without attention), a learning rate ten times the recipe's (a
@@ -34,7 +36,7 @@ const std::vector<Preset>& presets() {
       {"bigram-bag",
        {"--layers", "0", "--dim", "32", "--heads", "1", "--bigrams", "1048576", "--max-len", "2560", "--truncate",
         "head+tail", "--lr", "5e-3", "--epochs", "1", "--vocab", "100000", "--precision", "bf16"},
-       "a bag of words and word pairs over whole reviews (fastText's model): the ensemble's other member"},
+       "a bag of words and word pairs over whole reviews (fastText's model; the ensemble's member before NBSVM)"},
       // A model a GPU fills (issue 35): BERT-small's widths, full attention over 512 tokens, 64 reviews
       // a step, bfloat16 products: 44 MFLOP per token forward, 4.33 TFLOP per 64 x 512 step
       // (nn/model_flops.h). The learning rate: the recipe's 5e-4 suits its 2 x 128 model; a wider,
