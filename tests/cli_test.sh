@@ -203,11 +203,15 @@ expect "the ensemble script" 0 "validation accuracy" -- env EMBER_IMDB="$IMDB" E
 [ -f "$OUT/ensemble/pretrain/encoder.safetensors" ] && [ -f "$OUT/ensemble/transformer/model.safetensors" ] && [ -f "$OUT/ensemble/nbsvm/nbsvm.safetensors" ] && grep -q "ensemble of 2 runs" "$OUT/ensemble/ensemble.txt" && pass "the ensemble script wrote its three runs and the ensemble's accuracy" || failed "the ensemble script's files are missing"
 # --encoder's flags shape the pretraining and the Transformer (over the other flags' --ffn 32); NBSVM held out the same
 # reviews (--validation=20) and took none of the Transformer's flags (it would refuse them).
-ffn_of() { head -c 4000 "$1" | grep -a -o '"ffn_dim":"[0-9]*"'; }
-[ "$(ffn_of "$OUT/ensemble/transformer/model.safetensors")" = '"ffn_dim":"24"' ] && pass "--encoder reached the Transformer" || failed "--encoder: Transformer $(ffn_of "$OUT/ensemble/transformer/model.safetensors")"
-head -c 4000 "$OUT/ensemble/nbsvm/nbsvm.safetensors" | grep -a -q '"validation":"20"' && pass "the ensemble script's NBSVM held out the same reviews" || failed "the ensemble script's NBSVM did not hold out --validation=20"
-lr_of() { head -c 4000 "$1" | grep -a -o '"lr":"[^"]*"'; }
-[ "$(lr_of "$OUT/ensemble/transformer/model.safetensors")" = '"lr":"0.001"' ] && pass "the ensemble script fine-tunes the pretrained Transformer at --lr 1e-3" || failed "the ensemble script's fine-tune: $(lr_of "$OUT/ensemble/transformer/model.safetensors")"
+# A setting recorded in a safetensors file's metadata: its header is 8 bytes of length, then JSON.
+setting_of() {
+  python3 -c 'import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
+print(json.loads(f.read(n))["__metadata__"].get(sys.argv[2], "(none)"))' "$1" "$2"
+}
+[ "$(setting_of "$OUT/ensemble/transformer/model.safetensors" ffn_dim)" = 24 ] && pass "--encoder reached the Transformer" || failed "--encoder: Transformer ffn_dim $(setting_of "$OUT/ensemble/transformer/model.safetensors" ffn_dim)"
+[ "$(setting_of "$OUT/ensemble/nbsvm/nbsvm.safetensors" validation)" = 20 ] && pass "the ensemble script's NBSVM held out the same reviews" || failed "the ensemble script's NBSVM held out $(setting_of "$OUT/ensemble/nbsvm/nbsvm.safetensors" validation), not --validation=20"
+[ "$(setting_of "$OUT/ensemble/transformer/model.safetensors" lr)" = 0.001 ] && pass "the ensemble script fine-tunes the pretrained Transformer at --lr 1e-3" || failed "the ensemble script's fine-tune: lr $(setting_of "$OUT/ensemble/transformer/model.safetensors" lr)"
 expect "the ensemble script's --encoder without its flags" 2 "--encoder needs its flags" -- bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble-bad" --encoder
 # NBSVM (imdb nbsvm): trained, evaluated alone and beside a Transformer, never overwritten; a Transformer's flag refused.
 nb=(--data "$DATA" --buckets 65536 --epochs 2 --lr 0.05 --batch-size 16 --quiet)
