@@ -2,7 +2,8 @@
 //
 // Backward scatters the output gradient's rows into a dense [V, D] gradient. Repeated ids must
 // add up, deterministically whatever the thread count: the positions are bucketed by vocabulary
-// row first (a stable counting sort, on the host), then each thread (a GPU block) owns whole rows and
+// row first (on the host: a counting sort over the rows, or with few ids in a large table a stable
+// sort of the positions; the same buckets), then each thread (a GPU block) owns whole rows and
 // adds their positions' gradients in position order. No two threads ever touch the same row, so
 // there are no races. Kernels: core/kernels.h (CPU: core/cpu/embedding.cpp, GPU:
 // cuda/embedding_kernels.cu).
