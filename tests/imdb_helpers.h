@@ -1,10 +1,14 @@
-// Test helper for the IMDb trainer: a tiny model and run on the bundled 400-review file, so a
-// whole training run takes a second. Tests change what they study (epochs, layers, seed, device).
+// Test helpers for the IMDb trainer: a tiny model and run on the bundled 400-review file, so a
+// whole training run takes a second (tests change what they study: epochs, layers, seed, device);
+// an accuracy counted by the tests themselves.
 #pragma once
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "examples/imdb/trainer.h"
 
@@ -25,6 +29,14 @@ inline imdb::TrainConfig tiny_train_config(const std::string& prefix, const std:
   c.out = (std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(::getpid())) / name).string();
   c.quiet = true;
   return c;
+}
+
+// The accuracy of probabilities against labels, a review positive when its probability is above one half:
+// the tests' own count, to check the library's (imdb::accuracy_of) against.
+inline double counted_accuracy(const std::vector<double>& p, const std::vector<int>& labels) {
+  int64_t correct = 0;
+  for (size_t i = 0; i < p.size(); ++i) correct += int((p[i] > 0.5) == (labels[i] == 1));
+  return double(correct) / double(labels.size());
 }
 
 }  // namespace ember::testing

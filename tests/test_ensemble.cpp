@@ -14,6 +14,7 @@
 using namespace ember;
 using namespace ember::imdb;
 using ember::testing::check_error;
+using ember::testing::counted_accuracy;
 
 namespace {
 
@@ -25,14 +26,14 @@ TrainConfig validated_run(const std::string& name, uint64_t seed) {
   return c;
 }
 
-// The accuracy of probabilities against labels, a review positive when its probability is above one half.
-double accuracy_of(const std::vector<double>& p, const std::vector<int>& labels) {
-  int64_t correct = 0;
-  for (size_t i = 0; i < p.size(); ++i) correct += int((p[i] > 0.5) == (labels[i] == 1));
-  return double(correct) / double(labels.size());
-}
-
 }  // namespace
+
+TEST_CASE("accuracy_of: positive above one half, a tie negative (as argmax); counts that differ refused") {
+  CHECK(accuracy_of({0.5, 0.6, 0.2, 0.9}, {1, 1, 0, 0}) == 0.5);  // 0.5 reads negative: wrong; 0.9 wrong
+  CHECK(accuracy_of({0.51, 0.49}, {1, 0}) == 1.0);
+  CHECK(accuracy_of({}, {}) == 0.0);
+  check_error([] { accuracy_of({0.7}, {1, 0}); }, "1 probabilities for 2 labels");
+}
 
 TEST_CASE("ensemble: one run gives the trainer's accuracy; two, their mean probability's; other settings combine") {
   const TrainConfig a = validated_run("a", 1);
@@ -63,7 +64,7 @@ TEST_CASE("ensemble: one run gives the trainer's accuracy; two, their mean proba
     REQUIRE(p.size() == 40);
     for (size_t i = 0; i < p.size(); ++i) mean[i] += p[i] / 2;
   }
-  CHECK(both.accuracy == accuracy_of(mean, labels));
+  CHECK(both.accuracy == counted_accuracy(mean, labels));
   // predict: the mean of the runs' probabilities.
   const std::vector<EnsembleMember> runs = {load_member(a.out), load_member(b.out)};
   const std::string review = "a wonderful film with a terrible ending";

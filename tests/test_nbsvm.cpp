@@ -21,6 +21,7 @@
 using namespace ember;
 using namespace ember::imdb;
 using ember::testing::check_error;
+using ember::testing::counted_accuracy;
 using ember::testing::check_values;
 
 namespace {
@@ -36,12 +37,6 @@ NbsvmConfig small_nbsvm(const std::string& name) {
   c.run.batch_size = 16;
   c.buckets = 1 << 16;
   return c;
-}
-
-double accuracy_of(const std::vector<double>& p, const std::vector<int>& labels) {
-  int64_t correct = 0;
-  for (size_t i = 0; i < p.size(); ++i) correct += int((p[i] > 0.5) == (labels[i] == 1));
-  return double(correct) / double(labels.size());
 }
 
 std::vector<int32_t> sorted_ids(std::vector<int64_t> ids) {
@@ -64,6 +59,12 @@ TEST_CASE("nbsvm: a review's n-gram set holds each of its 1..order-grams once, s
   // The id is the n-gram's, wherever it stands; a word and the pair it starts are different n-grams.
   CHECK(id({5, 6}) == ngram_id(tokens.data() + 2, 2, buckets));
   CHECK(id({5}) != id({5, 6}));
+  // The ids are fixed (as nn::bigram_id's): a saved NBSVM's weights are indexed by them, so a change of the hash
+  // would make every saved model read the wrong weights. These are the ids its files were written with.
+  const std::vector<int32_t> words = {5, 6, 7};
+  CHECK(ngram_id(words.data(), 1, 1 << 23) == 7724394);
+  CHECK(ngram_id(words.data(), 2, 1 << 23) == 7046120);
+  CHECK(ngram_id(words.data(), 3, 1 << 23) == 4495614);
   // Edges: no tokens, no n-gram; an order past the length stops at the length; one bucket holds everything.
   CHECK(ngram_set({}, 3, buckets).empty());
   CHECK(ngram_set({7}, 3, buckets) == std::vector<int32_t>{int32_t(id({7}))});
@@ -125,11 +126,11 @@ TEST_CASE("nbsvm: training learns the bundled reviews; the saved model gives the
   TrainConfig data_config = c.run;
   const Data data = prepare_data(data_config, &model.vocabulary);
   const std::vector<double> p = nbsvm_probabilities(model, data.validation_tokens);
-  CHECK(accuracy_of(p, data.validation_labels) == r.validation_accuracies.back());
+  CHECK(counted_accuracy(p, data.validation_labels) == r.validation_accuracies.back());
   // The ratios are the training reviews' (not the held-out ones').
   std::vector<std::vector<int32_t>> sets;
   for (const auto& review : data.train_tokens) sets.push_back(ngram_set(review, 3, c.buckets));
-  CHECK(model.ratios.to_vector<float>() == nb_log_count_ratios(sets, data.train_labels, c.buckets, 1.0));
+  CHECK(model.ratios == nb_log_count_ratios(sets, data.train_labels, c.buckets, 1.0));
   // One review's text: the probability of its encoded tokens.
   const std::string review = "a wonderful film with a terrible ending";
   CHECK(nbsvm_predict(model, review) ==
@@ -144,7 +145,7 @@ TEST_CASE("nbsvm: without --validation the test reviews are evaluated once, at t
   CHECK(r.validation_accuracies.empty());
   const NbsvmModel model = load_nbsvm(c.run.out);
   const Data data = prepare_data(c.run, &model.vocabulary);
-  CHECK(r.test_accuracy == accuracy_of(nbsvm_probabilities(model, data.test_tokens), data.test_labels));
+  CHECK(r.test_accuracy == counted_accuracy(nbsvm_probabilities(model, data.test_tokens), data.test_labels));
 }
 
 TEST_CASE("nbsvm: a saved model is never overwritten, and a damaged or mismatched one is refused by name") {
@@ -224,8 +225,8 @@ TEST_CASE("nbsvm: in an ensemble beside a Transformer, the mean of the two proba
   const std::vector<double> pa = a.probabilities(da.validation_tokens), pb = b.probabilities(db.validation_tokens);
   std::vector<double> mean(pa.size());
   for (size_t i = 0; i < mean.size(); ++i) mean[i] = (pa[i] + pb[i]) / 2;
-  CHECK(both.accuracy == accuracy_of(mean, da.validation_labels));
-  CHECK(both.run_accuracies[1] == accuracy_of(pb, db.validation_labels));
+  CHECK(both.accuracy == counted_accuracy(mean, da.validation_labels));
+  CHECK(both.run_accuracies[1] == counted_accuracy(pb, db.validation_labels));
   const std::string review = "a wonderful film with a terrible ending";
   CHECK(predict_ensemble({a, b}, review) == doctest::Approx((a.predict(review) + b.predict(review)) / 2).epsilon(1e-12));
   // An NBSVM that held out other reviews is refused on the validation split.

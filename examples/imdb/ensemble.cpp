@@ -69,17 +69,12 @@ EnsembleResult evaluate_ensemble(const std::vector<std::string>& folders, const 
     }
     EMBER_CHECK(these_labels == labels, "ensemble: run '{}' reads other reviews than the first run", folder);
     const std::vector<double> p = member.probabilities(reviews);
-    int64_t correct = 0;
-    for (size_t i = 0; i < p.size(); ++i) {
-      sum[i] += p[i];
-      correct += int((p[i] > 0.5) == (labels[i] == 1));  // > as argmax: a tie is negative
-    }
-    result.run_accuracies.push_back(labels.empty() ? 0.0 : double(correct) / double(labels.size()));
+    for (size_t i = 0; i < p.size(); ++i) sum[i] += p[i];
+    result.run_accuracies.push_back(accuracy_of(p, labels));
   }
-  int64_t correct = 0;
-  for (size_t i = 0; i < sum.size(); ++i) correct += int((sum[i] / double(folders.size()) > 0.5) == (labels[i] == 1));
+  for (double& p : sum) p /= double(folders.size());  // now the mean probability
   result.reviews = int64_t(labels.size());
-  result.accuracy = labels.empty() ? 0.0 : double(correct) / double(labels.size());
+  result.accuracy = accuracy_of(sum, labels);
   return result;
 }
 

@@ -174,29 +174,22 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   integer_option(*compare_command, "--seeds", compare_config.seeds, 1, 1000, "seeds 0..N-1 per head count");
 
-  // NBSVM's flags: the data and run flags it reads (a Transformer's would be ignored, so it has none of them).
+  // NBSVM's flags: the setting rows of the data and the loop it reads (a Transformer's would be ignored, so it has
+  // none of them), and its own.
   NbsvmConfig nbsvm_config;
   TrainConfig& nb = nbsvm_config.run;
   CLI::App* nbsvm_command = app.add_subcommand(
       "nbsvm", "train NBSVM (Wang and Manning, 2012): logistic regression over each review's word 1-3-grams scaled by "
                "their naive-Bayes log-count ratios; an ensemble member beside a Transformer (docs/imdb.md)");
-  add_data_flags(*nbsvm_command, nb);
-  nbsvm_command->add_option("--out", nb.out, "output folder (nbsvm.safetensors, vocab.txt)")->capture_default_str();
-  integer_option(*nbsvm_command, "--limit", nb.limit, 0, limits::max_reviews, "use only N train and N test reviews, 0 = all");
-  integer_option(*nbsvm_command, "--validation", nb.validation, 0, limits::max_reviews,
-                 "hold out N training reviews (the same ones as imdb train's), evaluated each epoch; the test reviews "
-                 "are then not evaluated");
-  integer_option(*nbsvm_command, "--vocab", nb.vocab_words, 1, limits::max_vocab_words, "most frequent training words kept");
-  integer_option(*nbsvm_command, "--max-len", nb.model.max_len, 1, limits::max_len, "tokens read of each review");
-  nbsvm_command->add_option("--truncate", nb.truncate, "a review longer than --max-len: head | tail | head+tail")
-      ->check(CLI::IsMember({"head", "tail", "head+tail"}))
-      ->capture_default_str();
-  nbsvm_command->add_option("--seed", nb.seed, "the batches' order")->transform(unsigned_integer())->capture_default_str();
-  integer_option(*nbsvm_command, "--threads", nb.threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
-  integer_option(*nbsvm_command, "--epochs", nb.epochs, 1, limits::max_epochs, "passes over the training reviews");
-  real_option(*nbsvm_command, "--lr", nb.lr, 1e-12, 1e3, "Adam's peak learning rate (decays linearly to zero)");
-  integer_option(*nbsvm_command, "--batch-size", nb.batch_size, 1, limits::max_batch_size, "reviews a step");
-  nbsvm_command->add_flag("--quiet", nb.quiet, "no progress output");
+  add_setting_flags(*nbsvm_command, nb, {"data", "data_dir", "out", "limit", "validation", "vocab_words", "max_len",
+                                         "truncate", "seed", "threads", "epochs", "lr", "batch_size", "quiet"});
+  // What those rows mean here, where the Transformer's help would mislead.
+  nbsvm_command->get_option("--out")->description("output folder (nbsvm.safetensors, vocab.txt)");
+  nbsvm_command->get_option("--validation")
+      ->description("hold out N training reviews (the same ones as imdb train's), evaluated each epoch; the test "
+                    "reviews are then not evaluated");
+  nbsvm_command->get_option("--seed")->description("the batches' order");
+  nbsvm_command->get_option("--lr")->description("Adam's peak learning rate (decays linearly to zero)");
   integer_option(*nbsvm_command, "--ngrams", nbsvm_config.order, 1, 8, "word n-grams for n = 1 .. N");
   integer_option(*nbsvm_command, "--buckets", nbsvm_config.buckets, 1, limits::max_bigram_buckets, "hashed n-gram ids");
   real_option(*nbsvm_command, "--alpha", nbsvm_config.alpha, 1e-9, 1e9, "naive Bayes' smoothing count");

@@ -42,13 +42,6 @@ std::vector<std::vector<int32_t>> ngram_sets(const std::vector<std::vector<int32
   return sets;
 }
 
-// Positive when the score is > 0 (sigmoid > 0.5), as the Transformer's argmax: a tie is negative.
-double accuracy_of(const std::vector<double>& probabilities, const std::vector<int>& labels) {
-  int64_t correct = 0;
-  for (size_t i = 0; i < labels.size(); ++i) correct += int((probabilities[i] > 0.5) == (labels[i] == 1));
-  return labels.empty() ? 0.0 : double(correct) / double(labels.size());
-}
-
 std::vector<double> probabilities_of_sets(const Tensor& weight, const Tensor& bias, const std::vector<float>& ratios,
                                           const std::vector<std::vector<int32_t>>& sets) {
   NoGradGuard no_grad;
@@ -104,7 +97,7 @@ Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const std::vector<
   const int64_t L = int64_t(longest);
   // Padding: id 0 with value 0, which adds nothing to the score and nothing to weight 0's gradient.
   std::vector<int64_t> ids(size_t(B * L), 0);
-  std::vector<double> values(size_t(B * L), 0.0);
+  std::vector<float> values(size_t(B * L), 0.0f);
   for (int64_t b = 0; b < B; ++b) {
     const std::vector<int32_t>& set = *sets[size_t(b)];
     for (size_t j = 0; j < set.size(); ++j) {
@@ -114,7 +107,7 @@ Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const std::vector<
     }
   }
   const Tensor picked = embedding(weight, from_vector(ids, {B, L})).view({B, L});  // w[f] of each feature
-  return sum(picked * from_vector(values, {B, L}).to(weight.dtype()), {1}) + bias;  // (float64 in a gradcheck)
+  return sum(picked * from_vector(values, {B, L}).to(weight.dtype()), {1}) + bias;  // (to float64 in a gradcheck)
 }
 
 NbsvmResult train_nbsvm(const NbsvmConfig& c) {
@@ -244,11 +237,12 @@ NbsvmModel load_nbsvm(const std::string& folder) {
   EMBER_CHECK(text("vocab_sha256") == vocabulary_fingerprint(vocabulary), "{}: vocab.txt is not the vocabulary "
               "the NBSVM was trained with (its SHA-256 differs from the one nbsvm.safetensors records)", folder);
   check_content_fingerprint(tensors, meta, "NBSVM file '" + path + "'");  // last: what no check above can see
-  return NbsvmModel{config, std::move(vocabulary), tensors.at("weight"), tensors.at("bias"), tensors.at("ratios")};
+  return NbsvmModel{config, std::move(vocabulary), tensors.at("weight"), tensors.at("bias"),
+                    tensors.at("ratios").to_vector<float>()};
 }
 
 std::vector<double> nbsvm_probabilities(const NbsvmModel& model, const std::vector<std::vector<int32_t>>& reviews) {
-  return probabilities_of_sets(model.weight, model.bias, model.ratios.to_vector<float>(), ngram_sets(reviews, model.config));
+  return probabilities_of_sets(model.weight, model.bias, model.ratios, ngram_sets(reviews, model.config));
 }
 
 double nbsvm_predict(const NbsvmModel& model, const std::string& review) {

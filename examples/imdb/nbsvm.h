@@ -37,7 +37,7 @@ struct NbsvmModel {
   Vocabulary vocabulary;
   Tensor weight;  // [buckets, 1], one per n-gram id
   Tensor bias;    // [1]
-  Tensor ratios;  // [buckets], r of each id (fixed: counted, not learnt)
+  std::vector<float> ratios;  // r of each id (fixed: counted, not learnt); the file's "ratios" tensor [buckets]
 };
 
 struct NbsvmResult {

@@ -227,6 +227,14 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   return double(correct) / double(reviews.size());
 }
 
+double accuracy_of(const std::vector<double>& positive_probabilities, const std::vector<int>& labels) {
+  EMBER_CHECK(positive_probabilities.size() == labels.size(), "accuracy_of: {} probabilities for {} labels",
+              positive_probabilities.size(), labels.size());
+  int64_t correct = 0;
+  for (size_t i = 0; i < labels.size(); ++i) correct += int((positive_probabilities[i] > 0.5) == (labels[i] == 1));
+  return labels.empty() ? 0.0 : double(correct) / double(labels.size());
+}
+
 std::vector<LengthBucket> accuracy_by_length(nn::TransformerClassifier& model, const Data& data,
                                              const std::vector<int64_t>& bounds, distributed::ProcessGroup* world) {
   EMBER_CHECK(data.test_lengths.size() == data.test_tokens.size(), "accuracy_by_length: {} lengths for {} test reviews",

@@ -128,6 +128,10 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
                 const std::vector<int>& labels, int64_t batch_size = 64, distributed::ProcessGroup* world = nullptr,
                 GraphEvaluator* graphs = nullptr);
 
+// The accuracy of each review's P(positive) against its label: positive when the probability is above one half
+// (a tie is negative, as the first index of an argmax). 0 for no reviews; an ember::Error for counts that differ.
+double accuracy_of(const std::vector<double>& positive_probabilities, const std::vector<int>& labels);
+
 // The accuracy on the test reviews of each whole length (Data::test_lengths, tokens before truncation): the
 // buckets [0, bounds[0]], [bounds[0] + 1, bounds[1]], ..., [bounds.back() + 1, no limit]; bounds increasing.
 // Where a longer --max-len gains (imdb eval --by-length; docs/imdb.md). Collective with a world, as evaluate.

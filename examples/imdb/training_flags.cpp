@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -13,6 +14,7 @@
 #include <variant>
 
 #include "core/distributed/world.h"
+#include "core/error.h"
 #include "examples/imdb/presets.h"
 #include "examples/imdb/setting_table.h"
 
@@ -120,6 +122,17 @@ void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& defaul
   app.add_option("--preset")->description(preset_help)->type_name("NAME");
   for (const Setting& row : setting_table())
     if (!row.flag.empty()) add_setting_flag(app, row, c);
+}
+
+void add_setting_flags(CLI::App& app, TrainConfig& c, const std::vector<std::string>& keys) {
+  for (const std::string& key : keys) {
+    const auto& table = setting_table();
+    const bool known = std::any_of(table.begin(), table.end(),
+                                   [&](const Setting& row) { return row.key == key && !row.flag.empty(); });
+    EMBER_CHECK(known, "add_setting_flags: no setting '{}' with a flag", key);
+  }
+  for (const Setting& row : setting_table())
+    if (std::find(keys.begin(), keys.end(), row.key) != keys.end()) add_setting_flag(app, row, c);
 }
 
 }  // namespace ember::imdb

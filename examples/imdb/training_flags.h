@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "examples/imdb/settings.h"
 
@@ -29,5 +30,8 @@ CLI::Option* real_option(CLI::App& app, const std::string& name, double& value, 
 // Every training flag, for train, compare and flops: --preset (for --help; expand_preset reads it),
 // then a flag per row of setting_table() that has one, bound to its member of c.
 void add_training_flags(CLI::App& app, TrainConfig& c, const std::string& default_out);
+// The flags of the rows with these keys only, in the table's order, for a command that reads part of a run's
+// settings (imdb nbsvm: the data and the loop, no model). A key of no row with a flag is an ember::Error.
+void add_setting_flags(CLI::App& app, TrainConfig& c, const std::vector<std::string>& keys);
 
 }  // namespace ember::imdb
