@@ -12,6 +12,7 @@
 #include <string>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 #include "core/distributed/world.h"
 #include "core/error.h"
