@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/attention_args.h"
 #include "core/update_rules.h"
 
 namespace ember {
@@ -244,45 +245,42 @@ struct MatmulReads {
 };
 EMBER_KERNEL(MatmulReads, matmul_reads, (const On& on))
 
-// ---- Multi-head self-attention, fused, full or over a band (core/ops/attention.cpp; CPU:
-// core/cpu/attention.cpp, GPU: cuda/attention_kernels.cu, its layout and formulas in each file's opening
-// comment). qkv contiguous [B, T, 3 D] (q | k | v, each `heads` heads of D / heads), key_padding_mask bool
-// [B, T] (true = padding) or null; causal hides key j > query i; window, global: sliding-window attention's
-// band (core/attention_band.h; window < 0: none). out [B, T, D] of qkv's dtype. bf16: mixed precision
-// (core/precision.h) for a float32 qkv, the products' operands rounded to bfloat16; a bfloat16 qkv always
-// runs so. A query that sees no key gets output 0 and sends no gradient (docs/attention.md).
-// What each device keeps for the backward, and how it takes a bfloat16 qkv, differ: attention_plan says.
+// ---- Scaled dot-product attention, fused, full or over a band (core/ops/attention.cpp; CPU:
+// core/cpu/attention.cpp, GPU: cuda/attention_kernels.cu, their layouts and formulas in each file's opening
+// comment). The operands, the mask and the sizes: core/attention_args.h (q [B, H, T, Dh], k [B, H, S, Dh],
+// v [B, H, S, Dv], out [B, H, T, Dv], each read or written through its strides). Every operand and an
+// additive mask are of on.dtype. bf16: mixed precision (core/precision.h) for float32 operands, the products'
+// operands rounded to bfloat16; bfloat16 operands always run so. A query that sees no key gets output 0 and
+// sends no gradient (docs/attention.md).
+// What each device keeps for the backward, and how it takes bfloat16 operands, differ: attention_plan says.
 struct AttentionPlan {
-  bool fused = true;              // the fused kernels run it (the GPU's: attention_fused() and a head size up to
-                                  // attention_max_head_dim()); else the op composes attention_reference
-  bool takes_bf16 = true;         // a bfloat16 qkv is read as it is; else the op widens it (in mixed precision)
+  bool fused = true;              // the fused kernels run it (the GPU's: attention_fused() and head sizes up to
+                                  // attention_max_head_dim()); else the op composes the reference
+  bool takes_bf16 = true;         // bfloat16 operands are read as they are; else the op widens them (in mixed
+                                  // precision)
   bool saves_probs = false;       // the backward reads the probabilities (the CPU's full attention), not out
                                   // and the stats
   int probs_dtype = 0;            // the probabilities' dtype (a Dtype number)
-  bool probs_pair_major = false;  // [B, H, ceil(T / 2), T, 2], rows 2q and 2q + 1 side by side; else [B, H, T, T]
+  bool probs_pair_major = false;  // [B, H, ceil(T / 2), S, 2], rows 2q and 2q + 1 side by side; else [B, H, T, S]
   int stats_dtype = 0;            // the stats' dtype
   int64_t stats_per_row = 1;      // 1: [B, H, T] log-sum-exps; 2: [B, H, T, 2] each row's softmax max and 1 / sum
   int64_t scratch = 0;            // float64 elements of the backward's scratch
 };
-EMBER_KERNEL(AttentionPlan, attention_plan, (const On& on, int64_t B, int64_t T, int64_t heads, int64_t D,
-                                             int64_t window, bool bf16))
+EMBER_KERNEL(AttentionPlan, attention_plan, (const On& on, const AttentionArgs& args))
 // Forward: out, stats (the plan's; null only when the plan saves the probabilities and nothing keeps them, a
 // checkpoint's recompute cache: autograd/recompute_cache.h) and, when not null, the probabilities (the plan's
-// layout; over a band the dense weights, 0 outside it).
-EMBER_KERNEL(void, attention_forward, (const On& on, const void* qkv, const bool* key_padding_mask, int64_t B,
-                                       int64_t T, int64_t heads, int64_t D, bool causal, int64_t window,
-                                       int64_t global, bool bf16, void* out, void* stats, void* probs))
+// layout, contiguous; over a band the dense weights, 0 outside it).
+EMBER_KERNEL(void, attention_forward, (const On& on, const AttentionArgs& args, const AttentionOut& out, void* stats,
+                                       void* probs))
 // The probabilities attention_forward keeps (the same bits), from the stats [B, H, T, 2] it returned: one
 // product and one pass over each row. Only where the plan saves the probabilities (a checkpoint's recompute).
-EMBER_KERNEL(void, attention_probs, (const On& on, const void* qkv, const bool* key_padding_mask, int64_t B,
-                                     int64_t T, int64_t heads, int64_t D, bool causal, bool bf16, const void* stats,
-                                     void* probs))
-// Backward: grad_qkv [B, T, 3 D] (written whole) from grad_out [B, T, D] (contiguous) and what the forward
-// kept: the probabilities when the plan saves them, else out and stats (the others may be null); `scratch`
-// is the plan's float64 elements (null when 0).
-EMBER_KERNEL(void, attention_backward, (const On& on, const void* qkv, const bool* key_padding_mask, int64_t B,
-                                        int64_t T, int64_t heads, int64_t D, bool causal, int64_t window,
-                                        int64_t global, bool bf16, const void* out, const void* stats,
-                                        const void* probs, const void* grad_out, double* scratch, void* grad_qkv))
+EMBER_KERNEL(void, attention_probs, (const On& on, const AttentionArgs& args, const void* stats, void* probs))
+// Backward: dq, dk, dv (each written whole) from grad_out [B, H, T, Dv] and what the forward kept: the
+// probabilities when the plan saves them, else out and stats (the others may be null); `scratch` is the
+// plan's float64 elements (null when 0).
+EMBER_KERNEL(void, attention_backward, (const On& on, const AttentionArgs& args, const AttentionIn& out,
+                                        const void* stats, const void* probs, const AttentionIn& grad_out,
+                                        double* scratch, const AttentionOut& dq, const AttentionOut& dk,
+                                        const AttentionOut& dv))
 
 }  // namespace ember

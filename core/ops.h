@@ -2,6 +2,7 @@
 // in the core/ops/ file named in its group's heading; its kernels live in core/cpu/ (and cuda/).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/attention_band.h"
@@ -103,19 +104,50 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // Normalises over the last dim by the root mean square: x / sqrt(mean(x^2) + eps) * weight (weight [D] or undefined).
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 
-// ---- Attention (core/ops/attention.cpp)
+// ---- Attention (core/ops/attention.cpp; docs/attention.md)
+// scaled_dot_product_attention(q, k, v): softmax(scale q k^T + mask) v, as PyTorch's
+// F.scaled_dot_product_attention. q [..., T, Dh], k [..., S, Dh], v [..., S, Dv] -> [..., T, Dv] (the same
+// leading dims, e.g. [B, H]; any strides: a view().transpose(1, 2) costs no copy). scale: 1 / sqrt(Dh) by
+// default. The mask broadcasts to [..., T, S]: bool, true = may attend (PyTorch's attn_mask), or of q's dtype,
+// added to the scaled scores (-inf hides). causal: key j > query i hidden, aligned top-left as PyTorch's
+// is_causal (with T != S, query i sees keys 0 .. i). band (core/attention_band.h; none by default):
+// sliding-window attention (Longformer), query i sees key j only if |i - j| <= band.window or either is one
+// of the first band.global positions; with one, the CPU kernel costs T x window, not T S.
+// A query that sees no key (every key masked) gets output 0 and no gradient, not NaN (PyTorch gives NaN).
+// `weights`, if given, receives the probabilities [..., T, S] (0 outside the band): read-only, not
+// differentiable (the reference's below carry a gradient; nn::MultiHeadAttention's, asked for in grad mode,
+// come from it). One fused op on the device's kernels (core/kernels.h); a mask that requires grad (a learned
+// bias) runs the composed version, which gives it its gradient.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
+                                    bool causal = false, AttentionBand band = {},
+                                    std::optional<double> scale = std::nullopt, Tensor* weights = nullptr);
+// The same with every option named, and a key padding mask: bool [B, S], true = padding (nn.MultiheadAttention's
+// key_padding_mask), for 4-D q, k, v; read once per key (with no other mask) by the fused kernels.
+struct AttentionOptions {
+  Tensor mask;              // as above: bool (true = may attend) or additive
+  Tensor key_padding_mask;  // bool [B, S], true = padding
+  bool causal = false;
+  AttentionBand band;
+  std::optional<double> scale;
+  Tensor* weights = nullptr;
+};
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options);
+// The same computation composed from matmul, masked_fill and softmax (the [..., T, S] scores made in full):
+// the version to read first, and what the tests hold the fused op to.
+Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const Tensor& mask = Tensor(), bool causal = false,
+                                              AttentionBand band = {}, std::optional<double> scale = std::nullopt,
+                                              Tensor* weights = nullptr);
+Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const AttentionOptions& options);
 // Multi-head self-attention on a fused projection qkv [B, T, 3 D] (q | k | v, each `heads` heads of
-// D / heads): per head softmax(q k^T / sqrt(D / heads) + masks) v, the heads side by side -> [B, T, D].
-// key_padding_mask: bool [B, T], true = padding (or undefined); causal: key j > query i is masked;
-// band (core/attention_band.h; none by default): sliding-window attention (Longformer), query i sees key j
-// only if |i - j| <= band.window or either is one of the first band.global tokens. A band with
-// window >= T - 1 is full attention; with one, the CPU kernel costs T x window, not T^2.
-// A query that sees no key (all padding; with causal, all up to it) gets output 0 and no gradient, not NaN.
-// `weights`, if given, receives the probabilities [B, heads, T, T] (read-only, not differentiable; 0
-// outside the band). attention is one fused op (the device's kernels); attention_reference composes the
-// ops above, the band one more mask on the full scores.
+// D / heads) -> [B, T, D], the heads side by side: scaled_dot_product_attention's kernels reading q, k, v in
+// place, one graph node whose backward writes one [B, T, 3 D] gradient. key_padding_mask: bool [B, T], true =
+// padding (or undefined). `weights`: [B, heads, T, T], as above. attention_reference composes it.
 Tensor attention(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal = false,
                  Tensor* weights = nullptr, AttentionBand band = {});
+// The same with every option (a mask of [B, H, T, T], a key padding mask [B, T], a scale, ...).
+Tensor attention(const Tensor& qkv, int64_t heads, const AttentionOptions& options);
 Tensor attention_reference(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask, bool causal = false,
                            Tensor* weights = nullptr, AttentionBand band = {});
 // Sliding-window attention: attention(qkv, heads, key_padding_mask, causal, weights, {window, global}),

@@ -10,6 +10,7 @@
 #include "core/allocator.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
+#include "tests/attention_args.h"
 #include "tests/helpers.h"
 
 using namespace ember;
@@ -32,15 +33,15 @@ Kept cpu_attention(const Tensor& qkv, int64_t H, const Tensor& mask, bool causal
                    bool keep_stats = false) {
   const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3;
   const On on{-1, int(qkv.dtype())};
-  const AttentionPlan plan = kernel::attention_plan(on, B, T, H, D, -1, bf16);
+  const AttentionArgs args = fused_qkv_args(qkv, H, mask, causal, -1, 0, bf16);
+  const AttentionPlan plan = kernel::attention_plan(on, args);
   Kept kept;
   kept.out = Tensor::empty({B, T, D}, qkv.dtype());
   if (keep_probs)
     kept.probs = Tensor::empty(plan.probs_pair_major ? Shape{B, H, (T + 1) / 2, T, 2} : Shape{B, H, T, T},
                                Dtype(plan.probs_dtype));
   if (keep_stats) kept.stats = Tensor::empty({B, H, T, plan.stats_per_row}, Dtype(plan.stats_dtype));
-  kernel::attention_forward(on, qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B, T, H, D, causal, -1,
-                            0, bf16, kept.out.raw_data(), keep_stats ? kept.stats.raw_data() : nullptr,
+  kernel::attention_forward(on, args, merged_out(kept.out, H), keep_stats ? kept.stats.raw_data() : nullptr,
                             keep_probs ? kept.probs.raw_data() : nullptr);
   return kept;
 }
@@ -50,11 +51,11 @@ Tensor cpu_attention_probs(const Tensor& qkv, int64_t H, const Tensor& mask, boo
                           bool bf16) {
   const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3;
   const On on{-1, int(qkv.dtype())};
-  const AttentionPlan plan = kernel::attention_plan(on, B, T, H, D, -1, bf16);
+  const AttentionArgs args = fused_qkv_args(qkv, H, mask, causal, -1, 0, bf16);
+  const AttentionPlan plan = kernel::attention_plan(on, args);
   Tensor probs = Tensor::empty(plan.probs_pair_major ? Shape{B, H, (T + 1) / 2, T, 2} : Shape{B, H, T, T},
                                Dtype(plan.probs_dtype));
-  kernel::attention_probs(on, qkv.raw_data(), mask.defined() ? mask.data<bool>() : nullptr, B, T, H, D, causal, bf16,
-                          stats.raw_data(), probs.raw_data());
+  kernel::attention_probs(on, args, stats.raw_data(), probs.raw_data());
   return probs;
 }
 

@@ -21,6 +21,7 @@
 #include "core/precision.h"
 #include "core/unary_math.h"
 #include "core/update_rules.h"
+#include "attention_args.h"
 #include "cuda_skip.h"
 #include "examples/imdb/trainer.h"
 #include "helpers.h"
@@ -613,8 +614,8 @@ TEST_CASE("cuda ops: the fused attention kernels (EMBER_ATTENTION=fused) match t
     Tensor qkv = rnd({2, 9, 3 * 144}, 143).to(kGpu);
     Tensor out = Tensor::empty({2, 9, 144}, Dtype::Float32, kGpu), lse = Tensor::empty({2, 1, 9}, Dtype::Float64, kGpu);
     check_error([&] {
-      kernel::attention_forward(On{kGpu.index, int(Dtype::Float32)}, qkv.raw_data(), nullptr, 2, 9, 1, 144, false, -1,
-                                0, false, out.raw_data(), lse.raw_data(), nullptr);
+      kernel::attention_forward(On{kGpu.index, int(Dtype::Float32)}, fused_qkv_args(qkv, 1, Tensor(), false),
+                                merged_out(out, 1), lse.raw_data(), nullptr);
     }, "attention: head size 144 exceeds the fused CUDA kernels' 128");
   }
 }

@@ -15,6 +15,7 @@
 #include "core/kernels.h"
 #include "core/parallel.h"
 #include "tests/cuda_skip.h"
+#include "tests/attention_args.h"
 #include "tests/helpers.h"
 
 using namespace ember;
@@ -174,8 +175,8 @@ TEST_CASE("window attention: the kept log-sum-exps are log sum_j e^(s_ij) over t
     int64_t blind = 0;
     // The CPU's band kernel (core/kernels.h): out and the rows' log-sum-exps, of qkv's dtype.
     Tensor out = Tensor::empty({B, T, D}), lse = Tensor::empty({B, heads, T});
-    kernel::attention_forward(On{}, qkv.data<float>(), mask.data<bool>(), B, T, heads, D, causal, window, global, false,
-                              out.raw_data(), lse.raw_data(), nullptr);
+    kernel::attention_forward(On{}, fused_qkv_args(qkv, heads, mask, causal, window, global), merged_out(out, heads),
+                              lse.raw_data(), nullptr);
     REQUIRE(lse.shape() == Shape({B, heads, T}));
     const float* x = qkv.data<float>();
     for (int64_t b = 0; b < B; ++b)

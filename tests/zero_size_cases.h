@@ -173,6 +173,26 @@ inline std::vector<ZeroSizeCase> zero_size_cases() {
       }, {2, 0, 2});
     }
   }
+  // ---- scaled_dot_product_attention: 0 batch, 0 queries, 0 keys (every query sees nothing: output 0, no
+  // gradient), 0-wide heads; fused and composed, without and with the causal mask
+  for (bool fused : {true, false}) {
+    const std::string n = fused ? "scaled_dot_product_attention" : "scaled_dot_product_attention_reference";
+    const auto run = [fused](bool causal) {
+      return [fused, causal](In in) {
+        return fused ? scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), causal)
+                     : scaled_dot_product_attention_reference(in[0], in[1], in[2], Tensor(), causal);
+      };
+    };
+    ok(n + " B = 0", {f32({0, 2, 3, 4}), f32({0, 2, 5, 4}), f32({0, 2, 5, 3})}, run(false), {0, 2, 3, 3});
+    ok(n + " T = 0", {f32({1, 2, 0, 4}), f32({1, 2, 5, 4}), f32({1, 2, 5, 3})}, run(true), {1, 2, 0, 3}, {},
+       {{}, std::vector<double>(40, 0.0), std::vector<double>(30, 0.0)});
+    ok(n + " S = 0", {f32({1, 1, 2, 2}), f32({1, 1, 0, 2}), f32({1, 1, 0, 3})}, run(false), {1, 1, 2, 3},
+       std::vector<double>(6, 0.0), {{0, 0, 0, 0}, {}, {}});
+    ok(n + " S = 0 causal", {f32({1, 1, 2, 2}), f32({1, 1, 0, 2}), f32({1, 1, 0, 3})}, run(true), {1, 1, 2, 3},
+       std::vector<double>(6, 0.0));
+    ok(n + " Dv = 0", {f32({1, 1, 2, 2}), f32({1, 1, 3, 2}), f32({1, 1, 3, 0})}, run(false), {1, 1, 2, 0}, {},
+       {{0, 0, 0, 0}, std::vector<double>(6, 0.0), {}});
+  }
 
   // ---- Indexing, masking and joining
   ok("embedding ids [0]", {f32({5, 3}), i64({0})}, [](In in) { return embedding(in[0], in[1]); }, {0, 3}, {},

@@ -1,6 +1,5 @@
-// What the fused CPU attention kernels (attention.cpp: full, and over a band) share: the qkv layout
-// (head h of q / k / v the [T, Dh] blocks at columns h Dh, D + h Dh, 2 D + h Dh of a [B, T, 3 D] tensor,
-// row stride 3 D), what a review's key padding mask tells them, and their products' two precisions.
+// What the fused CPU attention kernels (attention.cpp: full, and over a band) share: what a key padding
+// mask tells them, and their products' two precisions. Their operands' layout is core/attention_args.h's.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -10,16 +9,11 @@
 
 namespace ember::cpu::attention_layout {
 
-struct Dims {
-  int64_t B, T, D, H, Dh;
-  int64_t row() const { return 3 * D; }  // row stride of qkv
-};
-
 // Keys past the last unmasked one get probability exactly 0 from every query: the products skip them
-// (with trailing padding, a review of L tokens costs L, not T, keys; a review of padding only, 0).
-inline int64_t key_extent(const bool* padding, int64_t T) {
-  if (padding == nullptr) return T;
-  int64_t extent = T;
+// (with trailing padding, a review of L tokens costs L, not S, keys; a review of padding only, 0).
+inline int64_t key_extent(const bool* padding, int64_t S) {
+  if (padding == nullptr) return S;
+  int64_t extent = S;
   while (extent > 0 && padding[extent - 1]) --extent;
   return extent;
 }

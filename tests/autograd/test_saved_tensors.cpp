@@ -97,6 +97,13 @@ std::vector<SavedCase> saved_tensor_cases(Device device) {
   const Tensor qkv5 = random64({2, 5, 12}, 12), padding5 = bools({0, 0, 0, 0, 1, 0, 0, 0, 0, 0}, {2, 5});
   expect("window_attention", {qkv5, padding5},
          [](In in) { return window_attention(in[0], 2, /*window=*/1, /*global=*/1, in[1]); }, {Yes, Yes}, Yes);
+  // scaled_dot_product_attention reads q, k, v and the mask, and (as attention) the probabilities it kept on the
+  // CPU, the output on a GPU.
+  const Tensor q4 = random64({1, 2, 3, 2}, 41), k4 = random64({1, 2, 4, 2}, 42), v4 = random64({1, 2, 4, 3}, 43);
+  const Tensor allows = bools({1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0}, {3, 4});
+  expect("scaled_dot_product_attention", {q4, k4, v4, allows},
+         [](In in) { return scaled_dot_product_attention(in[0], in[1], in[2], in[3]); }, {Yes, Yes, Yes, Yes},
+         Read::OnGpu);
 
   // ---- Indexing, masking, joining: they move values, their backwards read masks and shapes only.
   expect("embedding", {random64({5, 3}, 13), ids({4, 0, 4, 2}, {2, 2})},

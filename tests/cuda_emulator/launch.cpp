@@ -428,8 +428,14 @@ cudaError_t run_grid(const LaunchConfig& config, const char* name, void (*body)(
   launch.name = name;
   launch.body = body;
   launch.context = context;
-  std::vector<double> shared((config.shared_bytes + sizeof(double) - 1) / sizeof(double));  // 8-byte aligned
-  if (config.shared_bytes > 0) launch.dynamic_shared = reinterpret_cast<unsigned char*>(shared.data());
+  // Aligned to 128 bytes, as a GPU's dynamic shared memory is at least (the tensor-core attention kernels
+  // declare theirs __align__(128) and lay their WMMA tiles out from it).
+  constexpr size_t kSharedAlign = 128;
+  std::vector<unsigned char> shared(config.shared_bytes + kSharedAlign);
+  if (config.shared_bytes > 0) {
+    const uintptr_t start = reinterpret_cast<uintptr_t>(shared.data());
+    launch.dynamic_shared = shared.data() + (kSharedAlign - start % kSharedAlign) % kSharedAlign;
+  }
   const uint3 saved_thread = threadIdx, saved_block = blockIdx;
   const dim3 saved_block_dim = blockDim, saved_grid_dim = gridDim;
   gridDim = config.grid;
