@@ -101,6 +101,7 @@ void attention_forward(const On& on, const AttentionArgs& args, const AttentionO
   attention::Args a = launch_args(on, args);
   a.out = out;
   a.lse_out = static_cast<double*>(stats);
+  a.lse = a.lse_out;  // the probabilities kernel reads what the forward wrote
   // The weights, when asked for, come from the CUDA-core kernels' probabilities kernel.
   if (a.d.bf16 && probs == nullptr && tensor_cores_usable(on.device))
     attention::tensor_core_forward(on.device, on.dtype, a);

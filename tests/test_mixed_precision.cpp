@@ -728,11 +728,14 @@ void check_fused_attention_bf16(bool tensor_cores, int64_t T, int64_t D, int64_t
 
 CUDA_TEST_CASE("mixed precision on the GPU: the fused attention kernels in bfloat16 stay within attention's bound") {
   // Both bfloat16 paths: the tensor cores (the default) and the CUDA cores (EMBER_ATTENTION_TENSOR_CORES=off).
-  // Three shapes: one tile with a padded row (T 37, head size 8); several 64-row tiles, causal, with the
-  // recipe's head size 32 and padding; two tiles of the largest head size, 128 (the most shared memory).
+  // Four shapes: one tile with a padded row (T 37, head size 8); several 64-row tiles, causal, with the
+  // recipe's head size 32 and padding; head size 64, the gpu-large preset's (its dQ kernel the one held to
+  // two blocks per SM, __launch_bounds__(256, 2)), causal over two tiles; two tiles of the largest head size,
+  // 128 (the most shared memory).
   for (const bool tensor_cores : {true, false}) {
     check_fused_attention_bf16(tensor_cores, 37, 24, 3, 30, false);
     check_fused_attention_bf16(tensor_cores, 150, 64, 2, 97, true);
+    check_fused_attention_bf16(tensor_cores, 90, 128, 2, 70, true);
     check_fused_attention_bf16(tensor_cores, 70, 256, 2, 41, false);
   }
 }
