@@ -45,12 +45,12 @@ Tensor& uniform_(Tensor& t, double low, double high, Generator& gen = default_ge
 Tensor& normal_(Tensor& t, double mean, double std, Generator& gen = default_generator());
 
 // ---- Element-wise arithmetic with NumPy broadcasting (core/ops/binary.cpp)
-// Type promotion (core/type_promotion.h), PyTorch's: a C++ number (Scalar) or a 0-dim tensor takes the dtype
-// of the tensor with dims it meets unless it is of a higher category (bool < integer < floating): x * 2 and
-// scores / scalar(8.0) keep x's and scores' dtype, int64 [N] * 2.5 is float32 (a 0-dim float64 tensor would
-// make it float64), eq(mask, 0) compares in mask's dtype, an int tensor against 0.5 in float32. Two tensors
-// with dims of different dtypes are an error (convert one with .to()), but bfloat16 with float32 or float64
-// (the wider). div is true division (integers and bools divide as float32); bool + bool is refused (logical_or).
+// Type promotion, PyTorch's (core/type_promotion.h): a C++ number or a 0-dim tensor takes the dtype of the tensor
+// with dims it meets unless its category is higher (bool < integer < floating): x * 2 keeps x's dtype, int64 * 2.5
+// is float32. Tensors with dims must share a dtype (but bfloat16 with float32/64: the wider). bool + bool: refused.
+// So x + 1, 2 * x and scores / 8.0 keep the tensor's dtype, ids * 2.5 is float32, mask * 2 int64, eq(mask, 0)
+// compares in mask's dtype. div is true division, as torch.div: integers and bools divide as float32. -x of an
+// integer tensor is 0 - x, of a bool tensor an error.
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);

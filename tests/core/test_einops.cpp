@@ -20,6 +20,20 @@ namespace {
 
 bool shares_storage(const Tensor& a, const Tensor& b) { return a.impl()->storage == b.impl()->storage; }
 
+// check_error (tests/helpers.h) with both messages shown on a mismatch: fn must throw an ember::Error
+// whose message contains `expected`.
+template <typename Fn>
+void check_message(Fn&& fn, const std::string& expected) {
+  try {
+    fn();
+    FAIL_CHECK("no error; expected: " << expected);
+  } catch (const Error& e) {
+    INFO("got: " << std::string(e.what()));
+    INFO("expected: " << expected);
+    CHECK(std::string(e.what()).find(expected) != std::string::npos);
+  }
+}
+
 // The row-major flat index of `coords` (one per axis of `axes`, looked up by name) in dims made of groups.
 int64_t flat_index(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& sizes,
                    const std::vector<int64_t>& coords) {
@@ -253,15 +267,7 @@ TEST_CASE("rearrange: every bad pattern is an error naming the pattern and the a
   const Tensor x = zeros({2, 3, 4});
   const auto fails = [&](const char* pattern, const std::string& message,
                          const std::vector<std::pair<std::string, int64_t>>& sizes = {}) {
-    const std::string expected = std::string("rearrange(\"") + pattern + "\"): " + message;
-    try {
-      rearrange(x, pattern, sizes);
-      FAIL_CHECK("no error for " << std::string(pattern));
-    } catch (const Error& e) {
-      INFO("got: " << std::string(e.what()));
-      INFO("expected: " << expected);
-      CHECK(std::string(e.what()).find(expected) != std::string::npos);
-    }
+    check_message([&] { rearrange(x, pattern, sizes); }, std::string("rearrange(\"") + pattern + "\"): " + message);
   };
   fails("b s d -> b s d x", "axis \"x\" is on the right but not on the left");
   fails("b s d -> b s", "axis \"d\" is on the left but not on the right");
@@ -314,6 +320,14 @@ TEST_CASE("einsum: known numbers in both styles") {
   check_close(einsum("... i j, ... j k -> ... i k", batch, random64({3, 5, 2}, 5)),
               matmul(batch, random64({3, 5, 2}, 5)), 1e-12);
   check_close(einsum("b ... d -> ... b", batch), sum(batch, {-1}).permute({1, 2, 0}), 1e-12);
+  // bfloat16 operands: a bfloat16 result, the float32 one (of the same values) rounded, within bfloat16's bound.
+  const Tensor qb = q.to(Dtype::BFloat16), kb = k.to(Dtype::BFloat16);
+  Tensor scores = einsum("b h i d, b h j d -> b h i j", qb, kb);
+  CHECK(scores.dtype() == Dtype::BFloat16);
+  check_close(scores, einsum("b h i d, b h j d -> b h i j", qb.to(Dtype::Float32), kb.to(Dtype::Float32)), 1e-2);
+  Tensor summed = einsum("ij,k->i", a.to(Dtype::BFloat16), tensor({1, 1, 2}).to(Dtype::BFloat16));
+  CHECK(summed.dtype() == Dtype::BFloat16);
+  check_values(summed, {24, 60}, 0);
 }
 
 DEVICE_TEST_CASE("einsum: random specs against a naive loop, both styles") {
@@ -389,15 +403,7 @@ TEST_CASE("einsum: zero-size dims") {
 TEST_CASE("einsum: every bad spec is an error naming the spec and the axis") {
   const Tensor a = zeros({2, 3}), b = zeros({3, 4});
   const auto fails = [&](const char* spec, const std::string& message) {
-    const std::string expected = std::string("einsum(\"") + spec + "\"): " + message;
-    try {
-      einsum(spec, a, b);
-      FAIL_CHECK("no error for " << std::string(spec));
-    } catch (const Error& e) {
-      INFO("got: " << std::string(e.what()));
-      INFO("expected: " << expected);
-      CHECK(std::string(e.what()).find(expected) != std::string::npos);
-    }
+    check_message([&] { einsum(spec, a, b); }, std::string("einsum(\"") + spec + "\"): " + message);
   };
   fails("ij,jk", "expected one \"->\" followed by the output's axes");
   fails("ij,jk->ik->i", "expected one \"->\"");
