@@ -301,6 +301,7 @@ TEST_CASE("einsum: known numbers in both styles") {
   const Tensor a = tensor({1, 2, 3, 4, 5, 6}, {2, 3}, Dtype::Float64), b = tensor({1, 0, -1, 2, 0.5, 1}, {3, 2}, Dtype::Float64);
   check_close(einsum("ij,jk->ik", a, b), matmul(a, b), 1e-12);
   check_close(einsum("i j, j k -> i k", a, b), matmul(a, b), 1e-12);
+  check_close(einsum(" ij , jk -> ik ", a, b), matmul(a, b), 1e-12);  // torch's form, spaces around the terms
   check_close(einsum("row inner, inner col -> col row", a, b), matmul(a, b).transpose(0, 1), 1e-12);
   check_values(einsum("ij->", a), {21}, 0);
   check_values(einsum("ij->j", a), {5, 7, 9}, 0);
