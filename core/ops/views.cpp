@@ -155,7 +155,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   EMBER_CHECK(chunks > 0, "chunk: the number of chunks must be positive, got {}", chunks);
   const int64_t size = x.shape()[size_t(d)];
   if (size == 0) return pieces(x, d, std::vector<int64_t>(size_t(chunks), 0));
-  return split(x, (size + chunks - 1) / chunks, d);
+  return split(x, size / chunks + (size % chunks != 0), d);  // ceil, without overflow for a huge `chunks`
 }
 
 // torch.split with a size: pieces of split_size, the last one smaller; one piece when split_size >= size.

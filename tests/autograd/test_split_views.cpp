@@ -33,6 +33,7 @@ TEST_CASE("chunk, split, unbind: the pieces PyTorch cuts") {
   CHECK(shapes_of(chunk(x, 3, -1)) == std::vector<Shape>{{2, 2}, {2, 2}, {2, 1}});
   CHECK(shapes_of(chunk(x, 4, 1)) == std::vector<Shape>{{2, 2}, {2, 2}, {2, 1}});  // ceil(5 / 4) = 2: 3 pieces
   CHECK(shapes_of(chunk(x, 9, 0)) == std::vector<Shape>{{1, 5}, {1, 5}});
+  CHECK(shapes_of(chunk(x, INT64_MAX, 1)).size() == 5);  // one piece per element
   CHECK(shapes_of(chunk(zeros({0, 3}), 3)) == std::vector<Shape>{{0, 3}, {0, 3}, {0, 3}});
   check_values(chunk(x, 3, 1)[1], {2, 3, 7, 8}, 0);
   check_values(chunk(x, 3, 1)[2], {4, 9}, 0);
