@@ -1,6 +1,7 @@
 // The backward engine: walks the graph from the output in reverse topological order,
 // calling each node's backward once, with all gradients for its output summed first.
 #include <cstddef>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -48,6 +49,27 @@ std::vector<Node*> topological_order(Node* root) {
   return {postorder.rbegin(), postorder.rend()};
 }
 
+// The part of a gradient tensor an edge's window covers.
+Tensor window_of(const Tensor& full, const GradWindow& window) {
+  return full.narrow(window.dim, window.start, window.length);
+}
+
+// The input's gradient when the first gradient it receives is a window's: zeros, and `grad` in the window.
+// The one input-sized buffer of all its windows (chunk's, split's, unbind's pieces: docs/autograd.md).
+Tensor zeros_around(const Edge& edge, const Tensor& grad) {
+  Tensor full = Tensor::empty(edge.shape, grad.dtype(), grad.device());
+  full.zero_();
+  window_of(full, edge.window).copy_(grad);
+  return full;
+}
+
+// The shape the gradient of an edge must have: the input's, or its window's.
+Shape expected_shape(const Edge& edge) {
+  Shape shape = edge.shape;
+  if (edge.window.active()) shape[size_t(edge.window.dim)] = edge.window.length;
+  return shape;
+}
+
 void accumulate_leaf_grad(TensorImpl* leaf, const Tensor& grad) {
   if (!leaf->grad) {
     // Keep the gradient itself if nothing else can see it; otherwise a private copy, so that
@@ -58,6 +80,34 @@ void accumulate_leaf_grad(TensorImpl* leaf, const Tensor& grad) {
   } else {
     Tensor(leaf->grad).add_(grad);
   }
+}
+
+// The same for the gradient of a window of the leaf: added into that window of leaf.grad.
+void accumulate_leaf_grad(TensorImpl* leaf, const Edge& edge, const Tensor& grad) {
+  if (!edge.window.active()) return accumulate_leaf_grad(leaf, grad);
+  if (!leaf->grad) leaf->grad = zeros_around(edge, grad).impl_ptr();
+  else window_of(Tensor(leaf->grad), edge.window).add_(grad);
+}
+
+// The gradient of a node's output, summed over the consumers seen so far. `owned`: a buffer this walk made
+// and nothing else holds, so that a window's gradient can be added into it in place.
+struct Pending {
+  Tensor grad;
+  bool owned = false;
+};
+
+// Adds one consumer's gradient (of the whole input, or of the edge's window) into the pending sum.
+void accumulate_pending(Pending& slot, const Edge& edge, const Tensor& grad) {
+  if (!edge.window.active()) {
+    slot = slot.grad.defined() ? Pending{slot.grad + grad, true} : Pending{grad, false};
+    return;
+  }
+  if (!slot.grad.defined()) {
+    slot = {zeros_around(edge, grad), true};
+    return;
+  }
+  if (!slot.owned) slot = {slot.grad.clone(), true};  // a gradient some backward returned: not ours to change
+  window_of(slot.grad, edge.window).add_(grad);
 }
 
 // Gradient-ready hooks (autograd/hooks.h): for each leaf with a hook, how many edges of this pass's
@@ -111,7 +161,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
     if (detail::any_grad_hooks()) detail::run_grad_hooks(impl_);
     return;
   }
-  std::unordered_map<Node*, Tensor> pending{{grad_fn().get(), seed}};
+  std::unordered_map<Node*, Pending> pending{{grad_fn().get(), Pending{seed, false}}};
   const std::vector<Node*> order = topological_order(grad_fn().get());
   ReadyLeaves ready(order);
   for (Node* node : order) {
@@ -120,7 +170,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
       ready.skipped(*node);
       continue;
     }
-    Tensor grad_output = std::move(found->second);
+    Tensor grad_output = std::move(found->second.grad);
     pending.erase(found);
     EMBER_CHECK(node->backward, "backward: the graph through '{}' was already freed; "
                 "call backward(grad, /*retain_graph=*/true) to walk it twice", node->name);
@@ -140,14 +190,16 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
         ready.delivered(edge);  // nothing to add, but the leaf may now be complete
         continue;
       }
-      EMBER_CHECK(grads[i].shape() == edge.shape, "backward of {}: gradient {} has shape {}, input has {}",
-                  node->name, i, shape_str(grads[i].shape()), shape_str(edge.shape));
+      EMBER_CHECK(grads[i].shape() == expected_shape(edge), "backward of {}: gradient {} has shape {}, input has {}{}",
+                  node->name, i, shape_str(grads[i].shape()), shape_str(edge.shape),
+                  edge.window.active() ? fmt::format(" (its window along dim {}: {})", edge.window.dim,
+                                                     shape_str(expected_shape(edge)))
+                                       : std::string());
       if (edge.leaf) {
-        accumulate_leaf_grad(edge.leaf.get(), grads[i]);
+        accumulate_leaf_grad(edge.leaf.get(), edge, grads[i]);
         ready.delivered(edge);
       } else {
-        Tensor& slot = pending[edge.node.get()];
-        slot = slot.defined() ? slot + grads[i] : grads[i];
+        accumulate_pending(pending[edge.node.get()], edge, grads[i]);
       }
     }
   }

@@ -1,6 +1,7 @@
 // The autograd graph: a Node per recorded op, its edges to the inputs, and record(), which ops call.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -21,11 +22,23 @@ class Node;
 using Grads = std::vector<Tensor>;
 using BackwardFn = std::function<Grads(const Tensor& grad_output)>;
 
+// A window of an input along one dim: input.narrow(dim, start, length). dim < 0: the whole input.
+struct GradWindow {
+  int64_t dim = -1;
+  int64_t start = 0;
+  int64_t length = 0;
+  bool active() const { return dim >= 0; }
+};
+
 // Where an input's gradient goes: the node that produced it, or the leaf that collects it.
 struct Edge {
   std::shared_ptr<Node> node;          // set for tensors computed by an op
   std::shared_ptr<TensorImpl> leaf;    // set for leaves that require grad
   Shape shape;                         // the input's shape, to check what backward returns
+  // Set by a narrowing view (narrow, and so select, chunk, split, unbind): the backward returns the gradient
+  // of this window only, and the engine adds it into that window of the input's gradient, one buffer for
+  // all the windows an input sends (docs/autograd.md, "Slices").
+  GradWindow window;
   bool active() const { return node || leaf; }
 };
 

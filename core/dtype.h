@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "core/bfloat16.h"
@@ -53,6 +54,11 @@ template <> constexpr Dtype dtype_of<int32_t>() { return Dtype::Int32; }
 template <> constexpr Dtype dtype_of<int64_t>() { return Dtype::Int64; }
 template <> constexpr Dtype dtype_of<bool>() { return Dtype::Bool; }
 template <> constexpr Dtype dtype_of<BFloat16>() { return Dtype::BFloat16; }
+
+// The C++ element types a tensor can hold, those with a dtype_of (from_vector<T> takes these).
+template <typename T>
+concept TensorElement = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
+                        std::is_same_v<T, int64_t> || std::is_same_v<T, bool> || std::is_same_v<T, BFloat16>;
 
 template <typename T> struct TypeTag { using type = T; };
 

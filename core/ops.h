@@ -3,12 +3,16 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/attention_band.h"
 #include "core/gpu_stream.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "core/type_promotion.h"
 
 namespace ember {
 
@@ -21,8 +25,11 @@ Tensor ones_like(const Tensor& like);
 Tensor full_like(const Tensor& like, double value);
 Tensor arange(int64_t end, Dtype dtype = Dtype::Int64);
 Tensor arange(int64_t start, int64_t end, int64_t step = 1, Dtype dtype = Dtype::Int64);
-// A tensor holding `values` (row-major) with `shape` ({} means 1-D of values.size()).
+// A tensor holding `values` (row-major) with `shape` ({} means 1-D of values.size()); T one of float,
+// double, int32_t, int64_t, bool (a mask: from_vector<bool>({true, false})) and BFloat16 (TensorElement,
+// core/dtype.h: another type does not compile).
 template <typename T>
+  requires TensorElement<T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape = {}, Device device = Device::cpu());
 // tensor({1, 2, 3}) or tensor({1, 2, 3, 4}, {2, 2}, Dtype::Float64)
 Tensor tensor(std::initializer_list<double> values, const Shape& shape = {}, Dtype dtype = Dtype::Float32);
@@ -39,6 +46,12 @@ Tensor& uniform_(Tensor& t, double low, double high, Generator& gen = default_ge
 Tensor& normal_(Tensor& t, double mean, double std, Generator& gen = default_generator());
 
 // ---- Element-wise arithmetic with NumPy broadcasting (core/ops/binary.cpp)
+// Type promotion, PyTorch's (core/type_promotion.h): a C++ number or a 0-dim tensor takes the dtype of the tensor
+// with dims it meets unless its category is higher (bool < integer < floating): x * 2 keeps x's dtype, int64 * 2.5
+// is float32. Tensors with dims must share a dtype (but bfloat16 with float32/64: the wider). bool + bool: refused.
+// So x + 1, 2 * x and scores / 8.0 keep the tensor's dtype, ids * 2.5 is float32, mask * 2 int64, eq(mask, 0)
+// compares in mask's dtype. div is true division, as torch.div: integers and bools divide as float32. -x of an
+// integer tensor is 0 - x, of a bool tensor an error.
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
@@ -47,19 +60,57 @@ Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
-Tensor operator+(const Tensor& a, double b);
-Tensor operator-(const Tensor& a, double b);
-Tensor operator*(const Tensor& a, double b);
-Tensor operator/(const Tensor& a, double b);
-Tensor operator+(double a, const Tensor& b);
-Tensor operator-(double a, const Tensor& b);
-Tensor operator*(double a, const Tensor& b);
-Tensor operator/(double a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(Scalar a, const Tensor& b);
 Tensor operator-(const Tensor& a);
-// Comparisons (not differentiable): bool tensors.
+// Comparisons (not differentiable): bool tensors, the operands promoted as above; NaN compares unequal to
+// everything, itself too. The operators are the same ops: mask == 0 is eq(mask, 0).
 Tensor eq(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, Scalar b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, Scalar b);
 Tensor lt(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, Scalar b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, Scalar b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, Scalar b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, Scalar b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, Scalar b);
+Tensor operator!=(const Tensor& a, Scalar b);
+Tensor operator<(const Tensor& a, Scalar b);
+Tensor operator<=(const Tensor& a, Scalar b);
+Tensor operator>(const Tensor& a, Scalar b);
+Tensor operator>=(const Tensor& a, Scalar b);
+Tensor operator==(Scalar a, const Tensor& b);
+Tensor operator!=(Scalar a, const Tensor& b);
+Tensor operator<(Scalar a, const Tensor& b);
+Tensor operator<=(Scalar a, const Tensor& b);
+Tensor operator>(Scalar a, const Tensor& b);
+Tensor operator>=(Scalar a, const Tensor& b);
+// Logical ops (not differentiable): bool results, broadcasting; an operand of another dtype counts as true
+// where it is nonzero (torch.logical_and). &, |, ^ and ~ are the same ops on bool tensors (masks) only.
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& x);
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator^(const Tensor& a, const Tensor& b);
+Tensor operator~(const Tensor& x);
 
 // ---- Element-wise math (core/ops/unary.cpp; the formulas are in core/unary_math.h)
 Tensor neg(const Tensor& x);
@@ -182,8 +233,40 @@ Tensor embedding(const Tensor& weight, const DeviceIds& ids);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 // a where cond, else b; all three broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// torch.tril / torch.triu: the lower (upper) triangle of the last two dims, element [i, j] kept where
+// j - i <= k (>= k), zero elsewhere; k = 0 is the main diagonal, k > 0 above it. Any leading batch dims, any
+// dtype; differentiable for floating x (the gradient masked the same way). causal = triu(ones({T, T}, Dtype::Bool), 1).
+Tensor tril(const Tensor& x, int64_t k = 0);
+Tensor triu(const Tensor& x, int64_t k = 0);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim);
+
+// ---- Splitting into views (core/ops/views.cpp): each piece a narrow (or, for unbind, a select) of x, no
+// copy. Their backward writes each piece's gradient into its slice of one buffer for x (docs/autograd.md).
+// torch.chunk: `chunks` pieces of ceil(size / chunks) along dim, the last smaller (there may be fewer).
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+// torch.split: pieces of split_size along dim, the last smaller; or one piece per size of `sizes`, which
+// sum to the dim's size. (NOTE: split(x, {n}) is split_size n; one size alone is std::vector<int64_t>{n}.)
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+// torch.unbind: x.select(dim, i) for every i.
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
+
+// ---- einops (core/ops/rearrange.cpp, core/ops/einsum.cpp, patterns read by core/ops/axis_pattern.h):
+// compositions of views, permute, reshape, sum and matmul, recording no node of their own (differentiable,
+// every device). A bad pattern is an error naming the pattern and the axis.
+// rearrange(x, "b s (h d) -> b h s d", {{"h", 4}}): named axes, parenthesised groups split (left) and merged
+// (right), 1 and () for a dim of size 1, "..." for the dims not named. Each axis is on both sides; an axis's
+// size comes from `sizes` or from the input (one unknown axis per group). A view whenever the strides allow.
+Tensor rearrange(const Tensor& x, std::string_view pattern,
+                 const std::vector<std::pair<std::string, int64_t>>& sizes = {});
+// einsum("b h i d, b h j d -> b h i j", q, k): einops's spacing (axes named by words, spaces between them) or
+// torch's compact form ("bhid,bhjd->bhij", a letter an axis); "..." for unnamed leading dims, on the output
+// too. The output after "->" is required. An axis in one operand only and not in the output is summed; an
+// axis of size 1 broadcasts against the other operand's. Lowered to permutes, reshapes, sums and one
+// batched matmul (floating operands); no diagonals ("ii->i").
+Tensor einsum(std::string_view spec, const Tensor& a);
+Tensor einsum(std::string_view spec, const Tensor& a, const Tensor& b);
 
 // ---- Regularisation (core/ops/dropout.cpp)
 // Zeroes each element with probability p and scales the rest by 1/(1-p) in training; identity otherwise.

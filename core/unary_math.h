@@ -147,13 +147,21 @@ struct Sub { template <typename T> EMBER_HD T f(T a, T b) const { return a - b; 
 struct Mul { template <typename T> EMBER_HD T f(T a, T b) const { return a * b; } };
 struct Div { template <typename T> EMBER_HD T f(T a, T b) const { return a / b; } };
 struct Equal { template <typename T> EMBER_HD bool f(T a, T b) const { return a == b; } };
+struct NotEqual { template <typename T> EMBER_HD bool f(T a, T b) const { return a != b; } };  // NaN != NaN
 struct Greater { template <typename T> EMBER_HD bool f(T a, T b) const { return a > b; } };
+struct GreaterEqual { template <typename T> EMBER_HD bool f(T a, T b) const { return a >= b; } };
 struct Less { template <typename T> EMBER_HD bool f(T a, T b) const { return a < b; } };
+struct LessEqual { template <typename T> EMBER_HD bool f(T a, T b) const { return a <= b; } };
+// Logical ops take bool operands (core/ops/binary.cpp converts others first: nonzero is true).
+struct LogicalAnd { template <typename T> EMBER_HD bool f(T a, T b) const { return bool(a) && bool(b); } };
+struct LogicalOr { template <typename T> EMBER_HD bool f(T a, T b) const { return bool(a) || bool(b); } };
+struct LogicalXor { template <typename T> EMBER_HD bool f(T a, T b) const { return bool(a) != bool(b); } };
 
 // name, functor: one line per binary op. The lists generate the CUDA kernels
 // (cuda/elementwise_kernels.cu), their declarations and stubs (core/cuda_ops.h) and the rows of the
-// GPU-vs-CPU test (tests/test_cuda_ops.cpp); the comparisons' ops too (core/ops/binary.cpp: they
-// have no gradient). Each arithmetic op's backward is written out in core/ops/binary.cpp.
+// GPU-vs-CPU test (tests/test_cuda_ops.cpp); the comparisons' and logical ops' ops too
+// (core/ops/binary.cpp: they have no gradient). Each arithmetic op's backward is written out in
+// core/ops/binary.cpp.
 #define EMBER_ARITHMETIC_OPS(X) \
   X(add, Add)                   \
   X(sub, Sub)                   \
@@ -161,9 +169,16 @@ struct Less { template <typename T> EMBER_HD bool f(T a, T b) const { return a <
   X(div, Div)
 #define EMBER_COMPARISON_OPS(X) \
   X(eq, Equal)                  \
+  X(ne, NotEqual)               \
   X(gt, Greater)                \
-  X(lt, Less)
-#define EMBER_BINARY_OPS(X) EMBER_ARITHMETIC_OPS(X) EMBER_COMPARISON_OPS(X)
+  X(ge, GreaterEqual)           \
+  X(lt, Less)                   \
+  X(le, LessEqual)
+#define EMBER_LOGICAL_OPS(X) \
+  X(logical_and, LogicalAnd) \
+  X(logical_or, LogicalOr)   \
+  X(logical_xor, LogicalXor)
+#define EMBER_BINARY_OPS(X) EMBER_ARITHMETIC_OPS(X) EMBER_COMPARISON_OPS(X) EMBER_LOGICAL_OPS(X)
 
 // True for a comparison functor (its f gives bool): the result of the op is then a bool tensor.
 template <typename F>

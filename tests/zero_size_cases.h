@@ -76,6 +76,17 @@ inline std::vector<ZeroSizeCase> zero_size_cases() {
   ok("eq [0, 3] [0, 3]", {f32({0, 3}), f32({0, 3})}, [](In in) { return eq(in[0], in[1]); }, {0, 3});
   ok("gt [0, 3] [3]", {f32({0, 3}), f32({3})}, [](In in) { return gt(in[0], in[1]); }, {0, 3});
   ok("lt [2, 0] [2, 0]", {f32({2, 0}), f32({2, 0})}, [](In in) { return lt(in[0], in[1]); }, {2, 0});
+  ok("ne [0, 3] [3]", {f32({0, 3}), f32({3})}, [](In in) { return ne(in[0], in[1]); }, {0, 3});
+  ok("le [0] number", {f32({0})}, [](In in) { return le(in[0], 1); }, {0});
+  ok("ge [2, 0] int64 number", {i64({2, 0})}, [](In in) { return ge(in[0], 1.5); }, {2, 0});
+  ok("int64 [0] * number", {i64({0})}, [](In in) { return in[0] * 2; }, {0});
+  ok("int64 [0, 2] / number", {i64({0, 2})}, [](In in) { return in[0] / 2; }, {0, 2});
+  ok("logical_and [0, 3] [3]", {mask({0, 3}), mask({3})}, [](In in) { return logical_and(in[0], in[1]); }, {0, 3});
+  ok("logical_or [2, 0] float", {f32({2, 0}), mask({1})}, [](In in) { return logical_or(in[0], in[1]); }, {2, 0});
+  ok("logical_not [0]", {mask({0})}, [](In in) { return ~in[0]; }, {0});
+  ok("tril [0, 3]", {f32({0, 3})}, [](In in) { return tril(in[0]); }, {0, 3});
+  ok("triu [2, 3, 0]", {f32({2, 3, 0})}, [](In in) { return triu(in[0], 1); }, {2, 3, 0});
+  ok("tril [3, 2] of a [0, 3, 2] batch", {f32({0, 3, 2})}, [](In in) { return tril(in[0], -1); }, {0, 3, 2});
 
   // ---- Element-wise math
   for (const UnaryCase& u : every_unary_op()) {  // every one of core/unary_math.h's lists
@@ -248,6 +259,18 @@ inline std::vector<ZeroSizeCase> zero_size_cases() {
   ok("contiguous [3, 0] transposed", {f32({3, 0})}, [](In in) { return in[0].transpose(0, 1).contiguous(); }, {0, 3});
   ok("clone [0, 3]", {f32({0, 3})}, [](In in) { return in[0].clone(); }, {0, 3});
   ok("to float64 [0, 3]", {f32({0, 3})}, [](In in) { return in[0].to(Dtype::Float64); }, {0, 3});
+  ok("chunk [0, 3] into 3, piece 2", {f32({0, 3})}, [](In in) { return chunk(in[0], 3, 0)[2]; }, {0, 3});
+  ok("chunk [2, 3] along 1, piece 1 of 2", {f32({2, 3})}, [](In in) { return chunk(in[0], 2, 1)[1]; }, {2, 1}, {},
+     {{0, 0, 1, 0, 0, 1}});
+  ok("split [2, 3] sizes 0, 3", {f32({2, 3})}, [](In in) { return split(in[0], {0, 3}, 1)[0]; }, {2, 0}, {},
+     {std::vector<double>(6, 0.0)});
+  ok("split [0] size 2", {f32({0})}, [](In in) { return split(in[0], 2)[0]; }, {0});
+  ok("unbind [3, 0] row 1", {f32({3, 0})}, [](In in) { return unbind(in[0])[1]; }, {0});
+  ok("rearrange [0, 4] b (h d) -> h b d", {f32({0, 4})},
+     [](In in) { return rearrange(in[0], "b (h d) -> h b d", {{"h", 2}}); }, {2, 0, 2});
+  ok("einsum [2, 0] [0, 3]", {f32({2, 0}), f32({0, 3})}, [](In in) { return einsum("ij,jk->ik", in[0], in[1]); },
+     {2, 3}, {0, 0, 0, 0, 0, 0});
+  ok("einsum [0, 3] sum", {f32({0, 3})}, [](In in) { return einsum("i j ->", in[0]); }, {}, {0});
   ok("to cpu and back [0, 3]", {f32({0, 3})}, [](In in) { return in[0].to(Device::cpu()).to(in[0].device()); },
      {0, 3});
 

@@ -35,6 +35,7 @@ Tensor arange(int64_t start, int64_t end, int64_t step, Dtype dtype) {
 }
 
 template <typename T>
+  requires TensorElement<T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
   Shape actual = shape.empty() ? Shape{int64_t(values.size())} : shape;
   EMBER_CHECK(numel(actual) == int64_t(values.size()), "from_vector: {} values do not fill shape {}", values.size(),
@@ -47,6 +48,8 @@ template Tensor from_vector<float>(const std::vector<float>&, const Shape&, Devi
 template Tensor from_vector<double>(const std::vector<double>&, const Shape&, Device);
 template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, Device);
 template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, Device);
+template Tensor from_vector<bool>(const std::vector<bool>&, const Shape&, Device);  // bit-packed: copied bit by bit
+template Tensor from_vector<BFloat16>(const std::vector<BFloat16>&, const Shape&, Device);
 
 Tensor tensor(std::initializer_list<double> values, const Shape& shape, Dtype dtype) {
   return from_vector(std::vector<double>(values), shape).to(dtype);

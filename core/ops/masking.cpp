@@ -1,4 +1,5 @@
-// Selection by a bool mask: where(cond, a, b) and masked_fill(x, mask, value), with broadcasting.
+// Selection by a bool mask: where(cond, a, b) and masked_fill(x, mask, value), with broadcasting, and the
+// triangles tril and triu (masked_fill with the mask of the dropped side).
 // One kernel picks element-wise between two (possibly broadcast) operands; both ops and both
 // backwards are that kernel: the gradient goes to whichever operand was picked, 0 to the other.
 #include <cstdint>
@@ -78,5 +79,22 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   });
   return out;
 }
+
+namespace {
+// The elements of the last two dims [rows, cols] a triangle drops, as a bool [rows, cols] mask on x's device:
+// column j - row i > k for tril, < k for triu, made from two small ranges (no rows x cols upload).
+Tensor dropped_by_triangle(const Tensor& x, int64_t k, bool lower, const char* op) {
+  EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", op);
+  EMBER_CHECK(x.dim() >= 2, "{}: expected a tensor with at least 2 dims (a matrix, or a batch of them), got shape {}",
+              op, shape_str(x.shape()));
+  const Tensor rows = arange(x.size(-2)).to(x.device()).unsqueeze(1), cols = arange(x.size(-1)).to(x.device());
+  const Tensor diagonal = cols - rows;  // int64 [rows, cols]: j - i
+  return lower ? gt(diagonal, k) : lt(diagonal, k);
+}
+}  // namespace
+
+// masked_fill's backward masks the gradient the same way: d/dx = g inside the triangle, 0 outside.
+Tensor tril(const Tensor& x, int64_t k) { return masked_fill(x, dropped_by_triangle(x, k, true, "tril"), 0.0); }
+Tensor triu(const Tensor& x, int64_t k) { return masked_fill(x, dropped_by_triangle(x, k, false, "triu"), 0.0); }
 
 }  // namespace ember

@@ -64,14 +64,10 @@ Tensor pow(const Tensor& x, double exponent) { return unary_op("pow", math::Pow{
 Tensor add_scalar(const Tensor& x, double value) { return unary_op("add_scalar", math::AddScalar{value}, x); }
 Tensor mul_scalar(const Tensor& x, double value) { return unary_op("mul_scalar", math::MulScalar{value}, x); }
 
-Tensor operator-(const Tensor& a) { return neg(a); }
-Tensor operator+(const Tensor& a, double b) { return add_scalar(a, b); }
-Tensor operator-(const Tensor& a, double b) { return add_scalar(a, -b); }
-Tensor operator*(const Tensor& a, double b) { return mul_scalar(a, b); }
-Tensor operator/(const Tensor& a, double b) { return mul_scalar(a, 1.0 / b); }
-Tensor operator+(double a, const Tensor& b) { return add_scalar(b, a); }
-Tensor operator-(double a, const Tensor& b) { return add_scalar(neg(b), a); }
-Tensor operator*(double a, const Tensor& b) { return mul_scalar(b, a); }
-Tensor operator/(double a, const Tensor& b) { return mul_scalar(pow(b, -1.0), a); }
+// -x of an integer tensor is 0 - x (neg's kernels are floating); of a bool tensor an error, as in PyTorch.
+Tensor operator-(const Tensor& a) {
+  if (a.defined() && is_integer(a.dtype())) return sub(scalar(0.0, a.dtype(), a.device()), a);
+  return neg(a);
+}
 
 }  // namespace ember

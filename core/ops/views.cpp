@@ -119,11 +119,78 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   Shape shape = this->shape();
   shape[size_t(d)] = length;
   Tensor out = make_view(*this, shape, strides(), offset() + start * strides()[size_t(d)]);
-  record("narrow", out, {*this}, [in = this->shape(), dtype = dtype(), d, start, length](const Tensor& g) -> Grads {
-    Tensor grad = zeros(in, dtype, g.device());
-    grad.narrow(d, start, length).copy_(g);
-    return {grad};
-  });
+  // The backward sends g, the gradient of the window only, along an edge marked with the window: the
+  // engine adds it there into the input's gradient, one buffer for every window of the input (the pieces
+  // of chunk, split and unbind), not an input-sized tensor of zeros per narrow (docs/autograd.md, "Slices").
+  record("narrow", out, {*this}, [](const Tensor& g) -> Grads { return {g}; });
+  if (out.grad_fn() && length < size) out.grad_fn()->inputs[0].window = GradWindow{d, start, length};
+  return out;
+}
+
+namespace {
+// The pieces of `x` along dim d with these lengths (each >= 0, summing to its size): narrow views.
+std::vector<Tensor> pieces(const Tensor& x, int64_t d, const std::vector<int64_t>& lengths) {
+  std::vector<Tensor> out;
+  out.reserve(lengths.size());
+  int64_t start = 0;
+  for (int64_t length : lengths) {
+    out.push_back(x.narrow(d, start, length));
+    start += length;
+  }
+  return out;
+}
+
+// The checks split and chunk share; the dim, normalised.
+int64_t split_dim(const Tensor& x, int64_t dim, const char* op) {
+  EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", op);
+  EMBER_CHECK(x.dim() > 0, "{}: expected a tensor with at least 1 dim, got a 0-dim tensor", op);
+  return normalize_dim(dim, x.dim(), op);
+}
+}  // namespace
+
+// torch.chunk: pieces of ceil(size / chunks), the last one smaller (so there may be fewer than `chunks`);
+// an empty dim gives `chunks` empty pieces.
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  const int64_t d = split_dim(x, dim, "chunk");
+  EMBER_CHECK(chunks > 0, "chunk: the number of chunks must be positive, got {}", chunks);
+  const int64_t size = x.shape()[size_t(d)];
+  if (size == 0) return pieces(x, d, std::vector<int64_t>(size_t(chunks), 0));
+  return split(x, size / chunks + (size % chunks != 0), d);  // ceil, without overflow for a huge `chunks`
+}
+
+// torch.split with a size: pieces of split_size, the last one smaller; one piece when split_size >= size.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  const int64_t d = split_dim(x, dim, "split");
+  const int64_t size = x.shape()[size_t(d)];
+  EMBER_CHECK(split_size > 0 || (split_size == 0 && size == 0),
+              "split: split_size must be positive (0 only for an empty dim), got {} for dim {} of size {}", split_size,
+              d, size);
+  std::vector<int64_t> lengths;
+  for (int64_t start = 0; start < size; start += split_size) lengths.push_back(std::min(split_size, size - start));
+  if (lengths.empty()) lengths.push_back(0);
+  return pieces(x, d, lengths);
+}
+
+// torch.split with sizes (split_with_sizes): one piece per size, the sizes summing to the dim's size.
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  const int64_t d = split_dim(x, dim, "split");
+  const int64_t size = x.shape()[size_t(d)];
+  int64_t total = 0;
+  for (int64_t length : sizes) {
+    EMBER_CHECK(length >= 0, "split: sizes {} has a negative size", shape_str(sizes));
+    total += length;
+  }
+  EMBER_CHECK(total == size, "split: sizes {} sum to {}, but dim {} has size {} (shape {})", shape_str(sizes), total, d,
+              size, shape_str(x.shape()));
+  return pieces(x, d, sizes);
+}
+
+// torch.unbind: every index of the dim, the dim removed (select views).
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
+  const int64_t d = split_dim(x, dim, "unbind");
+  std::vector<Tensor> out;
+  out.reserve(size_t(x.shape()[size_t(d)]));
+  for (int64_t i = 0; i < x.shape()[size_t(d)]; ++i) out.push_back(x.select(d, i));
   return out;
 }
 
