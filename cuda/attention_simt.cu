@@ -46,6 +46,7 @@
 // These kernels are plain CUDA (no warp shuffles, no tensor-core instructions, no atomics); mixed precision
 // runs by default on the tensor-core kernels, the same algorithm and roundings.
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "core/kernels.h"

@@ -15,6 +15,7 @@
 // 256 threads = 8 warps; each product's 16 x 16 output tiles are dealt to the warps in turn.
 // Tiles: 64 query rows by 64 keys in every kernel (the dK/dV kernel: 64 keys by 64 query rows).
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include <mma.h>

@@ -10,8 +10,10 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "core/allocator.h"
 #include "core/device.h"
 #include "examples/seed_attention.h"
@@ -135,7 +137,11 @@ int main(int argc, char** argv) {
         const double grad_diff = gradient_difference(seed, mha, {q1, kv1}, {q2, kv2});
         std::printf("001 (view, W_q W_k W_v) %3lld  %lld  %lld  %-5s  %14.2e  %15.2e\n", (long long)heads, (long long)T,
                     (long long)S, masked ? "yes" : "no", out_diff, grad_diff);
-        agree = agree && out_diff < 1e-12 && grad_diff < 1e-11;
+        // Seed 001 divides by torch.sqrt(torch.tensor(d_k, dtype=torch.float32)): a float32 square root, which
+        // rounds where sqrt(d_k) is not a float (d_k = 2 here at 8 heads), 3e-8 of the scores at most.
+        const float root = std::sqrt(float(D / heads));
+        const double tolerance = double(root) * double(root) == double(D / heads) ? 1e-12 : 1e-9;
+        agree = agree && out_diff < tolerance && grad_diff < 10 * tolerance;
       }
       {  // seed 000: self-attention with einops
         seeds::EinopsMultiHeadAttention seed(D, heads, gen);
@@ -186,7 +192,7 @@ int main(int argc, char** argv) {
   for (int64_t step = 0; step < steps; ++step) {
     // A task the model can learn: the label says whether token 7 occurs.
     Tensor tokens = (rand({16, 32}, gen) * 100.0).to(Dtype::Int64);
-    Tensor labels = (sum((tokens == 7).to(Dtype::Int64), {1}) > 0).to(Dtype::Int64);
+    Tensor labels = (sum((tokens == 7).to(Dtype::Float32), {1}) > 0).to(Dtype::Int64);
     last = train_step(tokens, labels);
     if (step == 0) first = last;
   }

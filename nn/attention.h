@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "nn/layers.h"
 

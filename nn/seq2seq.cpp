@@ -1,4 +1,5 @@
 // The encoder-decoder Transformer: embeddings, the two stacks, the output head, and greedy decoding.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>

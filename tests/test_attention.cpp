@@ -49,7 +49,7 @@ Kept cpu_attention(const Tensor& qkv, int64_t H, const Tensor& mask, bool causal
 // The probabilities again from the kept stats (kernel::attention_probs), shaped as cpu_attention keeps them.
 Tensor cpu_attention_probs(const Tensor& qkv, int64_t H, const Tensor& mask, bool causal, const Tensor& stats,
                           bool bf16) {
-  const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3;
+  const int64_t B = qkv.size(0), T = qkv.size(1);
   const On on{-1, int(qkv.dtype())};
   const AttentionArgs args = fused_qkv_args(qkv, H, mask, causal, -1, 0, bf16);
   const AttentionPlan plan = kernel::attention_plan(on, args);

@@ -3,9 +3,12 @@
 // band and a custom scale; float64 gradchecks; queries that see no key; the output's layout; bfloat16;
 // the CPU against the (emulated) GPU; bad inputs.
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/grad_mode.h"

@@ -2,6 +2,7 @@
 // the attention written out head by head, the cache against a full recompute (float64, 1e-12), greedy
 // decoding against argmax of full recomputes, gradchecks, bad inputs.
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
