@@ -190,7 +190,7 @@ expect "--init of another vocabulary" 1 "it was pretrained with --vocab 20000, t
 expect "--init of a classifier's run" 1 "that is a classifier's run (model.safetensors), not a pretrained encoder" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/run" --out "$OUT/fine"
 expect "--resume with another --encoder-lr-scale" 1 "encoder_lr_scale" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --encoder-lr-scale 0.5 --resume --out "$OUT/fine"
 expect "--encoder-lr-scale out of range" 2 "--encoder-lr-scale" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --encoder-lr-scale 2 --out "$OUT/fine"
-expect "check of a pretraining's folder" 1 "it is a pretraining's checkpoint (\`imdb pretrain --resume\` continues it" -- "$IMDB" check --run "$OUT/pre"
+expect "check of a pretraining's folder" 0 "encoder OK: the model of step 6 of 6" -- "$IMDB" check --run "$OUT/pre"
 expect "pretrain --bigrams" 2 "--bigrams is for train" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --bigrams 1000 --out "$OUT/pre"
 expect "train --init --bigrams" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --bigrams 1000 --encoder-lr-scale 0.5 --out "$OUT/fine-bigrams"
 expect "eval an ensemble" 0 "(ensemble of 2 runs: the mean probability)" -- "$IMDB" eval --run "$OUT/fine" --run "$OUT/fine-bigrams" --data "$DATA"
@@ -223,12 +223,12 @@ expect "eval an NBSVM by length" 2 "--by-length takes one Transformer --run" -- 
 nb_before=$(sha256sum "$OUT/nb/nbsvm.safetensors" "$OUT/nb/vocab.txt")
 expect "nbsvm into a folder that has one" 1 "is never overwritten" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/nb"
 [ "$nb_before" = "$(sha256sum "$OUT/nb/nbsvm.safetensors" "$OUT/nb/vocab.txt")" ] && pass "a refused nbsvm changes nothing" || failed "a refused nbsvm changed the saved NBSVM"
-expect "nbsvm into a Transformer's folder" 1 "holds a Transformer run or pretraining (model.safetensors)" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/run"
-expect "nbsvm into a pretraining's folder" 1 "holds a Transformer run or pretraining (checkpoint.safetensors)" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/pre"
+expect "nbsvm into a Transformer's folder" 1 "holds a classifier's run (its model.safetensors)" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/run"
+expect "nbsvm into a pretraining's folder" 1 "holds a pretraining (its encoder.safetensors)" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/pre"
 expect "train into an NBSVM's folder" 1 "train: $OUT/nb holds an NBSVM" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/nb"
 expect "pretrain into an NBSVM's folder" 1 "pretrain: $OUT/nb holds an NBSVM" -- "$IMDB" pretrain "${small[@]}" --steps 2 --out "$OUT/nb"
-expect "report of an NBSVM" 1 "report: $OUT/nb holds an NBSVM" -- "$IMDB" report --run "$OUT/nb" --data "$DATA"
-expect "check of an NBSVM" 1 "check: $OUT/nb holds an NBSVM" -- "$IMDB" check --run "$OUT/nb"
+expect "report of an NBSVM" 1 "report: $OUT/nb is an NBSVM (nbsvm.safetensors): imdb nbsvm writes no report" -- "$IMDB" report --run "$OUT/nb" --data "$DATA"
+expect "check of an NBSVM" 0 "NBSVM OK: 1-3-grams in 65536 buckets" -- "$IMDB" check --run "$OUT/nb"
 expect "nbsvm with a Transformer's flag" 2 "--heads" -- "$IMDB" nbsvm "${nb[@]}" --heads 4 --out "$OUT/nb-heads"
 expect "nbsvm --ngrams 0" 2 "--ngrams" -- "$IMDB" nbsvm "${nb[@]}" --ngrams 0 --out "$OUT/nb-0"
 expect "nbsvm --l2 -1" 2 "--l2" -- "$IMDB" nbsvm "${nb[@]}" --l2 -1 --out "$OUT/nb-l2"
@@ -237,6 +237,92 @@ cp -r "$OUT/pre" "$OUT/pre-bad" && head -c 3000 "$OUT/pre/encoder.safetensors" >
 expect "--init of a half-written encoder" 1 "encoder.safetensors" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre-bad" --out "$OUT/fine"
 [ "$before" = "$(cd "$OUT/fine" && sha256sum checkpoint.safetensors metrics.jsonl vocab.txt model.safetensors)" ] && pass "a refused --init changes nothing" || failed "a refused --init changed the run's files"
 expect "pretrain --resume of a half-written checkpoint" 1 "checkpoint.safetensors" -- bash -c "head -c 4000 '$OUT/pre/checkpoint.safetensors' > '$OUT/pre-bad/checkpoint.safetensors' && exec \"\$0\" pretrain $(printf '%q ' "${small[@]}") --max-len 32 --steps 6 --resume --out '$OUT/pre-bad'" "$IMDB"
+# Kills while a pretraining saves (EMBER_FAULT_PAUSE_MID_WRITE stops a write halfway; the kill lands there). The
+# encoder is written before its checkpoint, so no kill leaves a later checkpoint beside an earlier encoder; --init
+# takes an encoder only as the model of the checkpoint beside it, and a --resume writes the right one.
+kill_mid_write() {  # FOLDER FILE command...: killed (SIGKILL) once FOLDER/FILE.tmp.* has bytes; fails if it never did
+  local folder=$1 file=$2 partial="" pid
+  shift 2
+  EMBER_FAULT_PAUSE_MID_WRITE=$file:5000 "$@" >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 1 1500); do
+    partial=$(find "$folder" -maxdepth 1 -name "$file.tmp.*" -size +0 2>/dev/null | head -n 1)
+    [ -n "$partial" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.02
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  rm -f "$folder"/*.tmp.*
+  [ -n "$partial" ]
+}
+pre=("${small[@]}" --max-len 32 --steps 6)
+files_of() { (cd "$1" && sha256sum $(ls -A | grep -v '^\.lock$') 2>/dev/null); }
+# The run's only encoder write (its last step), killed: nothing saved, nothing claimed.
+kill_mid_write "$OUT/k1" encoder.safetensors "$IMDB" pretrain "${pre[@]}" --out "$OUT/k1" && pass "killed mid-write of a pretraining's only encoder" || failed "the encoder write did not begin"
+expect "--init of a pretraining killed before its first encoder" 1 "--init $OUT/k1: there is no encoder.safetensors there" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/k1" --out "$OUT/k1-fine"
+expect "pretrain --resume with no checkpoint to continue" 1 "pretrain --resume: there is no $OUT/k1/checkpoint.safetensors to continue from" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k1"
+expect "check of a folder a pretraining was killed in before its first checkpoint" 1 "check: $OUT/k1 holds no run" -- "$IMDB" check --run "$OUT/k1"
+expect "the pretraining run again" 0 "pretrained 6 steps" -- "$IMDB" pretrain "${pre[@]}" --out "$OUT/k1"
+cmp -s "$OUT/pre/encoder.safetensors" "$OUT/k1/encoder.safetensors" && pass "... writes the uninterrupted run's encoder" || failed "the pretraining run again wrote another encoder"
+# Stopped at step 3, then its --resume killed mid-write of the final encoder: the step-3 files stand, consistent.
+"$IMDB" pretrain "${pre[@]}" --stop-after 3 --out "$OUT/k2" >/dev/null 2>&1
+kill_mid_write "$OUT/k2" encoder.safetensors "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k2" && pass "killed mid-write of a pretraining's final encoder" || failed "the final encoder write did not begin"
+expect "check after the kill: the step-3 checkpoint and its encoder" 0 "encoder OK: the model of step 3 of 6" -- "$IMDB" check --run "$OUT/k2"
+expect "--resume after the kill writes the final encoder" 0 "pretrained 6 steps" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k2"
+cmp -s "$OUT/pre/encoder.safetensors" "$OUT/k2/encoder.safetensors" && pass "... the uninterrupted run's" || failed "the resumed pretraining's final encoder differs"
+# Killed mid-write of the final checkpoint: the final encoder beside the step-3 checkpoint: --init refuses it by step.
+"$IMDB" pretrain "${pre[@]}" --stop-after 3 --out "$OUT/k3" >/dev/null 2>&1
+kill_mid_write "$OUT/k3" checkpoint.safetensors "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k3" && pass "killed mid-write of a pretraining's final checkpoint" || failed "the final checkpoint write did not begin"
+expect "--init of an encoder that is not its checkpoint's model" 1 "encoder.safetensors is not the model of the checkpoint beside it (step 3 of 6)" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/k3" --out "$OUT/k3-fine"
+expect "--resume after that kill" 0 "pretrained 6 steps" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k3"
+cmp -s "$OUT/pre/encoder.safetensors" "$OUT/k3/encoder.safetensors" && pass "... writes the uninterrupted run's encoder" || failed "the encoder after the resume differs"
+# Killed mid-write of the final report.html: the run's files are final; the --resume trains nothing, writes the report.
+kill_mid_write "$OUT/k3" report.html "$IMDB" pretrain "${pre[@]}" --overwrite --out "$OUT/k3" && pass "killed mid-write of a pretraining's report" || failed "the report write did not begin"
+expect "--resume of a finished pretraining whose report was lost" 0 "the pretraining had finished (step 6 of 6): its encoder written again from its checkpoint" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k3"
+grep -q 'id="pretrain-accuracy"' "$OUT/k3/report.html" && ! grep -q nan <<<"$out" && pass "... and its report, with no NaN printed" || failed "no report after the resume, or a NaN printed: $out"
+# A folder from a build that wrote the checkpoint first, killed between the two: the final checkpoint beside step 3's
+# encoder, whose checksum holds. --init refuses it before writing anything; the --resume writes the final one.
+"$IMDB" pretrain "${pre[@]}" --stop-after 3 --out "$OUT/k4" >/dev/null 2>&1 && cp "$OUT/k4/encoder.safetensors" "$OUT/encoder-step3"
+"$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k4" >/dev/null 2>&1 && cp "$OUT/encoder-step3" "$OUT/k4/encoder.safetensors"
+before=$(files_of "$OUT/fine")
+expect "--init of an earlier step's encoder beside the final checkpoint" 1 "--init $OUT/k4: encoder.safetensors is not the model of the checkpoint beside it (step 6 of 6)" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/k4" --out "$OUT/fine"
+[ "$before" = "$(files_of "$OUT/fine")" ] && pass "... refused before --out was touched" || failed "the refused --init changed files of --out"
+expect "check names it too" 1 "check $OUT/k4: encoder.safetensors is not the model of the checkpoint beside it" -- "$IMDB" check --run "$OUT/k4"
+expect "pretrain --resume of the finished run writes its encoder again" 0 "the pretraining had finished (step 6 of 6): its encoder written again from its checkpoint, in $OUT/k4/encoder.safetensors" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k4"
+cmp -s "$OUT/pre/encoder.safetensors" "$OUT/k4/encoder.safetensors" && pass "... the uninterrupted run's" || failed "the rewritten encoder differs"
+# One kind of run per folder: another kind is refused (nothing written) unless --overwrite, which replaces it.
+before=$(files_of "$OUT/pre")
+expect "train --init into the pretraining's own folder" 1 "train: --out $OUT/pre is the --init folder" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --out "$OUT/pre"
+expect "... with --overwrite too" 1 "is the --init folder" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --out "$OUT/pre" --overwrite
+expect "train into a pretraining's folder" 1 "train: $OUT/pre holds a pretraining (its encoder.safetensors): give this classifier's run a folder of its own (another --out), or add --overwrite" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/pre"
+ln -s "$OUT/pre" "$OUT/pre-link"
+expect "train into a link to a pretraining's folder" 1 "holds a pretraining" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/pre-link"
+[ "$before" = "$(files_of "$OUT/pre")" ] && pass "the refused runs changed nothing of the pretraining" || failed "a refused run changed the pretraining's files"
+before=$(files_of "$OUT/run")
+expect "pretrain into a classifier's folder" 1 "pretrain: $OUT/run holds a classifier's run (its model.safetensors): give this pretraining a folder of its own" -- "$IMDB" pretrain "${pre[@]}" --out "$OUT/run"
+expect "pretrain --resume in a classifier's folder" 1 "pretrain --resume: $OUT/run holds a classifier's run (its model.safetensors), not a pretraining to continue" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/run"
+[ "$before" = "$(files_of "$OUT/run")" ] && pass "the refused pretrainings changed nothing of the classifier's run" || failed "a refused pretraining changed the classifier's files"
+expect "--resume with --overwrite" 2 "--resume continues the run in --out and --overwrite replaces it" -- "$IMDB" train "${small[@]}" --epochs 1 --resume --overwrite --out "$OUT/run"
+for command in train pretrain nbsvm; do
+  expect "$command --help lists --overwrite" 0 "--overwrite" -- "$IMDB" $command --help
+done
+cp -r "$OUT/run" "$OUT/over"
+expect "pretrain --overwrite of a classifier's run" 0 "pretrained 6 steps" -- "$IMDB" pretrain "${pre[@]}" --overwrite --out "$OUT/over"
+[ ! -e "$OUT/over/model.safetensors" ] && cmp -s "$OUT/pre/encoder.safetensors" "$OUT/over/encoder.safetensors" && pass "... replaced it: no model left, the pretraining's encoder" || failed "--overwrite left the classifier's model, or wrote another encoder"
+expect "nbsvm --overwrite of a pretraining" 0 "test accuracy" -- "$IMDB" nbsvm "${nb[@]}" --overwrite --out "$OUT/over"
+[ "$(ls "$OUT/over")" = "$(printf 'nbsvm.safetensors\nvocab.txt')" ] && pass "... leaves the NBSVM's files alone" || failed "after nbsvm --overwrite: $(ls "$OUT/over" | tr '\n' ' ')"
+kill_mid_write "$OUT/over" nbsvm.safetensors "$IMDB" nbsvm "${nb[@]}" --overwrite --out "$OUT/over" && pass "nbsvm --overwrite killed mid-write of its model" || failed "the NBSVM's write did not begin"
+expect "check after that kill: the old NBSVM is gone, not half-replaced" 1 "check: $OUT/over holds no run" -- "$IMDB" check --run "$OUT/over"
+expect "nbsvm again in that folder" 0 "test accuracy" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/over"
+# check, report, eval and predict know every kind of folder.
+expect "check of the ensemble script's folder: each of its runs" 0 "transformer: checkpoint OK" -- "$IMDB" check --run "$OUT/ensemble"
+grep -q "^nbsvm: NBSVM OK" <<<"$out" && grep -q "^pretrain: encoder OK: the model of step 4 of 8" <<<"$out" && pass "... its NBSVM and its pretraining too" || failed "check of the ensemble's folder: $out"
+expect "report of a pretraining" 0 "wrote $OUT/pre/report.html" -- "$IMDB" report --run "$OUT/pre" --data "$DATA"
+expect "report of the ensemble's folder: its members' pages" 0 "wrote $OUT/ensemble/transformer/report.html" -- "$IMDB" report --run "$OUT/ensemble" --data "$DATA"
+expect "eval of a pretraining" 1 "$OUT/pre is a pretraining (encoder.safetensors): it predicts masked words, not sentiment; fine-tune a classifier from it with \`imdb train --init $OUT/pre\`" -- "$IMDB" eval --run "$OUT/pre" --data "$DATA"
+expect "predict with an ensemble's folder" 1 "give its members, e.g. --run $OUT/ensemble/transformer --run $OUT/ensemble/nbsvm" -- "$IMDB" predict --run "$OUT/ensemble" --text "a fine film"
+expect "--init of an NBSVM" 1 "that is an NBSVM (nbsvm.safetensors), not a pretrained encoder" -- "$IMDB" train "${small[@]}" --epochs 1 --init "$OUT/nb" --out "$OUT/nb-init"
 if ldd "$IMDB" 2>/dev/null | grep -q libasan || nm "$IMDB" 2>/dev/null | grep -q " __asan_init$"; then
   echo "skipped: out of memory under ulimit -v (AddressSanitizer reserves more address space than any limit allows)"
 else
