@@ -323,6 +323,19 @@ expect "report of the ensemble's folder: its members' pages" 0 "wrote $OUT/ensem
 expect "eval of a pretraining" 1 "$OUT/pre is a pretraining (encoder.safetensors): it predicts masked words, not sentiment; fine-tune a classifier from it with \`imdb train --init $OUT/pre\`" -- "$IMDB" eval --run "$OUT/pre" --data "$DATA"
 expect "predict with an ensemble's folder" 1 "give its members, e.g. --run $OUT/ensemble/transformer --run $OUT/ensemble/nbsvm" -- "$IMDB" predict --run "$OUT/ensemble" --text "a fine film"
 expect "--init of an NBSVM" 1 "that is an NBSVM (nbsvm.safetensors), not a pretrained encoder" -- "$IMDB" train "${small[@]}" --epochs 1 --init "$OUT/nb" --out "$OUT/nb-init"
+# An empty path (an unset variable) is a usage error: --init "" trained from scratch without a word.
+expect "--init with an empty path" 2 "--init needs a path, got an empty one" -- "$IMDB" train "${small[@]}" --epochs 1 --init "" --out "$OUT/empty-init"
+expect "--run with an empty path" 2 "--run needs a path, got an empty one" -- "$IMDB" eval --run "" --data "$DATA"
+# A folder where a run's file goes is refused before the run trains (it failed at its first save).
+mkdir -p "$OUT/dir-encoder/encoder.safetensors"
+expect "pretrain where encoder.safetensors is a folder" 1 "$OUT/dir-encoder/encoder.safetensors is a folder: the run could not write its encoder.safetensors there" -- "$IMDB" pretrain "${pre[@]}" --out "$OUT/dir-encoder"
+[ ! -e "$OUT/dir-encoder/vocab.txt" ] && pass "... before it wrote anything" || failed "a refused pretraining wrote vocab.txt"
+# A pretraining's report reads its metrics.jsonl as a classifier's does, every field checked; without its checkpoint,
+# from its encoder's settings.
+cp -r "$OUT/pre" "$OUT/pre-report" && echo '{"kind": "step", "step": 1e300, "loss": 1}' >> "$OUT/pre-report/metrics.jsonl"
+expect "report of a pretraining whose metrics have a step of 1e300" 1 "pre-report/metrics.jsonl:8: field 'step' = 1e+300 is not an integer" -- "$IMDB" report --run "$OUT/pre-report" --data "$DATA"
+cp "$OUT/pre/metrics.jsonl" "$OUT/pre-report/" && rm "$OUT/pre-report/checkpoint.safetensors"
+expect "report of a pretraining's encoder kept without its checkpoint" 0 "wrote $OUT/pre-report/report.html" -- "$IMDB" report --run "$OUT/pre-report" --data "$DATA"
 if ldd "$IMDB" 2>/dev/null | grep -q libasan || nm "$IMDB" 2>/dev/null | grep -q " __asan_init$"; then
   echo "skipped: out of memory under ulimit -v (AddressSanitizer reserves more address space than any limit allows)"
 else

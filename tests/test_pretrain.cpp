@@ -347,7 +347,7 @@ TEST_CASE("pretrain --resume: a checkpoint from before a setting was recorded re
   // A setting every pretraining checkpoint records, missing: refused by name, the folder unchanged.
   rewrite_without({"lr"});
   const auto before = snapshot(parts.train.out);
-  check_error([&] { pretrain(parts, *distributed::make_single_process_group()); }, "has no 'lr' in its metadata");
+  check_error([&] { pretrain(parts, *distributed::make_single_process_group()); }, "checkpoint metadata has no 'lr'");
   CHECK(snapshot(parts.train.out) == before);
 }
 
@@ -549,6 +549,7 @@ std::string shuffled_small_data(const std::string& path) {
   SplitMix64 g(7);
   for (size_t quarter : {1, 3})
     for (size_t i = 99; i > 0; --i) std::swap(reviews[quarter * 100 + i], reviews[quarter * 100 + g.below(i + 1)]);
+  fs::create_directories(fs::path(path).parent_path());
   write_file_atomically(path, reviews.dump());
   return path;
 }

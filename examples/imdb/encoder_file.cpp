@@ -74,6 +74,14 @@ void check_is_checkpoint_model(PretrainedEncoder& encoder, const std::string& wh
               "was stopped while it saved, leaving another step's encoder; `imdb pretrain --resume` with its flags "
               "writes the right one (or remove checkpoint.safetensors to fine-tune from this encoder as it is)",
               who, encoder.folder, kEncoderFile, checkpoint.step, checkpoint.total_steps);
+  // Its settings too (a checksum redone over another --validation, say): the checkpoint's, setting by setting.
+  const auto mine = encoder.config.to_metadata(), its = checkpoint.config.train.to_metadata();
+  for (const auto& [key, value] : mine) {
+    auto it = its.find(key);
+    EMBER_CHECK(it != its.end() && it->second == value, "{} {}: {} records {} = {}, the checkpoint beside it {}: they "
+                "are not of one run", who, encoder.folder, kEncoderFile, key, value.substr(0, 40),
+                it == its.end() ? std::string("nothing") : it->second.substr(0, 40));
+  }
   encoder.step = checkpoint.step;
   encoder.total_steps = checkpoint.total_steps;
 }

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <cstddef>
 #include <csignal>
@@ -95,14 +96,19 @@ void check_training_config(const TrainConfig& c) {
 }
 
 // An option's value may not look like a flag: `--out --resume` is a missing value, not a folder
-// named "--resume". (CLI11 would take it.)
+// named "--resume". (CLI11 would take it.) Nor may a path be empty: `--init ""` (a variable that was not set)
+// trained from scratch without a word, and `--run ""` read "/model.safetensors".
 void check_no_flag_values(const CLI::App& app) {
+  static const std::vector<std::string> paths = {"--out", "--init", "--data", "--data-dir", "--run", "--compare", "--file"};
   for (const CLI::App* command : app.get_subcommands()) {
     for (const CLI::Option* option : command->get_options()) {
       if (option->get_type_size() == 0) continue;  // a switch
-      for (const std::string& value : option->results())
+      for (const std::string& value : option->results()) {
         if (value.rfind("--", 0) == 0)
           throw UsageError(fmt::format("{} needs a value, got the flag '{}'", option->get_name(), value));
+        if (value.empty() && std::find(paths.begin(), paths.end(), option->get_name()) != paths.end())
+          throw UsageError(fmt::format("{} needs a path, got an empty one", option->get_name()));
+      }
     }
   }
 }

@@ -119,6 +119,7 @@ NbsvmResult train_nbsvm(const NbsvmConfig& c) {
   const std::string path = c.run.out + kNbsvmFile;
   // Nothing is written over another run (an NBSVM's included: nbsvm has no --resume) unless --overwrite.
   check_run_folder_kind(c.run.out, RunKind::nbsvm, "nbsvm", c.run.overwrite, false);
+  check_run_files_writable(c.run.out, {"vocab.txt", "nbsvm.safetensors"});
   const Data data = prepare_data(c.run);
   EMBER_CHECK(!data.train_tokens.empty(), "nbsvm: there are no training reviews");
   const std::vector<std::vector<int32_t>> train_sets = ngram_sets(data.train_tokens, c);

@@ -5,6 +5,7 @@
 #include "examples/imdb/pretrain.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -13,10 +14,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -70,29 +73,75 @@ PretrainState read_state(const nn::Metadata& meta, const std::string& path) {
               kPretrainCheckpointFormat,
               format.rfind("ember-imdb-checkpoint", 0) == 0 ? " (a classifier's checkpoint: resume it with "
                                                              "`imdb train --resume`)" : "");
-  auto integer = [&](const char* key, int64_t max) {
-    std::optional<int64_t> value = parse_integer(entry(meta, path, key), 0, max);
-    EMBER_CHECK(value.has_value(), "'{}': '{}' = '{}' is not an integer in [0, {}]", path, key,
-                entry(meta, path, key).substr(0, 40), max);
+  auto integer = [&](const char* key, int64_t min, int64_t max) {
+    std::optional<int64_t> value = parse_integer(entry(meta, path, key), min, max);
+    EMBER_CHECK(value.has_value(), "'{}': '{}' = '{}' is not an integer in [{}, {}]", path, key,
+                entry(meta, path, key).substr(0, 40), min, max);
     return *value;
   };
   PretrainState saved;
-  saved.step = integer("step", optim::Optimizer::max_steps);
-  saved.total_steps = integer("total_steps", optim::Optimizer::max_steps);
+  saved.step = integer("step", 0, optim::Optimizer::max_steps);
+  saved.total_steps = integer("total_steps", 1, optim::Optimizer::max_steps);
   EMBER_CHECK(saved.step <= saved.total_steps, "'{}': step {} is past the end of the run ({} steps)", path, saved.step,
               saved.total_steps);
-  saved.epoch_correct = integer("epoch_correct", optim::Optimizer::max_steps);
-  saved.epoch_masked = integer("epoch_masked", optim::Optimizer::max_steps);
-  std::optional<uint64_t> offset = parse_unsigned(entry(meta, path, "generator_offset"));
-  EMBER_CHECK(offset.has_value(), "'{}': 'generator_offset' is not an unsigned integer", path);
+  saved.epoch_correct = integer("epoch_correct", 0, optim::Optimizer::max_steps);
+  saved.epoch_masked = integer("epoch_masked", 0, optim::Optimizer::max_steps);
+  const std::string& offset_text = entry(meta, path, "generator_offset");
+  std::optional<uint64_t> offset = parse_unsigned(offset_text);
+  EMBER_CHECK(offset.has_value(), "'{}': 'generator_offset' = '{}' is not an unsigned integer", path,
+              offset_text.substr(0, 40));
   saved.generator_offset = *offset;
+  // Written in hex ("%a"), so that it reads back to the same double.
   const std::string& sum = entry(meta, path, "epoch_loss_sum");
   char* end = nullptr;
-  saved.epoch_loss_sum = std::strtod(sum.c_str(), &end);
-  EMBER_CHECK(!sum.empty() && end == sum.c_str() + sum.size() && std::isfinite(saved.epoch_loss_sum),
-              "'{}': 'epoch_loss_sum' = '{}' is not a finite number", path, sum.substr(0, 40));
+  saved.epoch_loss_sum = sum.empty() || std::isspace(static_cast<unsigned char>(sum[0])) ? NAN
+                                                                                        : std::strtod(sum.c_str(), &end);
+  EMBER_CHECK(end == sum.c_str() + sum.size() && std::isfinite(saved.epoch_loss_sum) && saved.epoch_loss_sum >= 0,
+              "'{}': 'epoch_loss_sum' = '{}' is not a finite number >= 0", path, sum.substr(0, 40));
   saved.data_fingerprint = entry(meta, path, "data_fingerprint");
+  EMBER_CHECK(saved.data_fingerprint.size() == 64 &&
+                  saved.data_fingerprint.find_first_not_of("0123456789abcdef") == std::string::npos,
+              "'{}': 'data_fingerprint' is not a SHA-256 in hex", path);
   return saved;
+}
+
+// What a pretraining checkpoint's file says, checked before any model is built from it: its format and state
+// (`state`), its settings parsed in full, its tensors' prefixes, the model's sizes against the tensors.
+PretrainCheckpoint checked_read(const std::string& path, nn::TensorMap tensors, const nn::Metadata& meta,
+                                PretrainState& state) {
+  PretrainCheckpoint read;
+  read.tensors = std::move(tensors);
+  state = read_state(meta, path);
+  read.step = state.step;
+  read.total_steps = state.total_steps;
+  try {
+    read.config.train = TrainConfig::from_metadata(meta);
+    const std::optional<int64_t> steps = parse_integer(entry(meta, path, "pretrain_steps"), 0, optim::Optimizer::max_steps);
+    EMBER_CHECK(steps.has_value(), "'pretrain_steps' is not an integer in [0, {}]", optim::Optimizer::max_steps);
+    read.config.steps = *steps;
+    const std::string& rates = entry(meta, path, "mask_rates");
+    std::vector<double> values;
+    for (size_t begin = 0; begin <= rates.size();) {
+      const size_t comma = std::min(rates.find(',', begin), rates.size());
+      const std::optional<double> value = parse_real(rates.substr(begin, comma - begin), 0.0, 1.0);
+      EMBER_CHECK(value.has_value(), "'mask_rates' = '{}' is not three numbers in [0, 1]", rates.substr(0, 60));
+      values.push_back(*value);
+      begin = comma + 1;
+    }
+    EMBER_CHECK(values.size() == 3, "'mask_rates' = '{}' is not three numbers in [0, 1]", rates.substr(0, 60));
+    read.config.rates = {values[0], values[1], values[2]};
+  } catch (const Error& e) {
+    fail("'{}': {}", path, e.what());
+  }
+  const nn::ClassifierConfig& model_config = read.config.train.model;
+  for (const auto& [name, t] : read.tensors)
+    EMBER_CHECK(name.rfind("model.", 0) == 0 || name.rfind("optim.", 0) == 0,
+                "'{}': unexpected tensor '{}' (a checkpoint holds model.* and optim.* only)", path, name);
+  // The sizes against the tensors before anything is built from them (the classifier's head: none to check).
+  nn::TensorMap with_head = nn::with_prefix_removed(read.tensors, "model.");
+  with_head.emplace("head.weight", zeros({model_config.classes, model_config.dim}));
+  check_settings_match_tensors(model_config, with_head, path);
+  return read;
 }
 
 // Loads a checkpoint's model.* and optim.* tensors into `model` and `optimizer` (names, shapes, dtypes, every moment),
@@ -172,6 +221,7 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
     check_output_folder(train_.out);
     lock_.emplace(train_.out);
     check_run_folder_kind(train_.out, RunKind::pretraining, "pretrain", train_.overwrite, train_.resume);
+    check_run_files_writable(train_.out, {"vocab.txt", "metrics.jsonl", "checkpoint.safetensors", kEncoderFile});
   });
   signals_.emplace();
   if (train_.threads > 0) {
@@ -243,7 +293,8 @@ void PretrainRun::resume() {
   try {
     const std::string& path = checkpoint_path_;
     try {
-      PretrainState saved = read_state(meta, path);
+      PretrainState saved;
+      const PretrainCheckpoint read = checked_read(path, std::move(tensors), meta, saved);
       const std::map<std::string, std::string> wanted = config_.to_metadata();
       for (const auto& [key, value] : wanted) {
         // A setting added after the file was written reads as what such a file means (setting_table.h's `before`).
@@ -256,7 +307,7 @@ void PretrainRun::resume() {
                   "vocabulary or reviews differ); give the same --data, --limit and --validation, or a new --out", path);
       EMBER_CHECK(saved.total_steps == state_.total_steps, "{} is at step {} of a run of {} steps; these settings make "
                   "{}", path, saved.step, saved.total_steps, state_.total_steps);
-      load_pretrain_state(path, tensors, meta, saved.step, *model_, *optimizer_);
+      load_pretrain_state(path, read.tensors, meta, saved.step, *model_, *optimizer_);
       state_ = saved;
     } catch (const Error& e) {
       fail("resume: {}", e.what());
@@ -444,40 +495,11 @@ std::map<std::string, std::string> PretrainConfig::to_metadata() const {
 
 PretrainCheckpoint check_pretrain_checkpoint(const std::string& path) {
   nn::Metadata meta;
-  PretrainCheckpoint read;
-  read.tensors = nn::load_weights(path, &meta);  // a NaN or an infinity is refused, naming the tensor
-  const PretrainState state = read_state(meta, path);
-  read.step = state.step;
-  read.total_steps = state.total_steps;
-  try {
-    read.config.train = TrainConfig::from_metadata(meta);
-    const std::optional<int64_t> steps = parse_integer(entry(meta, path, "pretrain_steps"), 0, optim::Optimizer::max_steps);
-    EMBER_CHECK(steps.has_value(), "'pretrain_steps' is not an integer in [0, {}]", optim::Optimizer::max_steps);
-    read.config.steps = *steps;
-    const std::string& rates = entry(meta, path, "mask_rates");
-    std::vector<double> values;
-    for (size_t begin = 0; begin <= rates.size();) {
-      const size_t comma = std::min(rates.find(',', begin), rates.size());
-      const std::optional<double> value = parse_real(rates.substr(begin, comma - begin), 0.0, 1.0);
-      EMBER_CHECK(value.has_value(), "'mask_rates' = '{}' is not three numbers in [0, 1]", rates.substr(0, 60));
-      values.push_back(*value);
-      begin = comma + 1;
-    }
-    EMBER_CHECK(values.size() == 3, "'mask_rates' = '{}' is not three numbers in [0, 1]", rates.substr(0, 60));
-    read.config.rates = {values[0], values[1], values[2]};
-  } catch (const Error& e) {
-    fail("'{}': {}", path, e.what());
-  }
-  const nn::ClassifierConfig& model_config = read.config.train.model;
-  for (const auto& [name, t] : read.tensors)
-    EMBER_CHECK(name.rfind("model.", 0) == 0 || name.rfind("optim.", 0) == 0,
-                "'{}': unexpected tensor '{}' (a checkpoint holds model.* and optim.* only)", path, name);
-  // The sizes against the tensors before anything is built from them (the classifier's head: none to check).
-  nn::TensorMap with_head = nn::with_prefix_removed(read.tensors, "model.");
-  with_head.emplace("head.weight", zeros({model_config.classes, model_config.dim}));
-  check_settings_match_tensors(model_config, with_head, path);
+  nn::TensorMap tensors = nn::load_weights(path, &meta);  // a NaN or an infinity is refused, naming the tensor
+  PretrainState state;
+  PretrainCheckpoint read = checked_read(path, std::move(tensors), meta, state);
   Generator gen(0);
-  MaskedTokenModel model(model_config, gen);
+  MaskedTokenModel model(read.config.train.model, gen);
   optim::AdamW optimizer(parameter_groups(model, read.config.train.weight_decay), read.config.train.lr);
   load_pretrain_state(path, read.tensors, meta, read.step, model, optimizer);
   read.parameters = model.num_parameters();
@@ -485,8 +507,16 @@ PretrainCheckpoint check_pretrain_checkpoint(const std::string& path) {
 }
 
 std::string rebuild_pretrain_report(const std::string& folder) {
-  const PretrainCheckpoint read = check_pretrain_checkpoint(folder + "/checkpoint.safetensors");
-  write_pretrain_report(folder, read.config.to_metadata(), read.parameters);
+  const std::string path = folder + "/checkpoint.safetensors";
+  std::error_code error;
+  if (std::filesystem::exists(std::filesystem::symlink_status(path, error))) {
+    const PretrainCheckpoint read = check_pretrain_checkpoint(path);
+    write_pretrain_report(folder, read.config.to_metadata(), read.parameters);
+  } else {  // an encoder kept without its checkpoint: its settings (no --steps or masking rates recorded there)
+    const PretrainedEncoder encoder = load_encoder(folder, "report");
+    Generator gen(0);
+    write_pretrain_report(folder, encoder.config.to_metadata(), MaskedTokenModel(encoder.config.model, gen).num_parameters());
+  }
   return folder + "/report.html";
 }
 

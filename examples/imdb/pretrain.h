@@ -64,8 +64,9 @@ struct PretrainCheckpoint {
 };
 PretrainCheckpoint check_pretrain_checkpoint(const std::string& path);
 
-// report.html of a pretraining folder written again from its metrics.jsonl and checkpoint (imdb report --run);
-// returns its path.
+// report.html of a pretraining folder written again from its metrics.jsonl and checkpoint (imdb report --run), or
+// without a checkpoint from its encoder's settings (which do not record --steps or the masking rates); returns its
+// path.
 std::string rebuild_pretrain_report(const std::string& folder);
 
 }  // namespace ember::imdb

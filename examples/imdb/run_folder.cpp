@@ -159,6 +159,15 @@ void remove_run_files(const std::string& folder) {
   }
 }
 
+void check_run_files_writable(const std::string& folder, const std::vector<std::string>& names) {
+  namespace fs = std::filesystem;
+  for (const std::string& name : names) {
+    std::error_code error;
+    EMBER_CHECK(!fs::is_directory(fs::symlink_status(folder + "/" + name, error)), "{}/{} is a folder: the run could "
+                "not write its {} there; remove it, or give another --out", folder, name, name);
+  }
+}
+
 void check_resume_has_checkpoint(const std::string& path, const std::string& command) {
   namespace fs = std::filesystem;
   std::error_code error;

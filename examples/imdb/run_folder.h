@@ -46,6 +46,9 @@ void check_run_folder_kind(const std::string& folder, RunKind mine, const std::s
 void remove_run_files(const std::string& folder);
 // The names remove_run_files removes.
 const std::vector<std::string>& run_file_names();
+// Before a run writes anything: an ember::Error naming the file if one of `names` in `folder` is a folder, which the
+// run's atomic writes cannot replace (the run failed at its first save, after its first epoch or pretraining steps).
+void check_run_files_writable(const std::string& folder, const std::vector<std::string>& names);
 // --resume: an ember::Error naming `command` and the folder if `path` (its checkpoint) does not exist.
 void check_resume_has_checkpoint(const std::string& path, const std::string& command);
 

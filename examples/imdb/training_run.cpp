@@ -171,6 +171,7 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
     lock_.emplace(config_.out);
     check_init_is_not_out(config_);
     check_run_folder_kind(config_.out, RunKind::classifier, "train", config_.overwrite, config_.resume);
+    check_run_files_writable(config_.out, {"vocab.txt", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors"});
   });
   signals_.emplace();
   if (config_.threads > 0) {
