@@ -119,6 +119,8 @@ PretrainCheckpoint checked_read(const std::string& path, nn::TensorMap tensors, 
     const std::optional<int64_t> steps = parse_integer(entry(meta, path, "pretrain_steps"), 0, optim::Optimizer::max_steps);
     EMBER_CHECK(steps.has_value(), "'pretrain_steps' is not an integer in [0, {}]", optim::Optimizer::max_steps);
     read.config.steps = *steps;
+    EMBER_CHECK(*steps == 0 || *steps == state.total_steps, "'pretrain_steps' = {} but 'total_steps' = {}: a run of "
+                "--steps N has N steps", *steps, state.total_steps);
     const std::string& rates = entry(meta, path, "mask_rates");
     std::vector<double> values;
     for (size_t begin = 0; begin <= rates.size();) {
