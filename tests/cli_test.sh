@@ -41,6 +41,10 @@ expect "report of a metrics line with step 1e300" 1 "hugestep/metrics.jsonl:3: f
 expect "stop part-way" 0 "stopped after 3 of 26 steps" -- "$IMDB" train "${small[@]}" --epochs 2 --stop-after 3 --out "$OUT/part"
 expect "report of a run stopped before its first epoch ended (checkpoint only)" 0 "report.html" -- "$IMDB" report --run "$OUT/part" --data "$DATA"
 expect "check a checkpoint" 0 "checkpoint OK: step 3 of 26" -- "$IMDB" check --run "$OUT/part"
+# A --resume already at --stop-after trains nothing (it trained one step more).
+checkpoint=$(sha256sum < "$OUT/part/checkpoint.safetensors")
+expect "resume at --stop-after" 0 "stopped after 3 of 26 steps" -- "$IMDB" train "${small[@]}" --epochs 2 --stop-after 3 --resume --out "$OUT/part"
+[ "$checkpoint" = "$(sha256sum < "$OUT/part/checkpoint.safetensors")" ] && pass "... leaves its checkpoint as it was" || failed "a resume at --stop-after trained"
 # A refused --resume (one setting mistyped) changes no file of the run (vocab.txt was overwritten first).
 before=$(cd "$OUT/part" && sha256sum checkpoint.safetensors metrics.jsonl vocab.txt)
 expect "resume with other settings" 1 "written with other settings: epochs is 2 there but 3 here" -- "$IMDB" train "${small[@]}" --epochs 3 --resume --out "$OUT/part"
@@ -181,6 +185,9 @@ expect "predict needs a review" 2 "exactly one of --text or --file" -- "$IMDB" p
 expect "pretrain" 0 "encoder in $OUT/pre/encoder.safetensors" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --out "$OUT/pre"
 grep -q 'id="pretrain-accuracy"' "$OUT/pre/report.html" && pass "pretrain's report.html has its accuracy chart" || failed "pretrain's report.html has no accuracy chart"
 expect "pretrain stopped part-way" 0 "stopped after 3 of 6 steps" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --stop-after 3 --out "$OUT/pre-part"
+checkpoint=$(sha256sum < "$OUT/pre-part/checkpoint.safetensors")
+expect "pretrain resumed at --stop-after" 0 "stopped after 3 of 6 steps" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --stop-after 3 --resume --out "$OUT/pre-part"
+[ "$checkpoint" = "$(sha256sum < "$OUT/pre-part/checkpoint.safetensors")" ] && pass "... trains nothing" || failed "a pretraining resumed at --stop-after trained"
 expect "pretrain resumed" 0 "pretrained 6 steps" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --resume --out "$OUT/pre-part"
 cmp -s "$OUT/pre/encoder.safetensors" "$OUT/pre-part/encoder.safetensors" && pass "a resumed pretraining writes the uninterrupted run's encoder" || failed "a resumed pretraining's encoder differs"
 expect "train --init" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --out "$OUT/fine"
@@ -212,6 +219,12 @@ print(json.loads(f.read(n))["__metadata__"].get(sys.argv[2], "(none)"))' "$1" "$
 [ "$(setting_of "$OUT/ensemble/transformer/model.safetensors" ffn_dim)" = 24 ] && pass "--encoder reached the Transformer" || failed "--encoder: Transformer ffn_dim $(setting_of "$OUT/ensemble/transformer/model.safetensors" ffn_dim)"
 [ "$(setting_of "$OUT/ensemble/nbsvm/nbsvm.safetensors" validation)" = 20 ] && pass "the ensemble script's NBSVM held out the same reviews" || failed "the ensemble script's NBSVM held out $(setting_of "$OUT/ensemble/nbsvm/nbsvm.safetensors" validation), not --validation=20"
 [ "$(setting_of "$OUT/ensemble/transformer/model.safetensors" lr)" = 0.001 ] && pass "the ensemble script fine-tunes the pretrained Transformer at --lr 1e-3" || failed "the ensemble script's fine-tune: lr $(setting_of "$OUT/ensemble/transformer/model.safetensors" lr)"
+# Run again into the same folder: refused at its NBSVM (never written over unless asked), then with --overwrite
+# passed on to each of its commands, the same three runs again, byte for byte.
+ensemble_files=$(cd "$OUT/ensemble" && sha256sum pretrain/encoder.safetensors transformer/model.safetensors nbsvm/nbsvm.safetensors)
+expect "the ensemble script again into its folder" 1 "$OUT/ensemble/nbsvm/nbsvm.safetensors exists: a trained NBSVM is never overwritten unless asked" -- env EMBER_IMDB="$IMDB" EMBER_PRETRAIN_STEPS=8 bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble" --pretrain --encoder "--ffn 24 --heads 4" "${small[@]}" --max-len 32 --attention window:8,global:1 --dim 16 --validation=20 --threads=1 --quiet
+expect "... and with --overwrite" 0 "validation accuracy" -- env EMBER_IMDB="$IMDB" EMBER_PRETRAIN_STEPS=8 bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble" --pretrain --encoder "--ffn 24 --heads 4" "${small[@]}" --max-len 32 --attention window:8,global:1 --dim 16 --validation=20 --threads=1 --quiet --overwrite
+[ "$ensemble_files" = "$(cd "$OUT/ensemble" && sha256sum pretrain/encoder.safetensors transformer/model.safetensors nbsvm/nbsvm.safetensors)" ] && pass "... the same runs again" || failed "the ensemble script with --overwrite wrote other runs"
 expect "the ensemble script's --encoder without its flags" 2 "--encoder needs its flags" -- bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble-bad" --encoder
 # NBSVM (imdb nbsvm): trained, evaluated alone and beside a Transformer, never overwritten; a Transformer's flag refused.
 nb=(--data "$DATA" --buckets 65536 --epochs 2 --lr 0.05 --batch-size 16 --quiet)

@@ -361,11 +361,12 @@ void PretrainRun::save_encoder_file() {
 PretrainResult PretrainRun::run() {
   const auto run_start = Clock::now();
   int64_t& step = state_.step;
-  // A --resume of a run that had finished (killed after its last checkpoint, or its encoder lost): nothing to
-  // train, but its encoder is written again from the checkpoint's model, the same bytes as the run's own.
+  // A --resume with nothing to train: the run had finished (killed after its last checkpoint, or its encoder lost),
+  // or it is at --stop-after already (it trained one step more). Its encoder is written again from the checkpoint's
+  // model, the same bytes as the run's own.
   result_.already_finished = train_.resume && step == state_.total_steps;
-  if (result_.already_finished) distributed::on_root(world_, [&] { save_encoder_file(); });
-  bool stop = false;
+  bool stop = train_.stop_after > 0 && step >= train_.stop_after;
+  if (train_.resume && (result_.already_finished || stop)) distributed::on_root(world_, [&] { save_encoder_file(); });
   while (step < state_.total_steps && !stop) {
     const int64_t epoch = step / steps_per_epoch_;
     const int64_t epoch_end = std::min(state_.total_steps, (epoch + 1) * steps_per_epoch_);

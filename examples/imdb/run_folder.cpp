@@ -132,7 +132,7 @@ void check_run_folder_kind(const std::string& folder, RunKind mine, const std::s
            "add --overwrite to replace it", command, folder, found.evidence, found.problem, this_run);
     }
     EMBER_CHECK(found.kind != RunKind::nbsvm || mine != RunKind::nbsvm, "{}: {}/nbsvm.safetensors exists: a trained "
-                "NBSVM is never overwritten (another --out, or --overwrite to replace it)", command, folder);
+                "NBSVM is never overwritten unless asked (another --out, or --overwrite to replace it)", command, folder);
     EMBER_CHECK(!resume, "{} --resume: {} holds {} (its {}), not {} to continue", command, folder,
                 run_kind_text(found.kind), found.evidence, run_kind_text(mine));
     fail("{}: {} holds {} (its {}): give {} a folder of its own (another --out), or add --overwrite to replace what "

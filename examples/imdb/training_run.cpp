@@ -273,7 +273,9 @@ void TrainingRun::print_setup() const {
 
 RunResult TrainingRun::run() {
   const auto run_start = Clock::now();
-  while (state_.step < total_steps_)
+  // A --resume already at --stop-after trains nothing (it trained one step more).
+  const bool at_stop = config_.stop_after > 0 && state_.step >= config_.stop_after;
+  while (state_.step < total_steps_ && !at_stop)
     if (!train_epoch(state_.step / steps_per_epoch_)) break;
   result_.steps = state_.step;
   result_.graph_replays = step_->graph_replays();
