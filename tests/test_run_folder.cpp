@@ -22,6 +22,8 @@
 using namespace ember;
 using namespace ember::imdb;
 using ember::testing::check_error;
+using ember::testing::file_contents;
+using ember::testing::folder_files;
 namespace fs = std::filesystem;
 
 namespace {
@@ -51,20 +53,6 @@ NbsvmConfig nbsvm_config(const std::string& name) {
 }
 
 void pretrain(const PretrainConfig& c) { imdb::pretrain(c, *distributed::make_single_process_group()); }
-
-std::string contents(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// Every regular file of the folder but the lock (a refused command may create it), with its bytes.
-std::map<std::string, std::string> snapshot(const std::string& folder) {
-  std::map<std::string, std::string> files;
-  for (const auto& entry : fs::directory_iterator(folder))
-    if (entry.is_regular_file() && entry.path().filename() != ".lock")
-      files[entry.path().filename().string()] = contents(entry.path().string());
-  return files;
-}
 
 std::vector<RunKind> kinds(const std::string& folder) {
   std::vector<RunKind> out;
@@ -154,9 +142,9 @@ TEST_CASE("run folders: a run of one kind into a folder of another is refused be
   fs::create_directories(ensemble);
   write_file_atomically(ensemble + "/ensemble.txt", "test accuracy 50.00% on 200 reviews\n");
   auto refused = [&](const std::string& folder, auto&& run, const std::string& fragment) {
-    const auto before = snapshot(folder);
+    const auto before = folder_files(folder);
     check_error(run, fragment);
-    CHECK(snapshot(folder) == before);
+    CHECK(folder_files(folder) == before);
   };
   TrainConfig train_into = classifier_config("x");
   PretrainConfig pretrain_into = pretrain_config("x");
@@ -206,7 +194,7 @@ TEST_CASE("run folders: a run of one kind into a folder of another is refused be
   TrainConfig again = r.classifier;
   again.out = cls;
   CHECK(train(again).finished);
-  CHECK(contents(cls + "/model.safetensors") == contents(r.classifier.out + "/model.safetensors"));
+  CHECK(file_contents(cls + "/model.safetensors") == file_contents(r.classifier.out + "/model.safetensors"));
 }
 
 TEST_CASE("run folders: --overwrite replaces a run of another kind, leaving only the new run's files") {
@@ -220,7 +208,7 @@ TEST_CASE("run folders: --overwrite replaces a run of another kind, leaving only
   CHECK(kinds(pre) == std::vector<RunKind>{RunKind::classifier});
   CHECK_FALSE(fs::exists(pre + "/encoder.safetensors"));
   for (const char* file : {"checkpoint.safetensors", "model.safetensors", "vocab.txt"})  // the run it would be anywhere
-    CHECK_MESSAGE(contents(pre + "/" + file) == contents(r.classifier.out + "/" + file), file);
+    CHECK_MESSAGE(file_contents(pre + "/" + file) == file_contents(r.classifier.out + "/" + file), file);
   // A pretraining over a classifier's run, an NBSVM over a pretraining, an NBSVM over an NBSVM.
   const std::string cls = copy_of(r.classifier.out, "over-cls");
   PretrainConfig pretrain_over = r.pretraining;
@@ -229,15 +217,15 @@ TEST_CASE("run folders: --overwrite replaces a run of another kind, leaving only
   pretrain(pretrain_over);
   CHECK(kinds(cls) == std::vector<RunKind>{RunKind::pretraining});
   CHECK_FALSE(fs::exists(cls + "/model.safetensors"));
-  CHECK(contents(cls + "/encoder.safetensors") == contents(r.pretraining.train.out + "/encoder.safetensors"));
+  CHECK(file_contents(cls + "/encoder.safetensors") == file_contents(r.pretraining.train.out + "/encoder.safetensors"));
   NbsvmConfig nbsvm_over = r.nbsvm;
   nbsvm_over.run.overwrite = true;
   nbsvm_over.run.out = cls;
   train_nbsvm(nbsvm_over);
   CHECK(kinds(cls) == std::vector<RunKind>{RunKind::nbsvm});
-  CHECK(snapshot(cls) == snapshot(r.nbsvm.run.out));  // nbsvm.safetensors and vocab.txt, nothing else
+  CHECK(folder_files(cls) == folder_files(r.nbsvm.run.out));  // nbsvm.safetensors and vocab.txt, nothing else
   train_nbsvm(nbsvm_over);
-  CHECK(snapshot(cls) == snapshot(r.nbsvm.run.out));
+  CHECK(folder_files(cls) == folder_files(r.nbsvm.run.out));
 }
 
 TEST_CASE("run folders: --overwrite removes a run's files only: a link, not what it points to; no other file or folder") {
@@ -258,8 +246,8 @@ TEST_CASE("run folders: --overwrite removes a run's files only: a link, not what
   for (const auto& entry : fs::directory_iterator(folder)) left.push_back(entry.path().filename().string());
   std::sort(left.begin(), left.end());
   CHECK(left == std::vector<std::string>{"metrics.jsonl", "notes.txt", "transformer"});
-  CHECK(contents(elsewhere + "/model.safetensors") == "another run's model");
-  CHECK(contents(folder + "/transformer/vocab.txt") == "a member's");
+  CHECK(file_contents(elsewhere + "/model.safetensors") == "another run's model");
+  CHECK(file_contents(folder + "/transformer/vocab.txt") == "a member's");
 }
 
 TEST_CASE("run folders: imdb check, report and eval read each kind as what it is") {
@@ -290,10 +278,10 @@ TEST_CASE("run folders: imdb check, report and eval read each kind as what it is
   CHECK(members[3].rfind("transformer: checkpoint OK: step 13 of 13", 0) == 0);
   // A pretraining's report.html rebuilt is the page the run wrote; an ensemble's are its members' (no NBSVM page).
   const std::string& pre = r.pretraining.train.out;
-  const std::string page = contents(pre + "/report.html");  // (the page names its folder)
+  const std::string page = file_contents(pre + "/report.html");  // (the page names its folder)
   fs::remove(pre + "/report.html");
   CHECK(rebuild_folder_reports(pre, r.classifier, {4}, 0) == std::vector<std::string>{pre + "/report.html"});
-  CHECK(contents(pre + "/report.html") == page);
+  CHECK(file_contents(pre + "/report.html") == page);
   CHECK(rebuild_folder_reports(ensemble, r.classifier, {4}, 0) ==
         std::vector<std::string>{ensemble + "/pretrain/report.html", ensemble + "/transformer/report.html"});
   check_error([&] { rebuild_folder_reports(r.nbsvm.run.out, r.classifier, {4}, 0); }, "imdb nbsvm writes no report");

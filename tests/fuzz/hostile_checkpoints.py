@@ -281,6 +281,20 @@ def metadata_mutations(target, step_keys):
     return m
 
 
+def moment_mutations(add, reseal):
+    """AdamW's moments in a checkpoint (a classifier's or a pretraining's) broken: one or all missing, NaN, negative."""
+    sealed = ", checksum redone" if reseal else ""
+    add("one moment missing" + sealed, with_tensors(lambda ts: [t for t in ts if t[0] != "optim.3.exp_avg"], reseal),
+        reject("has '3.exp_avg_sq' but no '3.exp_avg'"))
+    add("every moment missing" + sealed, with_tensors(lambda ts: [t for t in ts if not t[0].startswith("optim.") or
+                                                                  t[0] == "optim.step"], reseal),
+        reject("lacks 'optim.0.exp_avg'"))
+    add("NaN in a moment" + sealed, set_value("optim.0.exp_avg", struct.pack("<f", float("nan")), reseal),
+        reject("holds NaN"))
+    add("a negative second moment" + sealed, set_value("optim.0.exp_avg_sq", struct.pack("<f", -1.0), reseal),
+        reject("a second moment must be >= 0", "differ from the checksum"))
+
+
 def checkpoint_mutations(step, total):
     m = structure_mutations("checkpoint", "model.head.weight")
     m += metadata_mutations("checkpoint", [
@@ -321,13 +335,8 @@ def checkpoint_mutations(step, total):
         for value in (-1, 2**63 - 1, -2**63, step + 1):
             add(f"optim.step = {value}" + sealed, with_tensors(int64_step(value), reseal),
                 reject(f"the optimiser has taken {value} steps"))
-        add("one moment missing" + sealed, with_tensors(drop("optim.3.exp_avg"), reseal),
-            reject("has '3.exp_avg_sq' but no '3.exp_avg'"))
         add("both moments of a parameter missing" + sealed, with_tensors(drop("optim.3.exp_avg", "optim.3.exp_avg_sq"),
                                                                          reseal), reject("lacks 'optim.3.exp_avg'"))
-        add("every moment missing" + sealed, with_tensors(lambda ts: [t for t in ts if not t[0].startswith("optim.") or
-                                                                      t[0] == "optim.step"], reseal),
-            reject("lacks 'optim.0.exp_avg'"))
         add("moment index not a number" + sealed, with_tensors(rename("optim.3.exp_avg", "optim.x.exp_avg"), reseal),
             reject("unexpected entry 'x.exp_avg'"))
         add("moment index with a leading zero" + sealed, with_tensors(rename("optim.3.exp_avg", "optim.03.exp_avg"), reseal),
@@ -341,10 +350,7 @@ def checkpoint_mutations(step, total):
         add("moments of two parameters swapped" + sealed, with_tensors(
             lambda ts: rename("optim.0.exp_avg", "optim.T")(ts) or rename("optim.1.exp_avg", "optim.0.exp_avg")(ts) or
             rename("optim.T", "optim.1.exp_avg")(ts), reseal), reject("optimizer state: '", "differ from the checksum"))
-        add("NaN in a moment" + sealed, set_value("optim.0.exp_avg", struct.pack("<f", float("nan")), reseal),
-            reject("holds NaN"))
-        add("a negative second moment" + sealed, set_value("optim.0.exp_avg_sq", struct.pack("<f", -1.0), reseal),
-            reject("a second moment must be >= 0", "differ from the checksum"))
+        moment_mutations(add, reseal)
     return m
 
 
@@ -352,16 +358,21 @@ def model_mutations():
     m = structure_mutations("model", "head.weight")
     m += metadata_mutations("model", [("vocab_sha256", "0" * 64, "vocab.txt is not the vocabulary"),
                                       ("vocab_sha256", None, "no 'vocab_sha256'")])
-    add = lambda name, fn, expected: m.append((f"model: {name}", "model", fn, expected))
-    add("tensor missing", with_tensors(lambda ts: [t for t in ts if t[0] != "head.bias"]), reject("'head.bias' is missing"))
-    add("tensor missing, checksum redone", with_tensors(lambda ts: [t for t in ts if t[0] != "head.bias"], True),
-        reject("'head.bias' is missing"))
+    weights_tensor_mutations(lambda name, fn, expected: m.append((f"model: {name}", "model", fn, expected)), "head.bias")
+    return m
+
+
+def weights_tensor_mutations(add, missing):
+    """A model's weights (a classifier's model file, an encoder): the tensor `missing` left out, one more, the names
+    a checkpoint gives them."""
+    for reseal in (False, True):
+        add("tensor missing" + (", checksum redone" if reseal else ""),
+            with_tensors(lambda ts: [t for t in ts if t[0] != missing], reseal), reject(f"'{missing}' is missing"))
     add("extra tensor, checksum redone", with_tensors(lambda ts: ts.append(["extra", "F32", [1], b"\0" * 4]), True),
         reject("unexpected: 'extra'"))
     add("checkpoint names (model. prefix), checksum redone",
         with_tensors(lambda ts: [t.__setitem__(0, "model." + t[0]) for t in ts] and None, True),
         reject("has no tensor 'token_embedding.weight'"))
-    return m
 
 
 def encoder_mutations():
@@ -379,15 +390,7 @@ def encoder_mutations():
     # A file from before the held-out reviews' fingerprint was recorded: compared by count, with a warning.
     add("metadata validation_reviews_sha256 removed, checksum redone",
         with_meta("validation_reviews_sha256", None, reseal=True), ACCEPT)
-    for reseal in (False, True):
-        sealed = ", checksum redone" if reseal else ""
-        add("tensor missing" + sealed, with_tensors(lambda ts: [t for t in ts if t[0] != "mlm_bias"], reseal),
-            reject("'mlm_bias' is missing"))
-    add("extra tensor, checksum redone", with_tensors(lambda ts: ts.append(["extra", "F32", [1], b"\0" * 4]), True),
-        reject("unexpected: 'extra'"))
-    add("checkpoint names (model. prefix), checksum redone",
-        with_tensors(lambda ts: [t.__setitem__(0, "model." + t[0]) for t in ts] and None, True),
-        reject("has no tensor 'token_embedding.weight'"))
+    weights_tensor_mutations(add, "mlm_bias")
     add("a weight's bits changed, checksum redone (another step's encoder)",
         set_value("blocks.0.fc1.weight", struct.pack("<f", 0.125), reseal=True),
         reject("is not the model of the checkpoint beside it (step 5 of 6)"))
@@ -431,15 +434,7 @@ def pretrain_checkpoint_mutations(step, total):
         add("optim.step missing" + sealed, with_tensors(drop("optim.step"), reseal), reject("step"))
         add(f"optim.step = {step + 1}" + sealed, with_tensors(lambda ts: find(ts, "optim.step").__setitem__(
             3, struct.pack("<q", step + 1)), reseal), reject(f"the optimiser has taken {step + 1} steps"))
-        add("one moment missing" + sealed, with_tensors(drop("optim.3.exp_avg"), reseal),
-            reject("has '3.exp_avg_sq' but no '3.exp_avg'"))
-        add("every moment missing" + sealed, with_tensors(lambda ts: [t for t in ts if not t[0].startswith("optim.") or
-                                                                      t[0] == "optim.step"], reseal),
-            reject("lacks 'optim.0.exp_avg'"))
-        add("NaN in a moment" + sealed, set_value("optim.0.exp_avg", struct.pack("<f", float("nan")), reseal),
-            reject("holds NaN"))
-        add("a negative second moment" + sealed, set_value("optim.0.exp_avg_sq", struct.pack("<f", -1.0), reseal),
-            reject("a second moment must be >= 0", "differ from the checksum"))
+        moment_mutations(add, reseal)
     return m
 
 
