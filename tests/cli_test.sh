@@ -328,6 +328,13 @@ expect "nbsvm --overwrite of a pretraining" 0 "test accuracy" -- "$IMDB" nbsvm "
 kill_mid_write "$OUT/over" nbsvm.safetensors "$IMDB" nbsvm "${nb[@]}" --overwrite --out "$OUT/over" && pass "nbsvm --overwrite killed mid-write of its model" || failed "the NBSVM's write did not begin"
 expect "check after that kill: the old NBSVM is gone, not half-replaced" 1 "check: $OUT/over holds no run" -- "$IMDB" check --run "$OUT/over"
 expect "nbsvm again in that folder" 0 "test accuracy" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/over"
+expect "compare into a pretraining's folder" 1 "compare: $OUT/pre holds a pretraining (its encoder.safetensors): give this comparison a folder of its own" -- "$IMDB" compare "${cmp[@]}" --out "$OUT/pre"
+# --init of a folder a pretraining is still writing (its encoder and checkpoint change under the reader): refused.
+"$IMDB" pretrain "${pre[@]}" --steps 100000 --out "$OUT/running" >/dev/null 2>&1 &
+running=$!
+for _ in $(seq 1 500); do [ -s "$OUT/running/metrics.jsonl" ] && break; sleep 0.02; done
+expect "--init of a pretraining still running" 1 "--init $OUT/running: a trainer is running there (it holds $OUT/running/.lock)" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/running" --out "$OUT/running-fine"
+kill -KILL $running 2>/dev/null; wait $running 2>/dev/null
 # check, report, eval and predict know every kind of folder.
 expect "check of the ensemble script's folder: each of its runs" 0 "transformer: checkpoint OK" -- "$IMDB" check --run "$OUT/ensemble"
 grep -q "^nbsvm: NBSVM OK" <<<"$out" && grep -q "^pretrain: encoder OK: the model of step 4 of 8" <<<"$out" && pass "... its NBSVM and its pretraining too" || failed "check of the ensemble's folder: $out"

@@ -122,8 +122,10 @@ std::string run_kind_text(RunKind kind) {
 void check_run_folder_kind(const std::string& folder, RunKind mine, const std::string& command, bool overwrite,
                            bool resume) {
   if (overwrite) return;
-  const std::string this_run = mine == RunKind::classifier ? "this classifier's run"
-                               : mine == RunKind::pretraining ? "this pretraining" : "this NBSVM";
+  const std::string this_run = mine == RunKind::classifier    ? "this classifier's run"
+                               : mine == RunKind::pretraining ? "this pretraining"
+                               : mine == RunKind::comparison  ? "this comparison"
+                                                              : "this NBSVM";
   for (const RunKindFound& found : run_kinds_in(folder)) {
     if (found.kind == mine && mine != RunKind::nbsvm) continue;  // a run of its own kind: started over, or --resume
     if (found.kind == RunKind::unknown) {
@@ -174,6 +176,15 @@ void check_resume_has_checkpoint(const std::string& path, const std::string& com
   EMBER_CHECK(fs::exists(fs::symlink_status(path, error)), "{} --resume: there is no {} to continue from (the run "
               "stopped before its first checkpoint, or this is another folder): run it without --resume to start it",
               command, path);
+}
+
+bool run_in_progress(const std::string& folder) {
+  const std::string path = folder + "/.lock";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // no lock file: no trainer has run there
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // (releases the shared lock, if it was taken)
+  return held;
 }
 
 RunLock::RunLock(const std::string& folder) {

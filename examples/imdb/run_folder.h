@@ -52,6 +52,9 @@ void check_run_files_writable(const std::string& folder, const std::vector<std::
 // --resume: an ember::Error naming `command` and the folder if `path` (its checkpoint) does not exist.
 void check_resume_has_checkpoint(const std::string& path, const std::string& command);
 
+// True while a trainer holds folder/.lock (a run in progress there, whose files may change while they are read).
+bool run_in_progress(const std::string& folder);
+
 // An exclusive lock on folder/.lock (flock), held while the object lives. A second trainer on
 // the same folder gets an ember::Error at once, naming the folder; the lock goes with the process,
 // so a killed trainer never leaves a stale one.
