@@ -173,7 +173,7 @@ printf '[{"t": "good", "s": 1}, {"t": "bad"' > "$OUT/broken.json"
 expect "malformed data file" 1 "broken.json" -- "$IMDB" train --data "$OUT/broken.json" --out "$OUT/y"
 expect "unwritable output folder, before loading data" 1 "cannot create output folder '/proc/ember-no/run'" -- "$IMDB" train --data /nonexistent.json --out /proc/ember-no/run
 expect "check a missing checkpoint" 1 "checkpoint.safetensors" -- "$IMDB" check --run "$OUT/none"
-expect "missing run" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/none" --text hi
+expect "missing run" 1 "$OUT/none holds no trained model: no model.safetensors (imdb train) or nbsvm.safetensors (imdb nbsvm) (there is no such folder)" -- "$IMDB" predict --run "$OUT/none" --text hi
 head -c 100 "$OUT/part/model.safetensors" > "$OUT/part/cut.safetensors" && mv "$OUT/part/cut.safetensors" "$OUT/part/model.safetensors"
 expect "corrupt model file" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/part" --text hi
 expect "predict needs a review" 2 "exactly one of --text or --file" -- "$IMDB" predict --run "$OUT/part"

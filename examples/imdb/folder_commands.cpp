@@ -137,6 +137,9 @@ std::vector<std::string> rebuild_folder_reports(const std::string& folder, const
 
 void check_classifies(const std::string& folder) {
   const std::vector<RunKindFound> kinds = run_kinds_in(folder);
+  std::error_code error;
+  EMBER_CHECK(!kinds.empty(), "{} holds no trained model: no model.safetensors (imdb train) or nbsvm.safetensors (imdb nbsvm){}", folder,
+              fs::exists(folder, error) ? "" : " (there is no such folder)");
   for (const RunKindFound& found : kinds)
     if (found.kind == RunKind::classifier || found.kind == RunKind::nbsvm || found.kind == RunKind::unknown) return;
   for (const RunKindFound& found : kinds) {

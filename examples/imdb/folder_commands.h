@@ -30,7 +30,7 @@ std::vector<std::string> rebuild_folder_reports(const std::string& folder, const
                                                 const std::vector<int64_t>& heads, int64_t seed);
 
 // For eval and predict: an ember::Error naming `folder` and what to give instead if it holds no model that
-// classifies (a pretraining, an ensemble's or a comparison's folder).
+// classifies (nothing, a pretraining, an ensemble's or a comparison's folder).
 void check_classifies(const std::string& folder);
 
 }  // namespace ember::imdb
