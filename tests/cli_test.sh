@@ -41,6 +41,10 @@ expect "report of a metrics line with step 1e300" 1 "hugestep/metrics.jsonl:3: f
 expect "stop part-way" 0 "stopped after 3 of 26 steps" -- "$IMDB" train "${small[@]}" --epochs 2 --stop-after 3 --out "$OUT/part"
 expect "report of a run stopped before its first epoch ended (checkpoint only)" 0 "report.html" -- "$IMDB" report --run "$OUT/part" --data "$DATA"
 expect "check a checkpoint" 0 "checkpoint OK: step 3 of 26" -- "$IMDB" check --run "$OUT/part"
+# A --resume already at --stop-after trains nothing (it trained one step more).
+checkpoint=$(sha256sum < "$OUT/part/checkpoint.safetensors")
+expect "resume at --stop-after" 0 "stopped after 3 of 26 steps" -- "$IMDB" train "${small[@]}" --epochs 2 --stop-after 3 --resume --out "$OUT/part"
+[ "$checkpoint" = "$(sha256sum < "$OUT/part/checkpoint.safetensors")" ] && pass "... leaves its checkpoint as it was" || failed "a resume at --stop-after trained"
 # A refused --resume (one setting mistyped) changes no file of the run (vocab.txt was overwritten first).
 before=$(cd "$OUT/part" && sha256sum checkpoint.safetensors metrics.jsonl vocab.txt)
 expect "resume with other settings" 1 "written with other settings: epochs is 2 there but 3 here" -- "$IMDB" train "${small[@]}" --epochs 3 --resume --out "$OUT/part"
@@ -169,7 +173,7 @@ printf '[{"t": "good", "s": 1}, {"t": "bad"' > "$OUT/broken.json"
 expect "malformed data file" 1 "broken.json" -- "$IMDB" train --data "$OUT/broken.json" --out "$OUT/y"
 expect "unwritable output folder, before loading data" 1 "cannot create output folder '/proc/ember-no/run'" -- "$IMDB" train --data /nonexistent.json --out /proc/ember-no/run
 expect "check a missing checkpoint" 1 "checkpoint.safetensors" -- "$IMDB" check --run "$OUT/none"
-expect "missing run" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/none" --text hi
+expect "missing run" 1 "$OUT/none holds no trained model: no model.safetensors (imdb train) or nbsvm.safetensors (imdb nbsvm) (there is no such folder)" -- "$IMDB" predict --run "$OUT/none" --text hi
 head -c 100 "$OUT/part/model.safetensors" > "$OUT/part/cut.safetensors" && mv "$OUT/part/cut.safetensors" "$OUT/part/model.safetensors"
 expect "corrupt model file" 1 "model.safetensors" -- "$IMDB" predict --run "$OUT/part" --text hi
 expect "predict needs a review" 2 "exactly one of --text or --file" -- "$IMDB" predict --run "$OUT/part"
@@ -181,6 +185,9 @@ expect "predict needs a review" 2 "exactly one of --text or --file" -- "$IMDB" p
 expect "pretrain" 0 "encoder in $OUT/pre/encoder.safetensors" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --out "$OUT/pre"
 grep -q 'id="pretrain-accuracy"' "$OUT/pre/report.html" && pass "pretrain's report.html has its accuracy chart" || failed "pretrain's report.html has no accuracy chart"
 expect "pretrain stopped part-way" 0 "stopped after 3 of 6 steps" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --stop-after 3 --out "$OUT/pre-part"
+checkpoint=$(sha256sum < "$OUT/pre-part/checkpoint.safetensors")
+expect "pretrain resumed at --stop-after" 0 "stopped after 3 of 6 steps" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --stop-after 3 --resume --out "$OUT/pre-part"
+[ "$checkpoint" = "$(sha256sum < "$OUT/pre-part/checkpoint.safetensors")" ] && pass "... trains nothing" || failed "a pretraining resumed at --stop-after trained"
 expect "pretrain resumed" 0 "pretrained 6 steps" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --resume --out "$OUT/pre-part"
 cmp -s "$OUT/pre/encoder.safetensors" "$OUT/pre-part/encoder.safetensors" && pass "a resumed pretraining writes the uninterrupted run's encoder" || failed "a resumed pretraining's encoder differs"
 expect "train --init" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --out "$OUT/fine"
@@ -190,7 +197,7 @@ expect "--init of another vocabulary" 1 "it was pretrained with --vocab 20000, t
 expect "--init of a classifier's run" 1 "that is a classifier's run (model.safetensors), not a pretrained encoder" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/run" --out "$OUT/fine"
 expect "--resume with another --encoder-lr-scale" 1 "encoder_lr_scale" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --encoder-lr-scale 0.5 --resume --out "$OUT/fine"
 expect "--encoder-lr-scale out of range" 2 "--encoder-lr-scale" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --encoder-lr-scale 2 --out "$OUT/fine"
-expect "check of a pretraining's folder" 1 "it is a pretraining's checkpoint (\`imdb pretrain --resume\` continues it" -- "$IMDB" check --run "$OUT/pre"
+expect "check of a pretraining's folder" 0 "encoder OK: the model of step 6 of 6" -- "$IMDB" check --run "$OUT/pre"
 expect "pretrain --bigrams" 2 "--bigrams is for train" -- "$IMDB" pretrain "${small[@]}" --max-len 32 --steps 6 --bigrams 1000 --out "$OUT/pre"
 expect "train --init --bigrams" 0 "final test accuracy" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --bigrams 1000 --encoder-lr-scale 0.5 --out "$OUT/fine-bigrams"
 expect "eval an ensemble" 0 "(ensemble of 2 runs: the mean probability)" -- "$IMDB" eval --run "$OUT/fine" --run "$OUT/fine-bigrams" --data "$DATA"
@@ -212,6 +219,12 @@ print(json.loads(f.read(n))["__metadata__"].get(sys.argv[2], "(none)"))' "$1" "$
 [ "$(setting_of "$OUT/ensemble/transformer/model.safetensors" ffn_dim)" = 24 ] && pass "--encoder reached the Transformer" || failed "--encoder: Transformer ffn_dim $(setting_of "$OUT/ensemble/transformer/model.safetensors" ffn_dim)"
 [ "$(setting_of "$OUT/ensemble/nbsvm/nbsvm.safetensors" validation)" = 20 ] && pass "the ensemble script's NBSVM held out the same reviews" || failed "the ensemble script's NBSVM held out $(setting_of "$OUT/ensemble/nbsvm/nbsvm.safetensors" validation), not --validation=20"
 [ "$(setting_of "$OUT/ensemble/transformer/model.safetensors" lr)" = 0.001 ] && pass "the ensemble script fine-tunes the pretrained Transformer at --lr 1e-3" || failed "the ensemble script's fine-tune: lr $(setting_of "$OUT/ensemble/transformer/model.safetensors" lr)"
+# Run again into the same folder: refused at its NBSVM (never written over unless asked), then with --overwrite
+# passed on to each of its commands, the same three runs again, byte for byte.
+ensemble_files=$(cd "$OUT/ensemble" && sha256sum pretrain/encoder.safetensors transformer/model.safetensors nbsvm/nbsvm.safetensors)
+expect "the ensemble script again into its folder" 1 "$OUT/ensemble/nbsvm/nbsvm.safetensors exists: a trained NBSVM is never overwritten unless asked" -- env EMBER_IMDB="$IMDB" EMBER_PRETRAIN_STEPS=8 bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble" --pretrain --encoder "--ffn 24 --heads 4" "${small[@]}" --max-len 32 --attention window:8,global:1 --dim 16 --validation=20 --threads=1 --quiet
+expect "... and with --overwrite" 0 "validation accuracy" -- env EMBER_IMDB="$IMDB" EMBER_PRETRAIN_STEPS=8 bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble" --pretrain --encoder "--ffn 24 --heads 4" "${small[@]}" --max-len 32 --attention window:8,global:1 --dim 16 --validation=20 --threads=1 --quiet --overwrite
+[ "$ensemble_files" = "$(cd "$OUT/ensemble" && sha256sum pretrain/encoder.safetensors transformer/model.safetensors nbsvm/nbsvm.safetensors)" ] && pass "... the same runs again" || failed "the ensemble script with --overwrite wrote other runs"
 expect "the ensemble script's --encoder without its flags" 2 "--encoder needs its flags" -- bash "$(dirname "$0")/../scripts/imdb_ensemble.sh" "$OUT/ensemble-bad" --encoder
 # NBSVM (imdb nbsvm): trained, evaluated alone and beside a Transformer, never overwritten; a Transformer's flag refused.
 nb=(--data "$DATA" --buckets 65536 --epochs 2 --lr 0.05 --batch-size 16 --quiet)
@@ -223,12 +236,12 @@ expect "eval an NBSVM by length" 2 "--by-length takes one Transformer --run" -- 
 nb_before=$(sha256sum "$OUT/nb/nbsvm.safetensors" "$OUT/nb/vocab.txt")
 expect "nbsvm into a folder that has one" 1 "is never overwritten" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/nb"
 [ "$nb_before" = "$(sha256sum "$OUT/nb/nbsvm.safetensors" "$OUT/nb/vocab.txt")" ] && pass "a refused nbsvm changes nothing" || failed "a refused nbsvm changed the saved NBSVM"
-expect "nbsvm into a Transformer's folder" 1 "holds a Transformer run or pretraining (model.safetensors)" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/run"
-expect "nbsvm into a pretraining's folder" 1 "holds a Transformer run or pretraining (checkpoint.safetensors)" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/pre"
+expect "nbsvm into a Transformer's folder" 1 "holds a classifier's run (its model.safetensors)" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/run"
+expect "nbsvm into a pretraining's folder" 1 "holds a pretraining (its encoder.safetensors)" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/pre"
 expect "train into an NBSVM's folder" 1 "train: $OUT/nb holds an NBSVM" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/nb"
 expect "pretrain into an NBSVM's folder" 1 "pretrain: $OUT/nb holds an NBSVM" -- "$IMDB" pretrain "${small[@]}" --steps 2 --out "$OUT/nb"
-expect "report of an NBSVM" 1 "report: $OUT/nb holds an NBSVM" -- "$IMDB" report --run "$OUT/nb" --data "$DATA"
-expect "check of an NBSVM" 1 "check: $OUT/nb holds an NBSVM" -- "$IMDB" check --run "$OUT/nb"
+expect "report of an NBSVM" 1 "report: $OUT/nb is an NBSVM (nbsvm.safetensors): imdb nbsvm writes no report" -- "$IMDB" report --run "$OUT/nb" --data "$DATA"
+expect "check of an NBSVM" 0 "NBSVM OK: 1-3-grams in 65536 buckets" -- "$IMDB" check --run "$OUT/nb"
 expect "nbsvm with a Transformer's flag" 2 "--heads" -- "$IMDB" nbsvm "${nb[@]}" --heads 4 --out "$OUT/nb-heads"
 expect "nbsvm --ngrams 0" 2 "--ngrams" -- "$IMDB" nbsvm "${nb[@]}" --ngrams 0 --out "$OUT/nb-0"
 expect "nbsvm --l2 -1" 2 "--l2" -- "$IMDB" nbsvm "${nb[@]}" --l2 -1 --out "$OUT/nb-l2"
@@ -237,6 +250,112 @@ cp -r "$OUT/pre" "$OUT/pre-bad" && head -c 3000 "$OUT/pre/encoder.safetensors" >
 expect "--init of a half-written encoder" 1 "encoder.safetensors" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre-bad" --out "$OUT/fine"
 [ "$before" = "$(cd "$OUT/fine" && sha256sum checkpoint.safetensors metrics.jsonl vocab.txt model.safetensors)" ] && pass "a refused --init changes nothing" || failed "a refused --init changed the run's files"
 expect "pretrain --resume of a half-written checkpoint" 1 "checkpoint.safetensors" -- bash -c "head -c 4000 '$OUT/pre/checkpoint.safetensors' > '$OUT/pre-bad/checkpoint.safetensors' && exec \"\$0\" pretrain $(printf '%q ' "${small[@]}") --max-len 32 --steps 6 --resume --out '$OUT/pre-bad'" "$IMDB"
+# Kills while a pretraining saves (EMBER_FAULT_PAUSE_MID_WRITE stops a write halfway; the kill lands there). The
+# encoder is written before its checkpoint, so no kill leaves a later checkpoint beside an earlier encoder; --init
+# takes an encoder only as the model of the checkpoint beside it, and a --resume writes the right one.
+kill_mid_write() {  # FOLDER FILE command...: killed (SIGKILL) once FOLDER/FILE.tmp.* has bytes; fails if it never did
+  local folder=$1 file=$2 partial="" pid
+  shift 2
+  EMBER_FAULT_PAUSE_MID_WRITE=$file:5000 "$@" >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 1 1500); do
+    partial=$(find "$folder" -maxdepth 1 -name "$file.tmp.*" -size +0 2>/dev/null | head -n 1)
+    [ -n "$partial" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.02
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  rm -f "$folder"/*.tmp.*
+  [ -n "$partial" ]
+}
+pre=("${small[@]}" --max-len 32 --steps 6)
+files_of() { (cd "$1" && sha256sum $(ls -A | grep -v '^\.lock$') 2>/dev/null); }
+# The run's only encoder write (its last step), killed: nothing saved, nothing claimed.
+kill_mid_write "$OUT/k1" encoder.safetensors "$IMDB" pretrain "${pre[@]}" --out "$OUT/k1" && pass "killed mid-write of a pretraining's only encoder" || failed "the encoder write did not begin"
+expect "--init of a pretraining killed before its first encoder" 1 "--init $OUT/k1: there is no encoder.safetensors there" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/k1" --out "$OUT/k1-fine"
+expect "pretrain --resume with no checkpoint to continue" 1 "pretrain --resume: there is no $OUT/k1/checkpoint.safetensors to continue from" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k1"
+expect "check of a folder a pretraining was killed in before its first checkpoint" 1 "check: $OUT/k1 holds no run" -- "$IMDB" check --run "$OUT/k1"
+expect "the pretraining run again" 0 "pretrained 6 steps" -- "$IMDB" pretrain "${pre[@]}" --out "$OUT/k1"
+cmp -s "$OUT/pre/encoder.safetensors" "$OUT/k1/encoder.safetensors" && pass "... writes the uninterrupted run's encoder" || failed "the pretraining run again wrote another encoder"
+# Stopped at step 3, then its --resume killed mid-write of the final encoder: the step-3 files stand, consistent.
+"$IMDB" pretrain "${pre[@]}" --stop-after 3 --out "$OUT/k2" >/dev/null 2>&1
+kill_mid_write "$OUT/k2" encoder.safetensors "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k2" && pass "killed mid-write of a pretraining's final encoder" || failed "the final encoder write did not begin"
+expect "check after the kill: the step-3 checkpoint and its encoder" 0 "encoder OK: the model of step 3 of 6" -- "$IMDB" check --run "$OUT/k2"
+expect "--resume after the kill writes the final encoder" 0 "pretrained 6 steps" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k2"
+cmp -s "$OUT/pre/encoder.safetensors" "$OUT/k2/encoder.safetensors" && pass "... the uninterrupted run's" || failed "the resumed pretraining's final encoder differs"
+# Killed mid-write of the final checkpoint: the final encoder beside the step-3 checkpoint: --init refuses it by step.
+"$IMDB" pretrain "${pre[@]}" --stop-after 3 --out "$OUT/k3" >/dev/null 2>&1
+kill_mid_write "$OUT/k3" checkpoint.safetensors "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k3" && pass "killed mid-write of a pretraining's final checkpoint" || failed "the final checkpoint write did not begin"
+expect "--init of an encoder that is not its checkpoint's model" 1 "encoder.safetensors is not the model of the checkpoint beside it (step 3 of 6)" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/k3" --out "$OUT/k3-fine"
+expect "--resume after that kill" 0 "pretrained 6 steps" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k3"
+cmp -s "$OUT/pre/encoder.safetensors" "$OUT/k3/encoder.safetensors" && pass "... writes the uninterrupted run's encoder" || failed "the encoder after the resume differs"
+# Killed mid-write of the final report.html: the run's files are final; the --resume trains nothing, writes the report.
+kill_mid_write "$OUT/k3" report.html "$IMDB" pretrain "${pre[@]}" --overwrite --out "$OUT/k3" && pass "killed mid-write of a pretraining's report" || failed "the report write did not begin"
+expect "--resume of a finished pretraining whose report was lost" 0 "the pretraining had finished (step 6 of 6): its encoder written again from its checkpoint" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k3"
+grep -q 'id="pretrain-accuracy"' "$OUT/k3/report.html" && ! grep -q nan <<<"$out" && pass "... and its report, with no NaN printed" || failed "no report after the resume, or a NaN printed: $out"
+# A folder from a build that wrote the checkpoint first, killed between the two: the final checkpoint beside step 3's
+# encoder, whose checksum holds. --init refuses it before writing anything; the --resume writes the final one.
+"$IMDB" pretrain "${pre[@]}" --stop-after 3 --out "$OUT/k4" >/dev/null 2>&1 && cp "$OUT/k4/encoder.safetensors" "$OUT/encoder-step3"
+"$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k4" >/dev/null 2>&1 && cp "$OUT/encoder-step3" "$OUT/k4/encoder.safetensors"
+before=$(files_of "$OUT/fine")
+expect "--init of an earlier step's encoder beside the final checkpoint" 1 "--init $OUT/k4: encoder.safetensors is not the model of the checkpoint beside it (step 6 of 6)" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/k4" --out "$OUT/fine"
+[ "$before" = "$(files_of "$OUT/fine")" ] && pass "... refused before --out was touched" || failed "the refused --init changed files of --out"
+expect "check names it too" 1 "check $OUT/k4: encoder.safetensors is not the model of the checkpoint beside it" -- "$IMDB" check --run "$OUT/k4"
+expect "pretrain --resume of the finished run writes its encoder again" 0 "the pretraining had finished (step 6 of 6): its encoder written again from its checkpoint, in $OUT/k4/encoder.safetensors" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/k4"
+cmp -s "$OUT/pre/encoder.safetensors" "$OUT/k4/encoder.safetensors" && pass "... the uninterrupted run's" || failed "the rewritten encoder differs"
+# One kind of run per folder: another kind is refused (nothing written) unless --overwrite, which replaces it.
+before=$(files_of "$OUT/pre")
+expect "train --init into the pretraining's own folder" 1 "train: --out $OUT/pre is the --init folder" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --out "$OUT/pre"
+expect "... with --overwrite too" 1 "is the --init folder" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/pre" --out "$OUT/pre" --overwrite
+expect "train into a pretraining's folder" 1 "train: $OUT/pre holds a pretraining (its encoder.safetensors): give this classifier's run a folder of its own (another --out), or add --overwrite" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/pre"
+ln -s "$OUT/pre" "$OUT/pre-link"
+expect "train into a link to a pretraining's folder" 1 "holds a pretraining" -- "$IMDB" train "${small[@]}" --epochs 1 --out "$OUT/pre-link"
+[ "$before" = "$(files_of "$OUT/pre")" ] && pass "the refused runs changed nothing of the pretraining" || failed "a refused run changed the pretraining's files"
+before=$(files_of "$OUT/run")
+expect "pretrain into a classifier's folder" 1 "pretrain: $OUT/run holds a classifier's run (its model.safetensors): give this pretraining a folder of its own" -- "$IMDB" pretrain "${pre[@]}" --out "$OUT/run"
+expect "pretrain --resume in a classifier's folder" 1 "pretrain --resume: $OUT/run holds a classifier's run (its model.safetensors), not a pretraining to continue" -- "$IMDB" pretrain "${pre[@]}" --resume --out "$OUT/run"
+[ "$before" = "$(files_of "$OUT/run")" ] && pass "the refused pretrainings changed nothing of the classifier's run" || failed "a refused pretraining changed the classifier's files"
+expect "--resume with --overwrite" 2 "--resume continues the run in --out and --overwrite replaces it" -- "$IMDB" train "${small[@]}" --epochs 1 --resume --overwrite --out "$OUT/run"
+for command in train pretrain nbsvm; do
+  expect "$command --help lists --overwrite" 0 "--overwrite" -- "$IMDB" $command --help
+done
+cp -r "$OUT/run" "$OUT/over"
+expect "pretrain --overwrite of a classifier's run" 0 "pretrained 6 steps" -- "$IMDB" pretrain "${pre[@]}" --overwrite --out "$OUT/over"
+[ ! -e "$OUT/over/model.safetensors" ] && cmp -s "$OUT/pre/encoder.safetensors" "$OUT/over/encoder.safetensors" && pass "... replaced it: no model left, the pretraining's encoder" || failed "--overwrite left the classifier's model, or wrote another encoder"
+expect "nbsvm --overwrite of a pretraining" 0 "test accuracy" -- "$IMDB" nbsvm "${nb[@]}" --overwrite --out "$OUT/over"
+[ "$(ls "$OUT/over")" = "$(printf 'nbsvm.safetensors\nvocab.txt')" ] && pass "... leaves the NBSVM's files alone" || failed "after nbsvm --overwrite: $(ls "$OUT/over" | tr '\n' ' ')"
+kill_mid_write "$OUT/over" nbsvm.safetensors "$IMDB" nbsvm "${nb[@]}" --overwrite --out "$OUT/over" && pass "nbsvm --overwrite killed mid-write of its model" || failed "the NBSVM's write did not begin"
+expect "check after that kill: the old NBSVM is gone, not half-replaced" 1 "check: $OUT/over holds no run" -- "$IMDB" check --run "$OUT/over"
+expect "nbsvm again in that folder" 0 "test accuracy" -- "$IMDB" nbsvm "${nb[@]}" --out "$OUT/over"
+expect "compare into a pretraining's folder" 1 "compare: $OUT/pre holds a pretraining (its encoder.safetensors): give this comparison a folder of its own" -- "$IMDB" compare "${cmp[@]}" --out "$OUT/pre"
+# --init of a folder a pretraining is still writing (its encoder and checkpoint change under the reader): refused.
+"$IMDB" pretrain "${pre[@]}" --steps 100000 --out "$OUT/running" >/dev/null 2>&1 &
+running=$!
+for _ in $(seq 1 500); do [ -s "$OUT/running/metrics.jsonl" ] && break; sleep 0.02; done
+expect "--init of a pretraining still running" 1 "--init $OUT/running: a trainer is running there (it holds $OUT/running/.lock)" -- "$IMDB" train "${small[@]}" --max-len 32 --epochs 1 --init "$OUT/running" --out "$OUT/running-fine"
+kill -KILL $running 2>/dev/null; wait $running 2>/dev/null
+# check, report, eval and predict know every kind of folder.
+expect "check of the ensemble script's folder: each of its runs" 0 "transformer: checkpoint OK" -- "$IMDB" check --run "$OUT/ensemble"
+grep -q "^nbsvm: NBSVM OK" <<<"$out" && grep -q "^pretrain: encoder OK: the model of step 4 of 8" <<<"$out" && pass "... its NBSVM and its pretraining too" || failed "check of the ensemble's folder: $out"
+expect "report of a pretraining" 0 "wrote $OUT/pre/report.html" -- "$IMDB" report --run "$OUT/pre" --data "$DATA"
+expect "report of the ensemble's folder: its members' pages" 0 "wrote $OUT/ensemble/transformer/report.html" -- "$IMDB" report --run "$OUT/ensemble" --data "$DATA"
+expect "eval of a pretraining" 1 "$OUT/pre is a pretraining (encoder.safetensors): it predicts masked words, not sentiment; fine-tune a classifier from it with \`imdb train --init $OUT/pre\`" -- "$IMDB" eval --run "$OUT/pre" --data "$DATA"
+expect "predict with an ensemble's folder" 1 "give its members, e.g. --run $OUT/ensemble/transformer --run $OUT/ensemble/nbsvm" -- "$IMDB" predict --run "$OUT/ensemble" --text "a fine film"
+expect "--init of an NBSVM" 1 "that is an NBSVM (nbsvm.safetensors), not a pretrained encoder" -- "$IMDB" train "${small[@]}" --epochs 1 --init "$OUT/nb" --out "$OUT/nb-init"
+# An empty path (an unset variable) is a usage error: --init "" trained from scratch without a word.
+expect "--init with an empty path" 2 "--init needs a path, got an empty one" -- "$IMDB" train "${small[@]}" --epochs 1 --init "" --out "$OUT/empty-init"
+expect "--run with an empty path" 2 "--run needs a path, got an empty one" -- "$IMDB" eval --run "" --data "$DATA"
+# A folder where a run's file goes is refused before the run trains (it failed at its first save).
+mkdir -p "$OUT/dir-encoder/encoder.safetensors"
+expect "pretrain where encoder.safetensors is a folder" 1 "$OUT/dir-encoder/encoder.safetensors is a folder: the run could not write its encoder.safetensors there" -- "$IMDB" pretrain "${pre[@]}" --out "$OUT/dir-encoder"
+[ ! -e "$OUT/dir-encoder/vocab.txt" ] && pass "... before it wrote anything" || failed "a refused pretraining wrote vocab.txt"
+# A pretraining's report reads its metrics.jsonl as a classifier's does, every field checked; without its checkpoint,
+# from its encoder's settings.
+cp -r "$OUT/pre" "$OUT/pre-report" && echo '{"kind": "step", "step": 1e300, "loss": 1}' >> "$OUT/pre-report/metrics.jsonl"
+expect "report of a pretraining whose metrics have a step of 1e300" 1 "pre-report/metrics.jsonl:8: field 'step' = 1e+300 is not an integer" -- "$IMDB" report --run "$OUT/pre-report" --data "$DATA"
+cp "$OUT/pre/metrics.jsonl" "$OUT/pre-report/" && rm "$OUT/pre-report/checkpoint.safetensors"
+expect "report of a pretraining's encoder kept without its checkpoint" 0 "wrote $OUT/pre-report/report.html" -- "$IMDB" report --run "$OUT/pre-report" --data "$DATA"
 if ldd "$IMDB" 2>/dev/null | grep -q libasan || nm "$IMDB" 2>/dev/null | grep -q " __asan_init$"; then
   echo "skipped: out of memory under ulimit -v (AddressSanitizer reserves more address space than any limit allows)"
 else

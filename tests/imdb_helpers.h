@@ -1,12 +1,15 @@
 // Test helpers for the IMDb trainer: a tiny model and run on the bundled 400-review file, so a
 // whole training run takes a second (tests change what they study: epochs, layers, seed, device);
-// an accuracy counted by the tests themselves.
+// an accuracy counted by the tests themselves; a run folder's files, to see that a refused command changed none.
 #pragma once
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,21 @@ inline double counted_accuracy(const std::vector<double>& p, const std::vector<i
   int64_t correct = 0;
   for (size_t i = 0; i < p.size(); ++i) correct += int((p[i] > 0.5) == (labels[i] == 1));
   return double(correct) / double(labels.size());
+}
+
+// A file's bytes (empty if it cannot be read).
+inline std::string file_contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Every regular file of a folder with its bytes, but the lock (which a refused command may have created).
+inline std::map<std::string, std::string> folder_files(const std::string& folder) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder))
+    if (entry.is_regular_file() && entry.path().filename() != ".lock")
+      files[entry.path().filename().string()] = file_contents(entry.path().string());
+  return files;
 }
 
 }  // namespace ember::testing

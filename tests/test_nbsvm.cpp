@@ -183,7 +183,7 @@ TEST_CASE("nbsvm: a saved model is never overwritten, and a damaged or mismatche
   CHECK_FALSE(is_nbsvm_run(transformer.out));
   NbsvmConfig into = c;
   into.run.out = transformer.out;
-  check_error([&] { train_nbsvm(into); }, "holds a Transformer run or pretraining (model.safetensors)");
+  check_error([&] { train_nbsvm(into); }, "holds a classifier's run (its model.safetensors)");
   check_error([&] { load_nbsvm(transformer.out); }, "nbsvm.safetensors");
   // Nor a Transformer into an NBSVM's folder (its vocab.txt would replace the NBSVM's): refused, nothing changed.
   TrainConfig onto = transformer;

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,8 @@
 using namespace ember;
 using namespace ember::imdb;
 using ember::testing::check_error;
+using ember::testing::file_contents;
+using ember::testing::folder_files;
 namespace fs = std::filesystem;
 
 namespace {
@@ -70,18 +73,6 @@ TrainConfig tiny_classifier(const std::string& name, const PretrainConfig& from)
   c.epochs = 1;
   c.init = from.train.out;
   return c;
-}
-
-std::string contents(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::map<std::string, std::string> snapshot(const std::string& folder) {
-  std::map<std::string, std::string> files;
-  for (const auto& entry : fs::directory_iterator(folder))
-    if (entry.is_regular_file()) files[entry.path().filename().string()] = contents(entry.path().string());
-  return files;
 }
 
 // The "step" lines of a metrics file.
@@ -293,7 +284,7 @@ TEST_CASE("pretrain: a run stopped and resumed logs exactly the uninterrupted ru
   REQUIRE(a.step_losses.size() == 12);
   CHECK(a.step_losses.back() < a.step_losses.front());
   CHECK(fs::exists(whole.train.out + "/report.html"));
-  CHECK(contents(whole.train.out + "/report.html").find("pretrain-accuracy") != std::string::npos);
+  CHECK(file_contents(whole.train.out + "/report.html").find("pretrain-accuracy") != std::string::npos);
 
   PretrainConfig parts = tiny_pretrain("parts");
   parts.train.save_every = 5;
@@ -303,19 +294,19 @@ TEST_CASE("pretrain: a run stopped and resumed logs exactly the uninterrupted ru
   CHECK(first.steps == 7);
   CHECK(resume_to_end(parts, first) == a.step_losses);
   CHECK(step_lines(parts.train.out + "/metrics.jsonl") == step_lines(whole.train.out + "/metrics.jsonl"));
-  CHECK(contents(parts.train.out + "/encoder.safetensors") == contents(whole.train.out + "/encoder.safetensors"));
+  CHECK(file_contents(parts.train.out + "/encoder.safetensors") == file_contents(whole.train.out + "/encoder.safetensors"));
 
   // A refused resume (other settings; a truncated checkpoint) changes nothing in the folder.
-  const auto before = snapshot(parts.train.out);
+  const auto before = folder_files(parts.train.out);
   PretrainConfig other = parts;
   other.steps = 13;
   check_error([&] { pretrain(other, *distributed::make_single_process_group()); }, "other settings: pretrain_steps");
   const std::string checkpoint = parts.train.out + "/checkpoint.safetensors";
-  const std::string saved = contents(checkpoint);
+  const std::string saved = file_contents(checkpoint);
   write_file_atomically(checkpoint, saved.substr(0, saved.size() / 2));
   check_error([&] { pretrain(parts, *distributed::make_single_process_group()); }, "checkpoint.safetensors");
   write_file_atomically(checkpoint, saved);
-  CHECK(snapshot(parts.train.out) == before);
+  CHECK(folder_files(parts.train.out) == before);
 }
 
 TEST_CASE("pretrain --resume: a checkpoint from before a setting was recorded resumes as that setting's old value") {
@@ -337,17 +328,17 @@ TEST_CASE("pretrain --resume: a checkpoint from before a setting was recorded re
     meta[kContentKey] = content_fingerprint(tensors, meta);
     nn::save_tensors(checkpoint, tensors, meta);
   };
-  const std::string current = contents(checkpoint);
+  const std::string current = file_contents(checkpoint);
   rewrite_without({"bigram_buckets", "encoder_lr_scale"});
-  REQUIRE(contents(checkpoint) != current);
+  REQUIRE(file_contents(checkpoint) != current);
   CHECK(resume_to_end(parts, first) == a.step_losses);
-  CHECK(contents(parts.train.out + "/encoder.safetensors") == contents(whole.train.out + "/encoder.safetensors"));
+  CHECK(file_contents(parts.train.out + "/encoder.safetensors") == file_contents(whole.train.out + "/encoder.safetensors"));
 
   // A setting every pretraining checkpoint records, missing: refused by name, the folder unchanged.
   rewrite_without({"lr"});
-  const auto before = snapshot(parts.train.out);
-  check_error([&] { pretrain(parts, *distributed::make_single_process_group()); }, "has no 'lr' in its metadata");
-  CHECK(snapshot(parts.train.out) == before);
+  const auto before = folder_files(parts.train.out);
+  check_error([&] { pretrain(parts, *distributed::make_single_process_group()); }, "checkpoint metadata has no 'lr'");
+  CHECK(folder_files(parts.train.out) == before);
 }
 
 TEST_CASE("pretrain --init: the classifier starts from the encoder's weights exactly, its head as initialised") {
@@ -360,7 +351,8 @@ TEST_CASE("pretrain --init: the classifier starts from the encoder's weights exa
   Generator gen(0);
   nn::TransformerClassifier model(c.model, gen);
   const Tensor head_before = model.head->weight.detach().clone();
-  init_from_encoder(encoder, c, encoder.vocabulary, model);
+  const Data data{encoder.vocabulary, {}, {}, {}, {}, {}, {}, {}, {}};  // the classifier's vocabulary, no reviews
+  CHECK(init_from_encoder(encoder, c, data, model).empty());  // no warning
   int64_t compared = 0;
   for (const auto& [name, t] : model.state_dict()) {
     if (name.rfind("head.", 0) == 0) continue;
@@ -442,10 +434,10 @@ TEST_CASE("pretrain --init faults: another vocabulary or size, a damaged encoder
   TrainConfig c = tiny_classifier("faults-out", p);
   c.init.clear();
   train(c);
-  const auto before = snapshot(c.out);
+  const auto before = folder_files(c.out);
   auto refused = [&](TrainConfig bad, const std::string& fragment) {
     check_error([&] { train(bad); }, fragment);
-    CHECK(snapshot(c.out) == before);
+    CHECK(folder_files(c.out) == before);
   };
   TrainConfig with_init = tiny_classifier("faults-out", p);
   TrainConfig bad = with_init;
@@ -475,7 +467,7 @@ TEST_CASE("pretrain --init faults: another vocabulary or size, a damaged encoder
   fs::copy(p.train.out, copy);
   bad = with_init;
   bad.init = copy;
-  const std::string file = copy + "/encoder.safetensors", good = contents(file);
+  const std::string file = copy + "/encoder.safetensors", good = file_contents(file);
   std::string flipped = good;
   flipped[flipped.size() - 3] = char(flipped[flipped.size() - 3] ^ 0x40);
   write_file_atomically(file, flipped);
@@ -484,7 +476,7 @@ TEST_CASE("pretrain --init faults: another vocabulary or size, a damaged encoder
   refused(bad, "encoder.safetensors");
   write_file_atomically(file, good);
   // Its vocab.txt replaced by another vocabulary of the same size.
-  const std::string vocabulary = contents(copy + "/vocab.txt");
+  const std::string vocabulary = file_contents(copy + "/vocab.txt");
   std::string other = vocabulary;
   const size_t at = other.rfind('\n', other.size() - 2);
   other.insert(at + 1, "zz");
@@ -492,11 +484,175 @@ TEST_CASE("pretrain --init faults: another vocabulary or size, a damaged encoder
   refused(bad, "vocab.txt is not the vocabulary the encoder was pretrained with");
   write_file_atomically(copy + "/vocab.txt", vocabulary);
   // A classifier's model file renamed to encoder.safetensors.
-  write_file_atomically(file, contents(c.out + "/model.safetensors"));
+  write_file_atomically(file, file_contents(c.out + "/model.safetensors"));
   refused(bad, "a classifier's model file, not a pretrained encoder");
   // The pretraining's checkpoint is not an encoder either.
-  write_file_atomically(file, contents(copy + "/checkpoint.safetensors"));
+  write_file_atomically(file, file_contents(copy + "/checkpoint.safetensors"));
   refused(bad, "has format 'ember-imdb-pretrain-checkpoint-v1'");
+}
+
+TEST_CASE("pretrain --init: a NaN, an infinity (the checksum redone) or a tensor of another dtype is refused by file, before --out is touched") {
+  PretrainConfig p = tiny_pretrain("nonfinite-source");
+  pretrain(p, *distributed::make_single_process_group());
+  TrainConfig earlier = tiny_classifier("nonfinite-out", p);  // an earlier run in the --out of the refused ones
+  earlier.init.clear();
+  train(earlier);
+  const auto before = folder_files(earlier.out);
+  const std::string copy = p.train.out + "-nonfinite";
+  fs::remove_all(copy);
+  fs::copy(p.train.out, copy);
+  TrainConfig bad = tiny_classifier("nonfinite-out", p);
+  bad.init = copy;
+  const std::string file = copy + "/encoder.safetensors";
+  // The encoder with one tensor changed and its checksum redone: only the checks of the tensors themselves can tell.
+  auto sealed_with = [&](const std::string& name, const Tensor& replacement) {
+    nn::Metadata meta;
+    nn::TensorMap tensors = nn::load_tensors(p.train.out + "/encoder.safetensors", &meta);
+    tensors.at(name) = replacement;
+    meta[kContentKey] = content_fingerprint(tensors, meta);
+    nn::save_tensors(file, tensors, meta);
+  };
+  const Tensor weight = nn::load_tensors(p.train.out + "/encoder.safetensors").at("blocks.0.fc1.weight");
+  for (const float value : {NAN, INFINITY, -INFINITY}) {
+    Tensor changed = weight.clone();
+    changed.data<float>()[3] = value;
+    sealed_with("blocks.0.fc1.weight", changed);
+    const std::string shown = std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf";
+    check_error([&] { train(bad); }, file + ": tensor 'blocks.0.fc1.weight' (shape [32, 16]) holds " + shown + " at element 3");
+    CHECK(folder_files(earlier.out) == before);  // vocab.txt and metrics.jsonl were written before the run failed
+  }
+  sealed_with("blocks.0.fc1.weight", weight.to(Dtype::Float64));
+  check_error([&] { train(bad); }, "'" + file + "': load_state_dict: parameter 'blocks.0.fc1.weight' is float64 in the "
+                                   "state, float32 in the model");
+  check_error([&] { load_encoder(copy); }, "--init: '" + file + "': load_state_dict");
+  sealed_with("mlm_bias", zeros({3}));
+  check_error([&] { load_encoder(copy); }, "'" + file + "': load_state_dict: parameter 'mlm_bias' has shape [3]");
+  CHECK(folder_files(earlier.out) == before);
+}
+
+namespace {
+
+// imdb_small.json with each label's training reviews (its quarters 1 and 3) in another order: the same reviews.
+std::string shuffled_small_data(const std::string& path) {
+  nlohmann::json reviews = nlohmann::json::parse(file_contents(std::string(EMBER_TEST_DATA) + "/imdb_small.json"));
+  REQUIRE(reviews.size() == 400);
+  SplitMix64 g(7);
+  for (size_t quarter : {1, 3})
+    for (size_t i = 99; i > 0; --i) std::swap(reviews[quarter * 100 + i], reviews[quarter * 100 + g.below(i + 1)]);
+  fs::create_directories(fs::path(path).parent_path());
+  write_file_atomically(path, reviews.dump());
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("pretrain --init: the held-out reviews are compared by which they are, not by how many") {
+  PretrainConfig same = tiny_pretrain("held-out-same"), shuffled = tiny_pretrain("held-out-shuffled");
+  same.train.validation = shuffled.train.validation = 40;
+  shuffled.train.data = shuffled_small_data(fs::path(shuffled.train.out).parent_path().string() + "/shuffled.json");
+  pretrain(same, *distributed::make_single_process_group());
+  pretrain(shuffled, *distributed::make_single_process_group());
+  // The fingerprint is of the reviews themselves: not of their order, their encoding or their truncation.
+  TrainConfig plain = tiny_classifier("held-out-plain", same);
+  plain.validation = 40;
+  const Data here = prepare_data(plain);
+  TrainConfig other_encoding = plain;
+  other_encoding.model.max_len = 8;
+  other_encoding.truncate = "tail";
+  other_encoding.vocab_words = 50;
+  CHECK(prepare_data(other_encoding).validation_fingerprint == here.validation_fingerprint);
+  CHECK(here.validation_fingerprint.size() == 64);
+  TrainConfig none = plain;
+  none.validation = 0;
+  CHECK(prepare_data(none).validation_fingerprint.empty());
+  CHECK(prepare_pretraining_data(shuffled.train).validation_fingerprint != here.validation_fingerprint);
+  // As many reviews held out, but other ones: the pretraining read some of this run's validation reviews.
+  TrainConfig from_shuffled = tiny_classifier("held-out-fine", shuffled);
+  from_shuffled.validation = 40;
+  from_shuffled.data = plain.data;
+  check_error([&] { train(from_shuffled); }, "the pretraining held out 40 reviews, but not this run's 40 validation "
+                                             "reviews (other --data, or the same reviews in another order)");
+  TrainConfig from_same = tiny_classifier("held-out-fine", same);
+  from_same.validation = 40;
+  CHECK(train(from_same).finished);
+  // An encoder from before the fingerprint was recorded: compared by count and --limit only, and a warning says so.
+  const std::string old = same.train.out + "-old";
+  fs::remove_all(old);
+  fs::copy(same.train.out, old);
+  nn::Metadata meta;
+  nn::TensorMap tensors = nn::load_tensors(old + "/encoder.safetensors", &meta);
+  REQUIRE(meta.erase(kHeldOutKey) == 1);
+  meta[kContentKey] = content_fingerprint(tensors, meta);
+  nn::save_tensors(old + "/encoder.safetensors", tensors, meta);
+  const PretrainedEncoder encoder = load_encoder(old);
+  CHECK(encoder.held_out_fingerprint.empty());
+  const Data with_its_vocabulary = prepare_data(from_same, &encoder.vocabulary);
+  CHECK(check_encoder_fits(encoder, from_same, with_its_vocabulary).find(
+            "was written before pretrain recorded which reviews it held out: it held out as many (40, of --limit 0), "
+            "but whether they are this run's validation reviews cannot be checked") != std::string::npos);
+  from_same.init = old;
+  CHECK(train(from_same).finished);
+  CHECK(check_encoder_fits(load_encoder(same.train.out), from_same, with_its_vocabulary).empty());
+  // Without --validation the classifier holds none out: nothing to compare.
+  from_same.validation = 0;
+  CHECK(check_encoder_fits(encoder, from_same, prepare_data(from_same, &encoder.vocabulary)).empty());
+}
+
+TEST_CASE("pretrain: --init never takes an earlier step's encoder beside a later checkpoint; a finished run's --resume writes it again") {
+  PretrainConfig whole = tiny_pretrain("stale-whole");
+  pretrain(whole, *distributed::make_single_process_group());
+  PretrainConfig p = tiny_pretrain("stale");
+  p.train.save_every = 5;
+  p.train.stop_after = 5;
+  pretrain(p, *distributed::make_single_process_group());
+  const std::string encoder_file = p.train.out + "/encoder.safetensors";
+  const std::string at_step_5 = file_contents(encoder_file);
+  CHECK(load_encoder(p.train.out).step == 5);  // a run stopped part-way: its encoder, of its checkpoint's step
+  CHECK(load_encoder(p.train.out).total_steps == 12);
+  p.train.stop_after = 0;
+  p.train.resume = true;
+  pretrain(p, *distributed::make_single_process_group());
+  REQUIRE(file_contents(encoder_file) == file_contents(whole.train.out + "/encoder.safetensors"));
+  // The state a kill between the two files left when the checkpoint was written first: the final checkpoint beside
+  // step 5's encoder, whose checksum holds. --init refuses it, naming the step, before --out is touched.
+  write_file_atomically(encoder_file, at_step_5);
+  check_error([&] { load_encoder(p.train.out); }, "--init " + p.train.out + ": encoder.safetensors is not the model "
+                                                  "of the checkpoint beside it (step 12 of 12)");
+  TrainConfig fine = tiny_classifier("stale-fine", p);
+  write_file_atomically(encoder_file, file_contents(whole.train.out + "/encoder.safetensors"));
+  train(fine);  // an earlier run in the --out of the refused one
+  const auto before = folder_files(fine.out);
+  write_file_atomically(encoder_file, at_step_5);
+  check_error([&] { train(fine); }, "`imdb pretrain --resume` with its flags writes the right one");
+  CHECK(folder_files(fine.out) == before);
+  // The --resume of the finished run trains nothing and writes the encoder again: the uninterrupted run's bytes.
+  const PretrainResult again = pretrain(p, *distributed::make_single_process_group());
+  CHECK(again.finished);
+  CHECK(again.already_finished);
+  CHECK(again.step_losses.empty());
+  CHECK(file_contents(encoder_file) == file_contents(whole.train.out + "/encoder.safetensors"));
+  CHECK(load_encoder(p.train.out).step == 12);
+  // No encoder beside the checkpoint: said so, and the --resume writes it.
+  fs::remove(encoder_file);
+  check_error([&] { load_encoder(p.train.out); }, "the pretraining there has a checkpoint but no encoder.safetensors");
+  pretrain(p, *distributed::make_single_process_group());
+  CHECK(file_contents(encoder_file) == file_contents(whole.train.out + "/encoder.safetensors"));
+  // A checkpoint that cannot be read cannot vouch for the encoder; an encoder copied alone is taken as it is.
+  const std::string copy = p.train.out + "-copy";
+  fs::remove_all(copy);
+  fs::copy(p.train.out, copy);
+  const std::string checkpoint = file_contents(copy + "/checkpoint.safetensors");
+  write_file_atomically(copy + "/checkpoint.safetensors", checkpoint.substr(0, checkpoint.size() / 2));
+  check_error([&] { load_encoder(copy); }, "the checkpoint beside encoder.safetensors cannot say which step the "
+                                           "encoder is of");
+  fs::remove(copy + "/checkpoint.safetensors");
+  CHECK(load_encoder(copy).step == -1);
+  // --resume with nothing to continue from.
+  PretrainConfig empty = tiny_pretrain("stale-empty");
+  fs::remove_all(empty.train.out);
+  empty.train.resume = true;
+  check_error([&] { pretrain(empty, *distributed::make_single_process_group()); },
+              "pretrain --resume: there is no " + empty.train.out + "/checkpoint.safetensors to continue from");
 }
 
 CUDA_TEST_CASE("pretrain: on the GPU (the emulator here) it trains the CPU's losses and resumes exactly") {

@@ -21,24 +21,13 @@
 using namespace ember;
 using namespace ember::imdb;
 using ember::testing::check_error;
+using ember::testing::file_contents;
+using ember::testing::folder_files;
 namespace fs = std::filesystem;
 
 namespace {
 
 TrainConfig tiny(const std::string& name) { return ember::testing::tiny_train_config("ember_faults", name); }
-
-std::string contents(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// Every file of a folder and its bytes.
-std::map<std::string, std::string> snapshot(const std::string& folder) {
-  std::map<std::string, std::string> files;
-  for (const auto& entry : fs::directory_iterator(folder))
-    if (entry.is_regular_file()) files[entry.path().filename().string()] = contents(entry.path().string());
-  return files;
-}
 
 // The metadata of a saved file with one value changed (the tensors as they are).
 void rewrite_metadata(const std::string& path, const std::string& key, const std::string& value) {
@@ -102,7 +91,7 @@ TEST_CASE("train faults: checkpoint steps out of range, and settings the tensors
   config.stop_after = 5;
   train(config);
   const std::string checkpoint = config.out + "/checkpoint.safetensors";
-  const std::string saved = contents(checkpoint);
+  const std::string saved = file_contents(checkpoint);
   auto with = [&](const std::string& key, const std::string& value, const std::string& message) {
     write_file_atomically(checkpoint, saved);
     rewrite_metadata(checkpoint, key, value);
@@ -160,7 +149,7 @@ TEST_CASE("train faults: a refused --resume changes nothing in the folder") {
   config.epochs = 2;
   config.stop_after = 5;
   train(config);
-  const auto before = snapshot(config.out);
+  const auto before = folder_files(config.out);
   REQUIRE(before.count("vocab.txt") == 1);
 
   TrainConfig other = config;  // one mistyped setting
@@ -173,7 +162,7 @@ TEST_CASE("train faults: a refused --resume changes nothing in the folder") {
   other.resume = true;
   other.vocab_words = 100;  // another vocabulary: refused by the settings
   check_error([&] { train(other); }, "written with other settings: vocab_size is");
-  CHECK(snapshot(config.out) == before);  // vocab.txt was overwritten before the check
+  CHECK(folder_files(config.out) == before);  // vocab.txt was overwritten before the check
 }
 
 TEST_CASE("train faults: --resume with other data of the same vocabulary size is refused") {
@@ -186,7 +175,7 @@ TEST_CASE("train faults: --resume with other data of the same vocabulary size is
   // The same reviews with one frequent word replaced: another vocabulary, of the same size.
   Data other = data;
   {
-    std::string edited = contents(config.data);
+    std::string edited = file_contents(config.data);
     for (size_t at = edited.find(" the "); at != std::string::npos; at = edited.find(" the ", at))
       edited.replace(at, 5, " zzz ");
     const std::string path = config.out + "-other.json";
@@ -197,12 +186,12 @@ TEST_CASE("train faults: --resume with other data of the same vocabulary size is
   }
   REQUIRE(other.vocabulary.size() == data.vocabulary.size());
   REQUIRE(other.vocabulary.tokens() != data.vocabulary.tokens());
-  const auto before = snapshot(config.out);
+  const auto before = folder_files(config.out);
   TrainConfig resume = config;
   resume.stop_after = 0;
   resume.resume = true;
   check_error([&] { train(resume, other); }, "was trained on other data");
-  CHECK(snapshot(config.out) == before);
+  CHECK(folder_files(config.out) == before);
   CHECK(train(resume, data).finished);  // the right data resumes
 }
 
@@ -249,7 +238,7 @@ TEST_CASE("train faults: resuming a finished run whose model file was lost resto
   config.epochs = 2;
   RunResult whole = train(config);
   REQUIRE(whole.finished);
-  const std::string model = contents(config.out + "/model.safetensors");
+  const std::string model = file_contents(config.out + "/model.safetensors");
   fs::remove(config.out + "/model.safetensors");
   fs::remove(config.out + "/report.html");
   TrainConfig resume = config;
@@ -258,7 +247,7 @@ TEST_CASE("train faults: resuming a finished run whose model file was lost resto
   CHECK(again.finished);
   CHECK(again.steps == whole.steps);
   CHECK(again.final_test_accuracy == whole.final_test_accuracy);  // was 0 ("final test accuracy 0.00%")
-  CHECK(contents(config.out + "/model.safetensors") == model);
+  CHECK(file_contents(config.out + "/model.safetensors") == model);
   CHECK(fs::exists(config.out + "/report.html"));
 }
 
@@ -279,7 +268,7 @@ TEST_CASE("train faults: a run resumed mid-epoch leaves the same files as one th
   train(part, data);
   for (const char* file : {"checkpoint.safetensors", "model.safetensors", "vocab.txt"}) {
     INFO(file);
-    CHECK(contents(part.out + "/" + file) == contents(config.out + "/" + file));
+    CHECK(file_contents(part.out + "/" + file) == file_contents(config.out + "/" + file));
   }
   // metrics.jsonl: the same lines, but for the timing and memory figures.
   auto lines = [](const std::string& path) {
@@ -318,7 +307,7 @@ TEST_CASE("train faults: a resumed metrics log keeps the lines its checkpoint co
   }
   // The gpu_memory line of epoch 1 stays (it was dropped: a GPU run resumed had none for its epochs
   // before), epoch 2's goes with its epoch line, the cut line goes.
-  CHECK(contents(path) == "{\"kind\":\"step\",\"step\":1}\n"
+  CHECK(file_contents(path) == "{\"kind\":\"step\",\"step\":1}\n"
                           "{\"kind\":\"step\",\"step\":2}\n"
                           "{\"kind\":\"epoch\",\"epoch\":1,\"step\":2}\n"
                           "{\"kind\":\"gpu_memory\",\"epoch\":1,\"peak_bytes\":5}\n"

@@ -15,6 +15,7 @@
 
 #include "core/file_io.h"
 #include "examples/imdb/report.h"
+#include "examples/imdb/run_folder.h"
 
 namespace ember::imdb {
 namespace {
@@ -103,7 +104,11 @@ std::string table_of_finished_runs(const CompareConfig& config) {
 
 std::string compare(const CompareConfig& config) {
   namespace fs = std::filesystem;
-  fs::create_directories(config.out);
+  check_output_folder(config.out);
+  // Its runs beside nothing else (a slip such as --out of a pretraining): --overwrite replaces what is there (a
+  // comparison's finished runs in their folders are kept, and skipped).
+  check_run_folder_kind(config.out, RunKind::comparison, "compare", config.base.overwrite, config.base.resume);
+  if (config.base.overwrite) remove_run_files(config.out);
   std::unique_ptr<Data> data;  // loaded once, only if some run still has to train
   // Seed-major order, so that a comparison stopped part-way has every head count at seed 0 first.
   for (int64_t seed = 0; seed < config.seeds; ++seed) {

@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "core/precision.h"
 #include "examples/imdb/batcher.h"
+#include "examples/imdb/folder_commands.h"
 
 namespace ember::imdb {
 
@@ -89,6 +90,7 @@ double EnsembleMember::predict(const std::string& review) const {
 }
 
 EnsembleMember load_member(const std::string& folder) {
+  check_classifies(folder);  // a pretraining or a folder of runs: say what to give instead
   EnsembleMember member;
   if (is_nbsvm_run(folder)) member.nbsvm.emplace(load_nbsvm(folder));
   else member.transformer.emplace(load_run(folder));

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <cstddef>
 #include <csignal>
@@ -33,6 +34,7 @@
 #include "core/precision.h"
 #include "examples/imdb/compare.h"
 #include "examples/imdb/ensemble.h"
+#include "examples/imdb/folder_commands.h"
 #include "examples/imdb/nbsvm.h"
 #include "examples/imdb/presets.h"
 #include "examples/imdb/pretrain.h"
@@ -79,6 +81,8 @@ void add_data_flags(CLI::App& app, TrainConfig& c) {
 }
 
 void check_training_config(const TrainConfig& c) {
+  if (c.resume && c.overwrite)
+    throw UsageError("--resume continues the run in --out and --overwrite replaces it: give one of them");
   if (c.model.dim % c.model.heads != 0)
     throw UsageError(fmt::format("--dim {} is not divisible by --heads {}", c.model.dim, c.model.heads));
   if (c.model.attention_window > c.model.max_len || c.model.attention_global > c.model.max_len)
@@ -92,14 +96,19 @@ void check_training_config(const TrainConfig& c) {
 }
 
 // An option's value may not look like a flag: `--out --resume` is a missing value, not a folder
-// named "--resume". (CLI11 would take it.)
+// named "--resume". (CLI11 would take it.) Nor may a path be empty: `--init ""` (a variable that was not set)
+// trained from scratch without a word, and `--run ""` read "/model.safetensors".
 void check_no_flag_values(const CLI::App& app) {
+  static const std::vector<std::string> paths = {"--out", "--init", "--data", "--data-dir", "--run", "--compare", "--file"};
   for (const CLI::App* command : app.get_subcommands()) {
     for (const CLI::Option* option : command->get_options()) {
       if (option->get_type_size() == 0) continue;  // a switch
-      for (const std::string& value : option->results())
+      for (const std::string& value : option->results()) {
         if (value.rfind("--", 0) == 0)
           throw UsageError(fmt::format("{} needs a value, got the flag '{}'", option->get_name(), value));
+        if (value.empty() && std::find(paths.begin(), paths.end(), option->get_name()) != paths.end())
+          throw UsageError(fmt::format("{} needs a path, got an empty one", option->get_name()));
+      }
     }
   }
 }
@@ -181,8 +190,8 @@ int run(int argc, char** argv) {
   CLI::App* nbsvm_command = app.add_subcommand(
       "nbsvm", "train NBSVM (Wang and Manning, 2012): logistic regression over each review's word 1-3-grams scaled by "
                "their naive-Bayes log-count ratios; an ensemble member beside a Transformer (docs/imdb.md)");
-  add_setting_flags(*nbsvm_command, nb, {"data", "data_dir", "out", "limit", "validation", "vocab_words", "max_len",
-                                         "truncate", "seed", "threads", "epochs", "lr", "batch_size", "quiet"});
+  add_setting_flags(*nbsvm_command, nb, {"data", "data_dir", "out", "overwrite", "limit", "validation", "vocab_words",
+                                         "max_len", "truncate", "seed", "threads", "epochs", "lr", "batch_size", "quiet"});
   // What those rows mean here, where the Transformer's help would mislead.
   nbsvm_command->get_option("--out")->description("output folder (nbsvm.safetensors, vocab.txt)");
   nbsvm_command->get_option("--validation")
@@ -228,8 +237,9 @@ int run(int argc, char** argv) {
   predict_command->add_option("--file", file, "a file holding the review")->excludes(text_option);
 
   CLI::App* report_command = app.add_subcommand(
-      "report", "rebuild a run's report.html (--run DIR) or a comparison's compare.html (--compare DIR)");
-  CLI::Option* report_run = report_command->add_option("--run", run_folder, "a train output folder");
+      "report", "rebuild a run's report.html (--run DIR: a classifier's run or a pretraining; an ensemble's folder: "
+                "its members') or a comparison's compare.html (--compare DIR)");
+  CLI::Option* report_run = report_command->add_option("--run", run_folder, "a train or pretrain output folder");
   report_command->add_option("--compare", compare_folder, "a compare output folder (its heads<h>-seed<seed> runs)")
       ->excludes(report_run);
   add_data_flags(*report_command, data_config);
@@ -241,9 +251,11 @@ int run(int argc, char** argv) {
   integer_option(*report_command, "--seed", report_seed, 0, 1 << 30, "the seed of the runs shown (--compare)");
   integer_option(*report_command, "--threads", threads, 0, limits::max_threads, "CPU threads, 0 = all cores");
 
-  CLI::App* check_command =
-      app.add_subcommand("check", "load a run's checkpoint.safetensors as --resume would, and print its step");
-  check_command->add_option("--run", run_folder, "a train output folder")->capture_default_str();
+  CLI::App* check_command = app.add_subcommand(
+      "check", "load a run's files as the commands that read them would (a checkpoint as --resume, an encoder as "
+               "--init, an NBSVM as eval; a folder of runs, each run), and print what they hold");
+  check_command->add_option("--run", run_folder, "a train, pretrain or nbsvm output folder, or a folder of runs")
+      ->capture_default_str();
 
   TrainConfig flops_config;
   int64_t flops_len = 0;
@@ -314,9 +326,14 @@ int run(int argc, char** argv) {
                    r.total_steps, out);
         return 0;
       }
+      if (r.already_finished) {  // nothing trained: no loss of its own to show
+        fmt::print("the pretraining had finished (step {} of {}): its encoder written again from its checkpoint, in "
+                   "{}/encoder.safetensors\n", r.steps, r.total_steps, out);
+        return 0;
+      }
       fmt::print("pretrained {} steps in {:.1f}s; last step's masked-token loss {:.4f}, accuracy {:.2f}%; encoder in "
-                 "{}/encoder.safetensors\n", r.steps, r.wall_seconds, r.step_losses.empty() ? NAN : r.step_losses.back(),
-                 r.step_accuracies.empty() ? NAN : 100 * r.step_accuracies.back(), out);
+                 "{}/encoder.safetensors\n", r.steps, r.wall_seconds, r.step_losses.back(), 100 * r.step_accuracies.back(),
+                 out);
       return 0;
     });
   } else if (nbsvm_command->parsed()) {
@@ -370,10 +387,11 @@ int run(int argc, char** argv) {
     if (report_command->count("--run") == 0 && compare_folder.empty())
       throw UsageError("report needs exactly one of --run or --compare");
     if (threads > 0) set_num_threads(threads);
-    if (compare_folder.empty()) check_not_nbsvm_folder(run_folder, "report");
-    std::string path = compare_folder.empty() ? rebuild_run_report(run_folder, data_config)
-                                              : write_compare_report(compare_folder, heads_list, report_seed, data_config);
-    fmt::print("wrote {}\n", path);
+    const std::vector<std::string> pages =
+        compare_folder.empty() ? rebuild_folder_reports(run_folder, data_config, heads_list, report_seed)
+                               : std::vector<std::string>{write_compare_report(compare_folder, heads_list, report_seed,
+                                                                               data_config)};
+    for (const std::string& path : pages) fmt::print("wrote {}\n", path);
   } else if (eval_command->parsed()) {
     if (threads > 0) set_num_threads(threads);
     for (size_t i = 1; i < length_bounds.size(); ++i)
@@ -393,6 +411,7 @@ int run(int argc, char** argv) {
       });
     }
     const std::string& run_folder = runs[0];
+    check_classifies(run_folder);
     // Under mpirun the ranks share the test batches (every rank reads the run and the data).
     return in_world(distributed::default_timeout_seconds(), [&](distributed::ProcessGroup& world) {
       SavedRun saved = load_run(run_folder);
@@ -436,10 +455,7 @@ int run(int argc, char** argv) {
       if (peak_tflops > 0) fmt::print("MFU {:.1f}% of {:.4g} TFLOP/s\n", 100 * achieved / peak_tflops, peak_tflops);
     }
   } else if (check_command->parsed()) {
-    check_not_nbsvm_folder(run_folder, "check");
-    std::string path = run_folder + "/checkpoint.safetensors";
-    CheckpointInfo info = check_checkpoint(path);
-    fmt::print("checkpoint OK: step {} of {} ({})\n", info.step, info.total_steps, path);
+    for (const std::string& line : check_folder(run_folder)) fmt::print("{}\n", line);
   } else if (predict_command->parsed()) {
     if (text.empty() == file.empty()) throw UsageError("predict needs exactly one of --text or --file");
     if (!file.empty()) text = read_whole_file(file, "review file");

@@ -117,11 +117,9 @@ NbsvmResult train_nbsvm(const NbsvmConfig& c) {
   check_output_folder(c.run.out);
   RunLock lock(c.run.out);
   const std::string path = c.run.out + kNbsvmFile;
-  EMBER_CHECK(!std::filesystem::exists(path), "{} exists: a trained NBSVM is never overwritten (another --out, or "
-              "remove it)", path);
-  for (const char* other : {"model.safetensors", "checkpoint.safetensors", "encoder.safetensors"})
-    EMBER_CHECK(!std::filesystem::exists(c.run.out + "/" + other), "{} holds a Transformer run or pretraining ({}): an "
-                "NBSVM gets a folder of its own", c.run.out, other);
+  // Nothing is written over another run (an NBSVM's included: nbsvm has no --resume) unless --overwrite.
+  check_run_folder_kind(c.run.out, RunKind::nbsvm, "nbsvm", c.run.overwrite, false);
+  check_run_files_writable(c.run.out, {"vocab.txt", "nbsvm.safetensors"});
   const Data data = prepare_data(c.run);
   EMBER_CHECK(!data.train_tokens.empty(), "nbsvm: there are no training reviews");
   const std::vector<std::vector<int32_t>> train_sets = ngram_sets(data.train_tokens, c);
@@ -182,6 +180,7 @@ NbsvmResult train_nbsvm(const NbsvmConfig& c) {
   nn::check_all_finite(tensors, "nbsvm: the trained model");
   nn::Metadata meta = model_metadata(c, data.vocabulary);
   meta[kContentKey] = content_fingerprint(tensors, meta);
+  if (c.run.overwrite) remove_run_files(c.run.out);  // what was there goes, before this run's first file
   data.vocabulary.save(c.run.out + "/vocab.txt");
   nn::save_tensors(path, tensors, meta);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -189,11 +188,6 @@ NbsvmResult train_nbsvm(const NbsvmConfig& c) {
 }
 
 bool is_nbsvm_run(const std::string& folder) { return std::filesystem::exists(folder + kNbsvmFile); }
-
-void check_not_nbsvm_folder(const std::string& folder, const std::string& command) {
-  EMBER_CHECK(!is_nbsvm_run(folder), "{}: {} holds an NBSVM (nbsvm.safetensors), which imdb eval and predict read; a "
-              "Transformer's run or pretraining gets a folder of its own", command, folder);
-}
 
 NbsvmModel load_nbsvm(const std::string& folder) {
   const std::string path = folder + kNbsvmFile;

@@ -48,8 +48,8 @@ struct NbsvmResult {
 };
 
 // Trains on the training reviews (less the --validation ones) and writes out/nbsvm.safetensors and
-// out/vocab.txt (both atomically; an existing NBSVM, or a Transformer's run or pretraining in `out`, is an
-// ember::Error before anything is written). With --validation, the held-out reviews are evaluated after each
+// out/vocab.txt (both atomically; a run of any kind in `out`, an NBSVM's included, is an ember::Error before
+// anything is written, unless run.overwrite: then its files are removed just before this run's are written). With --validation, the held-out reviews are evaluated after each
 // epoch and the test reviews never; without, the test reviews once at the end.
 NbsvmResult train_nbsvm(const NbsvmConfig& config);
 
@@ -60,9 +60,6 @@ Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const std::vector<
 
 // True if `folder` holds an NBSVM run (its nbsvm.safetensors).
 bool is_nbsvm_run(const std::string& folder);
-// For the Transformer's trainers and tools: an ember::Error naming `command` if `folder` holds an NBSVM (a
-// training run or pretraining there would write its own vocab.txt over the NBSVM's).
-void check_not_nbsvm_folder(const std::string& folder, const std::string& command);
 // Loads and checks a run: the file's format and settings, the tensors' shapes, vocab.txt against the
 // vocabulary the model recorded, every weight finite, the content checksum. ember::Error naming the file.
 NbsvmModel load_nbsvm(const std::string& folder);

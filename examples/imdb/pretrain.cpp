@@ -5,6 +5,7 @@
 #include "examples/imdb/pretrain.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -13,10 +14,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -29,7 +32,6 @@
 #include "core/precision.h"
 #include "examples/imdb/encoder_file.h"
 #include "examples/imdb/masked_token_model.h"
-#include "examples/imdb/nbsvm.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/setting_table.h"
@@ -44,7 +46,6 @@ namespace ember::imdb {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr const char* kCheckpointFormat = "ember-imdb-pretrain-checkpoint-v1";
 constexpr int64_t kFirstWord = 2;  // a random replacement is a word: not [PAD] or [UNK]
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -58,6 +59,113 @@ struct PretrainState {
   std::string data_fingerprint;
 };
 
+// A pretraining checkpoint's metadata entry, or an ember::Error naming the file and the key.
+const std::string& entry(const nn::Metadata& meta, const std::string& path, const char* key) {
+  auto it = meta.find(key);
+  EMBER_CHECK(it != meta.end(), "'{}' has no '{}' in its metadata (not a pretraining checkpoint)", path, key);
+  return it->second;
+}
+
+// The checkpoint's format, and its state's numbers parsed in full: an ember::Error naming the file and the key.
+PretrainState read_state(const nn::Metadata& meta, const std::string& path) {
+  const std::string& format = entry(meta, path, "format");
+  EMBER_CHECK(format == kPretrainCheckpointFormat, "'{}' has format '{}', expected {}{}", path, format.substr(0, 60),
+              kPretrainCheckpointFormat,
+              format.rfind("ember-imdb-checkpoint", 0) == 0 ? " (a classifier's checkpoint: resume it with "
+                                                             "`imdb train --resume`)" : "");
+  auto integer = [&](const char* key, int64_t min, int64_t max) {
+    std::optional<int64_t> value = parse_integer(entry(meta, path, key), min, max);
+    EMBER_CHECK(value.has_value(), "'{}': '{}' = '{}' is not an integer in [{}, {}]", path, key,
+                entry(meta, path, key).substr(0, 40), min, max);
+    return *value;
+  };
+  PretrainState saved;
+  saved.step = integer("step", 0, optim::Optimizer::max_steps);
+  saved.total_steps = integer("total_steps", 1, optim::Optimizer::max_steps);
+  EMBER_CHECK(saved.step <= saved.total_steps, "'{}': step {} is past the end of the run ({} steps)", path, saved.step,
+              saved.total_steps);
+  saved.epoch_correct = integer("epoch_correct", 0, optim::Optimizer::max_steps);
+  saved.epoch_masked = integer("epoch_masked", 0, optim::Optimizer::max_steps);
+  const std::string& offset_text = entry(meta, path, "generator_offset");
+  std::optional<uint64_t> offset = parse_unsigned(offset_text);
+  EMBER_CHECK(offset.has_value(), "'{}': 'generator_offset' = '{}' is not an unsigned integer", path,
+              offset_text.substr(0, 40));
+  saved.generator_offset = *offset;
+  // Written in hex ("%a"), so that it reads back to the same double.
+  const std::string& sum = entry(meta, path, "epoch_loss_sum");
+  char* end = nullptr;
+  saved.epoch_loss_sum = sum.empty() || std::isspace(static_cast<unsigned char>(sum[0])) ? NAN
+                                                                                        : std::strtod(sum.c_str(), &end);
+  EMBER_CHECK(end == sum.c_str() + sum.size() && std::isfinite(saved.epoch_loss_sum) && saved.epoch_loss_sum >= 0,
+              "'{}': 'epoch_loss_sum' = '{}' is not a finite number >= 0", path, sum.substr(0, 40));
+  saved.data_fingerprint = entry(meta, path, "data_fingerprint");
+  EMBER_CHECK(saved.data_fingerprint.size() == 64 &&
+                  saved.data_fingerprint.find_first_not_of("0123456789abcdef") == std::string::npos,
+              "'{}': 'data_fingerprint' is not a SHA-256 in hex", path);
+  return saved;
+}
+
+// What a pretraining checkpoint's file says, checked before any model is built from it: its format and state
+// (`state`), its settings parsed in full, its tensors' prefixes, the model's sizes against the tensors.
+PretrainCheckpoint checked_read(const std::string& path, nn::TensorMap tensors, const nn::Metadata& meta,
+                                PretrainState& state) {
+  PretrainCheckpoint read;
+  read.tensors = std::move(tensors);
+  state = read_state(meta, path);
+  read.step = state.step;
+  read.total_steps = state.total_steps;
+  try {
+    read.config.train = TrainConfig::from_metadata(meta);
+    const std::optional<int64_t> steps = parse_integer(entry(meta, path, "pretrain_steps"), 0, optim::Optimizer::max_steps);
+    EMBER_CHECK(steps.has_value(), "'pretrain_steps' is not an integer in [0, {}]", optim::Optimizer::max_steps);
+    read.config.steps = *steps;
+    EMBER_CHECK(*steps == 0 || *steps == state.total_steps, "'pretrain_steps' = {} but 'total_steps' = {}: a run of "
+                "--steps N has N steps", *steps, state.total_steps);
+    const std::string& rates = entry(meta, path, "mask_rates");
+    std::vector<double> values;
+    for (size_t begin = 0; begin <= rates.size();) {
+      const size_t comma = std::min(rates.find(',', begin), rates.size());
+      const std::optional<double> value = parse_real(rates.substr(begin, comma - begin), 0.0, 1.0);
+      EMBER_CHECK(value.has_value(), "'mask_rates' = '{}' is not three numbers in [0, 1]", rates.substr(0, 60));
+      values.push_back(*value);
+      begin = comma + 1;
+    }
+    EMBER_CHECK(values.size() == 3, "'mask_rates' = '{}' is not three numbers in [0, 1]", rates.substr(0, 60));
+    read.config.rates = {values[0], values[1], values[2]};
+  } catch (const Error& e) {
+    fail("'{}': {}", path, e.what());
+  }
+  const nn::ClassifierConfig& model_config = read.config.train.model;
+  for (const auto& [name, t] : read.tensors)
+    EMBER_CHECK(name.rfind("model.", 0) == 0 || name.rfind("optim.", 0) == 0,
+                "'{}': unexpected tensor '{}' (a checkpoint holds model.* and optim.* only)", path, name);
+  // The sizes against the tensors before anything is built from them (the classifier's head: none to check).
+  nn::TensorMap with_head = nn::with_prefix_removed(read.tensors, "model.");
+  with_head.emplace("head.weight", zeros({model_config.classes, model_config.dim}));
+  check_settings_match_tensors(model_config, with_head, path);
+  return read;
+}
+
+// Loads a checkpoint's model.* and optim.* tensors into `model` and `optimizer` (names, shapes, dtypes, every moment),
+// then its checksum: an ember::Error naming the file.
+void load_pretrain_state(const std::string& path, const nn::TensorMap& tensors, const nn::Metadata& meta,
+                         int64_t step, MaskedTokenModel& model, optim::Optimizer& optimizer) {
+  try {
+    model.load_state_dict(nn::with_prefix_removed(tensors, "model."));
+    optimizer.load_state_dict(nn::with_prefix_removed(tensors, "optim."));
+  } catch (const Error& e) {
+    fail("'{}': {}", path, e.what());
+  }
+  EMBER_CHECK(optimizer.step_count() == step, "'{}': the optimiser has taken {} steps but the checkpoint says {}", path,
+              optimizer.step_count(), step);
+  if (optimizer.step_count() > 0) {
+    const std::vector<std::string> missing = optimizer.missing_state();
+    EMBER_CHECK(missing.empty(), "'{}': the optimiser state lacks 'optim.{}' (every parameter has moments after the "
+                "first step)", path, missing.empty() ? "" : missing.front());
+  }
+  check_content_fingerprint(tensors, meta, path);
+}
+
 class PretrainRun {
  public:
   PretrainRun(const PretrainConfig& config, const Data& data, distributed::ProcessGroup& world);
@@ -65,8 +173,8 @@ class PretrainRun {
 
  private:
   void resume();
-  void save();  // collective; rank 0 writes the checkpoint, then encoder.safetensors
-  void save_encoder_file();
+  void save();  // collective; rank 0 writes encoder.safetensors, then the checkpoint
+  void save_encoder_file();  // rank 0
   void end_epoch(int64_t epoch, double seconds, int64_t tokens);
 
   PretrainConfig config_;
@@ -113,8 +221,9 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
   device_ = rank_device(train_.device, several_);  // under mpirun, "cuda" is each rank's own GPU
   distributed::on_root(world_, [&] {
     check_output_folder(train_.out);
-    check_not_nbsvm_folder(train_.out, "pretrain");
     lock_.emplace(train_.out);
+    check_run_folder_kind(train_.out, RunKind::pretraining, "pretrain", train_.overwrite, train_.resume);
+    check_run_files_writable(train_.out, {"vocab.txt", "metrics.jsonl", "checkpoint.safetensors", kEncoderFile});
   });
   signals_.emplace();
   if (train_.threads > 0) {
@@ -152,6 +261,7 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
   checkpoint_path_ = train_.out + "/checkpoint.safetensors";
   if (train_.resume) resume();
   distributed::on_root(world_, [&] {
+    if (train_.overwrite) remove_run_files(train_.out);  // every check has passed: what was there goes
     data_.vocabulary.save(train_.out + "/vocab.txt");
     metrics_.emplace(train_.out + "/metrics.jsonl", train_.resume, state_.step);
   });
@@ -173,66 +283,37 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
 void PretrainRun::resume() {
   nn::TensorMap tensors;
   nn::Metadata meta;
-  distributed::on_root(world_, [&] { tensors = nn::load_tensors(checkpoint_path_, &meta); });
+  // load_weights: a NaN or an infinity is refused, naming the tensor (a checksum redone over it passes).
+  distributed::on_root(world_, [&] {
+    check_resume_has_checkpoint(checkpoint_path_, "pretrain");
+    tensors = nn::load_weights(checkpoint_path_, &meta);
+  });
   if (several_) {
     distributed::broadcast_tensors(world_, tensors);
     meta = nlohmann::json::parse(distributed::broadcast_string(world_, nlohmann::json(meta).dump())).get<nn::Metadata>();
   }
   try {
     const std::string& path = checkpoint_path_;
-    auto field = [&](const char* key) -> const std::string& {
-      auto it = meta.find(key);
-      EMBER_CHECK(it != meta.end(), "resume: '{}' has no '{}' in its metadata (not a pretraining checkpoint)", path, key);
-      return it->second;
-    };
-    EMBER_CHECK(field("format") == kCheckpointFormat, "resume: '{}' has format '{}', expected {}{}", path,
-                field("format").substr(0, 60), kCheckpointFormat,
-                field("format").rfind("ember-imdb-checkpoint", 0) == 0 ? " (a classifier's checkpoint: resume it with "
-                                                                         "`imdb train --resume`)" : "");
-    const std::map<std::string, std::string> wanted = config_.to_metadata();
-    for (const auto& [key, value] : wanted) {
-      // A setting added after the file was written reads as what such a file means (setting_table.h's `before`).
-      const std::optional<std::string> recorded = recorded_setting(meta, key);
-      EMBER_CHECK(recorded.has_value(), "resume: '{}' has no '{}' in its metadata (not a pretraining checkpoint)", path,
-                  key);
-      EMBER_CHECK(*recorded == value, "resume: {} was written with other settings: {} is {} there but {} here", path,
-                  key, recorded->substr(0, 40), value);
-    }
-    auto integer = [&](const char* key, int64_t max) {
-      std::optional<int64_t> value = parse_integer(field(key), 0, max);
-      EMBER_CHECK(value.has_value(), "resume: '{}': '{}' = '{}' is not an integer in [0, {}]", path, key,
-                  field(key).substr(0, 40), max);
-      return *value;
-    };
-    PretrainState saved;
-    saved.step = integer("step", optim::Optimizer::max_steps);
-    saved.total_steps = integer("total_steps", optim::Optimizer::max_steps);
-    saved.epoch_correct = integer("epoch_correct", optim::Optimizer::max_steps);
-    saved.epoch_masked = integer("epoch_masked", optim::Optimizer::max_steps);
-    std::optional<uint64_t> offset = parse_unsigned(field("generator_offset"));
-    EMBER_CHECK(offset.has_value(), "resume: '{}': 'generator_offset' is not an unsigned integer", path);
-    saved.generator_offset = *offset;
-    const std::string& sum = field("epoch_loss_sum");
-    char* end = nullptr;
-    saved.epoch_loss_sum = std::strtod(sum.c_str(), &end);
-    EMBER_CHECK(!sum.empty() && end == sum.c_str() + sum.size() && std::isfinite(saved.epoch_loss_sum),
-                "resume: '{}': 'epoch_loss_sum' = '{}' is not a finite number", path, sum.substr(0, 40));
-    saved.data_fingerprint = field("data_fingerprint");
-    EMBER_CHECK(saved.data_fingerprint == state_.data_fingerprint, "resume: {} was pretrained on other data (its "
-                "vocabulary or reviews differ); give the same --data, --limit and --validation, or a new --out", path);
-    EMBER_CHECK(saved.total_steps == state_.total_steps && saved.step <= saved.total_steps,
-                "resume: {} is at step {} of a run of {} steps; these settings make {}", path, saved.step,
-                saved.total_steps, state_.total_steps);
     try {
-      model_->load_state_dict(nn::with_prefix_removed(tensors, "model."));
-      optimizer_->load_state_dict(nn::with_prefix_removed(tensors, "optim."));
+      PretrainState saved;
+      const PretrainCheckpoint read = checked_read(path, std::move(tensors), meta, saved);
+      const std::map<std::string, std::string> wanted = config_.to_metadata();
+      for (const auto& [key, value] : wanted) {
+        // A setting added after the file was written reads as what such a file means (setting_table.h's `before`).
+        const std::optional<std::string> recorded = recorded_setting(meta, key);
+        EMBER_CHECK(recorded.has_value(), "'{}' has no '{}' in its metadata (not a pretraining checkpoint)", path, key);
+        EMBER_CHECK(*recorded == value, "{} was written with other settings: {} is {} there but {} here", path, key,
+                    recorded->substr(0, 40), value);
+      }
+      EMBER_CHECK(saved.data_fingerprint == state_.data_fingerprint, "{} was pretrained on other data (its "
+                  "vocabulary or reviews differ); give the same --data, --limit and --validation, or a new --out", path);
+      EMBER_CHECK(saved.total_steps == state_.total_steps, "{} is at step {} of a run of {} steps; these settings make "
+                  "{}", path, saved.step, saved.total_steps, state_.total_steps);
+      load_pretrain_state(path, read.tensors, meta, saved.step, *model_, *optimizer_);
+      state_ = saved;
     } catch (const Error& e) {
-      fail("resume: '{}': {}", path, e.what());
+      fail("resume: {}", e.what());
     }
-    EMBER_CHECK(optimizer_->step_count() == saved.step, "resume: '{}': the optimiser has taken {} steps but the "
-                "checkpoint says {}", path, optimizer_->step_count(), saved.step);
-    check_content_fingerprint(tensors, meta, "resume: '" + path + "'");
-    state_ = saved;
   } catch (const Error& e) {
     if (several_) throw distributed::AgreedError(e.what());
     throw;
@@ -240,6 +321,9 @@ void PretrainRun::resume() {
   gen_.set_state(train_.seed, state_.generator_offset);
 }
 
+// The encoder, then the checkpoint (as train writes its model before its checkpoint): the encoder in the folder
+// is never older than the checkpoint beside it, so a kill between the two files leaves a checkpoint that --resume
+// continues from, never a finished checkpoint beside an earlier step's encoder.
 void PretrainRun::save() {
   if (several_) dp_->check_replicas_agree();
   state_.generator_offset = gen_.offset();
@@ -251,10 +335,12 @@ void PretrainRun::save() {
     try {
       nn::check_all_finite(tensors, "after step " + std::to_string(state_.step));
     } catch (const Error& e) {
-      fail("pretraining diverged: {}; the checkpoint before it is kept (lower --lr)", e.what());
+      fail("pretraining diverged: {}; the checkpoint and encoder before it are kept (lower --lr)", e.what());
     }
+    // The encoder with every checkpoint: a run stopped early (--stop-after, a signal) can be fine-tuned from too.
+    save_encoder_file();
     nn::Metadata meta = config_.to_metadata();
-    meta["format"] = kCheckpointFormat;
+    meta["format"] = kPretrainCheckpointFormat;
     meta["step"] = std::to_string(state_.step);
     meta["total_steps"] = std::to_string(state_.total_steps);
     meta["generator_offset"] = std::to_string(state_.generator_offset);
@@ -265,18 +351,22 @@ void PretrainRun::save() {
     meta[kContentKey] = content_fingerprint(tensors, meta);
     nn::save_tensors(checkpoint_path_, tensors, meta);
   });
-  // The encoder with every checkpoint: a run stopped early (--stop-after, a signal) can be fine-tuned from too.
-  save_encoder_file();
 }
 
+// (rank 0)
 void PretrainRun::save_encoder_file() {
-  distributed::on_root(world_, [&] { save_encoder(train_.out + "/" + kEncoderFile, train_, *model_, data_.vocabulary); });
+  save_encoder(train_.out + "/" + kEncoderFile, train_, *model_, data_.vocabulary, data_.validation_fingerprint);
 }
 
 PretrainResult PretrainRun::run() {
   const auto run_start = Clock::now();
   int64_t& step = state_.step;
-  bool stop = false;
+  // A --resume with nothing to train: the run had finished (killed after its last checkpoint, or its encoder lost),
+  // or it is at --stop-after already (it trained one step more). Its encoder is written again from the checkpoint's
+  // model, the same bytes as the run's own.
+  result_.already_finished = train_.resume && step == state_.total_steps;
+  bool stop = train_.stop_after > 0 && step >= train_.stop_after;
+  if (train_.resume && (result_.already_finished || stop)) distributed::on_root(world_, [&] { save_encoder_file(); });
   while (step < state_.total_steps && !stop) {
     const int64_t epoch = step / steps_per_epoch_;
     const int64_t epoch_end = std::min(state_.total_steps, (epoch + 1) * steps_per_epoch_);
@@ -404,6 +494,33 @@ std::map<std::string, std::string> PretrainConfig::to_metadata() const {
   meta["pretrain_steps"] = std::to_string(steps);
   meta["mask_rates"] = fmt::format("{},{},{}", rates.choose, rates.to_mask, rates.to_random);
   return meta;
+}
+
+PretrainCheckpoint check_pretrain_checkpoint(const std::string& path) {
+  nn::Metadata meta;
+  nn::TensorMap tensors = nn::load_weights(path, &meta);  // a NaN or an infinity is refused, naming the tensor
+  PretrainState state;
+  PretrainCheckpoint read = checked_read(path, std::move(tensors), meta, state);
+  Generator gen(0);
+  MaskedTokenModel model(read.config.train.model, gen);
+  optim::AdamW optimizer(parameter_groups(model, read.config.train.weight_decay), read.config.train.lr);
+  load_pretrain_state(path, read.tensors, meta, read.step, model, optimizer);
+  read.parameters = model.num_parameters();
+  return read;
+}
+
+std::string rebuild_pretrain_report(const std::string& folder) {
+  const std::string path = folder + "/checkpoint.safetensors";
+  std::error_code error;
+  if (std::filesystem::exists(std::filesystem::symlink_status(path, error))) {
+    const PretrainCheckpoint read = check_pretrain_checkpoint(path);
+    write_pretrain_report(folder, read.config.to_metadata(), read.parameters);
+  } else {  // an encoder kept without its checkpoint: its settings (no --steps or masking rates recorded there)
+    const PretrainedEncoder encoder = load_encoder(folder, "report");
+    Generator gen(0);
+    write_pretrain_report(folder, encoder.config.to_metadata(), MaskedTokenModel(encoder.config.model, gen).num_parameters());
+  }
+  return folder + "/report.html";
 }
 
 Data prepare_pretraining_data(const TrainConfig& config) {

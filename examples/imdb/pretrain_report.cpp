@@ -5,43 +5,31 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <string>
-#include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/file_io.h"
 #include "examples/imdb/pretrain.h"
+#include "examples/imdb/report.h"
 #include "examples/imdb/svg.h"
 
 namespace ember::imdb {
 
 void write_pretrain_report(const std::string& folder, const std::map<std::string, std::string>& settings,
                            int64_t parameters) {
-  const std::string path = folder + "/metrics.jsonl";
-  std::ifstream in(path);
-  EMBER_CHECK(in.good(), "pretrain report: cannot read '{}'", path);
-  std::map<int64_t, std::pair<double, double>> steps;  // a step logged twice (a resume) keeps its last line
+  // Every line checked, as a classifier's report reads its own (a step of 1e300, a loss that is text: errors naming
+  // the file, line and field); a step logged twice (a resume) keeps its last line.
+  const Metrics metrics = read_metrics(folder + "/metrics.jsonl");
   std::vector<double> epoch, epoch_loss, epoch_accuracy;
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    EMBER_CHECK(record.is_object(), "pretrain report: '{}' line {} is not a JSON object", path, number);
-    const std::string kind = record.value("kind", "");
-    if (kind == "step")
-      steps[record.value("step", int64_t(0))] = {record.value("loss", 0.0), 100 * record.value("accuracy", 0.0)};
-    else if (kind == "epoch") {
-      epoch.push_back(double(record.value("epoch", int64_t(0))));
-      epoch_loss.push_back(record.value("train_loss", 0.0));
-      epoch_accuracy.push_back(100 * record.value("masked_accuracy", 0.0));
-    }
+  for (const EpochRecord& e : metrics.epochs) {
+    epoch.push_back(double(e.epoch));
+    epoch_loss.push_back(e.train_loss);
+    epoch_accuracy.push_back(100 * e.masked_accuracy);
   }
   std::vector<double> step, loss, accuracy;
-  for (const auto& [s, values] : steps) step.push_back(double(s)), loss.push_back(values.first), accuracy.push_back(values.second);
+  for (const StepRecord& s : metrics.steps) step.push_back(double(s.step)), loss.push_back(s.loss), accuracy.push_back(100 * s.accuracy);
   const size_t window = std::max<size_t>(1, step.size() / 50);
   std::string body = fmt::format("<h1>Ember IMDb masked-token pretraining: {}</h1>\n", svg::escape(folder));
   body += fmt::format("<p>{} parameters; {} steps logged. The loss and accuracy are over the masked tokens of each "

@@ -17,17 +17,20 @@ namespace ember::imdb {
 struct StepRecord {
   int64_t step = 0;
   double loss = 0, lr = 0;
+  double accuracy = NAN;  // a pretraining's masked-token accuracy; NaN for a classifier's steps
 };
 struct EpochRecord {
   int64_t epoch = 0, step = 0;
   double train_loss = 0, test_accuracy = 0, train_seconds = 0, real_tokens_per_s = 0;
   double validation_accuracy = NAN;  // --validation runs only
+  double masked_accuracy = NAN;      // a pretraining's (its test_accuracy is NaN)
 };
 struct Metrics {
   std::vector<StepRecord> steps;  // in step order; a step logged twice (resumed run) keeps its last line
   std::vector<EpochRecord> epochs;
 };
-// Throws ember::Error naming the file and line on a missing file or a malformed line.
+// A classifier's or a pretraining's. Throws ember::Error naming the file and line on a missing file or a malformed
+// line, and the field too on a field of the wrong type or out of range.
 Metrics read_metrics(const std::string& path);
 
 // ---- Attention on a few reviews

@@ -59,12 +59,12 @@ Metrics read_metrics(const std::string& path) {
       return j[key].get<double>();
     };
     if (j["kind"] == "step") {
-      StepRecord s{integer("step", 0, optim::Optimizer::max_steps), real("loss"), real("lr")};
+      StepRecord s{integer("step", 0, optim::Optimizer::max_steps), real("loss"), real("lr"), real("accuracy")};
       steps[s.step] = s;
     } else if (j["kind"] == "epoch") {
       EpochRecord e{integer("epoch", 1, limits::max_epochs), integer("step", 0, optim::Optimizer::max_steps),
                     real("train_loss"), real("test_accuracy"), real("train_seconds"), real("real_tokens_per_s"),
-                    real("validation_accuracy")};
+                    real("validation_accuracy"), real("masked_accuracy")};
       epochs[e.epoch] = e;
     }
   }

@@ -174,6 +174,10 @@ std::vector<Setting> make_table() {
                    S::shared));
   t.push_back(with(of_kind(K::on_off, "resume", "--resume", MEMBER(resume), "continue from OUT/checkpoint.safetensors"),
                    S::shared));
+  t.push_back(with(of_kind(K::on_off, "overwrite", "--overwrite", MEMBER(overwrite),
+                           "replace what OUT holds, a run of another kind included (a pretraining, an NBSVM, ...): "
+                           "its files are removed first; without it such a folder is refused"),
+                   S::shared));
   Setting init = of_kind(K::text, "init", "--init", MEMBER(init),
                          "start the encoder from an `imdb pretrain` folder (its encoder.safetensors and vocab.txt; "
                          "docs/imdb.md)");

@@ -77,6 +77,8 @@ void TrainConfig::validate() const {
   in("attention global", model.attention_global, 0, model.max_len);
   EMBER_CHECK(model.attention_window >= 0 || model.attention_global == 0,
               "setting attention: global tokens ({}) need a window (window:W,global:G)", model.attention_global);
+  EMBER_CHECK(!(resume && overwrite), "--resume continues the run in the output folder and --overwrite replaces it: "
+              "give one of them");
 }
 
 bool TrainConfig::uses_cuda_graph() const {

@@ -58,6 +58,8 @@ struct TrainConfig {
   // The model's attention (model.attention_window / attention_global, --attention) and activation
   // checkpointing (model.checkpoint, --checkpoint) are in `model`.
   bool resume = false;              // continue from out/checkpoint.safetensors
+  bool overwrite = false;           // a new run in `out` even over a run of another kind (run_folder.h), whose
+                                    // files it removes first
   std::string init;                 // an `imdb pretrain` folder: the classifier's encoder starts from its
                                     // encoder.safetensors, its reviews encoded with its vocab.txt (encoder_file.h)
   bool quiet = false;

@@ -82,6 +82,20 @@ namespace {
 // --validation's shuffle: a seed of its own, so that every run (whatever its --seed) holds out the same reviews.
 constexpr uint64_t kValidationSeed = 0x7A11DA7E;
 
+// Data::validation_fingerprint of the held-out reviews: a set's digest, so the same reviews held out in another
+// order give the same one, and a review's text differing by a byte gives another.
+std::string review_set_fingerprint(const std::vector<Review>& reviews) {
+  if (reviews.empty()) return "";
+  std::vector<std::string> each;
+  each.reserve(reviews.size());
+  for (const Review& review : reviews)
+    each.push_back(digest_hex(DigestKind::Sha256, std::to_string(review.label) + " " + review.text));
+  std::sort(each.begin(), each.end());
+  Digest digest(DigestKind::Sha256);
+  for (const std::string& hex : each) digest.update(hex);
+  return digest.hex_digest();
+}
+
 }  // namespace
 
 // ---- Data
@@ -107,10 +121,11 @@ Data prepare_data(const TrainConfig& config, const Vocabulary* vocabulary) {
     for (int64_t i = 0; i < count; ++i) (held_out[size_t(i)] ? validation : kept).push_back(std::move(split.train[size_t(i)]));
     split.train = std::move(kept);
   }
-  Data data{vocabulary ? *vocabulary : Vocabulary::build(split.train, config.vocab_words), {}, {}, {}, {}, {}, {}, {}};
+  Data data{vocabulary ? *vocabulary : Vocabulary::build(split.train, config.vocab_words), {}, {}, {}, {}, {}, {}, {}, {}};
   data.train_tokens = encode(data.vocabulary, split.train, config.model.max_len, config.truncate);
   data.test_tokens = encode(data.vocabulary, split.test, config.model.max_len, config.truncate);
   data.validation_tokens = encode(data.vocabulary, validation, config.model.max_len, config.truncate);
+  data.validation_fingerprint = review_set_fingerprint(validation);
   data.train_labels = labels_of(split.train);
   data.test_labels = labels_of(split.test);
   data.validation_labels = labels_of(validation);
@@ -289,7 +304,7 @@ RunResult train(const TrainConfig& config, distributed::ProcessGroup& world) {
   std::optional<PretrainedEncoder> encoder;
   if (!config.init.empty()) {
     encoder.emplace(load_encoder(config.init));
-    check_encoder_fits(*encoder, config, encoder->vocabulary);
+    check_encoder_settings_fit(*encoder, config);  // (its held-out reviews are compared once the data is read)
   }
   Data data = prepare_data(config, encoder ? &encoder->vocabulary : nullptr);
   return train(config, data, world);

@@ -56,6 +56,10 @@ struct Data {
   std::vector<std::vector<int32_t>> train_tokens, test_tokens, validation_tokens;
   std::vector<int> train_labels, test_labels, validation_labels;
   std::vector<int64_t> test_lengths;  // each test review's whole length: its tokens before truncation
+  // Which training reviews --validation held out, whatever their order, encoding or truncation: the SHA-256 of
+  // their set (each review's own SHA-256 of its label and text, sorted); empty without --validation. A pretraining
+  // records it and `train --init` compares it (encoder_file.h).
+  std::string validation_fingerprint;
 };
 // Loads (downloading if needed), applies --limit, holds out --validation training reviews (the last N
 // of a shuffle with a fixed seed, so the same ones for every run; the rest keep their order), builds the

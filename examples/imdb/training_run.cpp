@@ -28,7 +28,6 @@
 #include "core/precision.h"
 #include "examples/imdb/encoder_file.h"
 #include "examples/imdb/graph_step.h"
-#include "examples/imdb/nbsvm.h"
 #include "examples/imdb/progress.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/run_folder.h"
@@ -169,8 +168,10 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   EMBER_CHECK(!data_.train_tokens.empty(), "train: there are no training reviews");
   distributed::on_root(world_, [&] {
     check_output_folder(config_.out);
-    check_not_nbsvm_folder(config_.out, "train");
     lock_.emplace(config_.out);
+    check_init_is_not_out(config_);
+    check_run_folder_kind(config_.out, RunKind::classifier, "train", config_.overwrite, config_.resume);
+    check_run_files_writable(config_.out, {"vocab.txt", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors"});
   });
   signals_.emplace();
   if (config_.threads > 0) {
@@ -184,8 +185,15 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   check_zero_has_ranks(config_.zero, device_, several_);
   model_.emplace(config_.model, gen_);
   // --init (not on a resume, whose checkpoint holds the weights): the encoder's weights, checked against these settings
-  if (!config_.init.empty() && !config_.resume)
-    init_from_encoder(load_encoder(config_.init), config_, data_.vocabulary, *model_);
+  if (!config_.init.empty() && !config_.resume) {
+    const PretrainedEncoder encoder = load_encoder(config_.init);
+    const std::string warning = init_from_encoder(encoder, config_, data_, *model_);
+    if (lead_ && !warning.empty()) fmt::print(stderr, "warning: {}\n", warning);
+    if (!config_.quiet)
+      fmt::print(stderr, "Encoder: {}/{} ({})\n", config_.init, kEncoderFile,
+                 encoder.step < 0 ? std::string("no checkpoint beside it to give its step")
+                                  : fmt::format("pretraining step {} of {}", encoder.step, encoder.total_steps));
+  }
   model_->to(device_);  // initialised on the CPU, so the same seed gives the same weights on every device
   group_ = &gradient_group(world_, device_, config_.dist_timeout, nccl_);
   if (config_.zero)  // ZeRO-1: clips by the global norm itself, over every rank's shard
@@ -207,6 +215,7 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   model_path_ = config_.out + "/model.safetensors";
   if (config_.resume) resume_from_checkpoint();
   distributed::on_root(world_, [&] {
+    if (config_.overwrite) remove_run_files(config_.out);  // every check has passed: what was there goes
     data_.vocabulary.save(config_.out + "/vocab.txt");
     metrics_.emplace(config_.out + "/metrics.jsonl", config_.resume, state_.step);
   });
@@ -235,6 +244,7 @@ Device TrainingRun::choose_device() const {
 // Rank 0 reads the file and sends it to every rank; it holds whole tensors (the optimiser's too,
 // under ZeRO-1), so any number of ranks can resume it.
 void TrainingRun::resume_from_checkpoint() {
+  distributed::on_root(world_, [&] { check_resume_has_checkpoint(checkpoint_path_, "train"); });
   CheckpointInfo saved = restore_checkpoint(checkpoint_path_, config_, *model_, *optimizer_, world_);  // onto the model's device
   on_every_rank_alike(world_, [&] {
     EMBER_CHECK(saved.data_fingerprint == state_.data_fingerprint,
@@ -263,7 +273,9 @@ void TrainingRun::print_setup() const {
 
 RunResult TrainingRun::run() {
   const auto run_start = Clock::now();
-  while (state_.step < total_steps_)
+  // A --resume already at --stop-after trains nothing (it trained one step more).
+  const bool at_stop = config_.stop_after > 0 && state_.step >= config_.stop_after;
+  while (state_.step < total_steps_ && !at_stop)
     if (!train_epoch(state_.step / steps_per_epoch_)) break;
   result_.steps = state_.step;
   result_.graph_replays = step_->graph_replays();

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """A hostile-input sweep over the trainer's files: a small real run's checkpoint.safetensors and
-model.safetensors, mutated systematically (structure, names, shapes, dtypes, counts, sizes and
+model.safetensors, a small pretraining's encoder.safetensors and checkpoint.safetensors, and a small
+NBSVM's nbsvm.safetensors, mutated systematically (structure, names, shapes, dtypes, counts, sizes and
 offsets, metadata values, non-finite values), and `imdb check` + `imdb train --resume` run on each
-broken checkpoint, `imdb predict` + `imdb eval` on each broken model file.
+broken checkpoint, `imdb predict` + `imdb eval` on each broken model file, `imdb train --init` on each
+broken encoder, `imdb check` + `imdb pretrain --resume` on each broken pretraining checkpoint and
+`imdb eval` on each broken NBSVM file.
 
 Each mutation is either one the programs must refuse, with a message naming the problem (a
 fragment of it is listed with the mutation), or one they must accept with the same result as the
 original file (the file says the same thing differently). A refused --resume must leave every file
-of its folder as it was. Any other outcome fails: a crash or other signal, a sanitizer report, a
+of its folder as it was (a refused --init, its --out too). Any other outcome fails: a crash or other signal, a sanitizer report, a
 run over the time limit, a silent acceptance, an error that does not name the problem.
 
     tests/fuzz/hostile_checkpoints.py <imdb binary> <imdb_small.json> [--every N] [--keep DIR]
@@ -156,8 +159,9 @@ def set_value(name_prefix, value_bytes, reseal=False):
     return with_tensors(edit, reseal)
 
 
-def structure_mutations(target, weight):
-    """Mutations that apply to any safetensors file; `weight` names a float tensor of it."""
+def structure_mutations(target, weight, shape=("has shape",)):
+    """Mutations that apply to any safetensors file; `weight` names a float tensor of it, whose wrong shape its reader
+    names with one of `shape`."""
     m = []
     add = lambda name, fn, expected: m.append((f"{target}: {name}", target, fn, expected))
     add("empty file", lambda meta, t: b"", reject("too small"))
@@ -218,11 +222,11 @@ def structure_mutations(target, weight):
     add("dtype BF16, shape doubled", with_tensors(lambda ts: find(ts, weight).__setitem__(1, "BF16") or
                                                   find(ts, weight).__setitem__(2, find(ts, weight)[2][:-1] +
                                                                                [find(ts, weight)[2][-1] * 2])),
-        reject("has shape"))  # bfloat16 loads (issue 16): the doubled shape is what must be refused
+        reject(*shape, "holds NaN"))  # bfloat16 loads (issue 16): the doubled shape (or a NaN its bytes make) refused
     add("shape transposed (same bytes)", with_tensors(lambda ts: find(ts, weight).__setitem__(2, find(ts, weight)[2][::-1])),
-        reject("has shape"))
+        reject(*shape))
     add("shape flattened (same bytes)", with_tensors(lambda ts: find(ts, weight).__setitem__(
-        2, [find(ts, weight)[2][0] * find(ts, weight)[2][1]])), reject("has shape"))
+        2, [find(ts, weight)[2][0] * find(ts, weight)[2][1]])), reject(*shape))
     add("NaN in a weight", set_value(weight, struct.pack("<f", float("nan"))), reject("holds NaN"))
     add("+Inf in a weight", set_value(weight, struct.pack("<f", float("inf"))), reject("holds +Inf"))
     add("-Inf in a weight", set_value(weight, struct.pack("<f", float("-inf"))), reject("holds -Inf"))
@@ -277,6 +281,20 @@ def metadata_mutations(target, step_keys):
     return m
 
 
+def moment_mutations(add, reseal):
+    """AdamW's moments in a checkpoint (a classifier's or a pretraining's) broken: one or all missing, NaN, negative."""
+    sealed = ", checksum redone" if reseal else ""
+    add("one moment missing" + sealed, with_tensors(lambda ts: [t for t in ts if t[0] != "optim.3.exp_avg"], reseal),
+        reject("has '3.exp_avg_sq' but no '3.exp_avg'"))
+    add("every moment missing" + sealed, with_tensors(lambda ts: [t for t in ts if not t[0].startswith("optim.") or
+                                                                  t[0] == "optim.step"], reseal),
+        reject("lacks 'optim.0.exp_avg'"))
+    add("NaN in a moment" + sealed, set_value("optim.0.exp_avg", struct.pack("<f", float("nan")), reseal),
+        reject("holds NaN"))
+    add("a negative second moment" + sealed, set_value("optim.0.exp_avg_sq", struct.pack("<f", -1.0), reseal),
+        reject("a second moment must be >= 0", "differ from the checksum"))
+
+
 def checkpoint_mutations(step, total):
     m = structure_mutations("checkpoint", "model.head.weight")
     m += metadata_mutations("checkpoint", [
@@ -317,13 +335,8 @@ def checkpoint_mutations(step, total):
         for value in (-1, 2**63 - 1, -2**63, step + 1):
             add(f"optim.step = {value}" + sealed, with_tensors(int64_step(value), reseal),
                 reject(f"the optimiser has taken {value} steps"))
-        add("one moment missing" + sealed, with_tensors(drop("optim.3.exp_avg"), reseal),
-            reject("has '3.exp_avg_sq' but no '3.exp_avg'"))
         add("both moments of a parameter missing" + sealed, with_tensors(drop("optim.3.exp_avg", "optim.3.exp_avg_sq"),
                                                                          reseal), reject("lacks 'optim.3.exp_avg'"))
-        add("every moment missing" + sealed, with_tensors(lambda ts: [t for t in ts if not t[0].startswith("optim.") or
-                                                                      t[0] == "optim.step"], reseal),
-            reject("lacks 'optim.0.exp_avg'"))
         add("moment index not a number" + sealed, with_tensors(rename("optim.3.exp_avg", "optim.x.exp_avg"), reseal),
             reject("unexpected entry 'x.exp_avg'"))
         add("moment index with a leading zero" + sealed, with_tensors(rename("optim.3.exp_avg", "optim.03.exp_avg"), reseal),
@@ -337,10 +350,7 @@ def checkpoint_mutations(step, total):
         add("moments of two parameters swapped" + sealed, with_tensors(
             lambda ts: rename("optim.0.exp_avg", "optim.T")(ts) or rename("optim.1.exp_avg", "optim.0.exp_avg")(ts) or
             rename("optim.T", "optim.1.exp_avg")(ts), reseal), reject("optimizer state: '", "differ from the checksum"))
-        add("NaN in a moment" + sealed, set_value("optim.0.exp_avg", struct.pack("<f", float("nan")), reseal),
-            reject("holds NaN"))
-        add("a negative second moment" + sealed, set_value("optim.0.exp_avg_sq", struct.pack("<f", -1.0), reseal),
-            reject("a second moment must be >= 0", "differ from the checksum"))
+        moment_mutations(add, reseal)
     return m
 
 
@@ -348,15 +358,113 @@ def model_mutations():
     m = structure_mutations("model", "head.weight")
     m += metadata_mutations("model", [("vocab_sha256", "0" * 64, "vocab.txt is not the vocabulary"),
                                       ("vocab_sha256", None, "no 'vocab_sha256'")])
-    add = lambda name, fn, expected: m.append((f"model: {name}", "model", fn, expected))
-    add("tensor missing", with_tensors(lambda ts: [t for t in ts if t[0] != "head.bias"]), reject("'head.bias' is missing"))
-    add("tensor missing, checksum redone", with_tensors(lambda ts: [t for t in ts if t[0] != "head.bias"], True),
-        reject("'head.bias' is missing"))
+    weights_tensor_mutations(lambda name, fn, expected: m.append((f"model: {name}", "model", fn, expected)), "head.bias")
+    return m
+
+
+def weights_tensor_mutations(add, missing):
+    """A model's weights (a classifier's model file, an encoder): the tensor `missing` left out, one more, the names
+    a checkpoint gives them."""
+    for reseal in (False, True):
+        add("tensor missing" + (", checksum redone" if reseal else ""),
+            with_tensors(lambda ts: [t for t in ts if t[0] != missing], reseal), reject(f"'{missing}' is missing"))
     add("extra tensor, checksum redone", with_tensors(lambda ts: ts.append(["extra", "F32", [1], b"\0" * 4]), True),
         reject("unexpected: 'extra'"))
     add("checkpoint names (model. prefix), checksum redone",
         with_tensors(lambda ts: [t.__setitem__(0, "model." + t[0]) for t in ts] and None, True),
         reject("has no tensor 'token_embedding.weight'"))
+
+
+def encoder_mutations():
+    """A pretraining's encoder.safetensors, read by imdb train --init (a classifier holding out 20 reviews)."""
+    m = structure_mutations("encoder", "blocks.0.fc1.weight")
+    m += metadata_mutations("encoder", [])
+    add = lambda name, fn, expected: m.append((f"encoder: {name}", "encoder", fn, expected))
+    for key, value, fragment in [("vocab_sha256", "0" * 64, "vocab.txt is not the vocabulary"),
+                                 ("vocab_sha256", None, "vocab.txt is not the vocabulary"),
+                                 ("validation_reviews_sha256", "0" * 64, "not this run's 20 validation reviews"),
+                                 ("validation", "10", "records validation = 10, the checkpoint beside it 20"),
+                                 ("heads", "4", "records heads = 4, the checkpoint beside it 2")]:
+        add(f"metadata {key} = {value!r}", with_meta(key, value), reject("differ from the checksum", fragment))
+        add(f"metadata {key} = {value!r}, checksum redone", with_meta(key, value, reseal=True), reject(fragment))
+    # A file from before the held-out reviews' fingerprint was recorded: compared by count, with a warning.
+    add("metadata validation_reviews_sha256 removed, checksum redone",
+        with_meta("validation_reviews_sha256", None, reseal=True), ACCEPT)
+    weights_tensor_mutations(add, "mlm_bias")
+    add("a weight's bits changed, checksum redone (another step's encoder)",
+        set_value("blocks.0.fc1.weight", struct.pack("<f", 0.125), reseal=True),
+        reject("is not the model of the checkpoint beside it (step 5 of 6)"))
+    return m
+
+
+def pretrain_checkpoint_mutations(step, total):
+    """A pretraining's checkpoint.safetensors, read by imdb check (which also holds the encoder against it) and
+    imdb pretrain --resume."""
+    m = structure_mutations("pretraining checkpoint", "model.blocks.0.fc1.weight")
+    m += metadata_mutations("pretraining checkpoint", [
+        ("step", "12abc", "'step' = '12abc'"), ("step", "-1", "'step' = '-1'"), ("step", "1e1", "'step' = '1e1'"),
+        ("step", str(total + 1), f"step {total + 1} is past the end of the run"),
+        ("step", str(step + 1), f"the optimiser has taken {step} steps but the checkpoint says {step + 1}"),
+        ("total_steps", "0", "'total_steps' = '0'"), ("total_steps", "x", "'total_steps' = 'x'"),
+        ("pretrain_steps", str(total + 1), f"'pretrain_steps' = {total + 1} but 'total_steps' = {total}"),
+        ("pretrain_steps", "x", "'pretrain_steps' is not an integer"),
+        ("mask_rates", "0.15,0.8", "'mask_rates' = '0.15,0.8'"), ("mask_rates", "a,b,c", "'mask_rates'"),
+        ("epoch_correct", "-1", "'epoch_correct' = '-1'"), ("epoch_masked", "x", "'epoch_masked' = 'x'"),
+        ("generator_offset", "-1", "'generator_offset' = '-1'"), ("generator_offset", "1x", "'generator_offset'"),
+        ("epoch_loss_sum", "nan", "'epoch_loss_sum'"), ("epoch_loss_sum", "-1", "'epoch_loss_sum'"),
+        ("epoch_loss_sum", " 1", "'epoch_loss_sum'"), ("data_fingerprint", "zz", "'data_fingerprint'"),
+        ("data_fingerprint", "0" * 64, "was pretrained on other data"),  # check accepts it: only --resume can tell
+    ])
+    # A classifier's format (any version) makes the folder a mixed one, an encoder beside a classifier's checkpoint:
+    # check says so, and a pretraining's --resume finds no pretraining to continue.
+    mixed = reject("holds more than one kind of run (a pretraining: its encoder.safetensors; a classifier's run: its "
+                   "checkpoint.safetensors)", "holds a classifier's run (its checkpoint.safetensors), not a pretraining")
+    m = [(label, target, fn, mixed if "format = 'ember-imdb-checkpoint-v0'" in label else expected)
+         for label, target, fn, expected in m]
+    add = lambda name, fn, expected: m.append((f"pretraining checkpoint: {name}", "pretraining checkpoint", fn, expected))
+    def drop(*names):
+        return lambda ts: [t for t in ts if t[0] not in names]
+    for reseal in (False, True):
+        sealed = ", checksum redone" if reseal else ""
+        add("model tensor missing" + sealed, with_tensors(drop("model.mlm_bias"), reseal), reject("'mlm_bias' is missing"))
+        add("extra model tensor" + sealed, with_tensors(lambda ts: ts.append(["model.extra", "F32", [1], b"\0" * 4]),
+                                                        reseal), reject("unexpected: 'extra'"))
+        add("extra tensor without prefix" + sealed, with_tensors(lambda ts: ts.append(["stray", "F32", [1], b"\0" * 4]),
+                                                                 reseal), reject("unexpected tensor 'stray'"))
+        add("optim.step missing" + sealed, with_tensors(drop("optim.step"), reseal), reject("step"))
+        add(f"optim.step = {step + 1}" + sealed, with_tensors(lambda ts: find(ts, "optim.step").__setitem__(
+            3, struct.pack("<q", step + 1)), reseal), reject(f"the optimiser has taken {step + 1} steps"))
+        moment_mutations(add, reseal)
+    return m
+
+
+def nbsvm_mutations():
+    """An NBSVM's nbsvm.safetensors, read by imdb eval."""
+    m = structure_mutations("nbsvm", "weight", shape=("expected float32",))
+    add = lambda name, fn, expected: m.append((f"nbsvm: {name}", "nbsvm", fn, expected))
+    for key, value, fragment in [("ngram_order", "0", "is malformed or out of range"),
+                                 ("ngram_order", "x", "is malformed or out of range"),
+                                 ("ngram_order", None, "has no 'ngram_order'"),
+                                 ("ngram_buckets", "8", "expected float32 [8"),
+                                 ("ngram_buckets", "0", "is malformed or out of range"),
+                                 ("nb_alpha", "0", "is malformed or out of range"),
+                                 ("nb_alpha", "nan", "is malformed or out of range"),
+                                 ("l2", "-1", "is malformed or out of range"),
+                                 ("vocab_sha256", "0" * 64, "not the vocabulary the NBSVM was trained with"),
+                                 ("epochs", "0", "'epochs' = '0'"), ("lr", "nan", "'lr' = 'nan'"),
+                                 ("format", None, "format"), ("format", "ember-imdb-nbsvm-v0", "format")]:
+        add(f"metadata {key} = {value!r}", with_meta(key, value), reject(fragment))
+        add(f"metadata {key} = {value!r}, checksum redone", with_meta(key, value, reseal=True), reject(fragment))
+    for reseal in (False, True):
+        sealed = ", checksum redone" if reseal else ""
+        add("bias missing" + sealed, with_tensors(lambda ts: [t for t in ts if t[0] != "bias"], reseal),
+            reject("holds 2 tensors"))
+        add("extra tensor" + sealed, with_tensors(lambda ts: ts.append(["extra", "F32", [1], b"\0" * 4]), reseal),
+            reject("holds 4 tensors"))
+        add("NaN in a ratio" + sealed, set_value("ratios", struct.pack("<f", float("nan")), reseal), reject("holds NaN"))
+        add("ratios as F64" + sealed, with_tensors(lambda ts: find(ts, "ratios").__setitem__(1, "F64") or
+                                                   find(ts, "ratios").__setitem__(3, find(ts, "ratios")[3] * 2), reseal),
+            reject("tensor 'ratios' is float64"))
     return m
 
 
@@ -384,12 +492,13 @@ class Sweep:
         return p.returncode, p.stdout + p.stderr, time.time() - start
 
     def expect(self, label, args, expected, folder, baseline):
-        problem = self.outcome(args, expected, folder, baseline)
+        problem = self.outcome(args, expected, [folder], baseline)
         if problem:
             self.failures.append(f"FAIL: {label}: {' '.join(args[:1])}: {problem}")
 
-    def outcome(self, args, expected, folder, baseline):
-        before = snapshot(folder)
+    def outcome(self, args, expected, folders, baseline):
+        """`folders`: the ones a refused command must leave as they were (the case; --init's --out too)."""
+        before = [snapshot(f) for f in folders]
         code, out, seconds = self.run(args)
         kind, fragments = expected
         problem = None
@@ -408,9 +517,11 @@ class Sweep:
                 problem = "no error message"
             elif not any(f in out for f in fragments):
                 problem = f"the error does not name the problem (wanted one of {fragments})"
-            elif snapshot(folder) != before:
-                problem = "the refused command changed files of the folder: " + ", ".join(
-                    sorted(k for k in set(before) | set(snapshot(folder)) if before.get(k) != snapshot(folder).get(k)))
+            elif [snapshot(f) for f in folders] != before:
+                after = [snapshot(f) for f in folders]
+                problem = "the refused command changed files: " + ", ".join(
+                    sorted(f"{os.path.basename(f)}/{k}" for f, x, y in zip(folders, before, after)
+                           for k in set(x) | set(y) if x.get(k) != y.get(k)))
             else:
                 self.count("clean_errors")
         else:
@@ -430,11 +541,21 @@ def result_line(out):
 
 def snapshot(folder):
     files = {}
+    if not os.path.isdir(folder):
+        return files
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
         if os.path.isfile(path) and name != ".lock":
             files[name] = hashlib.sha256(open(path, "rb").read()).hexdigest()
     return files
+
+
+def make_base(imdb, args, label):
+    p = subprocess.run([imdb] + args, capture_output=True, text=True)
+    if p.returncode != 0:
+        print(p.stdout + p.stderr)
+        print(f"FAIL: could not make the base {label}")
+    return p.returncode == 0
 
 
 def main():
@@ -444,41 +565,59 @@ def main():
     work = keep or tempfile.mkdtemp(prefix="ember_hostile_")
     started = time.time()
     try:
-        base = os.path.join(work, "base")
-        shutil.rmtree(base, ignore_errors=True)
+        bases = {"train": os.path.join(work, "base"), "pretrain": os.path.join(work, "pbase"),
+                 "nbsvm": os.path.join(work, "nbase")}
+        for folder in bases.values():
+            shutil.rmtree(folder, ignore_errors=True)
         # 13 steps an epoch: a model file at the end of epoch 1, a checkpoint one step before the end
         # (an accepted --resume trains one step, evaluates and writes the report).
         step, total = 25, 26
-        p = subprocess.run([imdb, "train", "--data", data, "--out", base, "--stop-after", str(step)] + SMALL,
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            print(p.stdout + p.stderr)
-            print("FAIL: could not make the base run")
+        # A pretraining of 6 steps holding out 20 reviews, stopped after 5 (its checkpoint and the encoder of step 5;
+        # an accepted --resume trains one step and writes the final encoder), and an NBSVM.
+        pre = SMALL + ["--max-len", "32", "--steps", "6", "--validation", "20"]
+        pre_step, pre_total = 5, 6
+        if not (make_base(imdb, ["train", "--data", data, "--out", bases["train"], "--stop-after", str(step)] + SMALL,
+                          "run") and
+                make_base(imdb, ["pretrain", "--data", data, "--out", bases["pretrain"], "--stop-after",
+                                 str(pre_step)] + pre, "pretraining") and
+                make_base(imdb, ["nbsvm", "--data", data, "--out", bases["nbsvm"], "--buckets", "4096", "--seed", "5",
+                                 "--quiet"], "NBSVM")):
             return 1
         sweep = Sweep(imdb, data, work)
         resume = lambda folder: ["train", "--data", data, "--out", folder, "--resume"] + SMALL
+        # Each kind of file: the run it is in, its name, and the commands that read it.
         commands = {
             "checkpoint": [lambda f: ["check", "--run", f], resume],
             "model": [lambda f: ["predict", "--run", f, "--text", "a wonderful, moving film"],
                       lambda f: ["eval", "--run", f, "--data", data]],
+            # A fine-tune holding out the pretraining's 20 reviews, into a folder beside the case's.
+            "encoder": [lambda f: ["train", "--data", data, "--init", f, "--out", os.path.join(os.path.dirname(f), "fine")]
+                        + SMALL + ["--max-len", "32", "--validation", "20", "--epochs", "1"]],
+            "pretraining checkpoint": [lambda f: ["check", "--run", f],
+                                       lambda f: ["pretrain", "--data", data, "--out", f, "--resume"] + pre],
+            "nbsvm": [lambda f: ["eval", "--run", f, "--data", data]],
         }
-        files = {"checkpoint": "checkpoint.safetensors", "model": "model.safetensors"}
-        originals = {t: read_st(os.path.join(base, files[t])) for t in files}
+        files = {"checkpoint": ("train", "checkpoint.safetensors"), "model": ("train", "model.safetensors"),
+                 "encoder": ("pretrain", "encoder.safetensors"),
+                 "pretraining checkpoint": ("pretrain", "checkpoint.safetensors"),
+                 "nbsvm": ("nbsvm", "nbsvm.safetensors")}
+        originals = {t: read_st(os.path.join(bases[run], name)) for t, (run, name) in files.items()}
         # What the unbroken files give (in a folder named like the cases', as outputs name it).
         baselines = {}
         for target, runs in commands.items():
             for make_args in runs:
                 folder = os.path.join(work, "baseline", "case")
-                shutil.rmtree(folder, ignore_errors=True)
-                shutil.copytree(base, folder)
+                shutil.rmtree(os.path.dirname(folder), ignore_errors=True)
+                shutil.copytree(bases[files[target][0]], folder)
                 code, out, _ = sweep.run(make_args(folder))
                 if code != 0:
                     print(out)
                     print(f"FAIL: the unbroken {target} file is refused")
                     return 1
-                baselines[(target, make_args(folder)[0])] = result_line(out).replace(folder, "CASE")
-        mutations = (checkpoint_mutations(step, total) + model_mutations())[::every]
-        counts = {"checkpoint": 0, "model": 0}
+                baselines[(target, make_args(folder)[0])] = result_line(out).replace(os.path.dirname(folder), "ROOT")
+        mutations = (checkpoint_mutations(step, total) + model_mutations() + encoder_mutations() +
+                     pretrain_checkpoint_mutations(pre_step, pre_total) + nbsvm_mutations())[::every]
+        counts = {target: 0 for target in files}
         jobs = []
         for number, (label, target, mutate, expected) in enumerate(mutations):
             meta, tensors = originals[target]
@@ -494,29 +633,34 @@ def main():
 
         def run_job(job):
             label, target, broken, folder, args, want = job
-            shutil.copytree(base, folder)
-            with open(os.path.join(folder, files[target]), "wb") as f:
+            shutil.copytree(bases[files[target][0]], folder)
+            with open(os.path.join(folder, files[target][1]), "wb") as f:
                 f.write(broken)
-            baseline = baselines[(target, args[0])].replace("CASE", folder) if want == ACCEPT else None
-            problem = sweep.outcome(args, want, folder, baseline)
-            shutil.rmtree(os.path.dirname(folder), ignore_errors=True)
+            root = os.path.dirname(folder)
+            baseline = baselines[(target, args[0])].replace("ROOT", root) if want == ACCEPT else None
+            # A refused command leaves the case as it was, and writes nothing into a folder beside it (--init's --out).
+            problem = sweep.outcome(args, want, [folder, os.path.join(root, "fine")], baseline)
+            shutil.rmtree(root, ignore_errors=True)
             return f"FAIL: {label}: {args[0]}: {problem}" if problem else None
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             sweep.failures += [f for f in pool.map(run_job, jobs) if f]
-        # vocab.txt of another vocabulary of the same size, beside an intact model file.
-        folder = os.path.join(work, "vocab", "case")
-        shutil.copytree(base, folder)
-        vocab = open(os.path.join(folder, "vocab.txt")).read().split("\n")
-        vocab[5], vocab[6] = vocab[6], vocab[5]
-        open(os.path.join(folder, "vocab.txt"), "w").write("\n".join(vocab))
-        sweep.expect("model: vocab.txt of another vocabulary", commands["model"][0](folder),
-                     reject("vocab.txt is not the vocabulary"), folder, None)
+        # vocab.txt of another vocabulary of the same size, beside an intact model file (and an intact encoder).
+        for target in ("model", "encoder"):
+            folder = os.path.join(work, "vocab-" + target, "case")
+            shutil.copytree(bases[files[target][0]], folder)
+            vocab = open(os.path.join(folder, "vocab.txt")).read().split("\n")
+            vocab[5], vocab[6] = vocab[6], vocab[5]
+            open(os.path.join(folder, "vocab.txt"), "w").write("\n".join(vocab))
+            sweep.expect(f"{target}: vocab.txt of another vocabulary", commands[target][0](folder),
+                         reject("vocab.txt is not the vocabulary"), folder, None)
         for failure in sweep.failures:
             print(failure)
         sample = f" (every {every}th of them)" if every > 1 else ""
-        print(f"hostile checkpoints: {counts['checkpoint']} checkpoint and {counts['model']} model-file mutations"
-              f"{sample} and a swapped vocabulary, {sweep.runs} runs of check/resume/predict/eval: "
+        print(f"hostile checkpoints: {counts['checkpoint']} checkpoint, {counts['model']} model-file, "
+              f"{counts['encoder']} encoder, {counts['pretraining checkpoint']} pretraining-checkpoint and "
+              f"{counts['nbsvm']} NBSVM-file mutations{sample} and two swapped vocabularies, {sweep.runs} runs of "
+              f"check/resume/predict/eval/--init/pretrain --resume: "
               f"{sweep.clean_errors} clean errors, {sweep.acceptances} correct acceptances, "
               f"{len(sweep.failures)} failures, {time.time() - started:.0f} s")
         return 1 if sweep.failures else 0
