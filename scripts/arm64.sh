@@ -9,6 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ARM_DIR=${ARM_DIR:-build-arm64}
+# ccache's hits across clones in other folders (CI's): paths relative to the tree.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 bash scripts/setup.sh --deps-only  # the header-only libraries (doctest, nlohmann-json, CLI11) serve both
 packages=(g++-aarch64-linux-gnu qemu-user-static libc6:arm64 libstdc++6:arm64 libfmt-dev:arm64 libssl-dev:arm64)

@@ -71,6 +71,8 @@ in_root() {
   $SUDO chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/local/cuda/bin:/usr/bin:/bin \
     CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR=/src CCACHE_MAXSIZE=8G bash -c "$1"
 }
+# (nvcc's host compiler by its full path, and as CUDAHOSTCXX, which CMake's check for a CUDA compiler reads: the
+# root has no plain g++ for nvcc to fall back on.)
 common="-DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=$cuda -DEMBER_CUDA_ARCHITECTURES=90-real -DEMBER_MPI=OFF \
 -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
 in_root "rm -rf /build && mkdir -p /build"
@@ -78,8 +80,13 @@ in_root "rm -rf /build && mkdir -p /build"
 # 1. GCC 14: configured here, then scripts/test-area.sh builds what the areas' tests run and runs them.
 t0=$(date +%s)
 echo "== debian13: GCC 14 ($(in_root 'g++-14 --version | head -1')): building and testing"
-in_root "cmake -S /src -B /build/gcc14 $common -DEMBER_BENCH=OFF -DCMAKE_CXX_COMPILER=g++-14 \
-  -DCMAKE_CUDA_HOST_COMPILER=g++-14 >/build/gcc14-configure.log 2>&1" || { in_root "cat /build/gcc14-configure.log"; exit 1; }
+in_root "CUDAHOSTCXX=/usr/bin/g++-14 cmake -S /src -B /build/gcc14 $common -DEMBER_BENCH=OFF -DCMAKE_CXX_COMPILER=g++-14 \
+  -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++-14 >/build/gcc14-configure.log 2>&1" || { in_root "cat /build/gcc14-configure.log"; exit 1; }
+if [ "$cuda" = ON ] && ! grep -q "CUDA backend ON" "$ROOT/build/gcc14-configure.log"; then
+  cat "$ROOT/build/gcc14-configure.log"
+  echo "debian13: nvcc is there but CMake did not take it (GCC 14 as its host compiler)"
+  exit 1
+fi
 gcc14_status=0
 in_root "cd /src && BUILD_DIR=/build/gcc14 bash scripts/test-area.sh '(core|autograd|nn|optim|imdb|cuda-emulated)'" \
   2>&1 | tee "$ROOT/build/gcc14-tests.log" || gcc14_status=1
@@ -92,8 +99,8 @@ echo "debian13: $gcc14_result"
 t0=$(date +%s)
 echo "== debian13: GCC 13 ($(in_root 'g++-13 --version | head -1')): building every target"
 gcc13_status=0
-in_root "cmake -S /src -B /build/gcc13 $common -DCMAKE_CXX_FLAGS_RELEASE='-O1 -DNDEBUG' -DEMBER_TEST_OPT=-O1 \
-  -DCMAKE_CXX_COMPILER=g++-13 -DCMAKE_CUDA_HOST_COMPILER=g++-13 >/build/gcc13-configure.log 2>&1 && \
+in_root "CUDAHOSTCXX=/usr/bin/g++-13 cmake -S /src -B /build/gcc13 $common -DCMAKE_CXX_FLAGS_RELEASE='-O1 -DNDEBUG' -DEMBER_TEST_OPT=-O1 \
+  -DCMAKE_CXX_COMPILER=g++-13 -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++-13 >/build/gcc13-configure.log 2>&1 && \
   cmake --build /build/gcc13 -j$JOBS >/build/gcc13-build.log 2>&1" || gcc13_status=1
 if [ "$gcc13_status" = 0 ]; then
   fmt=$(in_root "sed -n 's/^EMBER_FMT_COMPILED_IN:BOOL=//p' /build/gcc13/CMakeCache.txt")
