@@ -73,6 +73,11 @@ EMBER_CUDA_ENTRY(void, graph_capture_begin, (int device))
 EMBER_CUDA_ENTRY(void*, graph_capture_end, (int device, bool ok))
 EMBER_CUDA_ENTRY(void, graph_replay, (void* graph))
 EMBER_CUDA_ENTRY(void, graph_destroy, (void* graph))
+// Debugging: with launch_sync() on (EMBER_CUDA_SYNC=1, read at the first launch, or set_launch_sync)
+// every kernel launch waits for its kernel, so that a kernel's fault is reported at its own launch
+// (cuda/launch.h). Not inside a graph's capture: a captured launch runs, and is checked, at replay.
+EMBER_CUDA_DEFAULT(void, set_launch_sync, (bool on), {})
+EMBER_CUDA_DEFAULT(bool, launch_sync, (), { return false; })
 // A capture's warm-up: allocator_record(device, true) notes the size of every block the caching
 // allocator hands out until allocator_record(device, false); allocator_fill_recorded then makes its
 // cache hold, at once, a block of every noted size (cudaMalloc for those it lacks), so that a

@@ -26,7 +26,6 @@ int scalar_type(Dtype dtype, const char* op) {
 }
 
 int device_of(const Tensor& t) { return t.device().index; }
-bool is_f64(const Tensor& t) { return t.dtype() == Dtype::Float64; }
 
 }  // namespace
 

@@ -16,6 +16,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define EMBER_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define EMBER_CPU_RELAX() __asm__ __volatile__("yield")  // ARM's spin-wait hint, as pause is x86's
 #else
 #define EMBER_CPU_RELAX() std::this_thread::yield()
 #endif

@@ -21,6 +21,9 @@ namespace ember::cuda {
 [[noreturn]] void raise_cuda_error(int code, const char* text, const char* call, const char* file, int line);
 // Notes a kernel (or a graph) just launched, for raise_cuda_error: a few atomic stores, no lock.
 void note_launch(const char* what);
+// What a graph's replay notes (cuda/graph.cu): a fault after it is in one of the graph's kernels,
+// which EMBER_CUDA_SYNC=1 cannot name (a launch inside a capture is not waited for).
+inline constexpr char kGraphReplayLaunch[] = "a CUDA graph's replay (its kernels, captured)";
 // Throws ember::Error with `message` as it is.
 [[noreturn]] void raise_message(const char* message);
 // Throws ember::Error: out of GPU memory on cuda:<device>, with the bytes asked for and in use.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "cuda/check.h"
 
 namespace ember::cuda {
 
@@ -42,10 +43,20 @@ void note_launch(const char* what) {
 
 [[noreturn]] void raise_cuda_error(int code, const char* text, const char* call, const char* file, int line) {
   if (code < 700 || code > 719) raise_error("CUDA", call, file, line, text);
+  const uint64_t n = launches.load(std::memory_order_relaxed);
+  const bool after_replay =
+      n > 0 && recent_launches[(n - 1) % kRecent].load(std::memory_order_relaxed) == kGraphReplayLaunch;
+  // EMBER_CUDA_SYNC=1 waits after each launch, but not inside a graph's capture (cuda/runtime.cu's
+  // check_launch): a graph's kernels are checked at its replay, and are named only when run eagerly.
+  const char* rerun = after_replay ? "; the last launch was a CUDA graph's replay, and EMBER_CUDA_SYNC=1 does not wait "
+                                     "for a launch inside a capture (a captured kernel is checked at the replay): rerun "
+                                     "without CUDA graphs (the trainer's --cuda-graph off) and with EMBER_CUDA_SYNC=1 to "
+                                     "have the kernel named"
+                                   : "";
   fail("a GPU kernel failed: {} (reported by {} at {}:{}, a call after the kernel ran: a GPU reports a kernel's "
        "fault late). The kernels launched last, newest first: {}. This process cannot use the GPU further; rerun "
-       "with EMBER_CUDA_SYNC=1 to have the fault reported at the launch of the kernel that failed",
-       text, call, file, line, recent_kernels());
+       "with EMBER_CUDA_SYNC=1 to have the fault reported at the launch of the kernel that failed{}",
+       text, call, file, line, recent_kernels(), rerun);
 }
 
 [[noreturn]] void raise_message(const char* message) { fail("{}", message); }

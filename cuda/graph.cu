@@ -53,7 +53,7 @@ void* graph_capture_end(int device, bool ok) {
 
 void graph_replay(void* graph) {
   auto* g = static_cast<Graph*>(graph);
-  note_launch("a CUDA graph's replay (its kernels, captured)");
+  note_launch(kGraphReplayLaunch);
   EMBER_CUDA_CHECK(cudaGraphLaunch(g->exec, use_device(g->device)));
 }
 

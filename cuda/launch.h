@@ -20,8 +20,10 @@ inline int blocks_for(int64_t n) {
   return int(blocks < 8192 ? (blocks < 1 ? 1 : blocks) : 8192);
 }
 
-// After a launch: raises the launch error, if any; with EMBER_CUDA_SYNC=1 in the environment it
-// also waits for the kernel, so that an error in it is reported at the op that caused it.
+// After a launch: raises the launch error, if any; with launch_sync() on (EMBER_CUDA_SYNC=1 in the
+// environment, core/cuda_ops.h) it also waits for the kernel, so that an error in it is reported at
+// the op that caused it, except while the stream captures a CUDA graph (the kernel is checked at
+// the graph's replay).
 void check_launch(const char* what, const char* file, int line);
 #define EMBER_CUDA_LAUNCHED(what) ::ember::cuda::check_launch(what, __FILE__, __LINE__)
 

@@ -8,6 +8,7 @@
 // still be in use. When cudaMalloc fails, the cache is given back to the driver and the allocation
 // retried once; then the error names the bytes asked for and the bytes in use.
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -358,18 +359,40 @@ cudaStream_t use_device(int device) {
   return current_stream(device);
 }
 
+namespace {
+
+std::atomic<int> sync_launches{-1};  // -1: not decided yet (read EMBER_CUDA_SYNC on first use)
+
+}  // namespace
+
+void set_launch_sync(bool on) { sync_launches = on ? 1 : 0; }
+
+bool launch_sync() {
+  int value = sync_launches.load();
+  if (value < 0) {
+    const char* env = std::getenv("EMBER_CUDA_SYNC");
+    value = env != nullptr && env[0] == '1' ? 1 : 0;
+    sync_launches = value;
+  }
+  return value == 1;
+}
+
 void check_launch(const char* what, const char* file, int line) {
   note_launch(what);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) raise_error("CUDA", what, file, line, cudaGetErrorString(status));
-  static const bool sync = [] {
-    const char* env = std::getenv("EMBER_CUDA_SYNC");
-    return env != nullptr && env[0] == '1';
-  }();
-  if (sync) {
-    status = cudaDeviceSynchronize();
-    if (status != cudaSuccess) raise_error("CUDA", what, file, line, cudaGetErrorString(status));  // at the kernel
-  }
+  if (!launch_sync()) return;
+  // Inside a CUDA graph's capture the launch is only recorded: there is no kernel to wait for, and a
+  // wait is refused (it would end the capture with "operation not permitted when stream is
+  // capturing", hiding the error being looked for). A captured kernel is checked when the graph
+  // replays (raise_cuda_error says so).
+  int device = 0;
+  EMBER_CUDA_CHECK(cudaGetDevice(&device));
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  EMBER_CUDA_CHECK(cudaStreamIsCapturing(current_stream(device), &capture));
+  if (capture != cudaStreamCaptureStatusNone) return;
+  status = cudaDeviceSynchronize();
+  if (status != cudaSuccess) raise_error("CUDA", what, file, line, cudaGetErrorString(status));  // at the kernel
 }
 
 namespace {

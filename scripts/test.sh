@@ -9,8 +9,14 @@
 #   2. the normal Release build in build/ (GCC), with the CUDA tests also run on the CPU emulator
 #      ("emulated: ..." tests, docs/cuda.md).
 # Between them, scripts/tsan.sh runs the threaded tests under ThreadSanitizer (build-tsan/, GCC; skip
-# with EMBER_TSAN_CI=0); a data race fails the run. After them, the commands docs/adding-an-op.md gives
-# a contributor run as written, in build/ (tests/docs_commands.sh).
+# with EMBER_TSAN_CI=0); a data race fails the run. Then two other machines:
+#   - scripts/debian13.sh: Debian 13 in a debootstrap root (kept in /var/cache/ember), GCC 14 building the
+#     library, the CUDA backend and the tests and running the core, autograd, nn, optim, imdb and
+#     cuda-emulated areas, GCC 13 building every target (skip with EMBER_DEBIAN13_CI=0);
+#   - scripts/arm64.sh: the aarch64 cross build (build-arm64/), the core, autograd and nn areas run under
+#     qemu-aarch64 (skip with EMBER_ARM64_CI=0).
+# A failure in either fails the run. After them, the commands docs/adding-an-op.md gives a contributor run
+# as written, in build/ (tests/docs_commands.sh).
 # Each configuration's ctest summary is printed; the last line is the ctest-style summary of the
 # whole run (both configurations), and the exit code is non-zero if any test failed in either.
 set -euo pipefail
@@ -71,6 +77,27 @@ if [ "${EMBER_TSAN_CI:-1}" != 0 ]; then
   echo "$tsan_result"
 fi
 
+# Another distribution and another CPU: each script's last line is its result.
+other_stage() {  # other_stage <name> <skip variable's value> <script>
+  local name=$1 enabled=$2 script=$3 start result
+  [ "$enabled" != 0 ] || return 0
+  echo "== $name ($script)"
+  start=$(date +%s)
+  if bash "$script" >"$logs/$name.log" 2>&1; then
+    result="$name: $(grep -E "tests passed|tests failed" "$logs/$name.log" | tail -n 1); $(( $(date +%s) - start ))s with its build"
+  else
+    tail -80 "$logs/$name.log"
+    result="$name: FAILED (see above); $(( $(date +%s) - start ))s"
+    status=1
+  fi
+  [ "$name" != debian13 ] || result+=" ($(tail -n 1 "$logs/$name.log" | sed 's/^debian13: //'))"
+  echo "$result"
+  other_results+=("$result")
+}
+other_results=()
+other_stage debian13 "${EMBER_DEBIAN13_CI:-1}" scripts/debian13.sh
+other_stage arm64 "${EMBER_ARM64_CI:-1}" scripts/arm64.sh
+
 echo "== normal configuration (Release)"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j"$JOBS" --timeout 600) 2>&1 | tee "$logs/normal.log" || status=$?
 
@@ -86,7 +113,7 @@ echo "$docs_result"
 
 # ctest lists skipped tests (no GPU) after its summary: repeat the summaries, and end with the total.
 total=0 failed=0
-for config in asan normal; do
+for config in asan debian13 arm64 normal; do
   [ -f "$logs/$config.log" ] || continue
   line=$(summary "$logs/$config.log")
   echo "$config: ${line:-no ctest summary (ctest did not run)}"
@@ -96,6 +123,7 @@ for config in asan normal; do
   total=$((total + n)) failed=$((failed + f))
 done
 [ -z "$tsan_result" ] || echo "$tsan_result"
+for result in "${other_results[@]}"; do echo "$result"; done
 echo "$docs_result"
 [ "$failed" -eq 0 ] || status=1
 percent=$(( total > 0 ? (total - failed) * 100 / total : 0 ))

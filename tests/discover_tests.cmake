@@ -14,9 +14,10 @@
 #   slow             regular expressions: a case whose name matches one also gets the label slow
 #   (a case of the normal program that runs on a GPU also gets the label gpu: see below)
 #   properties       more test properties for every case
+#   emulator         what runs the program in a cross build (CMAKE_CROSSCOMPILING_EMULATOR: qemu-aarch64), or empty
 cmake_minimum_required(VERSION 3.24)
 include(${CONFIG})
-execute_process(COMMAND ${EXE} --list-test-cases --reporters=xml --no-path-filenames=true
+execute_process(COMMAND ${emulator} ${EXE} --list-test-cases --reporters=xml --no-path-filenames=true
                 OUTPUT_VARIABLE listing RESULT_VARIABLE result WORKING_DIRECTORY ${WORKDIR})
 if(NOT result EQUAL 0)
   message(FATAL_ERROR "listing the test cases of ${EXE} failed (${result}):\n${listing}")
@@ -78,11 +79,15 @@ while(TRUE)
   # doctest splits --test-case filters at commas: escape them.
   string(REPLACE "," "\\," filter "${name}")
   quoted(test "${prefix}${name}")
-  quoted(exe "${EXE}")
+  set(exe "")
+  foreach(word IN LISTS emulator ITEMS "${EXE}")
+    quoted(word "${word}")
+    string(APPEND exe "${word} ")
+  endforeach()
   quoted(arg "--test-case=${filter}")
   quoted(workdir "${WORKDIR}")
   quoted(labels "${labels}")
-  string(APPEND script "add_test(${test} ${exe} ${arg})\n"
+  string(APPEND script "add_test(${test} ${exe}${arg})\n"
          "set_tests_properties(${test} PROPERTIES WORKING_DIRECTORY ${workdir} LABELS ${labels} ${properties})\n")
   math(EXPR count "${count} + 1")
 endwhile()

@@ -9,6 +9,8 @@
 #   tests/gpu_check_test.sh <imdb>   (the real trainer program: its `flops` command computes the MFU)
 set -u
 REAL_IMDB=$1
+# The script under test and its stand-ins run python3: without it the test cannot run (77: skipped).
+command -v python3 >/dev/null || { echo "skipped: python3 is not installed"; exit 77; }
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT

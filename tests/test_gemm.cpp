@@ -34,7 +34,7 @@ struct PoolGuard {
 // The float kernels this CPU can run ("auto" resolves to one of them).
 std::vector<std::string> available_kernels() {
   std::vector<std::string> kernels;
-  for (const char* name : {"avx512", "avx2", "generic"}) {
+  for (const char* name : {"avx512", "avx2", "neon", "generic"}) {
     if (ember::cpu::set_gemm_kernel(name)) kernels.push_back(name);
   }
   ember::cpu::set_gemm_kernel("auto");

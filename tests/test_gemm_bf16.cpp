@@ -43,7 +43,7 @@ std::vector<KernelChoice> kernel_choices() {
   if (cpu::set_gemm_bf16_kernel("avx512_bf16")) choices.push_back({"avx512_bf16", "auto"});
   if (cpu::set_gemm_bf16_kernel("amx")) choices.push_back({"amx", "auto"});
   choices.push_back({"amx_emulated", "auto"});  // the AMX kernel's code over tiles emulated in C++
-  for (const char* f : {"avx512", "avx2", "generic"})
+  for (const char* f : {"avx512", "avx2", "neon", "generic"})
     if (cpu::set_gemm_kernel(f)) choices.push_back({"rounded", f});
   cpu::set_gemm_bf16_kernel("auto");
   cpu::set_gemm_kernel("auto");

@@ -46,6 +46,7 @@ template <>
 const GemmKernel<float>* best_kernel<float>() {
   if (const auto* kernel = detail::avx512_float_kernel()) return kernel;
   if (const auto* kernel = detail::avx2_float_kernel()) return kernel;
+  if (const auto* kernel = detail::neon_float_kernel()) return kernel;
   return detail::generic_float_kernel();
 }
 
@@ -736,6 +737,9 @@ bool set_gemm_kernel(const char* name) {
     double_kernel = detail::avx512_double_kernel();
   } else if (wanted == "avx2") {
     float_kernel = detail::avx2_float_kernel();
+    double_kernel = detail::generic_double_kernel();
+  } else if (wanted == "neon") {
+    float_kernel = detail::neon_float_kernel();
     double_kernel = detail::generic_double_kernel();
   } else if (wanted == "generic") {
     float_kernel = detail::generic_float_kernel();

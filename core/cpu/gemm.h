@@ -85,10 +85,11 @@ bool set_gemm_bf16_kernel(const char* name);
 // independent chains; 0 without AVX-512 BF16). What "auto" decides by.
 double gemm_bf16_rate_ratio();
 
-// Which float micro-kernel gemm runs: "avx512", "avx2" or "generic".
+// Which float micro-kernel gemm runs: "avx512", "avx2" (x86-64, picked by what the CPU has), "neon" (aarch64)
+// or "generic" (any other CPU).
 const char* gemm_float_kernel_name();
 
-// Forces a micro-kernel ("avx512", "avx2", "generic"; "auto" = the best this CPU runs), for
+// Forces a micro-kernel ("avx512", "avx2", "neon", "generic"; "auto" = the best this CPU runs), for
 // tests and benchmarks. Returns false (and changes nothing) when this CPU lacks it.
 // NOTE: not safe to call while another thread is inside gemm.
 bool set_gemm_kernel(const char* name);

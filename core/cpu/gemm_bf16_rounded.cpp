@@ -20,9 +20,13 @@ template <typename S>
 const GemmKernel<S, float, float>* rounded_for(const GemmKernel<float>& base) {
   // The AVX-512 float kernel has its own: the same layouts packed 16 lanes at a time (gemm_avx512.cpp).
   if (&base == avx512_float_kernel()) return avx512_rounded_kernel<S>();
-  // The tile shapes of the other float kernels: AVX2 6 x 16, generic 4 x 16.
+  // The tile shapes of the other float kernels: AVX2 6 x 16, NEON 8 x 12, generic 4 x 16.
   if (base.mr == 6 && base.nr == 16 && base.n_granule == 8) {
     static const auto kernel = rounded_kernel<S, 6, 16, 8>(base);
+    return &kernel;
+  }
+  if (base.mr == 8 && base.nr == 12 && base.n_granule == 4) {
+    static const auto kernel = rounded_kernel<S, 8, 12, 4>(base);
     return &kernel;
   }
   if (base.mr == 4 && base.nr == 16 && base.n_granule == 16) {

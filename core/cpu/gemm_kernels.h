@@ -97,6 +97,8 @@ inline void prefetch_at(const void* base, int64_t byte_offset) {
 const GemmKernel<float>* avx512_float_kernel();
 const GemmKernel<double>* avx512_double_kernel();
 const GemmKernel<float>* avx2_float_kernel();
+// NEON (gemm_neon.cpp): on 64-bit ARM, where NEON is always there; null elsewhere.
+const GemmKernel<float>* neon_float_kernel();
 // Portable C++ kernels: always available.
 const GemmKernel<float>* generic_float_kernel();
 const GemmKernel<double>* generic_double_kernel();

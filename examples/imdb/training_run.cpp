@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/allocator.h"
+#include "core/cpu_info.h"
 #include "core/distributed/agreement.h"
 #include "core/distributed/world.h"
 #include "core/parallel.h"
@@ -265,6 +266,7 @@ void TrainingRun::print_setup() const {
              several_ ? fmt::format("{} ranks ({}{}) x ", world_.size(), group_->backend(), config_.zero ? ", ZeRO-1" : "")
                       : std::string(),
              num_threads());
+  if (device_.is_cpu()) fmt::print(stderr, "CPU: {}\n", cpu_summary());  // the target and kernels: core/cpu_info.h
   if (config_.precision == "bf16")
     fmt::print(stderr, "Precision: {}, float32 weights and optimiser\n",
                device_.is_cpu() ? fmt::format("products and activations in bfloat16 (CPU kernel {})", bf16_product_kernel())
