@@ -35,7 +35,7 @@ std::vector<RunKindFound> run_kinds_in(const std::string& folder);
 // "a pretraining", "a classifier's run", ...
 std::string run_kind_text(RunKind kind);
 // For a command about to write a new run of kind `mine` into `folder` (train: classifier, pretrain:
-// pretraining, nbsvm: nbsvm): an ember::Error naming `command`, the folder, what it holds and the ways out,
+// pretraining, nbsvm: nbsvm, compare: comparison): an ember::Error naming `command`, the folder, what it holds and the ways out,
 // if it holds a run of another kind (or, for an NBSVM, any run: nbsvm has no --resume) and not `overwrite`.
 // A folder of `unknown` kind is left to a `resume`, whose own checks name the problem.
 void check_run_folder_kind(const std::string& folder, RunKind mine, const std::string& command, bool overwrite,
