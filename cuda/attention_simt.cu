@@ -406,7 +406,9 @@ __global__ void flash_backward_dkv_kernel(const __grid_constant__ Args a, T scal
     T s[RPT][CPT], dp[RPT][CPT];
     tile_dot<T, DMAX, RPT, CPT>(s, Ks, Qs, ty, tx);    // S^T: the same products as the forward's S
     tile_dot<T, DMAX, RPT, CPT>(dp, Vs, dOs, ty, tx);  // dP^T = V dO^T
+    EMBER_UNROLL
     for (int r = 0; r < RPT; ++r)
+      EMBER_UNROLL
       for (int c = 0; c < CPT; ++c) {
         const int j = ty + kGrid * r, i = tx + kGrid * c;
         const T score = i0 + i >= d.T ? attn::neg_inf<T>()
@@ -424,10 +426,10 @@ __global__ void flash_backward_dkv_kernel(const __grid_constant__ Args a, T scal
     if (j >= d.S) continue;
     S* dk_row = a.dk.at<S>(b, h, j);
     S* dv_row = a.dv.at<S>(b, h, j);
-    for (int o = 0; o < OPT; ++o) {
+    for (int o = 0; o < OPT; ++o)
       if (tx + kGrid * o < d.Dh) dk_row[tx + kGrid * o] = S(scale * dk[r][o]);
+    for (int o = 0; o < OPT; ++o)
       if (tx + kGrid * o < d.Dv) dv_row[tx + kGrid * o] = S(dv[r][o]);
-    }
   }
 }
 

@@ -43,14 +43,6 @@ constexpr size_t kAlign = 128;          // every array's start (WMMA needs 32 by
 
 constexpr size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-// Loops over a warp's fragments unrolled, so that each fragment is a register, not local memory
-// (nvcc; the emulator's g++ has no such pragma and needs none).
-#if defined(__CUDACC__)
-#define EMBER_UNROLL _Pragma("unroll")
-#else
-#define EMBER_UNROLL
-#endif
-
 template <int DMAX>
 struct Strides {
   static constexpr int H = DMAX + 8;  // the bfloat16 [rows][DMAX] operand tiles
@@ -402,7 +394,6 @@ __global__ void __launch_bounds__(kBlock) backward_dkv_kernel(const __grid_const
 }
 
 #undef EMBER_TC_KERNEL_BODY
-#undef EMBER_UNROLL
 
 template <typename S>
 void forward_typed(int device, const Args& a) {

@@ -22,6 +22,14 @@
 
 namespace ember::cuda::attention {
 
+// Loops over a thread's registers unrolled, so that each array element is a register, not local memory
+// (nvcc; the emulator's g++ has no such pragma and needs none).
+#if defined(__CUDACC__)
+#define EMBER_UNROLL _Pragma("unroll")
+#else
+#define EMBER_UNROLL
+#endif
+
 constexpr int kBlock = 256;     // threads per block, a 16 x 16 grid (ty = tid / 16, tx = tid % 16)
 constexpr int kGrid = 16;       // its side
 constexpr int kMaxHeadDim = 128;

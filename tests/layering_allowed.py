@@ -63,4 +63,6 @@ ALLOWED_PLUMBING_INCLUDES = [
     ("examples/imdb/graph_step.cpp", "core/device_copy.h", "the captured input's copy on the GPU"),
     ("examples/imdb/prefetch.h", "core/copy_stream.h", "the prefetcher holds its GpuEvents"),
     ("examples/imdb/training_run.cpp", "core/allocator.h", "the peak memory in the report"),
+    ("examples/seed_attention.cpp", "core/allocator.h",
+     "the seed's train_step prints the memory allocated (memory_stats, its torch.cuda.memory_allocated())"),
 ]
