@@ -117,7 +117,9 @@ template <typename T, typename S>
 __device__ __forceinline__ T masked_score(const Args& a, bool key_flag, int64_t b, int64_t h, int64_t i, int64_t j,
                                           T scaled) {
   const Dims& d = a.d;
-  if (attn::key_masked(key_flag, d.causal, i, j) || attn::outside_window(d.window, d.global, i, j))
+  // A tile's rows past the last query and columns past the last key: never read the mask there (out of bounds).
+  if (i >= d.T || j >= d.S || attn::key_masked(key_flag, d.causal, i, j) ||
+      attn::outside_window(d.window, d.global, i, j))
     return attn::neg_inf<T>();
   if (a.general_mask) {
     if (a.mask.additive()) return scaled + widen<T>(a.mask.template added<S>(b, h, i, j));
