@@ -227,9 +227,9 @@ DEVICE_TEST_CASE("sdpa: a query that sees no key gets 0 and sends no gradient, n
   }
 }
 
-DEVICE_TEST_CASE("sdpa: heads of a [B, T, H, Dh] view cost no copy, and the output is laid out [B, T, H, Dv]") {
+DEVICE_TEST_CASE("sdpa: heads of a [B, T, H, Dh] view are read in place; the output is laid out [B, T, H, Dv]") {
   // The seeds' q = W_q(x).view(B, T, H, Dh).transpose(1, 2): the op reads it in place; its output, transposed
-  // back and viewed as [B, T, D], shares the output's memory (no copy), and so do the gradients.
+  // back and viewed as [B, T, D], shares the output's memory (no copy); the input's gradient comes back dense.
   const int64_t B = 2, T = 5, H = 3, Dh = 4;
   Tensor x = rnd({B, T, H * Dh}, 17).to(device).requires_grad_();
   Tensor q = x.view({B, T, H, Dh}).transpose(1, 2);
