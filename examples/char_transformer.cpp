@@ -1,12 +1,14 @@
 // A tiny character-level GPT: a causal Transformer learns to continue Shakespeare's sonnets
 // (examples/data/sonnets.txt), then writes a few lines of its own. Read mlp_xor.cpp first.
-// Usage: char_transformer [--steps N] [--text PATH]   (defaults: 400 steps, examples/data/sonnets.txt)
+// Usage: char_transformer [--steps N] [--text PATH] [--out DIR [--resume]]
+//   (defaults: 400 steps, examples/data/sonnets.txt; --out: checkpoints and metrics.jsonl there, --resume continues)
 // Exits 1 unless the loss went down.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "core/file_io.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
+#include "optim/train/loop.h"
 
 using namespace ember;
 
@@ -42,12 +45,21 @@ struct CharModel : nn::Module {
   std::shared_ptr<nn::Linear> out;
 };
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   int64_t steps = 400;
-  std::string path = "examples/data/sonnets.txt";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoll(argv[i + 1]);
-    if (std::strcmp(argv[i], "--text") == 0) path = argv[i + 1];
+  std::string path = "examples/data/sonnets.txt", out;
+  bool resume = false;
+  for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--steps") == 0 && has_value) steps = std::atoll(argv[++i]);
+    else if (std::strcmp(argv[i], "--text") == 0 && has_value) path = argv[++i];
+    else if (std::strcmp(argv[i], "--out") == 0 && has_value) out = argv[++i];
+    else if (std::strcmp(argv[i], "--resume") == 0) resume = true;
+    else {
+      std::fprintf(stderr, "char_transformer: unknown or incomplete flag '%s'\nusage: char_transformer [--steps N] "
+                   "[--text PATH] [--out DIR [--resume]]\n", argv[i]);
+      return 2;
+    }
   }
   std::string text = read_whole_file(path, "training text");
   std::string alphabet = text;  // the distinct characters, sorted: character <-> id
@@ -61,25 +73,24 @@ int main(int argc, char** argv) {
   optim::AdamW adam({{model.parameters(), 0.0}}, 3e-3);
   std::printf("%zu characters, %lld distinct, %lld parameters\n", text.size(), (long long)V, (long long)model.num_parameters());
 
-  double first = 0, recent = 0;
-  for (int64_t step = 0; step < steps; ++step) {
-    // B random windows of the text; the target of each character is the one after it.
+  // The training: its data (B random windows of the text; the target of each character is the one after it)
+  // and its loss. The loop does the rest (optim/train/loop.h): with --out, checkpoints that --resume continues.
+  train::Loop loop(model, adam, {.steps = steps, .generator = &gen, .out = out,
+                                 .settings = {{"text", path}, {"steps", std::to_string(steps)}}, .resume = resume});
+  const auto windows = [&](const train::StepAt&) {
     std::vector<int64_t> input, target;
-    std::vector<float> starts = rand({B}, gen).to_vector<float>();
-    for (float u : starts) {
+    for (float u : rand({B}, gen).to_vector<float>()) {
       size_t start = size_t(u * float(text.size() - T - 1));
       for (int64_t t = 0; t < T; ++t) input.push_back(id_of(text[start + t])), target.push_back(id_of(text[start + t + 1]));
     }
-    Tensor logits = model.forward(from_vector(input, {B, T}));
-    Tensor loss = cross_entropy(logits.reshape({B * T, V}), from_vector(target));
-    adam.zero_grad();
-    loss.backward();
-    adam.step();
-    double value = loss.item<float>();
-    if (step == 0) first = value;
-    recent = step == 0 ? value : 0.9 * recent + 0.1 * value;  // smoothed: one batch is noisy
-    if (step % 50 == 0 || step == steps - 1) std::printf("step %4lld  loss %.3f (smoothed %.3f)\n", (long long)step, value, recent);
-  }
+    return train::Batch{{"input", from_vector(input, {B, T})}, {"target", from_vector(target)}};
+  };
+  const auto next_character_loss = [&](const train::Batch& batch) {
+    return cross_entropy(model.forward(batch.at("input")).reshape({B * T, V}), batch.at("target"));
+  };
+  const std::vector<double> losses = loop.run(windows, next_character_loss).step_losses;
+  double first = losses.empty() ? 0 : losses.front(), recent = first;
+  for (double value : losses) recent = 0.9 * recent + 0.1 * value;  // smoothed: one batch is noisy
 
   // Generation: feed the last T characters, sample the next from the softmax, repeat.
   NoGradGuard no_grad;
@@ -98,4 +109,13 @@ int main(int argc, char** argv) {
   }
   std::printf("--- sample ---\n%s\n--- loss %.3f -> %.3f (smoothed) ---\n", sample.c_str(), first, recent);
   return recent < first ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // a missing file, a refused resume: named, not a crash
+    std::fprintf(stderr, "char_transformer: %s\n", e.what());
+    return 1;
+  }
 }

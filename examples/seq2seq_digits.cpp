@@ -5,6 +5,7 @@
 // it never trained on, by greedy decoding with the decoder's keys and values cached: a string counts only if
 // every digit and the end are right. Read char_transformer.cpp first (one stream, causal).
 // Usage: seq2seq_digits [--task reverse|sort|add] [--steps N] [--max-digits N] [--seed N] [--target PCT]
+//                       [--out DIR [--resume]]   (--out: checkpoints and metrics.jsonl there; --resume continues)
 // (defaults: reverse, 1400 steps, 1 to 10 digits, seed 0, 99). Exits 1 unless the held-out exact-match
 // accuracy reaches --target percent.
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "nn/seq2seq.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim/train/loop.h"
 
 using namespace ember;
 
@@ -72,12 +75,8 @@ Example make_example(const std::string& task, int max_digits, Generator& gen) {
   return e;
 }
 
-// A batch as padded id tensors: sources [B, S], decoder inputs (bos + answer) and targets (answer + pad) [B, T].
-struct Batch {
-  Tensor source, decoder_input, target;
-};
-
-Batch make_batch(const std::vector<Example>& examples) {
+// A batch as padded id tensors: "source" [B, S], "decoder_input" (bos + answer) and "target" (answer + pad) [B, T].
+train::Batch make_batch(const std::vector<Example>& examples) {
   size_t S = 0, T = 0;
   for (const Example& e : examples) S = std::max(S, e.source.size()), T = std::max(T, e.answer.size());
   const int64_t B = int64_t(examples.size());
@@ -91,7 +90,8 @@ Batch make_batch(const std::vector<Example>& examples) {
       if (t + 1 < T) input[b * T + t + 1] = e.answer[t];
     }
   }
-  return {from_vector(source, {B, int64_t(S)}), from_vector(input, {B, int64_t(T)}), from_vector(target, {B, int64_t(T)})};
+  return {{"source", from_vector(source, {B, int64_t(S)})}, {"decoder_input", from_vector(input, {B, int64_t(T)})},
+          {"target", from_vector(target, {B, int64_t(T)})}};
 }
 
 // The share of `examples` whose greedy decoding is exactly the answer (every token up to and with the end).
@@ -100,7 +100,7 @@ double exact_match(const nn::EncoderDecoder& model, const std::vector<Example>& 
   for (size_t first = 0; first < examples.size(); first += 250) {
     std::vector<Example> part(examples.begin() + long(first),
                               examples.begin() + long(std::min(examples.size(), first + 250)));
-    Tensor out = model.greedy_decode(make_batch(part).source, kBos, kEos, max_answer);
+    Tensor out = model.greedy_decode(make_batch(part).at("source"), kBos, kEos, max_answer);
     const int64_t n = out.size(1);
     const std::vector<int64_t> got = out.to_vector<int64_t>();
     for (size_t b = 0; b < part.size(); ++b) {
@@ -125,10 +125,12 @@ std::string key_of(const Example& e) { return std::string(e.source.begin(), e.so
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   std::string task = "reverse";
   int64_t steps = 1400, max_digits = 10, seed = 0;
   double target_pct = 99.0;
+  std::string out;
+  bool resume = false;
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (std::strcmp(argv[i], "--task") == 0 && has_value) task = argv[++i];
@@ -136,9 +138,11 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--max-digits") == 0 && has_value) max_digits = std::atoll(argv[++i]);
     else if (std::strcmp(argv[i], "--seed") == 0 && has_value) seed = std::atoll(argv[++i]);
     else if (std::strcmp(argv[i], "--target") == 0 && has_value) target_pct = std::atof(argv[++i]);
+    else if (std::strcmp(argv[i], "--out") == 0 && has_value) out = argv[++i];
+    else if (std::strcmp(argv[i], "--resume") == 0) resume = true;
     else {
       std::fprintf(stderr, "seq2seq_digits: unknown or incomplete flag '%s'\nusage: seq2seq_digits [--task "
-                   "reverse|sort|add] [--steps N] [--max-digits N] [--seed N] [--target PCT]\n", argv[i]);
+                   "reverse|sort|add] [--steps N] [--max-digits N] [--seed N] [--target PCT] [--out DIR [--resume]]\n", argv[i]);
       return 2;
     }
   }
@@ -168,32 +172,26 @@ int main(int argc, char** argv) {
   std::printf("task %s, 1 to %lld digits, %lld parameters, %lld steps of 64 strings\n", task.c_str(),
               (long long)max_digits, (long long)model.num_parameters(), (long long)steps);
 
+  // The training: its data (64 fresh strings a step, never a held-out one) and its loss (the next answer token at
+  // every position, padding left out); the loop does the rest (optim/train/loop.h).
   const auto start = std::chrono::steady_clock::now();
-  double smoothed = 0;
-  for (int64_t step = 0; step < steps; ++step) {
+  train::Loop loop(model, adam, {.steps = steps, .schedule = schedule, .clip = 1.0, .generator = &gen, .out = out,
+                                 .settings = {{"task", task}, {"steps", std::to_string(steps)},
+                                              {"max_digits", std::to_string(max_digits)}, {"seed", std::to_string(seed)}},
+                                 .resume = resume, .log_every = 100});
+  const auto fresh_strings = [&](const train::StepAt&) {
     std::vector<Example> examples;
     while (examples.size() < 64) {
       Example e = make_example(task, int(max_digits), gen);
       if (!held_out_source(e.source)) examples.push_back(e);
     }
-    const Batch batch = make_batch(examples);
-    Tensor logits = model.forward(batch.source, batch.decoder_input);  // [B, T, V]
-    Tensor loss = cross_entropy(logits.reshape({-1, kVocab}), batch.target.reshape({-1}), /*ignore_index=*/kPad);
-    adam.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm(model.parameters(), 1.0);
-    adam.set_lr(schedule.lr_at(step));
-    adam.step();
-    const double value = loss.item<float>();
-    smoothed = step == 0 ? value : 0.95 * smoothed + 0.05 * value;
-    if ((step + 1) % 100 == 0 || step + 1 == steps) {
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double eta = seconds / double(step + 1) * double(steps - step - 1);
-      std::printf("step %5lld/%lld  loss %.4f  %.1f steps/s  ETA %.0fs\n", (long long)(step + 1), (long long)steps,
-                  smoothed, double(step + 1) / seconds, eta);
-      std::fflush(stdout);
-    }
-  }
+    return make_batch(examples);
+  };
+  const auto next_token_loss = [&](const train::Batch& batch) {
+    Tensor logits = model.forward(batch.at("source"), batch.at("decoder_input"));  // [B, T, V]
+    return cross_entropy(logits.reshape({-1, kVocab}), batch.at("target").reshape({-1}), /*ignore_index=*/kPad);
+  };
+  loop.run(fresh_strings, next_token_loss);
   model.eval();
   const double accuracy = exact_match(model, held_out, max_answer);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -202,7 +200,7 @@ int main(int argc, char** argv) {
   // Three held-out examples, as read back.
   for (size_t i = 0; i < 3; ++i) {
     std::vector<Example> one{held_out[i]};
-    const std::vector<int64_t> got = model.greedy_decode(make_batch(one).source, kBos, kEos, max_answer).to_vector<int64_t>();
+    const std::vector<int64_t> got = model.greedy_decode(make_batch(one).at("source"), kBos, kEos, max_answer).to_vector<int64_t>();
     const auto show = [](const std::vector<int64_t>& ids) {
       std::string s;
       for (int64_t id : ids) {
@@ -214,4 +212,13 @@ int main(int argc, char** argv) {
     std::printf("  %s -> %s\n", show(held_out[i].source).c_str(), show(got).c_str());
   }
   return accuracy >= target_pct ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // a missing file, a refused resume: named, not a crash
+    std::fprintf(stderr, "seq2seq_digits: %s\n", e.what());
+    return 1;
+  }
 }

@@ -802,8 +802,8 @@ BothRuns train_on_cpu_and_gpu(const std::function<imdb::TrainConfig(const std::s
                               double epsilon) {
   const imdb::TrainConfig cpu_config = config_for("cpu", "cpu");
   BothRuns runs{config_for("gpu", "cuda"), imdb::prepare_data(cpu_config), {}, {}};
-  runs.on_cpu = imdb::train(cpu_config, runs.data);
-  runs.on_gpu = imdb::train(runs.gpu_config, runs.data);
+  runs.on_cpu = imdb::train_classifier(cpu_config, runs.data);
+  runs.on_gpu = imdb::train_classifier(runs.gpu_config, runs.data);
   REQUIRE(runs.on_gpu.step_losses.size() == runs.on_cpu.step_losses.size());
   REQUIRE(!runs.on_cpu.step_losses.empty());
   for (size_t i = 0; i < runs.on_cpu.step_losses.size(); ++i) {
@@ -841,10 +841,10 @@ TEST_CASE("cuda trainer: --device cuda trains the CPU's losses, reports GPU memo
   // Stopped part-way and resumed on the GPU: the same losses, bit for bit, as the whole GPU run.
   imdb::TrainConfig part = config_for("gpu-parts", "cuda");
   part.stop_after = 11;
-  imdb::RunResult part1 = imdb::train(part, data);
+  imdb::RunResult part1 = imdb::train_classifier(part, data);
   part.stop_after = 0;
   part.resume = true;
-  imdb::RunResult part2 = imdb::train(part, data);
+  imdb::RunResult part2 = imdb::train_classifier(part, data);
   std::vector<double> joined = part1.step_losses;
   joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
   CHECK(joined == on_gpu.step_losses);
@@ -871,7 +871,7 @@ TEST_CASE("cuda trainer: --precision bf16 on the GPU trains as the CPU's bf16 ru
   // activations between layers are bfloat16, is tests/test_mixed_precision.cpp's.)
   imdb::TrainConfig fp32_config = config_for("gpu-fp32", "cuda");
   fp32_config.precision = "fp32";
-  const imdb::RunResult fp32 = imdb::train(fp32_config, bf16.data);
+  const imdb::RunResult fp32 = imdb::train_classifier(fp32_config, bf16.data);
   REQUIRE(fp32.step_losses.size() == bf16.on_gpu.step_losses.size());
   CHECK(fp32.step_losses != bf16.on_gpu.step_losses);
 }
@@ -891,14 +891,14 @@ TEST_CASE("cuda trainer: --bigrams on the GPU (staged with the tokens, graphs an
   CHECK(graphs.on_gpu.epochs.back().test_accuracy == doctest::Approx(graphs.on_cpu.epochs.back().test_accuracy));
   imdb::TrainConfig eager = config_for("gpu-eager", "cuda");
   eager.cuda_graph = "off";
-  const imdb::RunResult op_by_op = imdb::train(eager, graphs.data);
+  const imdb::RunResult op_by_op = imdb::train_classifier(eager, graphs.data);
   REQUIRE(op_by_op.step_losses.size() == graphs.on_gpu.step_losses.size());
   for (size_t i = 0; i < op_by_op.step_losses.size(); ++i)  // (graph batches are padded to 32 tokens: not bit for bit)
     CHECK(op_by_op.step_losses[i] == doctest::Approx(graphs.on_gpu.step_losses[i]).epsilon(1e-4));
   // The pairs did learn: the run without them trains other losses.
   imdb::TrainConfig none = config_for("gpu-none", "cuda");
   none.model.bigram_buckets = 0;
-  CHECK(imdb::train(none, graphs.data).step_losses != graphs.on_gpu.step_losses);
+  CHECK(imdb::train_classifier(none, graphs.data).step_losses != graphs.on_gpu.step_losses);
 }
 
 TEST_CASE("cuda allocator: blocks are reused (no cudaMalloc in a steady loop), statistics and out-of-memory") {

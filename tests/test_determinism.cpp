@@ -48,15 +48,15 @@ TEST_CASE("determinism: same seed and thread count give bit-identical losses, fo
   Data data = prepare_data(determinism_config("data", 1));
   for (int threads : {1, 2, 3}) {
     INFO("threads " << threads);
-    RunResult first = train(determinism_config(fmt::format("a{}", threads), threads), data);
-    RunResult second = train(determinism_config(fmt::format("b{}", threads), threads), data);
+    RunResult first = train_classifier(determinism_config(fmt::format("a{}", threads), threads), data);
+    RunResult second = train_classifier(determinism_config(fmt::format("b{}", threads), threads), data);
     REQUIRE(first.step_losses.size() == 26);
     CHECK(same_bits(first.step_losses, second.step_losses));
     CHECK(first.epochs.back().test_accuracy == second.epochs.back().test_accuracy);
     // A shorter run is the same run, cut short: its losses are the first ones, bit for bit.
     TrainConfig shorter = determinism_config(fmt::format("c{}", threads), threads);
     shorter.stop_after = 9;
-    RunResult cut = train(shorter, data);
+    RunResult cut = train_classifier(shorter, data);
     REQUIRE(cut.step_losses.size() == 9);
     CHECK(same_bits(cut.step_losses, std::vector<double>(first.step_losses.begin(), first.step_losses.begin() + 9)));
   }

@@ -40,7 +40,7 @@ TEST_CASE("ensemble: one run gives the trainer's accuracy; two, their mean proba
   TrainConfig b = validated_run("b", 2);
   b.model.bigram_buckets = 50;  // another model: its own input features
   b.model.max_len = 32;         // and its own truncation
-  const RunResult ra = train(a), rb = train(b);
+  const RunResult ra = train_classifier(a), rb = train_classifier(b);
   TrainConfig data;
   data.data = a.data;
   const EnsembleResult alone = evaluate_ensemble({a.out}, data, /*validation=*/true);
@@ -80,9 +80,9 @@ TEST_CASE("ensemble: runs that held out other reviews, or none, are refused on t
   TrainConfig none = validated_run("held-none", 3);
   none.validation = 0;
   none.epochs = 1;
-  train(a);
-  train(other);
-  train(none);
+  train_classifier(a);
+  train_classifier(other);
+  train_classifier(none);
   TrainConfig data;
   data.data = a.data;
   check_error([&] { evaluate_ensemble({a.out, other.out}, data, true); },

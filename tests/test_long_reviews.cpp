@@ -117,7 +117,7 @@ TEST_CASE("long reviews: a run with window attention, head+tail and checkpointin
   config.model.checkpoint = true;
   config.epochs = 1;
   Data data = prepare_data(config);
-  RunResult result = train(config, data);
+  RunResult result = train_classifier(config, data);
   CHECK(result.epochs.back().test_accuracy > 0.0);
   SavedRun saved = load_run(config.out);
   CHECK(saved.config.truncate == "head+tail");
@@ -145,7 +145,7 @@ TEST_CASE("long reviews: accuracy by whole length splits the test set by its tok
   REQUIRE(longer > 0);
   REQUIRE(longer < int64_t(split.test.size()));
 
-  train(config, data);
+  train_classifier(config, data);
   SavedRun saved = load_run(config.out);
   const std::vector<int64_t> bounds = {32, 100};
   const std::vector<LengthBucket> buckets = accuracy_by_length(*saved.model, data, bounds);

@@ -179,7 +179,7 @@ TEST_CASE("nbsvm: a saved model is never overwritten, and a damaged or mismatche
   TrainConfig transformer = ember::testing::tiny_train_config("ember_nbsvm", "transformer");
   transformer.epochs = 1;
   std::filesystem::remove_all(transformer.out);
-  train(transformer);
+  train_classifier(transformer);
   CHECK_FALSE(is_nbsvm_run(transformer.out));
   NbsvmConfig into = c;
   into.run.out = transformer.out;
@@ -188,7 +188,7 @@ TEST_CASE("nbsvm: a saved model is never overwritten, and a damaged or mismatche
   // Nor a Transformer into an NBSVM's folder (its vocab.txt would replace the NBSVM's): refused, nothing changed.
   TrainConfig onto = transformer;
   onto.out = c.run.out;
-  check_error([&] { train(onto); }, "train: " + c.run.out + " holds an NBSVM");
+  check_error([&] { train_classifier(onto); }, "train: " + c.run.out + " holds an NBSVM");
   CHECK(read_whole_file(path, "model") == saved);
   CHECK(read_whole_file(c.run.out + "/vocab.txt", "vocab") == vocab);
   CHECK_NOTHROW(load_nbsvm(c.run.out));
@@ -213,7 +213,7 @@ TEST_CASE("nbsvm: in an ensemble beside a Transformer, the mean of the two proba
   transformer.validation = 40;
   transformer.epochs = 2;
   std::filesystem::remove_all(transformer.out);
-  train(transformer);
+  train_classifier(transformer);
   const EnsembleResult both = evaluate_ensemble({transformer.out, nb.run.out}, transformer, /*validation=*/true);
   const EnsembleMember a = load_member(transformer.out), b = load_member(nb.run.out);
   REQUIRE(a.transformer.has_value());

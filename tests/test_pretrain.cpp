@@ -365,11 +365,11 @@ TEST_CASE("pretrain --init: the classifier starts from the encoder's weights exa
   CHECK(model.head->weight.to_vector<float>() == head_before.to_vector<float>());
   CHECK(encoder.tensors.at("token_embedding.weight").size(0) == encoder.vocabulary.size() + 1);  // [MASK]'s row
   // And through train(): a pretrained start fine-tunes (its first loss is not the random start's).
-  const RunResult pretrained = train(tiny_classifier("init-run", p));
+  const RunResult pretrained = train_classifier(tiny_classifier("init-run", p));
   TrainConfig random_start = tiny_classifier("random-run", p);
   random_start.init.clear();
   random_start.vocab_words = p.train.vocab_words;
-  const RunResult random = train(random_start);
+  const RunResult random = train_classifier(random_start);
   REQUIRE(pretrained.finished);
   CHECK(pretrained.step_losses.front() != random.step_losses.front());
 }
@@ -380,10 +380,10 @@ TEST_CASE("pretrain --init --encoder-lr-scale: 0 keeps the pretrained encoder ex
   const PretrainedEncoder encoder = load_encoder(p.train.out);
   TrainConfig frozen = tiny_classifier("scale-0", p);
   frozen.encoder_lr_scale = 0.0;
-  REQUIRE(train(frozen).finished);
+  REQUIRE(train_classifier(frozen).finished);
   TrainConfig gentle = tiny_classifier("scale-half", p);
   gentle.encoder_lr_scale = 0.5;
-  REQUIRE(train(gentle).finished);
+  REQUIRE(train_classifier(gentle).finished);
   const SavedRun run0 = load_run(frozen.out), run_half = load_run(gentle.out);
   CHECK(run0.config.encoder_lr_scale == 0.0);  // in the model's settings (and the checkpoint's)
   Generator gen(frozen.seed);
@@ -412,7 +412,7 @@ TEST_CASE("pretrain --init --bigrams: the pairs start at zero, so the first step
   with.model.bigram_buckets = 211;
   with.encoder_lr_scale = 0.5;  // the pairs are new: they learn at the head's rate, not the encoder's
   without.encoder_lr_scale = 0.5;
-  const RunResult a = train(with), b = train(without);
+  const RunResult a = train_classifier(with), b = train_classifier(without);
   REQUIRE(a.step_losses.size() == b.step_losses.size());
   REQUIRE(a.step_losses.size() > 2);
   CHECK(a.step_losses[0] == b.step_losses[0]);
@@ -433,10 +433,10 @@ TEST_CASE("pretrain --init faults: another vocabulary or size, a damaged encoder
   // An earlier classifier run in the folder the bad --init runs write to: it must stay as it is.
   TrainConfig c = tiny_classifier("faults-out", p);
   c.init.clear();
-  train(c);
+  train_classifier(c);
   const auto before = folder_files(c.out);
   auto refused = [&](TrainConfig bad, const std::string& fragment) {
-    check_error([&] { train(bad); }, fragment);
+    check_error([&] { train_classifier(bad); }, fragment);
     CHECK(folder_files(c.out) == before);
   };
   TrainConfig with_init = tiny_classifier("faults-out", p);
@@ -496,7 +496,7 @@ TEST_CASE("pretrain --init: a NaN, an infinity (the checksum redone) or a tensor
   pretrain(p, *distributed::make_single_process_group());
   TrainConfig earlier = tiny_classifier("nonfinite-out", p);  // an earlier run in the --out of the refused ones
   earlier.init.clear();
-  train(earlier);
+  train_classifier(earlier);
   const auto before = folder_files(earlier.out);
   const std::string copy = p.train.out + "-nonfinite";
   fs::remove_all(copy);
@@ -518,11 +518,11 @@ TEST_CASE("pretrain --init: a NaN, an infinity (the checksum redone) or a tensor
     changed.data<float>()[3] = value;
     sealed_with("blocks.0.fc1.weight", changed);
     const std::string shown = std::isnan(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf";
-    check_error([&] { train(bad); }, file + ": tensor 'blocks.0.fc1.weight' (shape [32, 16]) holds " + shown + " at element 3");
+    check_error([&] { train_classifier(bad); }, file + ": tensor 'blocks.0.fc1.weight' (shape [32, 16]) holds " + shown + " at element 3");
     CHECK(folder_files(earlier.out) == before);  // vocab.txt and metrics.jsonl were written before the run failed
   }
   sealed_with("blocks.0.fc1.weight", weight.to(Dtype::Float64));
-  check_error([&] { train(bad); }, "'" + file + "': load_state_dict: parameter 'blocks.0.fc1.weight' is float64 in the "
+  check_error([&] { train_classifier(bad); }, "'" + file + "': load_state_dict: parameter 'blocks.0.fc1.weight' is float64 in the "
                                    "state, float32 in the model");
   check_error([&] { load_encoder(copy); }, "--init: '" + file + "': load_state_dict");
   sealed_with("mlm_bias", zeros({3}));
@@ -570,11 +570,11 @@ TEST_CASE("pretrain --init: the held-out reviews are compared by which they are,
   TrainConfig from_shuffled = tiny_classifier("held-out-fine", shuffled);
   from_shuffled.validation = 40;
   from_shuffled.data = plain.data;
-  check_error([&] { train(from_shuffled); }, "the pretraining held out 40 reviews, but not this run's 40 validation "
+  check_error([&] { train_classifier(from_shuffled); }, "the pretraining held out 40 reviews, but not this run's 40 validation "
                                              "reviews (other --data, or the same reviews in another order)");
   TrainConfig from_same = tiny_classifier("held-out-fine", same);
   from_same.validation = 40;
-  CHECK(train(from_same).finished);
+  CHECK(train_classifier(from_same).finished);
   // An encoder from before the fingerprint was recorded: compared by count and --limit only, and a warning says so.
   const std::string old = same.train.out + "-old";
   fs::remove_all(old);
@@ -591,7 +591,7 @@ TEST_CASE("pretrain --init: the held-out reviews are compared by which they are,
             "was written before pretrain recorded which reviews it held out: it held out as many (40, of --limit 0), "
             "but whether they are this run's validation reviews cannot be checked") != std::string::npos);
   from_same.init = old;
-  CHECK(train(from_same).finished);
+  CHECK(train_classifier(from_same).finished);
   CHECK(check_encoder_fits(load_encoder(same.train.out), from_same, with_its_vocabulary).empty());
   // Without --validation the classifier holds none out: nothing to compare.
   from_same.validation = 0;
@@ -620,10 +620,10 @@ TEST_CASE("pretrain: --init never takes an earlier step's encoder beside a later
                                                   "of the checkpoint beside it (step 12 of 12)");
   TrainConfig fine = tiny_classifier("stale-fine", p);
   write_file_atomically(encoder_file, file_contents(whole.train.out + "/encoder.safetensors"));
-  train(fine);  // an earlier run in the --out of the refused one
+  train_classifier(fine);  // an earlier run in the --out of the refused one
   const auto before = folder_files(fine.out);
   write_file_atomically(encoder_file, at_step_5);
-  check_error([&] { train(fine); }, "`imdb pretrain --resume` with its flags writes the right one");
+  check_error([&] { train_classifier(fine); }, "`imdb pretrain --resume` with its flags writes the right one");
   CHECK(folder_files(fine.out) == before);
   // The --resume of the finished run trains nothing and writes the encoder again: the uninterrupted run's bytes.
   const PretrainResult again = pretrain(p, *distributed::make_single_process_group());

@@ -75,7 +75,7 @@ struct Runs {
   NbsvmConfig nbsvm = nbsvm_config("nbsvm");
   Runs() {
     for (const std::string& out : {classifier.out, pretraining.train.out, nbsvm.run.out}) fs::remove_all(out);
-    REQUIRE(train(classifier).finished);
+    REQUIRE(train_classifier(classifier).finished);
     pretrain(pretraining);
     train_nbsvm(nbsvm);
   }
@@ -152,21 +152,21 @@ TEST_CASE("run folders: a run of one kind into a folder of another is refused be
   // The likeliest slip: fine-tuning into the folder of the pretraining it starts from, with or without --overwrite.
   train_into.out = pre;
   train_into.init = pre;
-  refused(pre, [&] { train(train_into); }, "train: --out " + pre + " is the --init folder");
+  refused(pre, [&] { train_classifier(train_into); }, "train: --out " + pre + " is the --init folder");
   train_into.overwrite = true;
-  refused(pre, [&] { train(train_into); }, "is the --init folder");
+  refused(pre, [&] { train_classifier(train_into); }, "is the --init folder");
   train_into.overwrite = false;
   train_into.init.clear();
-  refused(pre, [&] { train(train_into); }, "train: " + pre + " holds a pretraining (its encoder.safetensors): give this "
+  refused(pre, [&] { train_classifier(train_into); }, "train: " + pre + " holds a pretraining (its encoder.safetensors): give this "
                                            "classifier's run a folder of its own (another --out), or add --overwrite");
   train_into.resume = true;
-  refused(pre, [&] { train(train_into); }, "train --resume: " + pre + " holds a pretraining (its encoder.safetensors), "
+  refused(pre, [&] { train_classifier(train_into); }, "train --resume: " + pre + " holds a pretraining (its encoder.safetensors), "
                                            "not a classifier's run to continue");
   train_into.resume = false;
   train_into.out = nb;
-  refused(nb, [&] { train(train_into); }, "train: " + nb + " holds an NBSVM (its nbsvm.safetensors)");
+  refused(nb, [&] { train_classifier(train_into); }, "train: " + nb + " holds an NBSVM (its nbsvm.safetensors)");
   train_into.out = ensemble;
-  refused(ensemble, [&] { train(train_into); }, "holds an ensemble's runs (scripts/imdb_ensemble.sh) (its ensemble.txt)");
+  refused(ensemble, [&] { train_classifier(train_into); }, "holds an ensemble's runs (scripts/imdb_ensemble.sh) (its ensemble.txt)");
   pretrain_into.train.out = cls;
   refused(cls, [&] { pretrain(pretrain_into); }, "pretrain: " + cls + " holds a classifier's run (its model.safetensors): "
                                                  "give this pretraining a folder of its own");
@@ -183,9 +183,9 @@ TEST_CASE("run folders: a run of one kind into a folder of another is refused be
   fs::remove(unknown + "/model.safetensors");
   write_file_atomically(unknown + "/checkpoint.safetensors", std::string(16, '\0'));
   train_into.out = unknown;
-  refused(unknown, [&] { train(train_into); }, "has a checkpoint.safetensors that is no run this program knows");
+  refused(unknown, [&] { train_classifier(train_into); }, "has a checkpoint.safetensors that is no run this program knows");
   train_into.resume = true;
-  refused(unknown, [&] { train(train_into); }, "checkpoint.safetensors");
+  refused(unknown, [&] { train_classifier(train_into); }, "checkpoint.safetensors");
   // --resume and --overwrite say opposite things.
   train_into.overwrite = true;
   check_error([&] { train_into.validate(); }, "--resume continues the run in the output folder and --overwrite "
@@ -193,7 +193,7 @@ TEST_CASE("run folders: a run of one kind into a folder of another is refused be
   // A run of the folder's own kind starts over there, as before (train and pretrain).
   TrainConfig again = r.classifier;
   again.out = cls;
-  CHECK(train(again).finished);
+  CHECK(train_classifier(again).finished);
   CHECK(file_contents(cls + "/model.safetensors") == file_contents(r.classifier.out + "/model.safetensors"));
 }
 
@@ -204,7 +204,7 @@ TEST_CASE("run folders: --overwrite replaces a run of another kind, leaving only
   TrainConfig train_over = r.classifier;
   train_over.out = pre;
   train_over.overwrite = true;
-  REQUIRE(train(train_over).finished);
+  REQUIRE(train_classifier(train_over).finished);
   CHECK(kinds(pre) == std::vector<RunKind>{RunKind::classifier});
   CHECK_FALSE(fs::exists(pre + "/encoder.safetensors"));
   for (const char* file : {"checkpoint.safetensors", "model.safetensors", "vocab.txt"})  // the run it would be anywhere

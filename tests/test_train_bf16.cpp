@@ -27,7 +27,7 @@ TEST_CASE("train bf16: the small model learns as the float32 one does; weights s
   TrainConfig bf16 = tiny_train_config("ember_train_bf16", "bf16");
   bf16.precision = "bf16";
   Data data = prepare_data(fp32);
-  RunResult a = train(fp32, data), b = train(bf16, data);
+  RunResult a = train_classifier(fp32, data), b = train_classifier(bf16, data);
   CHECK(product_precision() == Precision::Float32);  // the trainer's scope ended with it
   REQUIRE(a.step_losses.size() == b.step_losses.size());
   const size_t n = a.step_losses.size(), per_epoch = n / size_t(fp32.epochs);

@@ -67,7 +67,7 @@ TEST_CASE("train faults: a file claiming a huge model fails before anything is a
   TrainConfig config = tiny("huge");
   config.epochs = 1;
   config.stop_after = 3;
-  train(config);
+  train_classifier(config);
   const std::string checkpoint = config.out + "/checkpoint.safetensors";
   rewrite_metadata(checkpoint, "vocab_size", "100000000");  // an 83 KB file made check allocate 6.2 GB
   reset_peak_memory();
@@ -77,10 +77,10 @@ TEST_CASE("train faults: a file claiming a huge model fails before anything is a
   check_error([&] { check_checkpoint(checkpoint); }, "but the settings (vocab_size, dim) make it [100000000, 16]");
   CHECK(memory_stats().peak_allocated - before < (int64_t(64) << 20));
   // Layers claimed but absent, and a block the settings do not have.
-  train(config);  // a fresh checkpoint (a new run over the same folder)
+  train_classifier(config);  // a fresh checkpoint (a new run over the same folder)
   rewrite_metadata(checkpoint, "layers", "1000");
   check_error([&] { check_checkpoint(checkpoint); }, "the settings say 1000 layers but the file has 1 blocks");
-  train(config);
+  train_classifier(config);
   rewrite_metadata(checkpoint, "layers", "0");
   check_error([&] { check_checkpoint(checkpoint); }, "is not a block of a 0-layer model");
 }
@@ -89,7 +89,7 @@ TEST_CASE("train faults: checkpoint steps out of range, and settings the tensors
   TrainConfig config = tiny("steps");
   config.epochs = 2;
   config.stop_after = 5;
-  train(config);
+  train_classifier(config);
   const std::string checkpoint = config.out + "/checkpoint.safetensors";
   const std::string saved = file_contents(checkpoint);
   auto with = [&](const std::string& key, const std::string& value, const std::string& message) {
@@ -125,7 +125,7 @@ TEST_CASE("train faults: an older checkpoint this build still reads (v2 before i
   TrainConfig config = tiny("older");
   config.epochs = 1;
   config.stop_after = 3;
-  train(config);
+  train_classifier(config);
   const std::string checkpoint = config.out + "/checkpoint.safetensors";
   nn::Metadata meta;
   nn::TensorMap tensors = nn::load_tensors(checkpoint, &meta);
@@ -139,7 +139,7 @@ TEST_CASE("train faults: an older checkpoint this build still reads (v2 before i
   TrainConfig resume = config;
   resume.stop_after = 0;
   resume.resume = true;
-  RunResult r = train(resume);
+  RunResult r = train_classifier(resume);
   CHECK(r.finished);
   CHECK(r.steps == 13);
 }
@@ -148,7 +148,7 @@ TEST_CASE("train faults: a refused --resume changes nothing in the folder") {
   TrainConfig config = tiny("refused");
   config.epochs = 2;
   config.stop_after = 5;
-  train(config);
+  train_classifier(config);
   const auto before = folder_files(config.out);
   REQUIRE(before.count("vocab.txt") == 1);
 
@@ -156,12 +156,12 @@ TEST_CASE("train faults: a refused --resume changes nothing in the folder") {
   other.stop_after = 0;
   other.resume = true;
   other.epochs = 3;
-  check_error([&] { train(other); }, "written with other settings: epochs is 2 there but 3 here");
+  check_error([&] { train_classifier(other); }, "written with other settings: epochs is 2 there but 3 here");
   other = config;
   other.stop_after = 0;
   other.resume = true;
   other.vocab_words = 100;  // another vocabulary: refused by the settings
-  check_error([&] { train(other); }, "written with other settings: vocab_size is");
+  check_error([&] { train_classifier(other); }, "written with other settings: vocab_size is");
   CHECK(folder_files(config.out) == before);  // vocab.txt was overwritten before the check
 }
 
@@ -171,7 +171,7 @@ TEST_CASE("train faults: --resume with other data of the same vocabulary size is
   config.stop_after = 5;
   config.vocab_words = 50;  // both data sets have far more distinct words: both vocabularies have 52 tokens
   Data data = prepare_data(config);
-  train(config, data);
+  train_classifier(config, data);
   // The same reviews with one frequent word replaced: another vocabulary, of the same size.
   Data other = data;
   {
@@ -190,9 +190,9 @@ TEST_CASE("train faults: --resume with other data of the same vocabulary size is
   TrainConfig resume = config;
   resume.stop_after = 0;
   resume.resume = true;
-  check_error([&] { train(resume, other); }, "was trained on other data");
+  check_error([&] { train_classifier(resume, other); }, "was trained on other data");
   CHECK(folder_files(config.out) == before);
-  CHECK(train(resume, data).finished);  // the right data resumes
+  CHECK(train_classifier(resume, data).finished);  // the right data resumes
 }
 
 TEST_CASE("train faults: a second trainer on the same folder is refused while the first holds it") {
@@ -200,11 +200,11 @@ TEST_CASE("train faults: a second trainer on the same folder is refused while th
   config.epochs = 1;
   fs::create_directories(config.out);
   {
-    RunLock first(config.out);  // as another trainer would hold it
-    check_error([&] { train(config); }, "another trainer is using the output folder");
+    train::RunLock first(config.out);  // as another trainer would hold it
+    check_error([&] { train_classifier(config); }, "another trainer is using the output folder");
     CHECK_FALSE(fs::exists(config.out + "/vocab.txt"));
   }
-  CHECK(train(config).finished);  // released with its holder
+  CHECK(train_classifier(config).finished);  // released with its holder
 }
 
 TEST_CASE("train faults: a diverging run stops with an error naming the step, never a trained-looking result") {
@@ -213,7 +213,7 @@ TEST_CASE("train faults: a diverging run stops with an error naming the step, ne
   config.lr = 10;
   config.weight_decay = 10;
   config.clip = 0;
-  check_error([&] { train(config); }, "training diverged: the loss at step");
+  check_error([&] { train_classifier(config); }, "training diverged: the loss at step");
   // Nothing that is not JSON was written.
   std::ifstream metrics(config.out + "/metrics.jsonl");
   std::string line;
@@ -228,22 +228,22 @@ TEST_CASE("train faults: epoch counts whose steps overflow are errors, not endle
   config.epochs = limits::max_epochs;  // 13 steps an epoch: fine
   config.batch_size = 1;
   config.stop_after = 1;
-  CHECK(train(config).steps == 1);
+  CHECK(train_classifier(config).steps == 1);
   config.epochs = int64_t(1) << 62;
-  check_error([&] { train(config); }, "setting epochs = 4611686018427387904 is out of range");
+  check_error([&] { train_classifier(config); }, "setting epochs = 4611686018427387904 is out of range");
 }
 
 TEST_CASE("train faults: resuming a finished run whose model file was lost restores it and the result") {
   TrainConfig config = tiny("finished");
   config.epochs = 2;
-  RunResult whole = train(config);
+  RunResult whole = train_classifier(config);
   REQUIRE(whole.finished);
   const std::string model = file_contents(config.out + "/model.safetensors");
   fs::remove(config.out + "/model.safetensors");
   fs::remove(config.out + "/report.html");
   TrainConfig resume = config;
   resume.resume = true;
-  RunResult again = train(resume);
+  RunResult again = train_classifier(resume);
   CHECK(again.finished);
   CHECK(again.steps == whole.steps);
   CHECK(again.final_test_accuracy == whole.final_test_accuracy);  // was 0 ("final test accuracy 0.00%")
@@ -256,16 +256,16 @@ TEST_CASE("train faults: a run resumed mid-epoch leaves the same files as one th
   config.epochs = 2;
   config.save_every = 1;
   Data data = prepare_data(config);
-  train(config, data);
+  train_classifier(config, data);
   TrainConfig part = config;
   part.out = tiny("same_parts").out;
   for (int64_t stop : {4, 13, 20}) {  // mid-epoch, at an epoch's end, mid-epoch again
     part.stop_after = stop;
-    train(part, data);
+    train_classifier(part, data);
     part.resume = true;
   }
   part.stop_after = 0;
-  train(part, data);
+  train_classifier(part, data);
   for (const char* file : {"checkpoint.safetensors", "model.safetensors", "vocab.txt"}) {
     INFO(file);
     CHECK(file_contents(part.out + "/" + file) == file_contents(config.out + "/" + file));
@@ -301,7 +301,7 @@ TEST_CASE("train faults: a resumed metrics log keeps the lines its checkpoint co
                         "{\"kind\":\"gpu_memory\",\"epoch\":2,\"peak_bytes\":6}\n"
                         "{\"kind\":\"step\",\"st");  // cut off by a kill
   {
-    MetricsLog log(path, /*resume=*/true, /*checkpoint_step=*/2);
+    train::MetricsLog log(path, /*resume=*/true, /*checkpoint_step=*/2);
     log.write({{"kind", "step"}, {"step", 3}});
     log.flush();
   }

@@ -33,7 +33,7 @@ TEST_CASE("train: a small model's loss falls on the shipped reviews, and outputs
   TrainConfig config = tiny_config("falls");
   Data data = prepare_data(config);
   REQUIRE(data.train_tokens.size() >= 100);
-  RunResult r = train(config, data);
+  RunResult r = train_classifier(config, data);
   size_t per_epoch = r.step_losses.size() / size_t(config.epochs);
   double first = mean_of(r.step_losses, 0, per_epoch);
   double last = mean_of(r.step_losses, r.step_losses.size() - per_epoch, r.step_losses.size());
@@ -52,17 +52,17 @@ TEST_CASE("train: resuming from a mid-epoch checkpoint gives the same losses as 
   TrainConfig config = tiny_config("whole");
   config.epochs = 2;
   Data data = prepare_data(config);
-  RunResult whole = train(config, data);
+  RunResult whole = train_classifier(config, data);
 
   TrainConfig first_part = config;
   first_part.out = tiny_config("parts").out;
   first_part.stop_after = 11;  // mid-way through epoch 1
-  RunResult part1 = train(first_part, data);
+  RunResult part1 = train_classifier(first_part, data);
   REQUIRE(part1.step_losses.size() == 11);
   TrainConfig second_part = first_part;
   second_part.stop_after = 0;
   second_part.resume = true;
-  RunResult part2 = train(second_part, data);
+  RunResult part2 = train_classifier(second_part, data);
   std::vector<double> joined = part1.step_losses;
   joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
   CHECK(joined == whole.step_losses);  // bit for bit
@@ -74,11 +74,11 @@ TEST_CASE("train: --length-buckets pads less, resumes mid-epoch bit for bit, and
   plain.epochs = 1;
   plain.model.max_len = 512;  // the reviews' own lengths (at 64 nearly all are cut to the same)
   Data data = prepare_data(plain);
-  RunResult unbucketed = train(plain, data);
+  RunResult unbucketed = train_classifier(plain, data);
   TrainConfig config = plain;
   config.out = tiny_config("bucketed").out;
   config.length_buckets = 4;
-  RunResult whole = train(config, data);
+  RunResult whole = train_classifier(config, data);
   CHECK(whole.step_losses != unbucketed.step_losses);  // other batches
   // The share of padding in the tokens processed: real / padded tokens per second of the same epoch.
   auto real_share = [](const EpochResult& e) { return e.real_tokens_per_s / e.padded_tokens_per_s; };
@@ -89,16 +89,16 @@ TEST_CASE("train: --length-buckets pads less, resumes mid-epoch bit for bit, and
   TrainConfig first_part = config;
   first_part.out = tiny_config("bucketed_parts").out;
   first_part.stop_after = 6;  // mid-way through the epoch's 13 steps
-  RunResult part1 = train(first_part, data);
+  RunResult part1 = train_classifier(first_part, data);
   REQUIRE(part1.step_losses.size() == 6);
   TrainConfig other = first_part;
   other.stop_after = 0;
   other.resume = true;
   other.length_buckets = 0;
-  ember::testing::check_error([&] { train(other, data); }, "length_buckets");
+  ember::testing::check_error([&] { train_classifier(other, data); }, "length_buckets");
   TrainConfig second_part = other;
   second_part.length_buckets = 4;
-  RunResult part2 = train(second_part, data);
+  RunResult part2 = train_classifier(second_part, data);
   std::vector<double> joined = part1.step_losses;
   joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
   CHECK(joined == whole.step_losses);  // bit for bit
@@ -142,7 +142,7 @@ TEST_CASE("train: --validation holds out the same training reviews for every see
   CHECK(prepare_data(other_seed, &all.vocabulary).validation_tokens == split.validation_tokens);
   // Each epoch evaluates it; the best epoch by it is named, and recorded in metrics.jsonl.
   const Data data = prepare_data(config);
-  RunResult result = train(config, data);
+  RunResult result = train_classifier(config, data);
   REQUIRE(result.epochs.size() == 2);
   for (const EpochResult& e : result.epochs) {
     CHECK(e.validation_accuracy >= 0.0);
@@ -170,9 +170,9 @@ TEST_CASE("train: --validation holds out the same training reviews for every see
   TrainConfig resumed = config;
   resumed.resume = true;
   resumed.validation = 30;
-  ember::testing::check_error([&] { train(resumed, prepare_data(resumed)); }, "validation");
+  ember::testing::check_error([&] { train_classifier(resumed, prepare_data(resumed)); }, "validation");
   // Without it: no validation accuracy, no best epoch; and it must leave training reviews to train on.
-  RunResult plain = train(none, all);
+  RunResult plain = train_classifier(none, all);
   CHECK(std::isnan(plain.epochs[0].validation_accuracy));
   CHECK(plain.best_validation_epoch == 0);
   TrainConfig too_many = none;
@@ -185,10 +185,10 @@ TEST_CASE("train: --validation holds out the same training reviews for every see
 TEST_CASE("train: bad settings and unwritable folders are clear errors before training") {
   TrainConfig config = tiny_config("bad");
   config.data = "/nonexistent/reviews.json";
-  ember::testing::check_error([&] { train(config); }, "/nonexistent/reviews.json");
+  ember::testing::check_error([&] { train_classifier(config); }, "/nonexistent/reviews.json");
   config = tiny_config("bad2");
   config.out = "/proc/ember-cannot-write-here";
-  ember::testing::check_error([&] { train(config); }, "/proc/ember-cannot-write-here");
+  ember::testing::check_error([&] { train_classifier(config); }, "/proc/ember-cannot-write-here");
 }
 
 TEST_CASE("compare: trains every head count and seed once, writes the table, and skips finished runs") {

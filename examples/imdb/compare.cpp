@@ -104,7 +104,7 @@ std::string table_of_finished_runs(const CompareConfig& config) {
 
 std::string compare(const CompareConfig& config) {
   namespace fs = std::filesystem;
-  check_output_folder(config.out);
+  train::check_output_folder(config.out);
   // Its runs beside nothing else (a slip such as --out of a pretraining): --overwrite replaces what is there (a
   // comparison's finished runs in their folders are kept, and skipped).
   check_run_folder_kind(config.out, RunKind::comparison, "compare", config.base.overwrite, config.base.resume);
@@ -128,7 +128,7 @@ std::string compare(const CompareConfig& config) {
       run.seed = uint64_t(seed);
       run.out = folder;
       fmt::print(stderr, "compare: training heads {} seed {} -> {}\n", heads, seed, folder);
-      RunResult result = train(run, *data);
+      RunResult result = train_classifier(run, *data);
       EMBER_CHECK(result.stopped_by_signal == 0, "compare: heads {} seed {} stopped by signal {} at step {} of {}, "
                   "checkpointed; continue with --resume", heads, seed, result.stopped_by_signal, result.steps,
                   result.total_steps);

@@ -102,7 +102,7 @@ void save_encoder(const std::string& path, const TrainConfig& config, const Mask
 PretrainedEncoder load_encoder(const std::string& folder, const std::string& who) {
   const std::string path = folder + "/" + kEncoderFile;
   // Its encoder and checkpoint change while a pretraining runs there: one of them may be a step ahead of the other.
-  EMBER_CHECK(!run_in_progress(folder), "{} {}: a trainer is running there (it holds {}/.lock), so its files are still "
+  EMBER_CHECK(!train::run_in_progress(folder), "{} {}: a trainer is running there (it holds {}/.lock), so its files are still "
               "changing: wait until it has finished or stopped", who, folder, folder);
   std::error_code error;
   if (!std::filesystem::exists(path, error)) fail_no_encoder(folder, who);

@@ -356,7 +356,7 @@ int run(int argc, char** argv) {
   } else if (train_command->parsed()) {
     check_training_config(train_config);
     return in_world(train_config.dist_timeout, [&](distributed::ProcessGroup& world) {
-      RunResult r = train(train_config, world);
+      RunResult r = imdb::train_classifier(train_config, world);
       const bool lead = world.rank() == 0;
       if (r.stopped_by_signal != 0) {
         if (lead)

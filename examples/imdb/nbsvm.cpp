@@ -26,6 +26,8 @@
 #include "examples/imdb/truncation.h"
 #include "nn/checkpoint.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "optim/train/loop.h"
 
 namespace ember::imdb {
 
@@ -87,10 +89,8 @@ void NbsvmConfig::validate() const {
   EMBER_CHECK(l2 >= 0 && std::isfinite(l2), "--l2 must be >= 0, got {}", l2);
 }
 
-Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const std::vector<float>& ratios,
-                    const std::vector<const std::vector<int32_t>*>& sets) {
-  const int64_t buckets = weight.size(0);
-  EMBER_CHECK(int64_t(ratios.size()) == buckets, "nbsvm_scores: {} ratios for {} weights", ratios.size(), buckets);
+NbsvmFeatures nbsvm_features(const std::vector<float>& ratios, const std::vector<const std::vector<int32_t>*>& sets) {
+  const int64_t buckets = int64_t(ratios.size());
   const int64_t B = int64_t(sets.size());
   size_t longest = 1;  // a review with no n-gram (empty) scores the bias alone
   for (const auto* set : sets) longest = std::max(longest, set->size());
@@ -106,16 +106,29 @@ Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const std::vector<
       values[size_t(b * L) + j] = ratios[size_t(set[j])];
     }
   }
-  const Tensor picked = embedding(weight, from_vector(ids, {B, L})).view({B, L});  // w[f] of each feature
-  return sum(picked * from_vector(values, {B, L}).to(weight.dtype()), {1}) + bias;  // (to float64 in a gradcheck)
+  return {from_vector(ids, {B, L}), from_vector(values, {B, L})};
+}
+
+Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const Tensor& ids, const Tensor& values) {
+  const int64_t B = ids.size(0), L = ids.size(1);
+  const Tensor picked = embedding(weight, ids).view({B, L});  // w[f] of each feature
+  return sum(picked * values.to(weight.dtype()), {1}) + bias;  // (to float64 in a gradcheck)
+}
+
+Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const std::vector<float>& ratios,
+                    const std::vector<const std::vector<int32_t>*>& sets) {
+  EMBER_CHECK(int64_t(ratios.size()) == weight.size(0), "nbsvm_scores: {} ratios for {} weights", ratios.size(),
+              weight.size(0));
+  const NbsvmFeatures features = nbsvm_features(ratios, sets);
+  return nbsvm_scores(weight, bias, features.ids, features.values);
 }
 
 NbsvmResult train_nbsvm(const NbsvmConfig& c) {
   c.validate();
   if (c.run.threads > 0) set_num_threads(c.run.threads);
   const auto started = std::chrono::steady_clock::now();
-  check_output_folder(c.run.out);
-  RunLock lock(c.run.out);
+  train::check_output_folder(c.run.out);
+  train::RunLock lock(c.run.out);
   const std::string path = c.run.out + kNbsvmFile;
   // Nothing is written over another run (an NBSVM's included: nbsvm has no --resume) unless --overwrite.
   check_run_folder_kind(c.run.out, RunKind::nbsvm, "nbsvm", c.run.overwrite, false);
@@ -129,51 +142,53 @@ NbsvmResult train_nbsvm(const NbsvmConfig& c) {
                c.buckets, data.vocabulary.size());
   std::fflush(stdout);  // (a log file shows the line now)
 
-  Tensor weight = zeros({c.buckets, 1});
-  weight.requires_grad_();
-  Tensor bias = zeros({1});
-  bias.requires_grad_();
-  optim::Adam adam({{{weight}, c.l2, 1.0}, {{bias}, 0.0, 1.0}}, c.run.lr);  // coupled: l2 * w joins the gradient
+  NbsvmWeights model(c.buckets);
+  optim::Adam adam({{{model.weight}, c.l2, 1.0}, {{model.bias}, 0.0, 1.0}}, c.run.lr);  // coupled: l2 * w joins the gradient
   const int64_t count = int64_t(train_sets.size());
   const int64_t per_epoch = (count + c.run.batch_size - 1) / c.run.batch_size;
   const int64_t total = per_epoch * c.run.epochs;
-  NbsvmResult result;
   const std::vector<std::vector<int32_t>> validation_sets = ngram_sets(data.validation_tokens, c);
-  for (int64_t epoch = 0; epoch < c.run.epochs; ++epoch) {
-    const std::vector<int64_t> order = shuffled_order(count, c.run.seed, epoch);
-    double loss_sum = 0;
-    for (int64_t s = 0; s < per_epoch; ++s) {
-      std::vector<const std::vector<int32_t>*> batch;
-      std::vector<float> signs;  // +1 for a positive review, -1 for a negative one
-      for (int64_t i = s * c.run.batch_size; i < std::min(count, (s + 1) * c.run.batch_size); ++i) {
-        batch.push_back(&train_sets[size_t(order[size_t(i)])]);
-        signs.push_back(data.train_labels[size_t(order[size_t(i)])] == 1 ? 1.0f : -1.0f);
-      }
-      const Tensor z = nbsvm_scores(weight, bias, ratios, batch);
-      // The logistic loss, log(1 + e^(-y z)), averaged over the batch.
-      const Tensor loss = sum(softplus(z * from_vector(signs, {int64_t(signs.size())}) * -1.0)) *
-                          (1.0 / double(signs.size()));
-      adam.zero_grad();
-      loss.backward();
-      adam.set_lr(c.run.lr * (1.0 - double(epoch * per_epoch + s) / double(total)));  // linear decay to zero
-      adam.step();
-      loss_sum += double(loss.item<float>());
+  std::vector<train::Evaluation> evaluations;  // validation every epoch; or test once, at the end
+  const auto accuracy_on = [&](const std::vector<std::vector<int32_t>>& sets, const std::vector<int>& labels) {
+    return accuracy_of(probabilities_of_sets(model.weight, model.bias, ratios, sets), labels);
+  };
+  if (!validation_sets.empty())
+    evaluations.push_back({"validation_accuracy", [&] { return accuracy_on(validation_sets, data.validation_labels); },
+                           /*every_epoch=*/true, /*percent=*/true});
+  else
+    evaluations.push_back({"test_accuracy", [&] { return accuracy_on(ngram_sets(data.test_tokens, c), data.test_labels); },
+                           /*every_epoch=*/false, /*percent=*/true});
+  // Linear decay of the rate to zero; no run folder of the loop's (the NBSVM file is this program's).
+  train::Loop loop(model, adam, {.steps = total, .steps_per_epoch = per_epoch,
+                                 .schedule = optim::Schedule{optim::ScheduleKind::WarmupLinear, c.run.lr, 0, total},
+                                 .quiet = c.run.quiet, .evaluations = evaluations});
+  std::vector<int64_t> order;  // the epoch's shuffle
+  int64_t order_epoch = -1;
+  const auto reviews = [&](const train::StepAt& at) {
+    if (at.epoch != order_epoch) order = shuffled_order(count, c.run.seed, order_epoch = at.epoch);
+    std::vector<const std::vector<int32_t>*> batch;
+    std::vector<float> signs;  // +1 for a positive review, -1 for a negative one
+    for (int64_t i = at.index * c.run.batch_size; i < std::min(count, (at.index + 1) * c.run.batch_size); ++i) {
+      batch.push_back(&train_sets[size_t(order[size_t(i)])]);
+      signs.push_back(data.train_labels[size_t(order[size_t(i)])] == 1 ? 1.0f : -1.0f);
     }
-    result.epoch_losses.push_back(loss_sum / double(per_epoch));
-    std::string line = fmt::format("epoch {}/{}: train loss {:.4f}", epoch + 1, c.run.epochs, result.epoch_losses.back());
-    if (!validation_sets.empty()) {
-      result.validation_accuracies.push_back(
-          accuracy_of(probabilities_of_sets(weight, bias, ratios, validation_sets), data.validation_labels));
-      line += fmt::format(", validation accuracy {:.2f}%", 100 * result.validation_accuracies.back());
-    }
-    if (!c.run.quiet) {
-      fmt::print("{} ({:.0f} s)\n", line, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-      std::fflush(stdout);  // a log file shows each epoch as it ends
-    }
+    const NbsvmFeatures features = nbsvm_features(ratios, batch);
+    return train::Batch{{"ids", features.ids}, {"values", features.values},
+                        {"signs", from_vector(signs, {int64_t(signs.size())})}};
+  };
+  const auto logistic_loss = [&](const train::Batch& batch) {  // log(1 + e^(-y z)), averaged over the batch
+    const Tensor z = nbsvm_scores(model.weight, model.bias, batch.at("ids"), batch.at("values"));
+    return sum(softplus(z * batch.at("signs") * -1.0)) * (1.0 / double(batch.at("signs").numel()));
+  };
+  const train::LoopResult trained = loop.run(reviews, logistic_loss);
+  NbsvmResult result;
+  for (const train::EpochResult& epoch : trained.epochs) {
+    result.epoch_losses.push_back(epoch.train_loss);
+    if (!validation_sets.empty()) result.validation_accuracies.push_back(epoch.evaluations.at("validation_accuracy"));
   }
-  if (validation_sets.empty())
-    result.test_accuracy = accuracy_of(probabilities_of_sets(weight, bias, ratios, ngram_sets(data.test_tokens, c)),
-                                       data.test_labels);
+  if (validation_sets.empty()) result.test_accuracy = trained.final_evaluations.at("test_accuracy");
+  const Tensor& weight = model.weight;
+  const Tensor& bias = model.bias;
 
   nn::TensorMap tensors{{"weight", weight.detach()}, {"bias", bias.detach()},
                         {"ratios", from_vector(ratios, {c.buckets})}};

@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "core/ops.h"
 #include "core/tensor.h"
 #include "examples/imdb/settings.h"
 #include "examples/imdb/vocabulary.h"
+#include "nn/module.h"
 
 namespace ember::imdb {
 
@@ -53,8 +55,24 @@ struct NbsvmResult {
 // epoch and the test reviews never; without, the test reviews once at the end.
 NbsvmResult train_nbsvm(const NbsvmConfig& config);
 
-// The scores z of reviews given as n-gram sets (ngram_set of their token ids): [B], differentiable in
-// `weight` and `bias`. A set's id outside [0, buckets) is an ember::Error.
+// NBSVM's trainable part as a module (what train::Loop trains): a weight per n-gram bucket and a bias, zero at first.
+struct NbsvmWeights : nn::Module {
+  explicit NbsvmWeights(int64_t buckets)
+      : weight(register_parameter("weight", zeros({buckets, 1}))), bias(register_parameter("bias", zeros({1}))) {}
+  Tensor weight;  // [buckets, 1]
+  Tensor bias;    // [1]
+};
+
+// Reviews given as n-gram sets (ngram_set of their token ids), as a batch: the ids [B, L] int64 and each one's
+// ratio [B, L] float32, a review's features padded to the longest's with id 0 and value 0 (which add nothing).
+// A set's id outside [0, ratios.size()) is an ember::Error.
+struct NbsvmFeatures {
+  Tensor ids, values;
+};
+NbsvmFeatures nbsvm_features(const std::vector<float>& ratios, const std::vector<const std::vector<int32_t>*>& sets);
+// The scores z of a batch of features: [B], differentiable in `weight` and `bias`.
+Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const Tensor& ids, const Tensor& values);
+// The same from the n-gram sets.
 Tensor nbsvm_scores(const Tensor& weight, const Tensor& bias, const std::vector<float>& ratios,
                     const std::vector<const std::vector<int32_t>*>& sets);
 

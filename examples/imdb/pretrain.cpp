@@ -32,7 +32,7 @@
 #include "core/precision.h"
 #include "examples/imdb/encoder_file.h"
 #include "examples/imdb/masked_token_model.h"
-#include "examples/imdb/progress.h"
+#include "optim/train/progress.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/setting_table.h"
 #include "nn/checkpoint.h"
@@ -184,8 +184,8 @@ class PretrainRun {
   const bool lead_, several_;
   Device device_;
   int64_t mask_id_ = 0;
-  std::optional<RunLock> lock_;
-  std::optional<StopSignals> signals_;
+  std::optional<train::RunLock> lock_;
+  std::optional<train::StopSignals> signals_;
   std::optional<MixedPrecisionGuard> precision_;
   Generator gen_;
   std::optional<MaskedTokenModel> model_;
@@ -195,18 +195,18 @@ class PretrainRun {
   optim::Schedule schedule_;
   PretrainState state_;
   std::string checkpoint_path_;
-  std::optional<MetricsLog> metrics_;
+  std::optional<train::MetricsLog> metrics_;
   std::unique_ptr<distributed::ProcessGroup> nccl_;  // several GPU ranks: the gradients go over NCCL
   distributed::ProcessGroup* gradients_ = nullptr;   // world_ or nccl_
   std::optional<nn::DataParallel> dp_;
-  Progress progress_;
+  train::Progress progress_;
   PretrainResult result_;
 };
 
 PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distributed::ProcessGroup& world)
     : config_(config), train_(config_.train), data_(data), world_(world), lead_(world.rank() == 0),
       several_(world.size() > 1), gen_(config.train.seed),
-      progress_(config.train.quiet || world.rank() != 0 ? Progress::Mode::Silent : Progress::detect(),
+      progress_(config.train.quiet || world.rank() != 0 ? train::Progress::Mode::Silent : train::Progress::detect(),
                 config.train.log_every) {
   mask_id_ = data.vocabulary.size();  // [MASK]: one row past the vocabulary's
   train_.model.vocab_size = mask_id_ + 1;
@@ -220,7 +220,7 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
   distributed::check_same_settings(world_, shared);
   device_ = rank_device(train_.device, several_);  // under mpirun, "cuda" is each rank's own GPU
   distributed::on_root(world_, [&] {
-    check_output_folder(train_.out);
+    train::check_output_folder(train_.out);
     lock_.emplace(train_.out);
     check_run_folder_kind(train_.out, RunKind::pretraining, "pretrain", train_.overwrite, train_.resume);
     check_run_files_writable(train_.out, {"vocab.txt", "metrics.jsonl", "checkpoint.safetensors", kEncoderFile});
@@ -378,7 +378,7 @@ PretrainResult PretrainRun::run() {
     const auto epoch_start = Clock::now();
     int64_t tokens = 0;
     for (int64_t b = step % steps_per_epoch_; epoch * steps_per_epoch_ + b < epoch_end; ++b) {
-      if (const int signal = StopSignals::received(); signal != 0 && !several_) {
+      if (const int signal = train::StopSignals::received(); signal != 0 && !several_) {
         result_.stopped_by_signal = signal;
         stop = true;
         break;
@@ -415,13 +415,13 @@ PretrainResult PretrainRun::run() {
       if (train_.clip > 0 && !train_.zero) optim::clip_grad_norm_(model_->parameters(), train_.clip);
       optimizer_->step();
       if (several_) {  // the whole batch's loss and accuracy, and any rank's signal
-        Tensor sums = from_vector(std::vector<double>{loss_value * my_masked, correct, double(StopSignals::received())});
+        Tensor sums = from_vector(std::vector<double>{loss_value * my_masked, correct, double(train::StopSignals::received())});
         world_.all_reduce(sums, distributed::ReduceOp::Sum);
         const std::vector<double> totals = sums.to_vector<double>();
         loss_value = totals[0] / all_masked;
         correct = totals[1];
         if (totals[2] > 0) {
-          result_.stopped_by_signal = StopSignals::received() != 0 ? StopSignals::received() : SIGTERM;
+          result_.stopped_by_signal = train::StopSignals::received() != 0 ? train::StopSignals::received() : SIGTERM;
           stop = true;
         }
       }
@@ -543,7 +543,7 @@ PretrainResult pretrain(const PretrainConfig& config, const Data& data, distribu
 
 PretrainResult pretrain(const PretrainConfig& config, distributed::ProcessGroup& world) {
   config.train.validate();
-  distributed::on_root(world, [&] { check_output_folder(config.train.out); });
+  distributed::on_root(world, [&] { train::check_output_folder(config.train.out); });
   checked_device(config.train.device);
   if (!config.train.quiet && world.rank() == 0) fmt::print(stderr, "Loading IMDb (training reviews)...\n");
   if (config.train.data.empty() && world.size() > 1)

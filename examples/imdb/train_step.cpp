@@ -29,7 +29,7 @@ void backward_and_update(const Tensor& loss, nn::Module& model, optim::Optimizer
   optimizer.step();
 }
 
-int TrainStep::stop_signal() const { return StopSignals::received(); }
+int TrainStep::stop_signal() const { return train::StopSignals::received(); }
 
 namespace {
 
@@ -63,19 +63,19 @@ class HostStep final : public TrainStep {
     StepResult result{loss, std::nullopt, rows.real_tokens, batch.batch_rows * rows.seq_len};
     if (several) {  // the whole batch's loss and tokens, for the log; and any rank's signal
       Tensor sums = from_vector(std::vector<double>{double(loss.item<float>()) * double(rows.batch),
-                                                    double(rows.real_tokens), double(StopSignals::received())});
+                                                    double(rows.real_tokens), double(train::StopSignals::received())});
       world_.all_reduce(sums, distributed::ReduceOp::Sum);
       std::vector<double> totals = sums.to_vector<double>();
       result.whole_batch_loss = totals[0] / double(batch.batch_rows);
       result.real_tokens = int64_t(totals[1]);
-      if (totals[2] > 0) agreed_signal_ = StopSignals::received() != 0 ? StopSignals::received() : SIGTERM;
+      if (totals[2] > 0) agreed_signal_ = train::StopSignals::received() != 0 ? train::StopSignals::received() : SIGTERM;
     }
     return result;
   }
 
   // NOTE: on several ranks each stops at the same step (a signal reaches the ranks at different
   // moments; one that stopped alone would leave the others waiting in an all-reduce).
-  int stop_signal() const override { return world_.size() > 1 ? agreed_signal_ : StopSignals::received(); }
+  int stop_signal() const override { return world_.size() > 1 ? agreed_signal_ : train::StopSignals::received(); }
 
  private:
   nn::TransformerClassifier& model_;

@@ -73,7 +73,7 @@ class TrainStep {
   virtual StepResult run(const Tensor& loss_slot) = 0;
   // True on one GPU: run() needs a loss slot.
   virtual bool loss_on_gpu() const { return false; }
-  // The signal that stops the run at this step boundary, or 0: this process's (StopSignals); on
+  // The signal that stops the run at this step boundary, or 0: this process's (train::StopSignals); on
   // several ranks, the one any rank had received at the last step, agreed on by them all.
   virtual int stop_signal() const;
   // --cuda-graph on, one GPU: the evaluation's graphs (eval_graph.h), and the steps replayed so far.

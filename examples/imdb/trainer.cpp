@@ -279,20 +279,20 @@ std::vector<LengthBucket> accuracy_by_length(nn::TransformerClassifier& model, c
 
 // ---- Training
 
-RunResult train(const TrainConfig& config) {
+RunResult train_classifier(const TrainConfig& config) {
   std::unique_ptr<distributed::ProcessGroup> one = distributed::make_single_process_group();
-  return train(config, *one);
+  return train_classifier(config, *one);
 }
 
-RunResult train(const TrainConfig& config, const Data& data) {
+RunResult train_classifier(const TrainConfig& config, const Data& data) {
   std::unique_ptr<distributed::ProcessGroup> one = distributed::make_single_process_group();
-  return train(config, data, *one);
+  return train_classifier(config, data, *one);
 }
 
-RunResult train(const TrainConfig& config, distributed::ProcessGroup& world) {
+RunResult train_classifier(const TrainConfig& config, distributed::ProcessGroup& world) {
   config.validate();
   distributed::check_same_settings(world, config.shared_settings());  // before anything slow
-  distributed::on_root(world, [&] { check_output_folder(config.out); });
+  distributed::on_root(world, [&] { train::check_output_folder(config.out); });
   checked_device(config.device);  // before the data is loaded: a missing GPU fails at once
   if (!config.quiet && world.rank() == 0) fmt::print(stderr, "Loading IMDb...\n");
   // Rank 0 downloads first (when --data is not given); the others then find the download cached.
@@ -307,7 +307,7 @@ RunResult train(const TrainConfig& config, distributed::ProcessGroup& world) {
     check_encoder_settings_fit(*encoder, config);  // (its held-out reviews are compared once the data is read)
   }
   Data data = prepare_data(config, encoder ? &encoder->vocabulary : nullptr);
-  return train(config, data, world);
+  return train_classifier(config, data, world);
 }
 
 // ---- The model file

@@ -77,10 +77,10 @@ std::string data_fingerprint(const Data& data);
 // With a world of several ranks (mpirun), each rank trains on its slice of every global batch
 // (--batch-size stays global) and rank 0 alone prints and writes files; collective: every rank
 // calls it with the same settings (checked), and a signal to any rank stops every rank at the same step.
-RunResult train(const TrainConfig& config);
-RunResult train(const TrainConfig& config, const Data& data);
-RunResult train(const TrainConfig& config, distributed::ProcessGroup& world);
-RunResult train(const TrainConfig& config, const Data& data, distributed::ProcessGroup& world);
+RunResult train_classifier(const TrainConfig& config);
+RunResult train_classifier(const TrainConfig& config, const Data& data);
+RunResult train_classifier(const TrainConfig& config, distributed::ProcessGroup& world);
+RunResult train_classifier(const TrainConfig& config, const Data& data, distributed::ProcessGroup& world);
 
 // AdamW's parameter groups of the recipe: weight matrices decay, biases, LayerNorm parameters
 // and embeddings do not. With encoder_lr_scale != 1 (--encoder-lr-scale), everything but the

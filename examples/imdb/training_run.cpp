@@ -29,7 +29,7 @@
 #include "core/precision.h"
 #include "examples/imdb/encoder_file.h"
 #include "examples/imdb/graph_step.h"
-#include "examples/imdb/progress.h"
+#include "optim/train/progress.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/train_step.h"
@@ -131,8 +131,8 @@ class TrainingRun {
   const bool lead_;     // rank 0: prints, and writes every file
   const bool several_;  // more than one rank
   Device device_;
-  std::optional<RunLock> lock_;  // one trainer (job) per folder, for the whole run
-  std::optional<StopSignals> signals_;  // SIGINT / SIGTERM: checkpoint at the next step boundary, then stop
+  std::optional<train::RunLock> lock_;  // one trainer (job) per folder, for the whole run
+  std::optional<train::StopSignals> signals_;  // SIGINT / SIGTERM: checkpoint at the next step boundary, then stop
   std::optional<MixedPrecisionGuard> precision_;  // --precision bf16: products in bfloat16, the rest float32
   Generator gen_;                                 // initialisation, then dropout masks
   std::optional<nn::TransformerClassifier> model_;
@@ -144,7 +144,7 @@ class TrainingRun {
   optim::Schedule schedule_;
   CheckpointInfo state_;  // the run's state between steps: what a checkpoint holds besides the tensors
   std::string checkpoint_path_, model_path_;
-  std::optional<MetricsLog> metrics_;
+  std::optional<train::MetricsLog> metrics_;
   std::optional<nn::DataParallel> dp_;
   bool pad_for_graph_ = false;
   std::unique_ptr<TrainStep> step_;  // of the kind the settings choose (train_step.h)
@@ -153,14 +153,14 @@ class TrainingRun {
   // step reads them all with one copy and one wait (read_losses), not one of each per step.
   // Without it (the CPU, several ranks) each step's loss is read at once.
   Tensor loss_log_;
-  Progress progress_;
+  train::Progress progress_;
   RunResult result_;
 };
 
 TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distributed::ProcessGroup& world)
     : config_(config_in), data_(data), world_(world), lead_(world.rank() == 0), several_(world.size() > 1),
       gen_(config_in.seed),
-      progress_(config_in.quiet || !lead_ ? Progress::Mode::Silent : Progress::detect(), config_in.log_every) {
+      progress_(config_in.quiet || !lead_ ? train::Progress::Mode::Silent : train::Progress::detect(), config_in.log_every) {
   config_.model.vocab_size = data.vocabulary.size();
   config_.validate();
   if (!lead_) config_.quiet = true;
@@ -168,7 +168,7 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   device_ = choose_device();
   EMBER_CHECK(!data_.train_tokens.empty(), "train: there are no training reviews");
   distributed::on_root(world_, [&] {
-    check_output_folder(config_.out);
+    train::check_output_folder(config_.out);
     lock_.emplace(config_.out);
     check_init_is_not_out(config_);
     check_run_folder_kind(config_.out, RunKind::classifier, "train", config_.overwrite, config_.resume);
@@ -448,7 +448,7 @@ void TrainingRun::finish() {
         std::error_code error;
         if (!fs::exists(model_path_, error))  // its model file was lost
           save_model(model_path_, config_, *model_, data_.vocabulary);
-        nlohmann::json last = last_epoch_record(metrics_->path());
+        nlohmann::json last = train::last_epoch_record(metrics_->path());
         if (last.is_object() && last.value("epoch", int64_t(0)) == config_.epochs && last["test_accuracy"].is_number())
           recorded_accuracy = last["test_accuracy"].get<double>();
       });
@@ -513,7 +513,7 @@ void TrainingRun::save() {
 
 }  // namespace
 
-RunResult train(const TrainConfig& config, const Data& data, distributed::ProcessGroup& world) {
+RunResult train_classifier(const TrainConfig& config, const Data& data, distributed::ProcessGroup& world) {
   return TrainingRun(config, data, world).run();
 }
 

@@ -39,7 +39,7 @@ Counted run(const imdb::Data& all, int64_t train_reviews, const std::string& nam
   data.train_labels.resize(size_t(train_reviews));
   ember_emu::reset_counts();
   Counted out;
-  out.result = imdb::train(c, data);
+  out.result = imdb::train_classifier(c, data);
   out.counts = ember_emu::counts();
   return out;
 }
