@@ -1,6 +1,7 @@
-// `imdb pretrain`'s run: its setup, its steps (masks drawn per step, the loss at the masked positions
-// only), its checkpoints (exact resume) and its outputs. It uses the trainer's pieces: the run folder's
-// lock, metrics log and stop signals (run_folder.h), the progress lines (progress.h), the batcher, the
+// `imdb pretrain`'s run: its setup, its step (masks drawn per step, the loss at the masked positions only), its
+// checkpoints (exact resume) and its outputs. The training layer's loop (optim/train/loop.h) runs the steps and
+// owns the run folder, the metrics log, the stop signals and the progress line; this file adds the step, its
+// checkpoint format, its epoch record, the encoder file. It uses the classifier's pieces: the batcher, the
 // checkpoint's checksum (trainer.h), AdamW's parameter groups and data parallelism (nn/data_parallel.h).
 #include "examples/imdb/pretrain.h"
 
@@ -32,7 +33,6 @@
 #include "core/precision.h"
 #include "examples/imdb/encoder_file.h"
 #include "examples/imdb/masked_token_model.h"
-#include "optim/train/progress.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/setting_table.h"
 #include "nn/checkpoint.h"
@@ -40,6 +40,7 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "optim/sharded_adamw.h"
+#include "optim/train/loop.h"
 
 namespace ember::imdb {
 
@@ -172,10 +173,13 @@ class PretrainRun {
   PretrainResult run();
 
  private:
+  class Step;  // its train::Step
+
   void resume();
-  void save();  // collective; rank 0 writes encoder.safetensors, then the checkpoint
+  train::LoopSettings loop_settings();
+  void save(const train::RunState& at);  // collective; rank 0 writes encoder.safetensors, then the checkpoint
   void save_encoder_file();  // rank 0
-  void end_epoch(int64_t epoch, double seconds, int64_t tokens);
+  void record_epoch(const train::EpochResult& done);
 
   PretrainConfig config_;
   TrainConfig& train_;  // config_.train, with model.vocab_size counting [MASK]
@@ -184,8 +188,7 @@ class PretrainRun {
   const bool lead_, several_;
   Device device_;
   int64_t mask_id_ = 0;
-  std::optional<train::RunLock> lock_;
-  std::optional<train::StopSignals> signals_;
+  std::optional<train::RunFolder> folder_;  // made and locked by rank 0; SIGINT / SIGTERM caught on every rank
   std::optional<MixedPrecisionGuard> precision_;
   Generator gen_;
   std::optional<MaskedTokenModel> model_;
@@ -195,19 +198,35 @@ class PretrainRun {
   optim::Schedule schedule_;
   PretrainState state_;
   std::string checkpoint_path_;
-  std::optional<train::MetricsLog> metrics_;
   std::unique_ptr<distributed::ProcessGroup> nccl_;  // several GPU ranks: the gradients go over NCCL
   distributed::ProcessGroup* gradients_ = nullptr;   // world_ or nccl_
   std::optional<nn::DataParallel> dp_;
-  train::Progress progress_;
+  std::vector<int64_t> order_;  // the epoch's order of the windows' batches
+  int64_t order_epoch_ = -1;
+  std::optional<train::Loop> loop_;
   PretrainResult result_;
+};
+
+// One pretraining step: the whole batch's masks (on every rank: they depend on the seed and the step alone), this
+// rank's rows, the loss at its masked positions, backward (each rank's share), the update; then the whole batch's
+// loss and accuracy (several ranks: summed over them, with any rank's stop signal).
+class PretrainRun::Step final : public train::Step {
+ public:
+  explicit Step(PretrainRun& run) : run_(run) {}
+  void stage(const train::StepAt& at) override { staged_ = at; }
+  train::StepResult run(const Tensor& loss_slot) override;
+  // NOTE: on several ranks each stops at the same step (agreed at the step before).
+  int stop_signal() const override { return run_.several_ ? agreed_signal_ : train::StopSignals::received(); }
+
+ private:
+  PretrainRun& run_;
+  std::optional<train::StepAt> staged_;
+  int agreed_signal_ = 0;
 };
 
 PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distributed::ProcessGroup& world)
     : config_(config), train_(config_.train), data_(data), world_(world), lead_(world.rank() == 0),
-      several_(world.size() > 1), gen_(config.train.seed),
-      progress_(config.train.quiet || world.rank() != 0 ? train::Progress::Mode::Silent : train::Progress::detect(),
-                config.train.log_every) {
+      several_(world.size() > 1), gen_(config.train.seed) {
   mask_id_ = data.vocabulary.size();  // [MASK]: one row past the vocabulary's
   train_.model.vocab_size = mask_id_ + 1;
   train_.validate();
@@ -220,12 +239,11 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
   distributed::check_same_settings(world_, shared);
   device_ = rank_device(train_.device, several_);  // under mpirun, "cuda" is each rank's own GPU
   distributed::on_root(world_, [&] {
-    train::check_output_folder(train_.out);
-    lock_.emplace(train_.out);
+    folder_.emplace(train_.out, &world_);  // made and locked
     check_run_folder_kind(train_.out, RunKind::pretraining, "pretrain", train_.overwrite, train_.resume);
     check_run_files_writable(train_.out, {"vocab.txt", "metrics.jsonl", "checkpoint.safetensors", kEncoderFile});
   });
-  signals_.emplace();
+  if (!lead_) folder_.emplace(train_.out, &world_);  // (signals caught on every rank)
   if (train_.threads > 0) {
     set_num_threads(train_.threads);
   } else if (several_) {
@@ -263,10 +281,10 @@ PretrainRun::PretrainRun(const PretrainConfig& config, const Data& data, distrib
   distributed::on_root(world_, [&] {
     if (train_.overwrite) remove_run_files(train_.out);  // every check has passed: what was there goes
     data_.vocabulary.save(train_.out + "/vocab.txt");
-    metrics_.emplace(train_.out + "/metrics.jsonl", train_.resume, state_.step);
   });
   dp_.emplace(*model_, *gradients_, nn::DataParallelOptions{.bucket_bytes = train_.bucket_kb * 1024,
                                                             .overlap = train_.overlap, .reduce_gradients = !train_.zero});
+  loop_.emplace(*model_, *optimizer_, loop_settings());
   result_.parameters = model_->num_parameters();
   result_.total_steps = state_.total_steps;
   if (!train_.quiet)
@@ -324,12 +342,19 @@ void PretrainRun::resume() {
 // The encoder, then the checkpoint (as train writes its model before its checkpoint): the encoder in the folder
 // is never older than the checkpoint beside it, so a kill between the two files leaves a checkpoint that --resume
 // continues from, never a finished checkpoint beside an earlier step's encoder.
-void PretrainRun::save() {
+void PretrainRun::save(const train::RunState& at) {
   if (several_) dp_->check_replicas_agree();
-  state_.generator_offset = gen_.offset();
+  const auto sum = [&](const char* name) {
+    const auto it = at.epoch_sums.find(name);
+    return it == at.epoch_sums.end() ? int64_t(0) : int64_t(std::llround(it->second));
+  };
+  state_.step = at.step;
+  state_.generator_offset = at.generator_offset;
+  state_.epoch_loss_sum = at.epoch_loss_sum;
+  state_.epoch_correct = sum("correct");
+  state_.epoch_masked = sum("masked");
   const nn::TensorMap optimizer_state = optimizer_->state_dict();
   distributed::on_root(world_, [&] {
-    metrics_->flush();  // every step the checkpoint covers is in metrics.jsonl first
     nn::TensorMap tensors = nn::with_prefix_added(model_->state_dict(), "model.");
     for (auto& [name, t] : nn::with_prefix_added(optimizer_state, "optim.")) tensors.emplace(name, t);
     try {
@@ -358,105 +383,103 @@ void PretrainRun::save_encoder_file() {
   save_encoder(train_.out + "/" + kEncoderFile, train_, *model_, data_.vocabulary, data_.validation_fingerprint);
 }
 
+// What the loop does for this run: its steps and epochs (the last one shorter with --steps), the schedule, the
+// checkpoints (this program's format with the encoder beside each: save), the epoch records (record_epoch).
+train::LoopSettings PretrainRun::loop_settings() {
+  train::LoopSettings s;
+  s.steps = state_.total_steps;
+  s.steps_per_epoch = steps_per_epoch_;
+  s.schedule = schedule_;
+  s.device = device_;
+  s.generator = &gen_;
+  s.out = train_.out;
+  s.folder = &*folder_;
+  s.save_every = train_.save_every;
+  s.stop_after = train_.stop_after;
+  s.log_every = train_.log_every;
+  s.quiet = train_.quiet;
+  s.world = &world_;
+  s.write_checkpoint = [this](const train::RunState& at) { save(at); };
+  s.record_epoch = [this](const train::EpochResult& done) { record_epoch(done); };
+  return s;
+}
+
+train::StepResult PretrainRun::Step::run(const Tensor&) {
+  EMBER_CHECK(staged_.has_value(), "pretrain: no batch was staged");
+  const train::StepAt at = *staged_;
+  staged_.reset();
+  PretrainRun& r = run_;
+  if (at.epoch != r.order_epoch_) {
+    r.order_ = r.train_.length_buckets > 0 ? r.batcher_->length_bucketed_order(r.train_.seed, at.epoch, r.train_.length_buckets)
+                                           : r.batcher_->shuffled_order(r.train_.seed, at.epoch);
+    r.order_epoch_ = at.epoch;
+  }
+  const Batch whole = r.batcher_->batch(r.order_, at.index);
+  const MaskedBatch masked = mask_tokens(whole, r.mask_id_, kFirstWord, r.mask_id_ + 1, r.train_.seed, at.step, 0,
+                                         r.config_.rates);
+  const distributed::Range rows = distributed::shard_range(whole.batch, r.world_.rank(), r.world_.size());
+  const int64_t T = whole.seq_len, first = rows.begin * T, last = rows.end * T;
+  std::vector<int64_t> positions, targets;
+  for (size_t i = 0; i < masked.positions.size(); ++i)
+    if (masked.positions[i] >= first && masked.positions[i] < last) {
+      positions.push_back(masked.positions[i] - first);
+      targets.push_back(masked.targets[i]);
+    }
+  Batch mine = r.batcher_->batch_rows(r.order_, at.index, rows.begin, rows.size());
+  mine.tokens.assign(masked.inputs.begin() + first, masked.inputs.begin() + last);
+  BatchTensors t = to_tensors(mine, r.device_);
+  if (r.several_) r.gen_.set_batch_slice({whole.batch, rows.begin, rows.size()});
+  r.optimizer_->zero_grad();
+  double loss_value = 0, correct = 0;
+  const double all_masked = double(masked.positions.size()), my_masked = double(positions.size());
+  if (!positions.empty()) {
+    MaskedTokenModel::Output out = r.model_->forward(t.tokens, t.padding_mask, from_vector(positions), from_vector(targets));
+    // Each rank's mean weighs its share of the batch's masked tokens; DataParallel averages (/ size).
+    if (r.several_) (out.loss * (my_masked * double(r.world_.size()) / all_masked)).backward();
+    else out.loss.backward();
+    loss_value = double(out.loss.item<float>());
+    correct = out.correct.item<double>();
+  }
+  r.dp_->synchronize_gradients();
+  if (r.train_.clip > 0 && !r.train_.zero) optim::clip_grad_norm_(r.model_->parameters(), r.train_.clip);
+  r.optimizer_->step();
+  if (r.several_) {  // the whole batch's loss and accuracy, and any rank's signal
+    Tensor sums = from_vector(std::vector<double>{loss_value * my_masked, correct, double(train::StopSignals::received())});
+    r.world_.all_reduce(sums, distributed::ReduceOp::Sum);
+    const std::vector<double> totals = sums.to_vector<double>();
+    loss_value = totals[0] / all_masked;
+    correct = totals[1];
+    if (totals[2] > 0) agreed_signal_ = train::StopSignals::received() != 0 ? train::StopSignals::received() : SIGTERM;
+  }
+  const double accuracy = correct / all_masked;
+  r.result_.step_accuracies.push_back(accuracy);
+  train::StepResult result;
+  result.whole_batch_loss = loss_value;
+  result.real_tokens = whole.real_tokens;
+  result.logged = {{"accuracy", accuracy}, {"masked", int64_t(masked.positions.size())}};
+  result.counted = {{"correct", double(std::llround(correct))}, {"masked", all_masked}};
+  return result;
+}
+
 PretrainResult PretrainRun::run() {
   const auto run_start = Clock::now();
-  int64_t& step = state_.step;
   // A --resume with nothing to train: the run had finished (killed after its last checkpoint, or its encoder lost),
   // or it is at --stop-after already (it trained one step more). Its encoder is written again from the checkpoint's
   // model, the same bytes as the run's own.
-  result_.already_finished = train_.resume && step == state_.total_steps;
-  bool stop = train_.stop_after > 0 && step >= train_.stop_after;
-  if (train_.resume && (result_.already_finished || stop)) distributed::on_root(world_, [&] { save_encoder_file(); });
-  while (step < state_.total_steps && !stop) {
-    const int64_t epoch = step / steps_per_epoch_;
-    const int64_t epoch_end = std::min(state_.total_steps, (epoch + 1) * steps_per_epoch_);
-    std::vector<int64_t> order = train_.length_buckets > 0
-                                     ? batcher_->length_bucketed_order(train_.seed, epoch, train_.length_buckets)
-                                     : batcher_->shuffled_order(train_.seed, epoch);
-    model_->train();
-    progress_.start_epoch(epoch + 1, epochs_, epoch_end - epoch * steps_per_epoch_);
-    const auto epoch_start = Clock::now();
-    int64_t tokens = 0;
-    for (int64_t b = step % steps_per_epoch_; epoch * steps_per_epoch_ + b < epoch_end; ++b) {
-      if (const int signal = train::StopSignals::received(); signal != 0 && !several_) {
-        result_.stopped_by_signal = signal;
-        stop = true;
-        break;
-      }
-      // The whole batch's masks on every rank (they depend on the seed and the step alone), then this rank's rows.
-      const Batch whole = batcher_->batch(order, b);
-      const MaskedBatch masked = mask_tokens(whole, mask_id_, kFirstWord, mask_id_ + 1, train_.seed, step, 0, config_.rates);
-      const distributed::Range rows = distributed::shard_range(whole.batch, world_.rank(), world_.size());
-      const int64_t T = whole.seq_len, first = rows.begin * T, last = rows.end * T;
-      std::vector<int64_t> positions, targets;
-      for (size_t i = 0; i < masked.positions.size(); ++i)
-        if (masked.positions[i] >= first && masked.positions[i] < last) {
-          positions.push_back(masked.positions[i] - first);
-          targets.push_back(masked.targets[i]);
-        }
-      Batch mine = batcher_->batch_rows(order, b, rows.begin, rows.size());
-      mine.tokens.assign(masked.inputs.begin() + first, masked.inputs.begin() + last);
-      BatchTensors t = to_tensors(mine, device_);
-      if (several_) gen_.set_batch_slice({whole.batch, rows.begin, rows.size()});
-      optimizer_->set_lr(schedule_.lr_at(step));
-      optimizer_->zero_grad();
-      double loss_value = 0, correct = 0;
-      const double all_masked = double(masked.positions.size()), my_masked = double(positions.size());
-      if (!positions.empty()) {
-        MaskedTokenModel::Output out = model_->forward(t.tokens, t.padding_mask, from_vector(positions),
-                                                       from_vector(targets));
-        // Each rank's mean weighs its share of the batch's masked tokens; DataParallel averages (/ size).
-        if (several_) (out.loss * (my_masked * double(world_.size()) / all_masked)).backward();
-        else out.loss.backward();
-        loss_value = double(out.loss.item<float>());
-        correct = out.correct.item<double>();
-      }
-      dp_->synchronize_gradients();
-      if (train_.clip > 0 && !train_.zero) optim::clip_grad_norm_(model_->parameters(), train_.clip);
-      optimizer_->step();
-      if (several_) {  // the whole batch's loss and accuracy, and any rank's signal
-        Tensor sums = from_vector(std::vector<double>{loss_value * my_masked, correct, double(train::StopSignals::received())});
-        world_.all_reduce(sums, distributed::ReduceOp::Sum);
-        const std::vector<double> totals = sums.to_vector<double>();
-        loss_value = totals[0] / all_masked;
-        correct = totals[1];
-        if (totals[2] > 0) {
-          result_.stopped_by_signal = train::StopSignals::received() != 0 ? train::StopSignals::received() : SIGTERM;
-          stop = true;
-        }
-      }
-      EMBER_CHECK(std::isfinite(loss_value), "pretraining diverged: the loss at step {} is {}; that step is not saved "
-                  "and the last checkpoint is kept (lower --lr)", step + 1, loss_value);
-      ++step;
-      const double accuracy = correct / all_masked;
-      result_.step_losses.push_back(loss_value);
-      result_.step_accuracies.push_back(accuracy);
-      state_.epoch_loss_sum += loss_value;
-      state_.epoch_correct += int64_t(std::llround(correct));
-      state_.epoch_masked += int64_t(masked.positions.size());
-      tokens += whole.real_tokens;
-      if (lead_)
-        metrics_->write({{"kind", "step"}, {"step", step}, {"epoch", epoch + 1}, {"loss", loss_value},
-                         {"accuracy", accuracy}, {"masked", int64_t(masked.positions.size())}, {"lr", optimizer_->lr()}});
-      const double elapsed = seconds_since(epoch_start);
-      progress_.update(b + 1, state_.epoch_loss_sum / double(b + 1), double(tokens) / elapsed, elapsed);
-      const bool at_end = step == epoch_end;
-      if (!at_end && train_.save_every > 0 && step % train_.save_every == 0) save();
-      if (train_.stop_after > 0 && step >= train_.stop_after && !at_end) stop = true;
-      if (stop) break;
-    }
-    progress_.finish_epoch();
-    if (step == epoch_end) {
-      end_epoch(epoch, seconds_since(epoch_start), tokens);
-    } else {
-      save();  // stopped part-way (a signal, --stop-after)
-    }
-  }
-  result_.steps = step;
-  result_.finished = step == state_.total_steps;
+  result_.already_finished = train_.resume && state_.step == state_.total_steps;
+  const bool at_stop = train_.stop_after > 0 && state_.step >= train_.stop_after;
+  if (train_.resume && (result_.already_finished || at_stop)) distributed::on_root(world_, [&] { save_encoder_file(); });
+  Step step(*this);
+  const train::LoopResult trained = loop_->run(
+      step, {state_.step, state_.total_steps, state_.generator_offset, state_.epoch_loss_sum,
+             {{"correct", double(state_.epoch_correct)}, {"masked", double(state_.epoch_masked)}}});
+  result_.steps = trained.steps;
+  result_.finished = trained.finished;
+  result_.stopped_by_signal = trained.stopped_by_signal;
+  result_.step_losses = trained.step_losses;
   result_.wall_seconds = seconds_since(run_start);
   if (result_.finished && lead_ && result_.stopped_by_signal == 0) {
-    metrics_->flush();
+    loop_->metrics()->flush();
     try {
       write_pretrain_report(train_.out, config_.to_metadata(), result_.parameters);
       if (!train_.quiet) fmt::print(stderr, "Report: {}/report.html\n", train_.out);
@@ -467,24 +490,22 @@ PretrainResult PretrainRun::run() {
   return result_;
 }
 
-// An epoch's end (or the run's last step): its record, then the checkpoint and the encoder file.
-void PretrainRun::end_epoch(int64_t epoch, double seconds, int64_t tokens) {
-  const int64_t steps_in_epoch = state_.step - epoch * steps_per_epoch_;
-  const double loss = state_.epoch_loss_sum / double(steps_in_epoch);
-  const double accuracy = double(state_.epoch_correct) / double(std::max<int64_t>(1, state_.epoch_masked));
-  if (lead_)
-    metrics_->write({{"kind", "epoch"}, {"epoch", epoch + 1}, {"step", state_.step}, {"train_loss", loss},
-                     {"masked_accuracy", accuracy}, {"masked_tokens", state_.epoch_masked}, {"train_seconds", seconds},
-                     {"real_tokens_per_s", double(tokens) / seconds}});
+// An epoch's end (or the run's last step): its record (the loop then writes the checkpoint and the encoder file).
+void PretrainRun::record_epoch(const train::EpochResult& done) {
+  const auto sum = [&](const char* name) {
+    const auto it = done.sums.find(name);
+    return it == done.sums.end() ? int64_t(0) : int64_t(std::llround(it->second));
+  };
+  const int64_t masked = sum("masked");
+  const double accuracy = double(sum("correct")) / double(std::max<int64_t>(1, masked));
+  if (train::MetricsLog* metrics = loop_->metrics())
+    metrics->write({{"kind", "epoch"}, {"epoch", done.epoch}, {"step", done.step}, {"train_loss", done.train_loss},
+                    {"masked_accuracy", accuracy}, {"masked_tokens", masked}, {"train_seconds", done.seconds},
+                    {"real_tokens_per_s", done.real_tokens_per_s}});
   if (!train_.quiet)
     fmt::print(stderr, "epoch {}/{}: masked-token loss {:.4f}, accuracy {:.2f}% ({} masked tokens) | {:.1f}s | {:.0f} "
-               "real tok/s\n", epoch + 1, epochs_, loss, 100 * accuracy, state_.epoch_masked, seconds,
-               double(tokens) / seconds);
-  distributed::on_root(world_, [&] { metrics_->flush(); });
-  state_.epoch_loss_sum = 0;
-  state_.epoch_correct = 0;
-  state_.epoch_masked = 0;
-  save();
+               "real tok/s\n", done.epoch, epochs_, done.train_loss, 100 * accuracy, masked, done.seconds,
+               done.real_tokens_per_s);
 }
 
 }  // namespace

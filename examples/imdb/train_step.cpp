@@ -29,21 +29,19 @@ void backward_and_update(const Tensor& loss, nn::Module& model, optim::Optimizer
   optimizer.step();
 }
 
-int TrainStep::stop_signal() const { return train::StopSignals::received(); }
-
 namespace {
 
 // The CPU, several ranks, ZeRO-1: op by op, the batch as host tensors (the ops check and upload it).
 class HostStep final : public TrainStep {
  public:
-  HostStep(const TrainConfig& config, nn::TransformerClassifier& model, optim::Optimizer& optimizer, Generator& gen,
-           Device device, distributed::ProcessGroup& world, nn::DataParallel& ranks)
-      : model_(model), optimizer_(optimizer), gen_(gen), device_(device), world_(world), ranks_(ranks),
+  HostStep(StepBatches batches, const TrainConfig& config, nn::TransformerClassifier& model, optim::Optimizer& optimizer,
+           Generator& gen, Device device, distributed::ProcessGroup& world, nn::DataParallel& ranks)
+      : TrainStep(std::move(batches)), model_(model), optimizer_(optimizer), gen_(gen), device_(device), world_(world), ranks_(ranks),
         clip_(config.zero ? 0.0 : config.clip) {}  // ZeRO-1 clips by the global norm itself
 
-  void stage(StepBatch batch) override { staged_ = std::move(batch); }
+  void stage_batch(StepBatch batch) override { staged_ = std::move(batch); }
 
-  StepResult run(const Tensor&) override {
+  train::StepResult run(const Tensor&) override {
     EMBER_CHECK(staged_.has_value(), "train step: no batch was staged");
     const StepBatch batch = std::move(*staged_);
     staged_.reset();
@@ -60,7 +58,7 @@ class HostStep final : public TrainStep {
     update.clip = clip_;
     if (several) update.loss_scale = double(rows.batch) * world_.size() / double(batch.batch_rows);
     backward_and_update(loss, model_, optimizer_, update);
-    StepResult result{loss, std::nullopt, rows.real_tokens, batch.batch_rows * rows.seq_len};
+    train::StepResult result{loss, std::nullopt, rows.real_tokens, batch.batch_rows * rows.seq_len};
     if (several) {  // the whole batch's loss and tokens, for the log; and any rank's signal
       Tensor sums = from_vector(std::vector<double>{double(loss.item<float>()) * double(rows.batch),
                                                     double(rows.real_tokens), double(train::StopSignals::received())});
@@ -102,8 +100,8 @@ struct PrefetchedBatches {
     prefetcher.prefetch(batch.rows);
   }
   // `step` runs on the staged batch's inputs and returns its loss (or the slot, holding it).
-  template <typename Step>
-  StepResult run(const Tensor& loss_slot, Step&& step) {
+  template <typename StepOnInputs>
+  train::StepResult run(const Tensor& loss_slot, StepOnInputs&& step) {
     const DeviceBatch& inputs = prefetcher.take();  // the step waits (on the GPU) for its upload
     Tensor loss = step(inputs), slot = loss_slot;
     if (loss.raw_data() != slot.raw_data()) slot.copy_(loss.detach().view({1}));  // (a step op by op: on the GPU)
@@ -114,36 +112,40 @@ struct PrefetchedBatches {
 
 class GpuStep final : public TrainStep {
  public:
-  GpuStep(const TrainConfig& config, nn::TransformerClassifier& model, optim::Optimizer& optimizer, Device device)
-      : model_(model), optimizer_(optimizer), clip_(config.clip), batches_(device, config) {}
-  void stage(StepBatch batch) override { batches_.stage(batch); }
-  StepResult run(const Tensor& loss_slot) override {
+  GpuStep(StepBatches batches, const TrainConfig& config, nn::TransformerClassifier& model, optim::Optimizer& optimizer,
+          Device device)
+      : TrainStep(std::move(batches)), model_(model), optimizer_(optimizer), device_(device), clip_(config.clip),
+        batches_(device, config) {}
+  void stage_batch(StepBatch batch) override { batches_.stage(batch); }
+  train::StepResult run(const Tensor& loss_slot) override {
     return batches_.run(loss_slot, [&](const DeviceBatch& inputs) { return gpu_step(model_, optimizer_, inputs, clip_); });
   }
-  bool loss_on_gpu() const override { return true; }
+  std::optional<Device> loss_log_device() const override { return device_; }
 
  private:
   nn::TransformerClassifier& model_;
   optim::Optimizer& optimizer_;
+  Device device_;
   double clip_;
   PrefetchedBatches batches_;
 };
 
 class GraphedGpuStep final : public TrainStep {
  public:
-  GraphedGpuStep(const TrainConfig& config, nn::TransformerClassifier& model, optim::Adam& optimizer, Generator& gen,
-                 Device device)
-      : graphs_(model, optimizer, gen, device, config.clip, config.quiet), evaluator_(model, device),
-        batches_(device, config) {}
-  void stage(StepBatch batch) override { batches_.stage(batch); }
-  StepResult run(const Tensor& loss_slot) override {
+  GraphedGpuStep(StepBatches batches, const TrainConfig& config, nn::TransformerClassifier& model,
+                 optim::Adam& optimizer, Generator& gen, Device device)
+      : TrainStep(std::move(batches)), device_(device), graphs_(model, optimizer, gen, device, config.clip, config.quiet),
+        evaluator_(model, device), batches_(device, config) {}
+  void stage_batch(StepBatch batch) override { batches_.stage(batch); }
+  train::StepResult run(const Tensor& loss_slot) override {
     return batches_.run(loss_slot, [&](const DeviceBatch& inputs) { return graphs_.run(inputs, loss_slot); });
   }
-  bool loss_on_gpu() const override { return true; }
+  std::optional<Device> loss_log_device() const override { return device_; }
   GraphEvaluator* evaluator() override { return &evaluator_; }
   int64_t graph_replays() const override { return graphs_.counts().replays; }
 
  private:
+  Device device_;
   // NOTE: in this order: the graphs' GPU state (the optimiser's too) is made before the prefetcher's buffers.
   GraphStep graphs_;
   GraphEvaluator evaluator_;
@@ -154,15 +156,16 @@ class GraphedGpuStep final : public TrainStep {
 
 std::unique_ptr<TrainStep> make_train_step(const TrainConfig& config, nn::TransformerClassifier& model,
                                            optim::Optimizer& optimizer, Generator& gen, Device device,
-                                           distributed::ProcessGroup& world, nn::DataParallel& ranks) {
+                                           distributed::ProcessGroup& world, nn::DataParallel& ranks,
+                                           StepBatches batches) {
   // Several ranks and ZeRO-1 stay op by op on the host's batches (the all-reduce is not captured,
   // and the batches are padded for graphs all the same: the same numbers).
   if (!device.is_cuda() || world.size() > 1 || config.zero)
-    return std::make_unique<HostStep>(config, model, optimizer, gen, device, world, ranks);
-  if (!config.uses_cuda_graph()) return std::make_unique<GpuStep>(config, model, optimizer, device);
+    return std::make_unique<HostStep>(std::move(batches), config, model, optimizer, gen, device, world, ranks);
+  if (!config.uses_cuda_graph()) return std::make_unique<GpuStep>(std::move(batches), config, model, optimizer, device);
   auto* adam = dynamic_cast<optim::Adam*>(&optimizer);
   EMBER_CHECK(adam != nullptr, "train step: CUDA graphs of the step need an Adam optimiser");
-  return std::make_unique<GraphedGpuStep>(config, model, *adam, gen, device);
+  return std::make_unique<GraphedGpuStep>(std::move(batches), config, model, *adam, gen, device);
 }
 
 }  // namespace ember::imdb

@@ -6,19 +6,21 @@
 //     shape's graph (GraphStep, graph_step.h), and the evaluation's graphs kept for the run;
 //   - op by op from the host (the CPU, several ranks, ZeRO-1): the batch as host tensors (to_tensors,
 //     trainer.h), the ranks' gradients exchanged (nn::DataParallel; ZeRO-1 in its optimiser).
-// The epoch loop is the same for all three:
+// Each is a train::Step: the training layer's loop (optim/train/loop.cpp, Loop::train_epoch) drives all three:
 //
-//   step->stage(batch_0);                            // an epoch's first batch: just before its step
+//   step.stage(at_0);                                // an epoch's first batch: just before its step
 //   for (b = 0; ...) {
 //     optimizer.set_lr(schedule.lr_at(step));
-//     StepResult r = step->run(loss_slot);           // one optimiser step on the staged batch
-//     step->stage(batch_b_plus_1);                   // the lookahead: on one GPU, up while step b runs
+//     train::StepResult r = step.run(loss_slot);     // one optimiser step on the staged batch
+//     step.stage(at_b_plus_1);                       // the lookahead: on one GPU, up while step b runs
 //     ... log r ...
 //   }
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "core/device.h"
 #include "core/distributed/process_group.h"
@@ -29,6 +31,7 @@
 #include "nn/data_parallel.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
+#include "optim/train/step.h"
 
 namespace ember::imdb {
 
@@ -55,36 +58,32 @@ struct StepBatch {
   int64_t first_row = 0;   // where this process's rows start in it
 };
 
-struct StepResult {
-  Tensor loss;  // this process's loss; on one GPU, in the loss log's slot run() was given, not read yet
-  std::optional<double> whole_batch_loss;  // several ranks: the whole batch's, already read
-  int64_t real_tokens = 0, padded_tokens = 0;  // the whole batch's (every rank's)
-};
+// The kinds of step (train::Step, optim/train/step.h): the loop stages step `at`'s batch, which `batches` gives
+// (this process's rows of the global batch), and runs the step.
+using StepBatches = std::function<StepBatch(const train::StepAt&)>;
 
-class TrainStep {
+class TrainStep : public train::Step {
  public:
-  virtual ~TrainStep() = default;
-  // Starts staging the batch of the next run(): on one GPU, its upload on the copy stream (while the
-  // step queued before it runs); the host kind keeps it for run(). One batch is staged at a time.
-  virtual void stage(StepBatch batch) = 0;
-  // One optimiser step on the staged batch, at the optimiser's lr(). On one GPU the loss is left in
-  // `loss_slot` (a float32 GPU tensor of one element: a slot of the trainer's loss log, read with
-  // the others when logging); the host kind takes none (undefined).
-  virtual StepResult run(const Tensor& loss_slot) = 0;
-  // True on one GPU: run() needs a loss slot.
-  virtual bool loss_on_gpu() const { return false; }
-  // The signal that stops the run at this step boundary, or 0: this process's (train::StopSignals); on
-  // several ranks, the one any rank had received at the last step, agreed on by them all.
-  virtual int stop_signal() const;
+  explicit TrainStep(StepBatches batches) : batches_(std::move(batches)) {}
+  void stage(const train::StepAt& at) final { stage_batch(batches_(at)); }
   // --cuda-graph on, one GPU: the evaluation's graphs (eval_graph.h), and the steps replayed so far.
   virtual GraphEvaluator* evaluator() { return nullptr; }
   virtual int64_t graph_replays() const { return 0; }
+
+ protected:
+  // Starts staging the batch of the next run(): on one GPU, its upload on the copy stream (while the
+  // step queued before it runs); the host kind keeps it for run().
+  virtual void stage_batch(StepBatch batch) = 0;
+
+ private:
+  StepBatches batches_;
 };
 
 // The step of these settings on `device`; every reference must outlive it. `ranks` is the run's
 // DataParallel over `world` (used by the host kind only).
 std::unique_ptr<TrainStep> make_train_step(const TrainConfig& config, nn::TransformerClassifier& model,
                                            optim::Optimizer& optimizer, Generator& gen, Device device,
-                                           distributed::ProcessGroup& world, nn::DataParallel& ranks);
+                                           distributed::ProcessGroup& world, nn::DataParallel& ranks,
+                                           StepBatches batches);
 
 }  // namespace ember::imdb

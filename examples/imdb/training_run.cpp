@@ -1,8 +1,7 @@
-// The IMDb trainer's training loop: train(config, data, world) is one TrainingRun, whose constructor sets
-// the run up (model, optimiser, batches, schedule, a resumed checkpoint, the metrics file, the ranks'
-// gradient exchange, the kind of step: train_step.h) and whose run() trains epoch after epoch.
-#include <sys/resource.h>
-
+// The IMDb classifier's training: train_classifier(config, data, world) is one TrainingRun, whose constructor sets
+// the run up (model, optimiser, batches, schedule, a resumed checkpoint, the ranks' gradient exchange, the kind
+// of step: train_step.h) and whose run() hands it to the training layer's loop (optim/train/loop.h), with what
+// this program adds: its checkpoint format, its epoch records, its model file after each epoch, its report.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,7 +20,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/allocator.h"
 #include "core/cpu_info.h"
 #include "core/distributed/agreement.h"
 #include "core/distributed/world.h"
@@ -29,7 +27,6 @@
 #include "core/precision.h"
 #include "examples/imdb/encoder_file.h"
 #include "examples/imdb/graph_step.h"
-#include "optim/train/progress.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/train_step.h"
@@ -39,6 +36,8 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "optim/sharded_adamw.h"
+#include "optim/train/loop.h"
+#include "optim/train/run_folder.h"
 
 namespace ember::imdb {
 namespace fs = std::filesystem;
@@ -48,16 +47,6 @@ namespace {
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-int64_t peak_rss_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return int64_t(usage.ru_maxrss) * 1024;
-}
-
-nlohmann::ordered_json step_record(int64_t step, int64_t epoch, double loss, double lr) {
-  return {{"kind", "step"}, {"step", step}, {"epoch", epoch}, {"loss", loss}, {"lr", lr}};
 }
 
 nlohmann::ordered_json epoch_record(const EpochResult& er, int64_t step, size_t test_reviews,
@@ -106,24 +95,15 @@ class TrainingRun {
   RunResult run();
 
  private:
-  struct PendingLoss {  // a step's loss not read yet (on a GPU, reading it makes the host wait)
-    int64_t step, epoch;
-    double lr;
-    Tensor loss;                  // this process's loss, read when needed
-    std::optional<double> value;  // several ranks: the whole batch's, already read
-  };
-
   Device choose_device() const;
   void resume_from_checkpoint();
   void print_setup() const;
-  bool train_epoch(int64_t epoch);  // false: the run stops in it (a signal, --stop-after), checkpointed
-  StepBatch batch_at(const std::vector<int64_t>& order, int64_t b) const;
-  Tensor next_loss_slot();
-  void end_epoch(int64_t epoch, double train_seconds, int64_t real_tokens, int64_t padded_tokens);
+  train::LoopSettings loop_settings();
+  StepBatch batch_at(const train::StepAt& at);
+  void record_epoch(const train::EpochResult& done);
   void report_best_validation_epoch();
   void finish();
-  void read_losses();
-  void save();  // collective: every rank gathers the state (ZeRO-1's moments live in shards); rank 0 writes it
+  void save(const train::RunState& at);  // collective: every rank gathers the state (ZeRO-1's moments live in shards); rank 0 writes it
 
   TrainConfig config_;
   const Data& data_;
@@ -131,8 +111,7 @@ class TrainingRun {
   const bool lead_;     // rank 0: prints, and writes every file
   const bool several_;  // more than one rank
   Device device_;
-  std::optional<train::RunLock> lock_;  // one trainer (job) per folder, for the whole run
-  std::optional<train::StopSignals> signals_;  // SIGINT / SIGTERM: checkpoint at the next step boundary, then stop
+  std::optional<train::RunFolder> folder_;  // one trainer (job) per folder, for the whole run; SIGINT / SIGTERM
   std::optional<MixedPrecisionGuard> precision_;  // --precision bf16: products in bfloat16, the rest float32
   Generator gen_;                                 // initialisation, then dropout masks
   std::optional<nn::TransformerClassifier> model_;
@@ -140,27 +119,22 @@ class TrainingRun {
   distributed::ProcessGroup* group_ = nullptr;       // the group gradients travel in: world_ or nccl_
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::optional<Batcher> batcher_;
+  std::vector<int64_t> order_;  // the epoch's order of the batches (batch_at)
+  int64_t order_epoch_ = -1;
   int64_t steps_per_epoch_ = 0, total_steps_ = 0;
   optim::Schedule schedule_;
-  CheckpointInfo state_;  // the run's state between steps: what a checkpoint holds besides the tensors
+  CheckpointInfo state_;  // the run's state at its start (a resume's): what a checkpoint holds besides the tensors
   std::string checkpoint_path_, model_path_;
-  std::optional<train::MetricsLog> metrics_;
   std::optional<nn::DataParallel> dp_;
   bool pad_for_graph_ = false;
   std::unique_ptr<TrainStep> step_;  // of the kind the settings choose (train_step.h)
-  std::vector<PendingLoss> pending_;
-  // On one GPU: the pending steps' losses, in order, on the GPU (float32 [capacity]); a logging
-  // step reads them all with one copy and one wait (read_losses), not one of each per step.
-  // Without it (the CPU, several ranks) each step's loss is read at once.
-  Tensor loss_log_;
-  train::Progress progress_;
+  std::optional<train::Loop> loop_;
   RunResult result_;
 };
 
 TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distributed::ProcessGroup& world)
     : config_(config_in), data_(data), world_(world), lead_(world.rank() == 0), several_(world.size() > 1),
-      gen_(config_in.seed),
-      progress_(config_in.quiet || !lead_ ? train::Progress::Mode::Silent : train::Progress::detect(), config_in.log_every) {
+      gen_(config_in.seed) {
   config_.model.vocab_size = data.vocabulary.size();
   config_.validate();
   if (!lead_) config_.quiet = true;
@@ -168,13 +142,12 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   device_ = choose_device();
   EMBER_CHECK(!data_.train_tokens.empty(), "train: there are no training reviews");
   distributed::on_root(world_, [&] {
-    train::check_output_folder(config_.out);
-    lock_.emplace(config_.out);
+    folder_.emplace(config_.out, &world_);  // made and locked
     check_init_is_not_out(config_);
     check_run_folder_kind(config_.out, RunKind::classifier, "train", config_.overwrite, config_.resume);
     check_run_files_writable(config_.out, {"vocab.txt", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors"});
   });
-  signals_.emplace();
+  if (!lead_) folder_.emplace(config_.out, &world_);  // (signals caught on every rank)
   if (config_.threads > 0) {
     set_num_threads(config_.threads);
   } else if (several_) {  // the ranks on this machine share its cores
@@ -218,7 +191,6 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   distributed::on_root(world_, [&] {
     if (config_.overwrite) remove_run_files(config_.out);  // every check has passed: what was there goes
     data_.vocabulary.save(config_.out + "/vocab.txt");
-    metrics_.emplace(config_.out + "/metrics.jsonl", config_.resume, state_.step);
   });
   // Rank 0's parameters to every rank (equal already: same seed, same checkpoint); gradients
   // averaged over the ranks during backward. Nothing to send on one process.
@@ -227,8 +199,9 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   // --cuda-graph on: batches padded to a multiple of 32 tokens (graph_step.h), whichever kind of step
   // takes them: on one GPU its CUDA graphs, one per padded shape; elsewhere the same numbers op by op.
   pad_for_graph_ = config_.uses_cuda_graph();
-  step_ = make_train_step(config_, *model_, *optimizer_, gen_, device_, world_, *dp_);
-  if (step_->loss_on_gpu()) loss_log_ = zeros({std::min(config_.log_every, steps_per_epoch_)}, Dtype::Float32, device_);
+  step_ = make_train_step(config_, *model_, *optimizer_, gen_, device_, world_, *dp_,
+                          [this](const train::StepAt& at) { return batch_at(at); });
+  loop_.emplace(*model_, *optimizer_, loop_settings());
   result_.parameters = model_->num_parameters();
   result_.total_steps = total_steps_;
   print_setup();
@@ -273,124 +246,109 @@ void TrainingRun::print_setup() const {
                                 : std::string("products in bfloat16"));
 }
 
+// What the loop does for this run: its steps and epochs, the schedule, the checkpoints (this program's format,
+// save below), the evaluations (test, and validation when held out), the records (record_epoch), the model file
+// after each epoch's records and before its checkpoint.
+train::LoopSettings TrainingRun::loop_settings() {
+  train::LoopSettings s;
+  s.steps = total_steps_;
+  s.steps_per_epoch = steps_per_epoch_;
+  s.schedule = schedule_;
+  s.device = device_;
+  s.generator = &gen_;
+  s.out = config_.out;
+  s.folder = &*folder_;
+  s.save_every = config_.save_every;
+  s.stop_after = config_.stop_after;
+  s.log_every = config_.log_every;
+  s.quiet = config_.quiet;
+  s.world = &world_;
+  const auto accuracy_on = [this](const std::vector<std::vector<int32_t>>& reviews, const std::vector<int>& labels) {
+    return evaluate(*model_, reviews, labels, 64, &world_, step_->evaluator());
+  };
+  s.evaluations.push_back({"test_accuracy", [=, this] { return accuracy_on(data_.test_tokens, data_.test_labels); },
+                           /*every_epoch=*/true, /*percent=*/true});
+  if (!data_.validation_tokens.empty())
+    s.evaluations.push_back({"validation_accuracy",
+                             [=, this] { return accuracy_on(data_.validation_tokens, data_.validation_labels); },
+                             /*every_epoch=*/true, /*percent=*/true});
+  s.write_checkpoint = [this](const train::RunState& at) { save(at); };
+  s.record_epoch = [this](const train::EpochResult& done) { record_epoch(done); };
+  // The model, then the checkpoint: a checkpoint at an epoch's end always has its evaluation line in
+  // metrics.jsonl and its model.safetensors beside it (a kill between the two redoes the epoch's end from the
+  // checkpoint before).
+  s.after_epoch = [this](int64_t) {
+    distributed::on_root(world_, [&] {
+      loop_->metrics()->flush();
+      save_model(model_path_, config_, *model_, data_.vocabulary);
+    });
+  };
+  return s;
+}
+
 RunResult TrainingRun::run() {
   const auto run_start = Clock::now();
-  // A --resume already at --stop-after trains nothing (it trained one step more).
-  const bool at_stop = config_.stop_after > 0 && state_.step >= config_.stop_after;
-  while (state_.step < total_steps_ && !at_stop)
-    if (!train_epoch(state_.step / steps_per_epoch_)) break;
-  result_.steps = state_.step;
+  const train::LoopResult trained =
+      loop_->run(*step_, {state_.step, total_steps_, state_.generator_offset, state_.epoch_loss_sum});
+  result_.steps = trained.steps;
+  result_.finished = trained.finished;
+  result_.stopped_by_signal = trained.stopped_by_signal;
+  result_.step_losses = trained.step_losses;
   result_.graph_replays = step_->graph_replays();
   report_best_validation_epoch();
   result_.wall_seconds = seconds_since(run_start);
-  result_.finished = state_.step == total_steps_;
   if (result_.stopped_by_signal != 0) return result_;  // checkpointed; the report can wait for the resume
   finish();
   return result_;
 }
 
-bool TrainingRun::train_epoch(int64_t epoch) {
-  int64_t& step = state_.step;
-  std::vector<int64_t> order = config_.length_buckets > 0
-                                   ? batcher_->length_bucketed_order(config_.seed, epoch, config_.length_buckets)
-                                   : batcher_->shuffled_order(config_.seed, epoch);
-  model_->train();
-  reset_peak_memory();
-  if (device_.is_cuda()) reset_peak_memory(device_);
-  int64_t real_tokens = 0, padded_tokens = 0;  // the whole batches' (every rank's) tokens, for throughput
-  bool stop = false;
-  const auto epoch_start = Clock::now();
-  progress_.start_epoch(epoch + 1, config_.epochs, steps_per_epoch_);
-  const int64_t first = step % steps_per_epoch_;
-  for (int64_t b = first; b < steps_per_epoch_; ++b) {
-    if (const int signal = step_->stop_signal()) {  // on several ranks, the same step on each
-      result_.stopped_by_signal = signal;
-      stop = true;
-      break;
-    }
-    if (b == first) step_->stage(batch_at(order, b));  // an epoch's first batch: staged just before its step
-    optimizer_->set_lr(schedule_.lr_at(step));
-    const StepResult done = step_->run(loss_log_.defined() ? next_loss_slot() : Tensor());
-    // The lookahead: on one GPU, batch b + 1 goes up on the copy stream while step b runs.
-    if (b + 1 < steps_per_epoch_) step_->stage(batch_at(order, b + 1));
-    ++step;
-    pending_.push_back({step, epoch + 1, optimizer_->lr(), done.loss, done.whole_batch_loss});
-    real_tokens += done.real_tokens;
-    padded_tokens += done.padded_tokens;
-    // An epoch's last step is checkpointed after its evaluation (end_epoch), not here.
-    const bool save_now = config_.save_every > 0 && step % config_.save_every == 0 && step % steps_per_epoch_ != 0;
-    const bool stop_now = config_.stop_after > 0 && step >= config_.stop_after;
-    // On one GPU the losses are read on logging steps and before a save (on a CPU, and on several
-    // ranks, every step).
-    if (!loss_log_.defined() || (b + 1) % config_.log_every == 0 || b + 1 == steps_per_epoch_ || save_now ||
-        stop_now) {
-      read_losses();
-      double elapsed = seconds_since(epoch_start);
-      progress_.update(b + 1, state_.epoch_loss_sum / double(b + 1), double(real_tokens) / elapsed, elapsed);
-    }
-    if (save_now) save();
-    if (stop_now) {
-      stop = true;
-      break;
-    }
-  }
-  const double train_seconds = seconds_since(epoch_start);
-  progress_.finish_epoch();
-  if (step != (epoch + 1) * steps_per_epoch_) {  // stopped part-way through the epoch
-    save();
-    return false;
-  }
-  end_epoch(epoch, train_seconds, real_tokens, padded_tokens);
-  return !stop;
-}
-
-// This rank's rows of the global batch b, padded as the whole batch is; dropout draws by global
+// This rank's rows of the global batch at step `at`, padded as the whole batch is; dropout draws by global
 // example (core/random.h, BatchSlice), so the ranks together compute one process's step.
-StepBatch TrainingRun::batch_at(const std::vector<int64_t>& order, int64_t b) const {
+StepBatch TrainingRun::batch_at(const train::StepAt& at) {
+  if (at.epoch != order_epoch_) {
+    order_ = config_.length_buckets > 0 ? batcher_->length_bucketed_order(config_.seed, at.epoch, config_.length_buckets)
+                                        : batcher_->shuffled_order(config_.seed, at.epoch);
+    order_epoch_ = at.epoch;
+  }
+  const int64_t b = at.index;
   const int64_t batch_rows = batcher_->rows_in(b);
   const distributed::Range rows = distributed::shard_range(batch_rows, world_.rank(), world_.size());
-  Batch batch = batcher_->batch_rows(order, b, rows.begin, rows.size());
+  Batch batch = batcher_->batch_rows(order_, b, rows.begin, rows.size());
   if (pad_for_graph_) batch = pad_for_graphs(batch, config_.model.max_len);
   return {std::move(batch), batch_rows, rows.begin};
 }
 
-// The epoch's evaluation, its records (metrics.jsonl, the console), then the model and the checkpoint.
-void TrainingRun::end_epoch(int64_t epoch, double train_seconds, int64_t real_tokens, int64_t padded_tokens) {
-  const auto eval_start = Clock::now();
+// The epoch's records: metrics.jsonl and the console.
+void TrainingRun::record_epoch(const train::EpochResult& done) {
   EpochResult er;
-  er.epoch = epoch + 1;
-  er.train_loss = state_.epoch_loss_sum / double(steps_per_epoch_);  // every step of the epoch, resumed or not
-  GraphEvaluator* graphs = step_->evaluator();
-  er.test_accuracy = evaluate(*model_, data_.test_tokens, data_.test_labels, 64, &world_, graphs);
-  if (!data_.validation_tokens.empty())
-    er.validation_accuracy = evaluate(*model_, data_.validation_tokens, data_.validation_labels, 64, &world_, graphs);
-  er.seconds = train_seconds;
-  er.eval_seconds = seconds_since(eval_start);
-  er.real_tokens_per_s = double(real_tokens) / train_seconds;
-  er.padded_tokens_per_s = double(padded_tokens) / train_seconds;
-  er.peak_bytes = memory_stats().peak_allocated;
-  er.peak_rss_bytes = peak_rss_bytes();
-  if (device_.is_cuda()) {
-    MemoryStats gpu = memory_stats(device_);
-    er.gpu_allocated_bytes = gpu.allocated;
-    er.gpu_peak_bytes = gpu.peak_allocated;
-    er.gpu_reserved_bytes = gpu.reserved;
-  }
+  er.epoch = done.epoch;
+  er.train_loss = done.train_loss;
+  er.test_accuracy = done.evaluations.at("test_accuracy");
+  if (!data_.validation_tokens.empty()) er.validation_accuracy = done.evaluations.at("validation_accuracy");
+  er.seconds = done.seconds;
+  er.eval_seconds = done.eval_seconds;
+  er.real_tokens_per_s = done.real_tokens_per_s;
+  er.padded_tokens_per_s = done.padded_tokens_per_s;
+  er.peak_bytes = done.peak_bytes;
+  er.peak_rss_bytes = done.peak_rss_bytes;
+  er.gpu_allocated_bytes = done.gpu_allocated_bytes;
+  er.gpu_peak_bytes = done.gpu_peak_bytes;
+  er.gpu_reserved_bytes = done.gpu_reserved_bytes;
   result_.epochs.push_back(er);
   const nn::DataParallelStats& comm = dp_->stats();
-  if (lead_) {
-    nlohmann::ordered_json record = epoch_record(er, state_.step, data_.test_tokens.size(), data_.validation_tokens.size());
+  if (train::MetricsLog* metrics = loop_->metrics()) {
+    nlohmann::ordered_json record = epoch_record(er, done.step, data_.test_tokens.size(), data_.validation_tokens.size());
     if (several_) {  // this rank's share of the communication (nn/data_parallel.h)
       record["ranks"] = world_.size();
       record["allreduce_seconds"] = comm.comm_seconds;
       record["allreduce_exposed_seconds"] = comm.exposed_seconds;
       record["allreduce_bytes"] = comm.bytes;
     }
-    metrics_->write(record);
+    metrics->write(record);
     if (device_.is_cuda())
-      metrics_->write({{"kind", "gpu_memory"}, {"epoch", er.epoch}, {"device", device_.str()},
-                       {"allocated_bytes", er.gpu_allocated_bytes}, {"peak_bytes", er.gpu_peak_bytes},
-                       {"reserved_bytes", er.gpu_reserved_bytes}});
+      metrics->write({{"kind", "gpu_memory"}, {"epoch", er.epoch}, {"device", device_.str()},
+                      {"allocated_bytes", er.gpu_allocated_bytes}, {"peak_bytes", er.gpu_peak_bytes},
+                      {"reserved_bytes", er.gpu_reserved_bytes}});
   }
   if (!config_.quiet)
     fmt::print(stderr,
@@ -410,15 +368,6 @@ void TrainingRun::end_epoch(int64_t epoch, double train_seconds, int64_t real_to
     fmt::print(stderr, "epoch {}/{}: {} memory: {:.1f} MiB allocated, {:.1f} MiB peak, {:.1f} MiB reserved\n", er.epoch,
                config_.epochs, device_.str(), er.gpu_allocated_bytes / 1048576.0, er.gpu_peak_bytes / 1048576.0,
                er.gpu_reserved_bytes / 1048576.0);
-  // The model, then the checkpoint: a checkpoint at an epoch's end always has its evaluation line
-  // in metrics.jsonl and its model.safetensors beside it (a kill between the two redoes the epoch's
-  // end from the checkpoint before).
-  distributed::on_root(world_, [&] {
-    metrics_->flush();
-    save_model(model_path_, config_, *model_, data_.vocabulary);
-  });
-  state_.epoch_loss_sum = 0;
-  save();
 }
 
 // --validation: the epoch it would choose (the first of equals).
@@ -444,11 +393,11 @@ void TrainingRun::finish() {
       recorded_accuracy = result_.epochs.back().test_accuracy;
     } else {
       distributed::on_root(world_, [&] {
-        metrics_->flush();
+        loop_->metrics()->flush();
         std::error_code error;
         if (!fs::exists(model_path_, error))  // its model file was lost
           save_model(model_path_, config_, *model_, data_.vocabulary);
-        nlohmann::json last = train::last_epoch_record(metrics_->path());
+        nlohmann::json last = train::last_epoch_record(loop_->metrics()->path());
         if (last.is_object() && last.value("epoch", int64_t(0)) == config_.epochs && last["test_accuracy"].is_number())
           recorded_accuracy = last["test_accuracy"].get<double>();
       });
@@ -463,7 +412,7 @@ void TrainingRun::finish() {
                                       : recorded_accuracy;
   }
   if (!lead_) return;
-  metrics_->flush();
+  loop_->metrics()->flush();
   // The report is a by-product: when it cannot be written, the run has still succeeded.
   try {
     model_->to(Device::cpu());  // the report's attention maps are computed on the CPU
@@ -474,41 +423,15 @@ void TrainingRun::finish() {
   }
 }
 
-// The loss log's slot for the next step's loss (read_losses empties it: a full log is read first).
-Tensor TrainingRun::next_loss_slot() {
-  if (int64_t(pending_.size()) == loss_log_.numel()) read_losses();
-  return loss_log_.narrow(0, int64_t(pending_.size()), 1);
-}
-
-void TrainingRun::read_losses() {
-  std::vector<float> logged;  // on one GPU: every pending loss, in one copy
-  if (loss_log_.defined() && !pending_.empty())
-    logged = loss_log_.narrow(0, 0, int64_t(pending_.size())).to(Device::cpu()).to_vector<float>();
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    const PendingLoss& p = pending_[i];
-    const double loss_value = p.value ? *p.value : !logged.empty() ? double(logged[i]) : double(p.loss.item<float>());
-    // Several ranks read the same whole-batch loss: they fail together, rank 0 reports it.
-    on_every_rank_alike(world_, [&] {
-      EMBER_CHECK(std::isfinite(loss_value), "training diverged: the loss at step {} (epoch {}) is {}; that step is "
-                  "not saved and the last checkpoint is kept (lower --lr, or clip with --clip)", p.step, p.epoch,
-                  loss_value);
-    });
-    result_.step_losses.push_back(loss_value);
-    state_.epoch_loss_sum += loss_value;
-    if (lead_) metrics_->write(step_record(p.step, p.epoch, loss_value, p.lr));
-  }
-  pending_.clear();
-}
-
-void TrainingRun::save() {
-  read_losses();
+// The checkpoint at `at` (the loop has read and logged every step it covers).
+void TrainingRun::save(const train::RunState& at) {
   if (several_) dp_->check_replicas_agree();
-  state_.generator_offset = gen_.offset();
+  CheckpointInfo info = state_;
+  info.step = at.step;
+  info.generator_offset = at.generator_offset;
+  info.epoch_loss_sum = at.epoch_loss_sum;
   const nn::TensorMap optimizer_state = optimizer_->state_dict();
-  distributed::on_root(world_, [&] {
-    metrics_->flush();  // every step the checkpoint covers is in metrics.jsonl first (a resume keeps exactly those)
-    save_checkpoint(checkpoint_path_, config_, state_, *model_, optimizer_state);
-  });
+  distributed::on_root(world_, [&] { save_checkpoint(checkpoint_path_, config_, info, *model_, optimizer_state); });
 }
 
 }  // namespace

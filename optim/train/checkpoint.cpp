@@ -84,6 +84,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
   meta["total_steps"] = std::to_string(state.total_steps);
   meta["generator_offset"] = std::to_string(state.generator_offset);
   meta["epoch_loss_sum"] = fmt::format("{:a}", state.epoch_loss_sum);  // hex: reads back to the same double
+  for (const auto& [name, sum] : state.epoch_sums) meta["epoch_sum." + name] = fmt::format("{:a}", sum);
   meta[kChecksumKey] = checkpoint_checksum(tensors, meta);
   nn::save_tensors(path, tensors, meta);  // atomically (nn/checkpoint.h)
 }
@@ -118,6 +119,14 @@ RunState load_checkpoint(const std::string& path, nn::Module& model, optim::Opti
   EMBER_CHECK(sum != meta.end() && end == sum->second.c_str() + sum->second.size() &&
                   std::isfinite(state.epoch_loss_sum),
               "checkpoint '{}': 'epoch_loss_sum' is missing or not a finite number", path);
+  for (const auto& [key, value] : meta) {
+    if (key.rfind("epoch_sum.", 0) != 0) continue;
+    char* sum_end = nullptr;
+    const double sum = value.empty() || value[0] == ' ' ? NAN : std::strtod(value.c_str(), &sum_end);
+    EMBER_CHECK(sum_end == value.c_str() + value.size() && std::isfinite(sum), "checkpoint '{}': '{}' is not a "
+                "finite number", path, key);
+    state.epoch_sums[key.substr(10)] = sum;
+  }
   auto recorded = meta.find(kChecksumKey);
   EMBER_CHECK(recorded != meta.end() && recorded->second == checkpoint_checksum(tensors, meta),
               "checkpoint '{}': its contents differ from the checksum it was written with: the file was changed or "

@@ -23,6 +23,7 @@ struct RunState {
   int64_t total_steps = 0;        // of the whole run
   uint64_t generator_offset = 0;  // the run's random stream (dropout, sampling), when it has one
   double epoch_loss_sum = 0;      // the current epoch's step losses so far: its mean loss stays exact over a resume
+  std::map<std::string, double> epoch_sums{};  // the epoch's sums of its steps' counts so far (StepResult::counted)
 };
 
 // The format written (its "format" metadata entry).

@@ -1,7 +1,9 @@
-// The training loop every trainer shares (loop.h): Loop::run is the whole of it, from top to bottom.
+// The training loop every trainer shares (loop.h): Loop::train_epoch is the whole of a run's steps, from top to
+// bottom; LossStep (below) is the plain kind of step.
 #include "optim/train/loop.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,18 +11,22 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
+#include "core/allocator.h"
+#include "core/distributed/agreement.h"
 #include "core/error.h"
-#include "optim/train/checkpoint.h"
+#include "core/ops.h"
 #include "optim/train/progress.h"
-#include "optim/train/run_folder.h"
 
 namespace ember::train {
 namespace {
@@ -28,15 +34,64 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-}  // namespace
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t(usage.ru_maxrss) * 1024;
+}
 
-struct Loop::Folder {
-  explicit Folder(const std::string& out) : lock((check_output_folder(out), out)) {}
-  RunLock lock;
-  StopSignals signals;
-  std::optional<MetricsLog> metrics;
-  std::string checkpoint;  // out/checkpoint.safetensors
+// The plain step of run(data, loss): the step's batch (data), on the device; forward (the model's loss),
+// backward, the gradients' norm clipped, the update.
+class LossStep final : public Step {
+ public:
+  LossStep(nn::Module& model, optim::Optimizer& optimizer, const DataFn& data, const LossFn& loss_of, Device device,
+           double clip)
+      : model_(model), optimizer_(optimizer), data_(data), loss_of_(loss_of), device_(device), clip_(clip) {}
+  // The batch is made when its step runs, not when it is staged: the data may draw from the run's generator,
+  // whose place a checkpoint written between two steps must not pass.
+  void stage(const StepAt& at) override { staged_ = at; }
+  StepResult run(const Tensor&) override {
+    EMBER_CHECK(staged_.has_value(), "train::Loop: no batch was staged");
+    const Batch batch = to_device(data_(*staged_), device_);
+    staged_.reset();
+    optimizer_.zero_grad();
+    Tensor loss = loss_of_(batch);
+    EMBER_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(), "train::Loop: the loss must be a scalar "
+                "that requires grad (the model's output, reduced), not a tensor of shape {}",
+                loss.defined() ? shape_str(loss.shape()) : std::string("(undefined)"));
+    loss.backward();
+    if (clip_ > 0) optim::clip_grad_norm_(model_.parameters(), clip_);
+    optimizer_.step();
+    StepResult result;
+    result.loss = loss.detach();
+    return result;
+  }
+
+ private:
+  nn::Module& model_;
+  optim::Optimizer& optimizer_;
+  const DataFn& data_;
+  const LossFn& loss_of_;
+  Device device_;
+  double clip_;
+  std::optional<StepAt> staged_;
 };
+
+// Runs fn on every rank. An error it raises is raised by every rank at once (its inputs are the same on every
+// rank): an agreed one, which ends the job normally with rank 0 reporting it.
+template <typename Fn>
+void on_every_rank_alike(distributed::ProcessGroup* world, Fn&& fn) {
+  try {
+    fn();
+  } catch (const distributed::AgreedError&) {
+    throw;
+  } catch (const Error& e) {
+    if (world != nullptr && world->size() > 1) throw distributed::AgreedError(e.what());
+    throw;
+  }
+}
+
+}  // namespace
 
 Batch to_device(const Batch& batch, Device device) {
   Batch on_device;
@@ -53,92 +108,141 @@ Loop::Loop(nn::Module& model, optim::Optimizer& optimizer, LoopSettings settings
   EMBER_CHECK(s.save_every >= 0 && s.stop_after >= 0 && s.log_every >= 1 && s.clip >= 0,
               "train::Loop: save_every and stop_after must be >= 0, log_every >= 1 and clip >= 0");
   EMBER_CHECK(!s.resume || !s.out.empty(), "train::Loop: a resume needs the run folder (out) it continues");
+  EMBER_CHECK(!s.resume || !s.write_checkpoint, "train::Loop: with a checkpoint format of its own (write_checkpoint) "
+              "the program resumes the run itself and gives run() its state");
   steps_per_epoch_ = s.steps_per_epoch > 0 ? s.steps_per_epoch : s.steps;
   epochs_ = (s.steps + steps_per_epoch_ - 1) / steps_per_epoch_;
-  if (!s.out.empty()) start_run_folder();
+  if (s.out.empty()) return;
+  EMBER_CHECK(s.folder == nullptr || s.folder->path() == s.out, "train::Loop: the folder given is {}, not out ({})",
+              s.folder == nullptr ? "" : s.folder->path(), s.out);
+  if (s.folder == nullptr) own_folder_ = std::make_unique<RunFolder>(s.out, s.world);
+  folder_ = s.folder != nullptr ? s.folder : own_folder_.get();
+  checkpoint_path_ = s.out + "/checkpoint.safetensors";
 }
 
-// The folder, locked; a resume's checkpoint loaded (checked in full before anything is written); the metrics
-// log kept in step with it.
-void Loop::start_run_folder() {
-  folder_ = std::make_shared<Folder>(settings_.out);
-  folder_->checkpoint = settings_.out + "/checkpoint.safetensors";
-  if (settings_.resume) {
-    std::error_code error;
-    EMBER_CHECK(std::filesystem::exists(folder_->checkpoint, error), "resume: there is no {} to continue from (the run "
-                "stopped before its first checkpoint, or this is another folder): start it without resume",
-                folder_->checkpoint);
-    const RunState saved = load_checkpoint(folder_->checkpoint, model_, optimizer_, settings_.settings);
-    EMBER_CHECK(saved.total_steps == settings_.steps, "resume: {} is of a run of {} steps, these settings make {}",
-                folder_->checkpoint, saved.total_steps, settings_.steps);
-    state_.step = saved.step;
-    state_.epoch_loss_sum = saved.epoch_loss_sum;
-    if (settings_.generator != nullptr) settings_.generator->set_state(settings_.generator->seed(), saved.generator_offset);
-  }
-  folder_->metrics.emplace(settings_.out + "/metrics.jsonl", settings_.resume, state_.step);
+bool Loop::lead() const { return settings_.world == nullptr || settings_.world->rank() == 0; }
+
+MetricsLog* Loop::metrics() { return folder_ != nullptr ? folder_->metrics() : nullptr; }
+
+// The loop's own checkpoint, checked in full before anything is written.
+RunState Loop::resume_from_checkpoint() {
+  std::error_code error;
+  EMBER_CHECK(std::filesystem::exists(checkpoint_path_, error), "resume: there is no {} to continue from (the run "
+              "stopped before its first checkpoint, or this is another folder): start it without resume",
+              checkpoint_path_);
+  const RunState saved = load_checkpoint(checkpoint_path_, model_, optimizer_, settings_.settings);
+  EMBER_CHECK(saved.total_steps == settings_.steps, "resume: {} is of a run of {} steps, these settings make {}",
+              checkpoint_path_, saved.total_steps, settings_.steps);
+  if (settings_.generator != nullptr) settings_.generator->set_state(settings_.generator->seed(), saved.generator_offset);
+  return saved;
 }
 
 LoopResult Loop::run(const DataFn& data, const LossFn& loss_of) {
-  const auto start = Clock::now();
+  LossStep step(model_, optimizer_, data, loss_of, settings_.device, settings_.clip);
+  return run(step);
+}
+
+LoopResult Loop::run(Step& step, const RunState& start) {
+  const auto run_start = Clock::now();
+  state_ = settings_.resume ? resume_from_checkpoint() : start;
+  state_.total_steps = settings_.steps;
+  if (folder_ != nullptr) folder_->open_metrics(settings_.resume || state_.step > 0, state_.step);
+  if (const std::optional<Device> device = step.loss_log_device())
+    loss_log_ = zeros({std::min(settings_.log_every, steps_per_epoch_)}, Dtype::Float32, *device);
   const bool at_stop = settings_.stop_after > 0 && state_.step >= settings_.stop_after;  // a resume at its stop
   while (state_.step < settings_.steps && !at_stop)
-    if (!train_epoch(state_.step / steps_per_epoch_, data, loss_of)) break;
+    if (!train_epoch(step, state_.step / steps_per_epoch_)) break;
   result_.steps = state_.step;
   result_.finished = state_.step == settings_.steps;
   if (result_.finished && result_.stopped_by_signal == 0) result_.final_evaluations = evaluate(/*every_epoch=*/false);
-  result_.seconds = seconds_since(start);
+  result_.seconds = seconds_since(run_start);
   return result_;
 }
 
 // One epoch's steps (from where a resume left it); false when the run stops in it (checkpointed).
-bool Loop::train_epoch(int64_t epoch, const DataFn& data, const LossFn& loss_of) {
+bool Loop::train_epoch(Step& step, int64_t epoch) {
   const int64_t first = state_.step % steps_per_epoch_;
   const int64_t in_epoch = std::min(steps_per_epoch_, settings_.steps - epoch * steps_per_epoch_);
-  Progress progress(settings_.quiet ? Progress::Mode::Silent : Progress::detect(), settings_.log_every);
+  Progress progress(settings_.quiet || !lead() ? Progress::Mode::Silent : Progress::detect(), settings_.log_every);
   progress.start_epoch(epoch + 1, epochs_, in_epoch);
   model_.train();
+  reset_peak_memory();
+  if (settings_.device.is_cuda()) reset_peak_memory(settings_.device);
+  int64_t real_tokens = 0, padded_tokens = 0;
+  bool stop = false;
   const auto epoch_start = Clock::now();
   for (int64_t index = first; index < in_epoch; ++index) {
-    if (folder_ && StopSignals::received() != 0) {
-      result_.stopped_by_signal = StopSignals::received();
+    if (const int signal = folder_ != nullptr ? step.stop_signal() : 0) {  // on several ranks, the same step on each
+      result_.stopped_by_signal = signal;
+      stop = true;
       break;
     }
-    const StepAt at{state_.step, epoch, index};
-    if (settings_.schedule) optimizer_.set_lr(settings_.schedule->lr_at(at.step));
-    const double loss = step(to_device(data(at), settings_.device), loss_of).item<double>();  // (exact for float32)
-    EMBER_CHECK(std::isfinite(loss), "training diverged: the loss at step {} (epoch {}) is {}; that step is not saved "
-                "and the last checkpoint is kept (lower the learning rate, or clip)", at.step + 1, epoch + 1, loss);
+    if (index == first) step.stage({state_.step, epoch, index});  // an epoch's first batch: just before its step
+    if (settings_.schedule) optimizer_.set_lr(settings_.schedule->lr_at(state_.step));
+    const StepResult done = step.run(loss_log_.defined() ? next_loss_slot() : Tensor());  // forward, backward, update
+    // The lookahead: on one GPU, batch index + 1 goes up while this step runs.
+    if (index + 1 < in_epoch) step.stage({state_.step + 1, epoch, index + 1});
     ++state_.step;
-    state_.epoch_loss_sum += loss;
-    result_.step_losses.push_back(loss);
-    if (folder_)
-      folder_->metrics->write({{"kind", "step"}, {"step", state_.step}, {"epoch", epoch + 1}, {"loss", loss},
-                               {"lr", optimizer_.lr()}});
-    progress.update(index + 1, state_.epoch_loss_sum / double(index + 1), 0, seconds_since(epoch_start));
+    pending_.push_back({state_.step, epoch + 1, optimizer_.lr(), done.loss, done.whole_batch_loss, done.logged, done.counted});
+    real_tokens += done.real_tokens;
+    padded_tokens += done.padded_tokens;
+    // An epoch's last step is checkpointed after its evaluation (end_epoch), not here.
     const bool epoch_done = index + 1 == in_epoch;
-    if (settings_.stop_after > 0 && state_.step >= settings_.stop_after && !epoch_done) break;
-    if (settings_.save_every > 0 && state_.step % settings_.save_every == 0 && !epoch_done) save();
+    const bool save_now = settings_.save_every > 0 && state_.step % settings_.save_every == 0 && !epoch_done;
+    const bool stop_now = settings_.stop_after > 0 && state_.step >= settings_.stop_after;
+    // With a loss log (one GPU) the losses are read on logging steps and before a save; otherwise every step.
+    if (!loss_log_.defined() || (index + 1) % settings_.log_every == 0 || epoch_done || save_now || stop_now) {
+      read_losses();
+      const double elapsed = seconds_since(epoch_start);
+      progress.update(index + 1, state_.epoch_loss_sum / double(index + 1), real_tokens > 0 ? double(real_tokens) / elapsed : 0,
+                      elapsed);
+    }
+    if (save_now) save();
+    if (stop_now) {
+      stop = true;
+      break;
+    }
   }
+  const double seconds = seconds_since(epoch_start);
   progress.finish_epoch();
   if (state_.step != epoch * steps_per_epoch_ + in_epoch) {  // stopped part-way: a checkpoint to resume from
     save();
     return false;
   }
-  end_epoch(epoch, seconds_since(epoch_start));
-  return !(settings_.stop_after > 0 && state_.step >= settings_.stop_after);
+  end_epoch(epoch, seconds, real_tokens, padded_tokens);
+  return !stop;
 }
 
-// One optimiser step: forward (the model's loss), backward, the update.
-Tensor Loop::step(const Batch& batch, const LossFn& loss_of) {
-  optimizer_.zero_grad();
-  Tensor loss = loss_of(batch);
-  EMBER_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(), "train::Loop: the loss must be a scalar "
-              "that requires grad (the model's output, reduced), not a tensor of shape {}",
-              loss.defined() ? shape_str(loss.shape()) : std::string("(undefined)"));
-  loss.backward();
-  if (settings_.clip > 0) optim::clip_grad_norm_(model_.parameters(), settings_.clip);
-  optimizer_.step();
-  return loss.detach();
+// The loss log's slot for the next step's loss (read_losses empties it: a full log is read first).
+Tensor Loop::next_loss_slot() {
+  if (int64_t(pending_.size()) == loss_log_.numel()) read_losses();
+  return loss_log_.narrow(0, int64_t(pending_.size()), 1);
+}
+
+// The pending steps' losses: checked (finite), summed into the epoch's, logged.
+void Loop::read_losses() {
+  std::vector<float> logged;  // with a loss log: every pending loss, in one copy
+  if (loss_log_.defined() && !pending_.empty())
+    logged = loss_log_.narrow(0, 0, int64_t(pending_.size())).to(Device::cpu()).to_vector<float>();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const PendingLoss& p = pending_[i];
+    const double loss = p.value ? *p.value : !logged.empty() ? double(logged[i]) : p.loss.item<double>();  // (exact for float32)
+    // Several ranks read the same whole-batch loss: they fail together, rank 0 reports it.
+    on_every_rank_alike(settings_.world, [&] {
+      EMBER_CHECK(std::isfinite(loss), "training diverged: the loss at step {} (epoch {}) is {}; that step is not saved "
+                  "and the last checkpoint is kept (lower the learning rate, or clip the gradients' norm)", p.step, p.epoch, loss);
+    });
+    result_.step_losses.push_back(loss);
+    state_.epoch_loss_sum += loss;
+    for (const auto& [name, count] : p.counted) state_.epoch_sums[name] += count;
+    if (MetricsLog* log = metrics()) {
+      nlohmann::ordered_json record = {{"kind", "step"}, {"step", p.step}, {"epoch", p.epoch}, {"loss", loss}};
+      for (const auto& [name, value] : p.logged.items()) record[name] = value;
+      record["lr"] = p.lr;
+      log->write(record);
+    }
+  }
+  pending_.clear();
 }
 
 std::map<std::string, double> Loop::evaluate(bool every_epoch) {
@@ -154,54 +258,81 @@ std::map<std::string, double> Loop::evaluate(bool every_epoch) {
       if (e.every_epoch == every_epoch) values[e.name] = e.evaluate();
   }
   model_.train(training);
-  if (!settings_.quiet && !every_epoch)
+  if (!settings_.quiet && lead() && !every_epoch)
     for (const Evaluation& e : settings_.evaluations)
       if (!e.every_epoch)
         fmt::print(stderr, "{}: {}\n", e.name, e.percent ? fmt::format("{:.2f}%", 100 * values[e.name])
                                                         : fmt::format("{:.4f}", values[e.name]));
-  if (folder_ && !every_epoch) {
+  if (MetricsLog* log = metrics(); log != nullptr && !every_epoch) {
     nlohmann::ordered_json record = {{"kind", "final"}, {"step", state_.step}};
     for (const auto& [name, value] : values) record[name] = value;
-    folder_->metrics->write(record);
-    folder_->metrics->flush();
+    log->write(record);
+    log->flush();
   }
   return values;
 }
 
-// The epoch's evaluations, its line (console, metrics.jsonl), the program's after_epoch, then the checkpoint.
-void Loop::end_epoch(int64_t epoch, double seconds) {
+// The epoch's evaluations, its line and record (the loop's, or the program's record_epoch), the program's
+// after_epoch, then the checkpoint.
+void Loop::end_epoch(int64_t epoch, double seconds, int64_t real_tokens, int64_t padded_tokens) {
+  const auto eval_start = Clock::now();
   EpochResult er;
   er.epoch = epoch + 1;
+  er.step = state_.step;
   er.train_loss = state_.epoch_loss_sum / double(std::min(steps_per_epoch_, settings_.steps - epoch * steps_per_epoch_));
-  er.seconds = seconds;
+  er.sums = state_.epoch_sums;
   er.evaluations = evaluate(/*every_epoch=*/true);
-  result_.epochs.push_back(er);
-  if (!settings_.quiet) {
-    std::string line = fmt::format("epoch {}/{}: train loss {:.4f}", er.epoch, epochs_, er.train_loss);
-    for (const Evaluation& e : settings_.evaluations)
-      if (e.every_epoch)
-        line += e.percent ? fmt::format(" | {} {:.2f}%", e.name, 100 * er.evaluations[e.name])
-                          : fmt::format(" | {} {:.4f}", e.name, er.evaluations[e.name]);
-    fmt::print(stderr, "{} | {:.1f}s\n", line, seconds);
+  er.seconds = seconds;
+  er.eval_seconds = seconds_since(eval_start);
+  er.real_tokens_per_s = double(real_tokens) / seconds;
+  er.padded_tokens_per_s = double(padded_tokens) / seconds;
+  er.peak_bytes = memory_stats().peak_allocated;
+  er.peak_rss_bytes = peak_rss_bytes();
+  if (settings_.device.is_cuda()) {
+    const MemoryStats gpu = memory_stats(settings_.device);
+    er.gpu_allocated_bytes = gpu.allocated;
+    er.gpu_peak_bytes = gpu.peak_allocated;
+    er.gpu_reserved_bytes = gpu.reserved;
   }
-  if (folder_) {
-    nlohmann::ordered_json record = {{"kind", "epoch"}, {"epoch", er.epoch}, {"step", state_.step},
-                                     {"train_loss", er.train_loss}, {"train_seconds", er.seconds}};
-    for (const auto& [name, value] : er.evaluations) record[name] = value;
-    folder_->metrics->write(record);
+  result_.epochs.push_back(er);
+  if (settings_.record_epoch) {
+    settings_.record_epoch(er);
+  } else {
+    if (!settings_.quiet && lead()) {
+      std::string line = fmt::format("epoch {}/{}: train loss {:.4f}", er.epoch, epochs_, er.train_loss);
+      for (const Evaluation& e : settings_.evaluations)
+        if (e.every_epoch)
+          line += e.percent ? fmt::format(" | {} {:.2f}%", e.name, 100 * er.evaluations[e.name])
+                            : fmt::format(" | {} {:.4f}", e.name, er.evaluations[e.name]);
+      fmt::print(stderr, "{} | {:.1f}s\n", line, seconds);
+    }
+    if (MetricsLog* log = metrics()) {
+      nlohmann::ordered_json record = {{"kind", "epoch"}, {"epoch", er.epoch}, {"step", er.step},
+                                       {"train_loss", er.train_loss}, {"train_seconds", er.seconds}};
+      for (const auto& [name, value] : er.evaluations) record[name] = value;
+      log->write(record);
+    }
   }
   if (settings_.after_epoch) settings_.after_epoch(epoch + 1);
   state_.epoch_loss_sum = 0;
+  state_.epoch_sums.clear();
   save();
 }
 
-// The checkpoint (with a run folder): every step it covers is in metrics.jsonl first, so that a resume keeps exactly those.
+// The checkpoint (with a run folder): every step it covers is in metrics.jsonl first, so that a resume keeps
+// exactly those. The program's format (write_checkpoint) on every rank; the loop's on rank 0.
 void Loop::save() {
-  if (!folder_) return;
-  folder_->metrics->flush();
-  const RunState state{state_.step, settings_.steps,
-                       settings_.generator != nullptr ? settings_.generator->offset() : 0, state_.epoch_loss_sum};
-  save_checkpoint(folder_->checkpoint, model_, optimizer_, state, settings_.settings);
+  if (folder_ == nullptr) return;
+  read_losses();
+  if (MetricsLog* log = metrics()) log->flush();
+  state_.generator_offset = settings_.generator != nullptr ? settings_.generator->offset() : 0;
+  if (settings_.write_checkpoint) {
+    settings_.write_checkpoint(state_);
+    return;
+  }
+  const auto write = [&] { save_checkpoint(checkpoint_path_, model_, optimizer_, state_, settings_.settings); };
+  if (settings_.world != nullptr) distributed::on_root(*settings_.world, write);
+  else write();
 }
 
 }  // namespace ember::train

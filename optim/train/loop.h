@@ -30,31 +30,46 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
+#include "core/distributed/process_group.h"
 #include "core/random.h"
 #include "core/tensor.h"
 #include "nn/checkpoint.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim/train/checkpoint.h"
+#include "optim/train/run_folder.h"
+#include "optim/train/step.h"
 
 namespace ember::train {
-
-// Where a step is in the run.
-struct StepAt {
-  int64_t step = 0;   // the run's step, from 0
-  int64_t epoch = 0;  // from 0
-  int64_t index = 0;  // the step within its epoch, from 0
-};
 
 // A batch: named arrays. The data gives host tensors; the loss reads them on the step's device.
 using Batch = std::map<std::string, Tensor>;
 using DataFn = std::function<Batch(const StepAt&)>;
 using LossFn = std::function<Tensor(const Batch&)>;
+
+struct EpochResult {
+  int64_t epoch = 0;      // from 1
+  int64_t step = 0;       // the run's step count at its end
+  double train_loss = 0;  // the mean of the epoch's step losses (resumed or not)
+  std::map<std::string, double> sums;  // the epoch's sums of its steps' counts (StepResult::counted)
+  double seconds = 0;     // training wall time of the epoch (this process's part)
+  double eval_seconds = 0;
+  std::map<std::string, double> evaluations;
+  double real_tokens_per_s = 0, padded_tokens_per_s = 0;  // the steps' StepResult tokens over `seconds`
+  int64_t peak_bytes = 0;           // peak tensor memory during the epoch (allocator)
+  int64_t peak_rss_bytes = 0;       // peak resident memory of the process
+  int64_t gpu_allocated_bytes = 0;  // on a GPU device: its tensor memory at the epoch's end,
+  int64_t gpu_peak_bytes = 0;       // its peak during the epoch (training and evaluation)
+  int64_t gpu_reserved_bytes = 0;   // and what the caching allocator holds
+};
 
 // An evaluation the run asks for, run with the model in eval mode and no graph: a number to report
 // (an accuracy, a loss), printed and logged under `name`.
@@ -75,6 +90,7 @@ struct LoopSettings {
   // The run folder: made if needed and locked; metrics.jsonl (a "step" line per step, an "epoch" line per
   // epoch); checkpoint.safetensors at each epoch's end, every save_every steps and at a stop. "" = none.
   std::string out{};
+  RunFolder* folder = nullptr;  // out's folder, made by the program (to check things under its lock first); none: made here
   nn::Metadata settings{};      // the run's settings, recorded in its checkpoints: a resume must give the same
   int64_t save_every = 0;
   bool resume = false;          // continue from out/checkpoint.safetensors, exactly as if never stopped
@@ -85,14 +101,18 @@ struct LoopSettings {
   // Called at each epoch's end, after the evaluations and before the checkpoint (a program writes its
   // model file there, so that a checkpoint always has its epoch's model beside it).
   std::function<void(int64_t epoch)> after_epoch{};
+  // Several ranks (mpirun): rank 0 alone prints and writes the folder's files; a loss that is not finite is an
+  // agreed error (every rank raises it). None: one process.
+  distributed::ProcessGroup* world = nullptr;
+  // A program with a checkpoint format of its own: resume = false here and the program restores its file itself,
+  // then gives run() the state it holds; each save calls this on every rank (after the losses are read and logged,
+  // metrics.jsonl flushed), and the program writes the file (on rank 0). None: the loop's (checkpoint.h).
+  std::function<void(const RunState&)> write_checkpoint{};
+  // A program that prints and records its epochs itself (more than the loop's line holds): called at each epoch's
+  // end in place of the loop's epoch line and "epoch" record (before after_epoch); metrics() is its log.
+  std::function<void(const EpochResult&)> record_epoch{};
 };
 
-struct EpochResult {
-  int64_t epoch = 0;     // from 1
-  double train_loss = 0;  // the mean of the epoch's step losses (resumed or not)
-  double seconds = 0;     // training wall time of the epoch (this process's part)
-  std::map<std::string, double> evaluations;
-};
 
 struct LoopResult {
   std::vector<EpochResult> epochs;  // the epochs this process finished
@@ -109,26 +129,45 @@ class Loop {
   // model and optimizer (the optimiser's parameters the model's) must outlive the loop. Checks the settings
   // (an ember::Error naming the one that is wrong).
   Loop(nn::Module& model, optim::Optimizer& optimizer, LoopSettings settings);
+  // The run: every step of the data's batches, through the plain step (forward, backward, clip, update).
   LoopResult run(const DataFn& data, const LossFn& loss_of);
+  // The same through a program's own kind of step, from `start` (a run the program resumed from its own
+  // checkpoint format; the loop's own resume, settings.resume, ignores it).
+  LoopResult run(Step& step, const RunState& start = {});
+
+  // The metrics log, once run() has opened it (rank 0 of a run with a folder); nullptr otherwise.
+  MetricsLog* metrics();
+  bool lead() const;  // rank 0, or the one process: prints and writes
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t epochs() const { return epochs_; }
 
  private:
-  void start_run_folder();
-  bool train_epoch(int64_t epoch, const DataFn& data, const LossFn& loss_of);
-  Tensor step(const Batch& batch, const LossFn& loss_of);
-  void end_epoch(int64_t epoch, double seconds);
+  struct PendingLoss {  // a step's loss not read yet (on a GPU, reading it makes the host wait)
+    int64_t step, epoch;
+    double lr;
+    Tensor loss;
+    std::optional<double> value;  // read already (several ranks: the whole batch's)
+    nlohmann::ordered_json logged;
+    std::map<std::string, double> counted;
+  };
+  RunState resume_from_checkpoint();
+  bool train_epoch(Step& step, int64_t epoch);
+  void end_epoch(int64_t epoch, double seconds, int64_t real_tokens, int64_t padded_tokens);
   std::map<std::string, double> evaluate(bool every_epoch);
+  Tensor next_loss_slot();
+  void read_losses();
   void save();
 
   nn::Module& model_;
   optim::Optimizer& optimizer_;
   LoopSettings settings_;
   int64_t steps_per_epoch_ = 0, epochs_ = 0;
-  struct Folder;  // the run folder's lock, metrics log and stop signals (out set)
-  std::shared_ptr<Folder> folder_;
-  struct State {
-    int64_t step = 0;
-    double epoch_loss_sum = 0;
-  } state_;
+  std::unique_ptr<RunFolder> own_folder_;  // made here for `out`, when the program gave none
+  RunFolder* folder_ = nullptr;            // the run folder (out set), or none
+  std::string checkpoint_path_;            // out/checkpoint.safetensors
+  RunState state_;
+  std::vector<PendingLoss> pending_;
+  Tensor loss_log_;  // on a GPU step: the pending steps' losses, read in one copy (read_losses)
   LoopResult result_;
 };
 

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <ios>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -158,4 +159,15 @@ StopSignals::~StopSignals() {
 }
 
 int StopSignals::received() { return stop_signal.load(); }
+RunFolder::RunFolder(const std::string& out, distributed::ProcessGroup* world)
+    : path_(out), lead_(world == nullptr || world->rank() == 0) {
+  if (!lead_) return;
+  check_output_folder(out);
+  lock_.emplace(out);
+}
+
+void RunFolder::open_metrics(bool resume, int64_t checkpoint_step) {
+  if (lead_) metrics_.emplace(path_ + "/metrics.jsonl", resume, checkpoint_step);
+}
+
 }  // namespace ember::train

@@ -7,9 +7,12 @@
 #pragma once
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "core/distributed/process_group.h"
 
 namespace ember::train {
 
@@ -63,6 +66,27 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
   // The signal received (SIGINT or SIGTERM), or 0.
   static int received();
+};
+
+// A run folder as train::Loop uses it: made and locked by rank 0 at once, SIGINT / SIGTERM caught on every rank, the
+// metrics log opened when the run starts (after the program's own checks and resume). The loop makes one for
+// its `out`; a program that checks things under the lock before it builds its model makes it first and gives it
+// to the loop (LoopSettings::folder).
+class RunFolder {
+ public:
+  explicit RunFolder(const std::string& out, distributed::ProcessGroup* world = nullptr);
+  const std::string& path() const { return path_; }
+  bool lead() const { return lead_; }  // rank 0 (or one process): the one that writes
+  // Rank 0: opens out/metrics.jsonl (MetricsLog: a resume keeps the lines its checkpoint covers).
+  void open_metrics(bool resume, int64_t checkpoint_step);
+  MetricsLog* metrics() { return metrics_ ? &*metrics_ : nullptr; }  // rank 0, once opened
+
+ private:
+  std::string path_;
+  bool lead_;
+  std::optional<RunLock> lock_;
+  StopSignals signals_;
+  std::optional<MetricsLog> metrics_;
 };
 
 }  // namespace ember::train

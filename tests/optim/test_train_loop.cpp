@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstddef>
 #include <csignal>
 #include <cstdint>
 #include <filesystem>
@@ -25,7 +26,7 @@
 #include "optim/train/checkpoint.h"
 #include "optim/train/loop.h"
 #include "optim/train/progress.h"
-#include "helpers.h"
+#include "tests/helpers.h"
 
 using namespace ember;
 using namespace ember::testing;
@@ -70,7 +71,7 @@ struct Run {
     Tensor y = matmul(x, tensor({1.0, -2.0, 3.0}, {3, 1}, Dtype::Float64)) + 0.5;
     return {{"x", x}, {"y", y}};
   }
-  Tensor loss(const train::Batch& b) { return mean(square(model.forward(b.at("x")) - b.at("y"))); }
+  Tensor loss(const train::Batch& b) { return mean(pow(model.forward(b.at("x")) - b.at("y"), 2.0)); }
   train::LoopResult go() {
     train::Loop loop(model, adam, settings);
     return loop.run([this](const train::StepAt& at) { return data(at); },
@@ -116,7 +117,7 @@ TEST_CASE("train loop: each step is forward, backward, clip, update at the sched
     Tensor x = rand({4, 3}, gen, Dtype::Float64);
     Tensor y = matmul(x, tensor({1.0, -2.0, 3.0}, {3, 1}, Dtype::Float64)) + 0.5;
     adam.zero_grad();
-    Tensor loss = mean(square(model.forward(x) - y));
+    Tensor loss = mean(pow(model.forward(x) - y, 2.0));
     loss.backward();
     optim::clip_grad_norm_(model.parameters(), 1.0);
     adam.step();
