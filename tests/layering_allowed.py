@@ -62,7 +62,7 @@ ALLOWED_PLUMBING_INCLUDES = [
     ("examples/imdb/eval_graph.h", "core/cuda_graph.h", "the graph evaluator holds a CudaGraph per batch shape"),
     ("examples/imdb/graph_step.cpp", "core/device_copy.h", "the captured input's copy on the GPU"),
     ("examples/imdb/prefetch.h", "core/copy_stream.h", "the prefetcher holds its GpuEvents"),
-    ("examples/imdb/training_run.cpp", "core/allocator.h", "the peak memory in the report"),
+    ("optim/train/loop.cpp", "core/allocator.h", "each epoch's peak memory of the CPU and the GPU (metrics.jsonl, the report)"),
     ("examples/seed_attention.cpp", "core/allocator.h",
      "the seed's train_step prints the memory allocated (memory_stats, its torch.cuda.memory_allocated())"),
 ]
