@@ -2,6 +2,7 @@
 // to a program (a value that looks like a flag, a one-dash long option, an empty list item), usage errors (exit
 // status 2), and in_world (a command run in the job's process group: one process, or mpirun's ranks).
 #pragma once
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>

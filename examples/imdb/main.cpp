@@ -11,11 +11,13 @@
 // writes --help. The training flags are made from the settings' rows (training_flags.h, setting_table.h).
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
