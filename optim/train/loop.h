@@ -23,9 +23,9 @@
 //       [&](const train::StepAt& at) { return train::Batch{{"ids", ids_of(at)}, {"targets", targets_of(at)}}; },
 //       [&](const train::Batch& b) { return cross_entropy(model.forward(b.at("ids")), b.at("targets")); });
 //
-// (docs/training.md walks through a new model's training.) Not yet here: several ranks (nn::DataParallel,
-// ZeRO-1) and one GPU's prefetched uploads and CUDA graphs: the IMDb classifier and pretraining still run their
-// own step kinds (examples/imdb/train_step.h) for those.
+// (docs/training.md walks through a new model's training.) A program with more to do in a step (several ranks,
+// one GPU's prefetched uploads, CUDA graphs) gives run() its own train::Step (step.h), as the IMDb classifier
+// does (examples/imdb/train_step.h); with several ranks (settings.world) rank 0 alone prints and writes.
 #pragma once
 #include <cstdint>
 #include <functional>
