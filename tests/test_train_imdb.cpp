@@ -182,6 +182,50 @@ TEST_CASE("train: --validation holds out the same training reviews for every see
                                           all.train_tokens.size()));
 }
 
+TEST_CASE("train: --test says when the test reviews are read; with a validation set, once at the end by default") {
+  TrainConfig config = tiny_config("test_once");
+  config.validation = 40;
+  const Data data = prepare_data(config);
+  const auto lines_of = [](const std::string& folder, const std::string& kind) {
+    std::vector<nlohmann::json> lines;
+    std::ifstream metrics(folder + "/metrics.jsonl");
+    for (std::string text; std::getline(metrics, text);) {
+      nlohmann::json line = nlohmann::json::parse(text);
+      if (line.value("kind", "") == kind) lines.push_back(line);
+    }
+    return lines;
+  };
+  REQUIRE_FALSE(config.tests_every_epoch());  // auto: end, with a validation set
+  const RunResult once = train_classifier(config, data);
+  REQUIRE(once.epochs.size() == 2);
+  for (const EpochResult& e : once.epochs) CHECK(std::isnan(e.test_accuracy));
+  for (const nlohmann::json& line : lines_of(config.out, "epoch")) {
+    CHECK_FALSE(line.contains("test_accuracy"));
+    CHECK(line.contains("validation_accuracy"));
+  }
+  const std::vector<nlohmann::json> finals = lines_of(config.out, "final");
+  REQUIRE(finals.size() == 1);
+  CHECK(finals[0].at("test_accuracy").get<double>() == once.final_test_accuracy);
+  // It is the final model's accuracy on every test review (what imdb eval reads from model.safetensors).
+  const SavedRun saved = load_run(config.out);
+  CHECK(evaluate(*saved.model, data.test_tokens, data.test_labels) == once.final_test_accuracy);
+  // The same training either way: --test epoch reads them after each epoch as well, and the weights are the same.
+  TrainConfig every = config;
+  every.out = tiny_config("test_every").out;
+  every.test = "epoch";
+  const RunResult each = train_classifier(every, data);
+  REQUIRE(each.epochs.size() == 2);
+  CHECK(each.epochs.back().test_accuracy == once.final_test_accuracy);
+  CHECK(each.final_test_accuracy == once.final_test_accuracy);
+  CHECK(each.step_losses == once.step_losses);
+  for (const nlohmann::json& line : lines_of(every.out, "epoch")) CHECK(line.contains("test_accuracy"));
+  // Without a validation set, auto reads them every epoch (the recipe).
+  TrainConfig plain = tiny_config("test_auto");
+  CHECK(plain.tests_every_epoch());
+  plain.test = "end";
+  CHECK_FALSE(plain.tests_every_epoch());
+}
+
 TEST_CASE("train: bad settings and unwritable folders are clear errors before training") {
   TrainConfig config = tiny_config("bad");
   config.data = "/nonexistent/reviews.json";

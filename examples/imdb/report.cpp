@@ -122,16 +122,24 @@ std::string render_run_report(const RunReport& r) {
     auto it = r.settings.find(key);
     return it == r.settings.end() ? std::string("?") : it->second;
   };
-  double best = 0, seconds = 0;
-  for (const auto& e : r.metrics.epochs) best = std::max(best, e.test_accuracy), seconds += e.train_seconds;
+  double best = NAN, seconds = 0;
+  for (const auto& e : r.metrics.epochs) {
+    if (std::isfinite(e.test_accuracy)) best = std::isfinite(best) ? std::max(best, e.test_accuracy) : e.test_accuracy;
+    seconds += e.train_seconds;
+  }
+  // --test end: the test reviews were read once, after the last epoch, and no epoch has a test accuracy.
+  const bool tested_once = !std::isfinite(best) && std::isfinite(r.metrics.final_test_accuracy);
   std::string body = fmt::format("<h1>Ember IMDb training report: {}</h1>\n", escape(r.title));
   body += fmt::format(
-      "<p>{} heads, {} layers, dim {}; {} parameters. {} steps, {} of {} epochs; test accuracy after the last epoch "
-      "{}, best {}; {:.0f} s of training.</p>\n",
+      "<p>{} heads, {} layers, dim {}; {} parameters. {} steps, {} of {} epochs; {}; {:.0f} s of training.</p>\n",
       escape(setting("heads")), escape(setting("layers")), escape(setting("dim")), r.parameters, c.step.size(),
       r.metrics.epochs.size(), escape(setting("epochs")),
-      r.metrics.epochs.empty() ? "–" : percent(r.metrics.epochs.back().test_accuracy),
-      r.metrics.epochs.empty() ? "–" : percent(best), seconds);
+      tested_once ? fmt::format("test accuracy (the test reviews read once, after the last epoch) {}",
+                                percent(r.metrics.final_test_accuracy))
+                  : fmt::format("test accuracy after the last epoch {}, best {}",
+                                r.metrics.epochs.empty() ? "–" : percent(r.metrics.epochs.back().test_accuracy),
+                                percent(best)),
+      seconds);
   const EpochRecord* chosen = chosen_by_validation(r.metrics);
   if (chosen != nullptr)
     body += fmt::format("<p>Chosen by validation accuracy (held-out training reviews, not the test set): epoch {}, "
@@ -142,7 +150,11 @@ std::string render_run_report(const RunReport& r) {
   body += svg::line_chart({"Training loss per step", "step", "cross-entropy", "loss-chart", 760, 300, false, "{:.2f}"},
                           {{"per step", c.step, c.loss, "#9ecae1", false, 1.0, 0.8},
                            {"mean of last 50", c.step, svg::moving_average(c.loss, 50), "#08519c", false, 2.0, 1.0}});
-  if (chosen == nullptr)
+  if (chosen != nullptr && tested_once)
+    body += svg::line_chart({"Validation accuracy per epoch", "epoch", "accuracy (%)", "accuracy-chart", 420, 300, false,
+                             "{:.1f}", true},
+                            {{"", c.epoch, c.validation, "#ff7f0e", true, 2.0, 1.0}});
+  else if (chosen == nullptr)
     body += svg::line_chart({"Test accuracy per epoch", "epoch", "accuracy (%)", "accuracy-chart", 420, 300, false, "{:.1f}", true},
                             {{"", c.epoch, c.accuracy, "#d62728", true, 2.0, 1.0}});
   else

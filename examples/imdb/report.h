@@ -28,6 +28,7 @@ struct EpochRecord {
 struct Metrics {
   std::vector<StepRecord> steps;  // in step order; a step logged twice (resumed run) keeps its last line
   std::vector<EpochRecord> epochs;
+  double final_test_accuracy = NAN;  // --test end: the test reviews read once, after the last epoch ("final" line)
 };
 // A classifier's or a pretraining's. Throws ember::Error naming the file and line on a missing file or a malformed
 // line, and the field too on a field of the wrong type or out of range.

@@ -29,6 +29,7 @@ Metrics read_metrics(const std::string& path) {
   std::istringstream in(read_whole_file(path, "metrics file"));  // a folder or a missing file is an error
   std::map<int64_t, StepRecord> steps;  // by step: a resumed run may log a step again
   std::map<int64_t, EpochRecord> epochs;
+  double final_test = NAN;  // a "final" line's test accuracy (--test end)
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (line.empty()) continue;
@@ -66,9 +67,12 @@ Metrics read_metrics(const std::string& path) {
                     real("train_loss"), real("test_accuracy"), real("train_seconds"), real("real_tokens_per_s"),
                     real("validation_accuracy"), real("masked_accuracy")};
       epochs[e.epoch] = e;
+    } else if (j["kind"] == "final") {
+      final_test = real("test_accuracy");
     }
   }
   Metrics m;
+  m.final_test_accuracy = final_test;
   for (auto& [step, s] : steps) m.steps.push_back(s);
   for (auto& [epoch, e] : epochs) m.epochs.push_back(e);
   return m;

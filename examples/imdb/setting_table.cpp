@@ -103,6 +103,10 @@ void add_later_rows(std::vector<Setting>& t) {
                            "hold out N training reviews (the same N for every run) as a validation set, evaluated "
                            "each epoch; 0: none (the recipe)"),
                    S::checkpoint, "0"));
+  t.push_back(with(choice("test", "--test", MEMBER(test), {"auto", "epoch", "end"},
+                          "when the test reviews are read: epoch (after every epoch), end (once, after the last "
+                          "epoch), auto (end with --validation, else epoch)"),
+                   S::shared));
   t.push_back(with(integer("length_buckets", "--length-buckets", MEMBER(length_buckets), 0, limits::max_reviews,
                            "0: batches as shuffled (the recipe); N: each batch of similar lengths, from pools of N "
                            "batches"),

@@ -81,6 +81,8 @@ void TrainConfig::validate() const {
               "give one of them");
 }
 
+bool TrainConfig::tests_every_epoch() const { return test == "epoch" || (test == "auto" && validation == 0); }
+
 bool TrainConfig::uses_cuda_graph() const {
   return cuda_graph == "on" || (cuda_graph.empty() && device.rfind("cuda", 0) == 0);
 }

@@ -49,6 +49,8 @@ struct TrainConfig {
   int64_t validation = 0;           // hold out N of the training reviews (after --limit) as a validation set,
                                     // evaluated each epoch, for choosing settings or an epoch without looking at
                                     // test; the same N reviews for every run and seed; 0 = none (the recipe)
+  std::string test = "auto";        // when the test reviews are read: epoch (after every epoch), end (once, after
+                                    // the last), auto (end with a validation set, else epoch: tests_every_epoch)
   int64_t save_every = 0;           // also checkpoint every N steps (0 = only at epoch ends)
   int64_t log_every = 50;           // plain log line every N steps when not on a terminal
   int64_t stop_after = 0;           // stop (after checkpointing) once this many steps are done; 0 = never
@@ -76,6 +78,8 @@ struct TrainConfig {
   void validate() const;
   // --cuda-graph as it applies: on, or off (the padding changes dropout's draws, so a resume must match).
   bool uses_cuda_graph() const;
+  // --test: the test reviews read after every epoch (epoch; auto without --validation), or once at the end.
+  bool tests_every_epoch() const;
   // The settings that make a run what it is (what --resume must match: the checkpoint rows of
   // setting_table.h), as text. from_metadata parses each in full (an integer is decimal digits
   // only: "1e3", "12abc", "3.5" are errors), checks its range, takes a row's `before` text for a

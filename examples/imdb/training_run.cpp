@@ -63,6 +63,10 @@ nlohmann::ordered_json epoch_record(const EpochResult& er, int64_t step, size_t 
           {"padded_tokens_per_s", er.padded_tokens_per_s},
           {"peak_tensor_bytes", er.peak_bytes},
           {"peak_rss_bytes", er.peak_rss_bytes}};
+  if (std::isnan(er.test_accuracy)) {  // --test end: the test reviews are read once, after the last epoch
+    record.erase("test_accuracy");
+    record.erase("test_reviews");
+  }
   if (validation_reviews > 0) {
     record["validation_accuracy"] = er.validation_accuracy;
     record["validation_reviews"] = validation_reviews;
@@ -266,8 +270,9 @@ train::LoopSettings TrainingRun::loop_settings() {
   const auto accuracy_on = [this](const std::vector<std::vector<int32_t>>& reviews, const std::vector<int>& labels) {
     return evaluate(*model_, reviews, labels, 64, &world_, step_->evaluator());
   };
+  // The test reviews after every epoch, or (--test end; by default with a validation set) once, at the end.
   s.evaluations.push_back({"test_accuracy", [=, this] { return accuracy_on(data_.test_tokens, data_.test_labels); },
-                           /*every_epoch=*/true, /*percent=*/true});
+                           /*every_epoch=*/config_.tests_every_epoch(), /*percent=*/true});
   if (!data_.validation_tokens.empty())
     s.evaluations.push_back({"validation_accuracy",
                              [=, this] { return accuracy_on(data_.validation_tokens, data_.validation_labels); },
@@ -294,6 +299,8 @@ RunResult TrainingRun::run() {
   result_.finished = trained.finished;
   result_.stopped_by_signal = trained.stopped_by_signal;
   result_.step_losses = trained.step_losses;
+  const auto tested_once = trained.final_evaluations.find("test_accuracy");  // --test end
+  if (tested_once != trained.final_evaluations.end()) result_.final_test_accuracy = tested_once->second;
   result_.graph_replays = step_->graph_replays();
   report_best_validation_epoch();
   result_.wall_seconds = seconds_since(run_start);
@@ -323,7 +330,8 @@ void TrainingRun::record_epoch(const train::EpochResult& done) {
   EpochResult er;
   er.epoch = done.epoch;
   er.train_loss = done.train_loss;
-  er.test_accuracy = done.evaluations.at("test_accuracy");
+  const auto tested = done.evaluations.find("test_accuracy");
+  er.test_accuracy = tested != done.evaluations.end() ? tested->second : NAN;  // NaN: --test end
   if (!data_.validation_tokens.empty()) er.validation_accuracy = done.evaluations.at("validation_accuracy");
   er.seconds = done.seconds;
   er.eval_seconds = done.eval_seconds;
@@ -352,9 +360,11 @@ void TrainingRun::record_epoch(const train::EpochResult& done) {
   }
   if (!config_.quiet)
     fmt::print(stderr,
-               "epoch {}/{}: train loss {:.4f} | test accuracy {:.2f}% ({} reviews){} | {:.1f}s train + {:.1f}s eval | "
+               "epoch {}/{}: train loss {:.4f}{}{} | {:.1f}s train + {:.1f}s eval | "
                "{:.0f} real tok/s ({:.0f} padded) | peak {:.0f} MiB tensors, {:.0f} MiB RSS\n",
-               er.epoch, config_.epochs, er.train_loss, 100 * er.test_accuracy, data_.test_tokens.size(),
+               er.epoch, config_.epochs, er.train_loss,
+               std::isnan(er.test_accuracy) ? std::string()
+                   : fmt::format(" | test accuracy {:.2f}% ({} reviews)", 100 * er.test_accuracy, data_.test_tokens.size()),
                data_.validation_tokens.empty() ? std::string()
                    : fmt::format(" | validation {:.2f}% ({} reviews)", 100 * er.validation_accuracy,
                                  data_.validation_tokens.size()),
@@ -379,8 +389,9 @@ void TrainingRun::report_best_validation_epoch() {
   if (best == nullptr) return;
   result_.best_validation_epoch = best->epoch;
   if (!config_.quiet)
-    fmt::print(stderr, "best epoch by validation accuracy: {} (validation {:.2f}%, test {:.2f}%)\n", best->epoch,
-               100 * best->validation_accuracy, 100 * best->test_accuracy);
+    fmt::print(stderr, "best epoch by validation accuracy: {} (validation {:.2f}%{})\n", best->epoch,
+               100 * best->validation_accuracy,
+               std::isnan(best->test_accuracy) ? std::string() : fmt::format(", test {:.2f}%", 100 * best->test_accuracy));
 }
 
 // The end of a run that was not stopped by a signal: its final accuracy, and (rank 0) the report.
@@ -389,8 +400,8 @@ void TrainingRun::finish() {
     // A resume of a finished run: the last evaluation from metrics.jsonl, else evaluated again
     // (collective: rank 0 says whether it is needed).
     double recorded_accuracy = NAN;
-    if (!result_.epochs.empty()) {
-      recorded_accuracy = result_.epochs.back().test_accuracy;
+    if (!result_.epochs.empty()) {  // (--test end: read once at the end, after the last epoch)
+      recorded_accuracy = config_.tests_every_epoch() ? result_.epochs.back().test_accuracy : result_.final_test_accuracy;
     } else {
       distributed::on_root(world_, [&] {
         loop_->metrics()->flush();

@@ -154,7 +154,10 @@ LoopResult Loop::run(Step& step, const RunState& start) {
     if (!train_epoch(step, state_.step / steps_per_epoch_)) break;
   result_.steps = state_.step;
   result_.finished = state_.step == settings_.steps;
-  if (result_.finished && result_.stopped_by_signal == 0) result_.final_evaluations = evaluate(/*every_epoch=*/false);
+  // The evaluations asked for once: after the last step, by the process that trained it (a resume of a finished
+  // run has them in its metrics already).
+  if (result_.finished && result_.stopped_by_signal == 0 && !result_.step_losses.empty())
+    result_.final_evaluations = evaluate(/*every_epoch=*/false);
   result_.seconds = seconds_since(run_start);
   return result_;
 }
