@@ -1,4 +1,4 @@
-// The framework's own softmax kernel (cuda/row_kernels.cu) against cuDNN's (cuda/cudnn_softmax.cu; the
+// The framework's own softmax kernel (cuda/softmax_kernels.cu) against cuDNN's (cuda/cudnn_softmax.cu; the
 // kernel of core/kernels.h takes it when set_softmax_cudnn(true))
 // on the GPU, forward and backward, on the shapes of the IMDb recipe's attention scores
 // ([batch * heads * T, T]) and a wide classifier-like row. Prints one line per shape with the

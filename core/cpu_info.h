@@ -1,6 +1,6 @@
 // What the CPU side of this build runs on: the instruction set and flags it was compiled for (CMake's
 // EMBER_NATIVE, or the compiler's baseline in a cross build), and the kernels picked at run time. The trainer
-// prints it (imdb train's "CPU: ..." line); tests/test_cpu_info.cpp checks it on x86-64 and on aarch64 (CI
+// prints it (imdb train's "CPU: ..." line); tests/core/test_cpu_info.cpp checks it on x86-64 and on aarch64 (CI
 // runs the tests of the aarch64 cross build under qemu-aarch64: scripts/arm64.sh).
 #pragma once
 #include <string>

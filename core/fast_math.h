@@ -60,7 +60,7 @@ EMBER_HD inline F exp_approx(F x) {
   p = p * r + 1.0f;
 #if defined(__AVX512F__) && !defined(__CUDACC__)
   // p 2^k in one instruction (vscalefps: one rounding, only where the result is subnormal, as below), not the
-  // eight integer and float steps of the two factors: the same bits (tests/test_softmax.cpp). (The masked form
+  // eight integer and float steps of the two factors: the same bits (tests/core/test_softmax.cpp). (The masked form
   // with every lane set: GCC 12 warns about the plain one's undefined pass-through.)
   if constexpr (sizeof(F) == sizeof(__m512)) return (F)_mm512_maskz_scalef_ps(0xFFFF, (__m512)p, (__m512)kf);
 #endif
@@ -82,7 +82,7 @@ EMBER_HD inline double exp_vec(double x) { return std::exp(x); }
 // absolute accuracy of 1 + erf(x) (the Abramowitz-Stegun erf used before, 1.5e-7 absolute, was 2e-4 relative
 // at x = -3.45 and 100% below -5.5; so is PyTorch's float32 GELU). The float rounding of x^2 / 2 passes into
 // e^(-x^2/2) as a relative error of about |x^2 / 2| * 6e-8, which sets the bound: under 5e-6 down to x = -13
-// (tests/test_elementwise.cpp), under 1e-6 for x > -5. No branch or call: loops over it vectorise.
+// (tests/core/test_elementwise.cpp), under 1e-6 for x > -5. No branch or call: loops over it vectorise.
 //
 // normal_cdf_factor(x) is the bracket, t P(t) / 2, so that Phi(-|x|) = factor * e^(-x^2/2): GELU multiplies
 // by the exponential last, once, so that a result in the subnormal range (x < -13.2) is rounded only once.

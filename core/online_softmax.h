@@ -2,7 +2,7 @@
 // a running max m and a running sum l = sum_j e^(s_j - m), and rescaling whatever was built on an
 // old max when a larger one turns up (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022).
 // This is the math of the tiled attention kernels (cuda/attention_kernels.cu), written once as
-// EMBER_HD functions so that a CPU test (tests/test_online_softmax.cpp) runs a tiled attention built
+// EMBER_HD functions so that a CPU test (tests/core/test_online_softmax.cpp) runs a tiled attention built
 // from exactly these functions against the CPU's attention op and softmax.
 //
 // For one query row, tile after tile of keys:

@@ -121,7 +121,7 @@ struct MulScalar {
 // name, functor, and the inputs the GPU-vs-CPU test draws (low, high: inside the op's domain):
 // one line per parameterless op. The list generates each op (core/ops/unary.cpp), its CUDA
 // kernels (cuda/unary_kernels.cu), their declarations and stubs (core/cuda_ops.h), and its row
-// in the GPU-vs-CPU test (tests/test_cuda.cpp).
+// in the GPU-vs-CPU test (tests/cuda/test_cuda.cpp).
 #define EMBER_UNARY_OPS(X)       \
   X(neg, Neg, -3, 3)             \
   X(exp, Exp, -3, 3)             \
@@ -159,7 +159,7 @@ struct LogicalXor { template <typename T> EMBER_HD bool f(T a, T b) const { retu
 
 // name, functor: one line per binary op. The lists generate the CUDA kernels
 // (cuda/elementwise_kernels.cu), their declarations and stubs (core/cuda_ops.h) and the rows of the
-// GPU-vs-CPU test (tests/test_cuda_ops.cpp); the comparisons' and logical ops' ops too
+// GPU-vs-CPU test (tests/cuda/test_cuda_ops.cpp); the comparisons' and logical ops' ops too
 // (core/ops/binary.cpp: they have no gradient). Each arithmetic op's backward is written out in
 // core/ops/binary.cpp.
 #define EMBER_ARITHMETIC_OPS(X) \

@@ -172,16 +172,10 @@ __global__ void flash_forward_kernel(const __grid_constant__ Args a, T scale) {
   const Dims& d = a.d;
   const int tid = threadIdx.x, ty = tid / kGrid, tx = tid % kGrid;
   const int row = tid / parts, part = tid % parts;  // this thread's share of the softmax
-  const int64_t n_qt = (d.T + BR - 1) / BR;
-  const int64_t qt = blockIdx.x % n_qt, bh = blockIdx.x / n_qt, h = bh % d.H, b = bh / d.H;
-  const int64_t q0 = qt * BR;
+  const auto [bh, b, h, q0] = block_tile(d, d.T, BR);
 
   load_rows<T, DMAX, BR, LD>(Qs, a.q.at<const S>(b, h, 0), a.q.row, q0, d.T, d.Dh, d.bf16);
-  if (tid < BR) {
-    const attn::SoftmaxState<T> st = attn::softmax_start<T>();
-    m_s[tid] = st.m;
-    l_s[tid] = st.l;
-  }
+  start_rows<T, BR>(m_s, l_s);
   T acc[RPT][OPT];
   for (int r = 0; r < RPT; ++r)
     for (int o = 0; o < OPT; ++o) acc[r][o] = T(0);
@@ -189,8 +183,7 @@ __global__ void flash_forward_kernel(const __grid_constant__ Args a, T scale) {
   const int64_t kt_end = key_tiles_for(d, q0, BR, BC);
   for (int64_t kt = 0; kt < kt_end; ++kt) {
     const int64_t k0 = kt * BC;
-    if (!any_key_live<BC>(a, b, h, k0)) continue;   // all padding: no weight, nothing to add
-    if (!tile_in_band(d, q0, BR, k0, BC)) continue;  // outside the window: likewise
+    if (!key_tile_seen<BC>(a, b, h, q0, BR, k0)) continue;  // all padding, or outside the window
     __syncthreads();  // the previous tile's Ks, Vs, Ss and kflag are no longer read (and Qs is loaded)
     load_key_tile<T, DMAX, BC, S>(Ks, Vs, kflag, a, b, h, k0);
     __syncthreads();
@@ -219,18 +212,7 @@ __global__ void flash_forward_kernel(const __grid_constant__ Args a, T scale) {
     tile_accumulate<T, DMAX, RPT, BC>(acc, Ss, SLD, Vs, ty, tx);
   }
   __syncthreads();  // m_s, l_s final (also when every tile was skipped)
-
-  // Write O = acc / l (0 for a row with no unmasked key) and lse.
-  for (int r = 0; r < RPT; ++r) {
-    const int i = ty + kGrid * r;
-    if (q0 + i >= d.T) continue;
-    const T norm = attn::softmax_norm(attn::SoftmaxState<T>{m_s[i], l_s[i]});
-    S* o_row = a.out.at<S>(b, h, q0 + i);
-    for (int o = 0; o < OPT; ++o)
-      if (tx + kGrid * o < d.Dv) o_row[tx + kGrid * o] = S(acc[r][o] * norm);
-  }
-  if (tid < BR && q0 + tid < d.T)
-    a.lse_out[bh * d.T + q0 + tid] = double(attn::softmax_lse(attn::SoftmaxState<T>{m_s[tid], l_s[tid]}));
+  write_output<T, S, BR>(a, bh, b, h, q0, acc, m_s, l_s);  // O = acc / l (0 for a row with no unmasked key), lse
 }
 
 // ---- The attention weights, when asked for: probs[b, h, i, j] = e^(s_ij - lse_i), every key
@@ -247,9 +229,7 @@ __global__ void flash_probs_kernel(const __grid_constant__ Args a, T scale, T* p
   int* kflag = reinterpret_cast<int*>(Ks + BC * LD);
   const Dims& d = a.d;
   const int tid = threadIdx.x, ty = tid / kGrid, tx = tid % kGrid;
-  const int64_t n_qt = (d.T + BR - 1) / BR;
-  const int64_t qt = blockIdx.x % n_qt, bh = blockIdx.x / n_qt, h = bh % d.H, b = bh / d.H;
-  const int64_t q0 = qt * BR;
+  const auto [bh, b, h, q0] = block_tile(d, d.T, BR);
   load_rows<T, DMAX, BR, LD>(Qs, a.q.at<const S>(b, h, 0), a.q.row, q0, d.T, d.Dh);
   T row_lse[RPT];
   for (int r = 0; r < RPT; ++r) {
@@ -304,9 +284,7 @@ __global__ void flash_backward_dq_kernel(const __grid_constant__ Args a, T scale
 
   const Dims& d = a.d;
   const int tid = threadIdx.x, ty = tid / kGrid, tx = tid % kGrid;
-  const int64_t n_qt = (d.T + BR - 1) / BR;
-  const int64_t qt = blockIdx.x % n_qt, bh = blockIdx.x / n_qt, h = bh % d.H, b = bh / d.H;
-  const int64_t q0 = qt * BR;
+  const auto [bh, b, h, q0] = block_tile(d, d.T, BR);
 
   load_rows<T, DMAX, BR, LD>(Qs, a.q.at<const S>(b, h, 0), a.q.row, q0, d.T, d.Dh, d.bf16);
   load_rows<T, DMAX, BR, LD>(dOs, a.dout.at<const S>(b, h, 0), a.dout.row, q0, d.T, d.Dv);  // rounded after D
@@ -326,7 +304,7 @@ __global__ void flash_backward_dq_kernel(const __grid_constant__ Args a, T scale
   const int64_t kt_end = key_tiles_for(d, q0, BR, BC);
   for (int64_t kt = 0; kt < kt_end; ++kt) {
     const int64_t k0 = kt * BC;
-    if (!any_key_live<BC>(a, b, h, k0) || !tile_in_band(d, q0, BR, k0, BC)) continue;
+    if (!key_tile_seen<BC>(a, b, h, q0, BR, k0)) continue;
     __syncthreads();  // previous tile done; d_s and lse_s written
     load_key_tile<T, DMAX, BC, S>(Ks, Vs, kflag, a, b, h, k0);
     __syncthreads();
@@ -379,9 +357,7 @@ __global__ void flash_backward_dkv_kernel(const __grid_constant__ Args a, T scal
 
   const Dims& d = a.d;
   const int tid = threadIdx.x, ty = tid / kGrid, tx = tid % kGrid;
-  const int64_t n_kt = (d.S + BK - 1) / BK;
-  const int64_t kt = blockIdx.x % n_kt, bh = blockIdx.x / n_kt, h = bh % d.H, b = bh / d.H;
-  const int64_t k0 = kt * BK;
+  const auto [bh, b, h, k0] = block_tile(d, d.S, BK);
 
   load_key_tile<T, DMAX, BK, S>(Ks, Vs, kflag, a, b, h, k0);
   T dk[RPT][OPT], dv[RPT][OPT];
@@ -397,11 +373,7 @@ __global__ void flash_backward_dkv_kernel(const __grid_constant__ Args a, T scal
     __syncthreads();  // the previous tile is no longer read (and Ks, Vs, kflag are loaded)
     load_rows<T, DMAX, BQ, LD>(Qs, a.q.at<const S>(b, h, 0), a.q.row, i0, d.T, d.Dh, d.bf16);
     load_rows<T, DMAX, BQ, LD>(dOs, a.dout.at<const S>(b, h, 0), a.dout.row, i0, d.T, d.Dv, d.bf16);
-    if (tid < BQ) {
-      const int64_t i = i0 + tid;
-      lse_s[tid] = i < d.T ? T(a.lse[bh * d.T + i]) : T(0);
-      d_s[tid] = i < d.T ? T(a.delta[bh * d.T + i]) : T(0);
-    }
+    load_row_stats<T, BQ>(a, bh, i0, lse_s, d_s);
     __syncthreads();
     T s[RPT][CPT], dp[RPT][CPT];
     tile_dot<T, DMAX, RPT, CPT>(s, Ks, Qs, ty, tx);    // S^T: the same products as the forward's S

@@ -173,16 +173,10 @@ __global__ void __launch_bounds__(kBlock) forward_kernel(const __grid_constant__
   const Dims& d = a.d;
   const int tid = threadIdx.x, ty = tid / kGrid, tx = tid % kGrid;
   const int row = tid / kParts, part = tid % kParts;
-  const int64_t n_qt = (d.T + kRows - 1) / kRows;
-  const int64_t qt = blockIdx.x % n_qt, bh = blockIdx.x / n_qt, h = bh % d.H, b = bh / d.H;
-  const int64_t q0 = qt * kRows;
+  const auto [bh, b, h, q0] = block_tile(d, d.T, kRows);
 
   load_rows_bf16<DMAX, kRows, H>(Qh, a.q.at<const S>(b, h, 0), a.q.row, q0, d.T, d.Dh);
-  if (tid < kRows) {
-    const attn::SoftmaxState<float> st = attn::softmax_start<float>();
-    m_s[tid] = st.m;
-    l_s[tid] = st.l;
-  }
+  start_rows<float, kRows>(m_s, l_s);
   float acc[RPT][OPT];
   for (int r = 0; r < RPT; ++r)
     for (int o = 0; o < OPT; ++o) acc[r][o] = 0.0f;
@@ -190,7 +184,7 @@ __global__ void __launch_bounds__(kBlock) forward_kernel(const __grid_constant__
   const int64_t kt_end = key_tiles_for(d, q0, kRows, kCols);
   for (int64_t kt = 0; kt < kt_end; ++kt) {
     const int64_t k0 = kt * kCols;
-    if (!any_key_live<kCols>(a, b, h, k0) || !tile_in_band(d, q0, kRows, k0, kCols)) continue;
+    if (!key_tile_seen<kCols>(a, b, h, q0, kRows, k0)) continue;
     __syncthreads();  // the previous tile's Kh, Vh, Ph, PVs and kflag are no longer read (and Qh is loaded)
     load_rows_bf16<DMAX, kCols, H>(Kh, a.k.at<const S>(b, h, 0), a.k.row, k0, d.S, d.Dh);
     load_rows_bf16<DMAX, kCols, H>(Vh, a.v.at<const S>(b, h, 0), a.v.row, k0, d.S, d.Dv);
@@ -227,17 +221,7 @@ __global__ void __launch_bounds__(kBlock) forward_kernel(const __grid_constant__
     }
   }
   __syncthreads();  // m_s, l_s final (also when every tile was skipped)
-
-  for (int r = 0; r < RPT; ++r) {
-    const int i = ty + kGrid * r;
-    if (q0 + i >= d.T) continue;
-    const float norm = attn::softmax_norm(attn::SoftmaxState<float>{m_s[i], l_s[i]});
-    S* o_row = a.out.at<S>(b, h, q0 + i);
-    for (int o = 0; o < OPT; ++o)
-      if (tx + kGrid * o < d.Dv) o_row[tx + kGrid * o] = S(acc[r][o] * norm);
-  }
-  if (tid < kRows && q0 + tid < d.T)
-    a.lse_out[bh * d.T + q0 + tid] = double(attn::softmax_lse(attn::SoftmaxState<float>{m_s[tid], l_s[tid]}));
+  write_output<float, S, kRows>(a, bh, b, h, q0, acc, m_s, l_s);
 #endif
 }
 
@@ -276,9 +260,7 @@ __global__ void __launch_bounds__(kBlock, DMAX == 64 ? 2 : 1) backward_dq_kernel
 
   const Dims& d = a.d;
   const int tid = threadIdx.x;
-  const int64_t n_qt = (d.T + kRows - 1) / kRows;
-  const int64_t qt = blockIdx.x % n_qt, bh = blockIdx.x / n_qt, h = bh % d.H, b = bh / d.H;
-  const int64_t q0 = qt * kRows;
+  const auto [bh, b, h, q0] = block_tile(d, d.T, kRows);
 
   load_rows_bf16<DMAX, kRows, H>(Qh, a.q.at<const S>(b, h, 0), a.q.row, q0, d.T, d.Dh);
   load_rows_bf16<DMAX, kRows, H>(dOh, a.dout.at<const S>(b, h, 0), a.dout.row, q0, d.T, d.Dv);
@@ -290,7 +272,7 @@ __global__ void __launch_bounds__(kBlock, DMAX == 64 ? 2 : 1) backward_dq_kernel
   const int64_t kt_end = key_tiles_for(d, q0, kRows, kCols);
   for (int64_t kt = 0; kt < kt_end; ++kt) {
     const int64_t k0 = kt * kCols;
-    if (!any_key_live<kCols>(a, b, h, k0) || !tile_in_band(d, q0, kRows, k0, kCols)) continue;
+    if (!key_tile_seen<kCols>(a, b, h, q0, kRows, k0)) continue;
     __syncthreads();  // the previous tile is no longer read; d_s and lse_s written
     load_rows_bf16<DMAX, kCols, H>(Kh, a.k.at<const S>(b, h, 0), a.k.row, k0, d.S, d.Dh);
     load_rows_bf16<DMAX, kCols, H>(Vh, a.v.at<const S>(b, h, 0), a.v.row, k0, d.S, d.Dv);
@@ -340,9 +322,7 @@ __global__ void __launch_bounds__(kBlock) backward_dkv_kernel(const __grid_const
 
   const Dims& d = a.d;
   const int tid = threadIdx.x;
-  const int64_t n_kt = (d.S + kRows - 1) / kRows;
-  const int64_t kt = blockIdx.x % n_kt, bh = blockIdx.x / n_kt, h = bh % d.H, b = bh / d.H;
-  const int64_t k0 = kt * kRows;
+  const auto [bh, b, h, k0] = block_tile(d, d.S, kRows);
 
   load_rows_bf16<DMAX, kRows, H>(Kh, a.k.at<const S>(b, h, 0), a.k.row, k0, d.S, d.Dh);
   load_rows_bf16<DMAX, kRows, H>(Vh, a.v.at<const S>(b, h, 0), a.v.row, k0, d.S, d.Dv);
@@ -359,11 +339,7 @@ __global__ void __launch_bounds__(kBlock) backward_dkv_kernel(const __grid_const
     __syncthreads();  // the previous tile is no longer read (and Kh, Vh, kflag are loaded)
     load_rows_bf16<DMAX, kCols, H>(Qh, a.q.at<const S>(b, h, 0), a.q.row, i0, d.T, d.Dh);
     load_rows_bf16<DMAX, kCols, H>(dOh, a.dout.at<const S>(b, h, 0), a.dout.row, i0, d.T, d.Dv);
-    if (tid < kCols) {
-      const int64_t i = i0 + tid;
-      lse_s[tid] = i < d.T ? float(a.lse[bh * d.T + i]) : 0.0f;
-      d_s[tid] = i < d.T ? float(a.delta[bh * d.T + i]) : 0.0f;
-    }
+    load_row_stats<float, kCols>(a, bh, i0, lse_s, d_s);
     __syncthreads();
     product_abt<kRows, kCols, DMAX>(Ss, kLds, Kh, H, Qh, H);    // S^T = K Q^T
     product_abt<kRows, kCols, DMAX>(dPs, kLds, Vh, H, dOh, H);  // dP^T = V dO^T

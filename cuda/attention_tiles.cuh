@@ -1,7 +1,9 @@
 // What the fused attention kernels share (cuda/attention_simt.cu: the CUDA-core kernels, float32 and
 // float64, and mixed precision where tensor cores are not used; cuda/attention_tensor_cores.cu: bfloat16
-// WMMA): the launch's arguments, the tiles' loads, the masks, which tiles a block can skip, a row's online
-// softmax split over threads, and the host's checks. Every function here runs on all threads of a block.
+// WMMA): the launch's arguments, the block's place in the launch, the tiles' loads, the masks, which tiles a
+// block can skip, a row's online softmax split over threads, the forward's output, and the host's checks.
+// Every function here runs on all threads of a block. Each kernel lays out its own shared memory at its top
+// (the tiles differ by family, element type and head size): the layout stays beside the code that reads it.
 //
 // Layout (core/attention_args.h; the CPU's kernels, core/cpu/attention.cpp, take the same): q [B, H, T, Dh],
 // k [B, H, S, Dh], v [B, H, S, Dv], out [B, H, T, Dv], each a strided block read in place (head h of a fused
@@ -129,6 +131,9 @@ __device__ __forceinline__ T masked_score(const Args& a, bool key_flag, int64_t 
 }
 
 // The probability e^(score - lse) of a masked score (0 where it is -inf: a row that sees nothing has lse -inf).
+// NOTE: the backward's P (score of a row past the last query -inf, else masked_score of scale s, then prob_of)
+// stays written out in its four kernels: as one function taking scale s, nvcc's float64 dQ kernels came out
+// with one fma.rn.f64 fewer (scale s fused with an additive mask in another place), not the same bits.
 template <typename T>
 __device__ __forceinline__ T prob_of(T score, T lse) {
   return attn::softmax_prob(score == attn::neg_inf<T>(), score, lse);
@@ -141,6 +146,13 @@ __device__ __forceinline__ bool tile_in_band(const Dims& d, int64_t q0, int rows
   return k0 <= q0 + rows - 1 + d.window && k0 + cols - 1 >= q0 - d.window;
 }
 
+// Whether the key tile [k0, k0 + COLS) can give any weight to the query tile [q0, q0 + rows) of (b, h): not
+// all padding, not outside the band. Otherwise the tile adds nothing and the block skips it (as one).
+template <int COLS>
+__device__ __forceinline__ bool key_tile_seen(const Args& a, int64_t b, int64_t h, int64_t q0, int rows, int64_t k0) {
+  return any_key_live<COLS>(a, b, h, k0) && tile_in_band(a.d, q0, rows, k0, COLS);
+}
+
 // The first key tile past every query row of [q0, q0 + rows) (causal: the later ones are all in the
 // future of every row), or all key tiles.
 __device__ __forceinline__ int64_t key_tiles_for(const Dims& d, int64_t q0, int rows, int bc) {
@@ -149,6 +161,58 @@ __device__ __forceinline__ int64_t key_tiles_for(const Dims& d, int64_t q0, int 
   const int64_t last_row = (q0 + rows < d.T ? q0 + rows : d.T) - 1;
   const int64_t end = last_row / bc + 1;
   return end < n ? end : n;
+}
+
+// The block's place in a launch over (b, h, tile): blockIdx.x = (b H + h) tiles + tile, tiles of `size` rows
+// (queries, or keys) of `total`; first: the tile's first row.
+struct BlockTile {
+  int64_t bh, b, h, first;
+};
+__device__ __forceinline__ BlockTile block_tile(const Dims& d, int64_t total, int size) {
+  const int64_t tiles = (total + size - 1) / size;
+  const int64_t tile = blockIdx.x % tiles, bh = blockIdx.x / tiles;
+  return BlockTile{bh, bh / d.H, bh % d.H, tile * size};
+}
+
+// Each row's online-softmax state at the start (no key seen): threads 0 .. ROWS - 1, one row each.
+template <typename T, int ROWS>
+__device__ __forceinline__ void start_rows(T* m_s, T* l_s) {
+  if (threadIdx.x < ROWS) {
+    const attn::SoftmaxState<T> st = attn::softmax_start<T>();
+    m_s[threadIdx.x] = st.m;
+    l_s[threadIdx.x] = st.l;
+  }
+}
+
+// The forward's end: O = acc / l for the thread's RPT rows of the 16 x 16 grid (rows ty + 16 r, columns
+// tx + 16 o; 0 for a row with no unmasked key), rounded to S, and each row's lse = m + log l (threads 0 ..
+// ROWS - 1). After a barrier: m_s and l_s final.
+template <typename T, typename S, int ROWS, int RPT, int OPT>
+__device__ __forceinline__ void write_output(const Args& a, int64_t bh, int64_t b, int64_t h, int64_t q0,
+                                             const T (&acc)[RPT][OPT], const T* m_s, const T* l_s) {
+  const Dims& d = a.d;
+  const int tid = threadIdx.x, ty = tid / kGrid, tx = tid % kGrid;
+  for (int r = 0; r < RPT; ++r) {
+    const int i = ty + kGrid * r;
+    if (q0 + i >= d.T) continue;
+    const T norm = attn::softmax_norm(attn::SoftmaxState<T>{m_s[i], l_s[i]});
+    S* o_row = a.out.at<S>(b, h, q0 + i);
+    for (int o = 0; o < OPT; ++o)
+      if (tx + kGrid * o < d.Dv) o_row[tx + kGrid * o] = S(acc[r][o] * norm);
+  }
+  if (tid < ROWS && q0 + tid < d.T)
+    a.lse_out[bh * d.T + q0 + tid] = double(attn::softmax_lse(attn::SoftmaxState<T>{m_s[tid], l_s[tid]}));
+}
+
+// The dK/dV kernels' query tile [i0, i0 + ROWS) of (b, h): each row's saved lse and D (0 past the last query).
+template <typename T, int ROWS>
+__device__ __forceinline__ void load_row_stats(const Args& a, int64_t bh, int64_t i0, T* lse_s, T* d_s) {
+  const int tid = threadIdx.x;
+  if (tid < ROWS) {
+    const int64_t i = i0 + tid;
+    lse_s[tid] = i < a.d.T ? T(a.lse[bh * a.d.T + i]) : T(0);
+    d_s[tid] = i < a.d.T ? T(a.delta[bh * a.d.T + i]) : T(0);
+  }
 }
 
 // One step of a row's online softmax over a tile, the row split over `parts` threads (this one `part`,

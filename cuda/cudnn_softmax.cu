@@ -1,5 +1,5 @@
 // Softmax and log-softmax through cuDNN (cudnnSoftmaxForward / cudnnSoftmaxBackward), as an
-// alternative to the framework's own row kernel (cuda/row_kernels.cu, whose softmax kernel of
+// alternative to the framework's own row kernel (cuda/softmax_kernels.cu, whose softmax kernel of
 // core/kernels.h calls these): rows x n seen as an NCHW tensor [rows, n, 1, 1], softmax over C. One
 // cuDNN handle per device, on the device's stream. Chosen with cuda::set_softmax_cudnn(true) or
 // EMBER_SOFTMAX=cudnn; bench/softmax_gpu_bench.cpp times the two.

@@ -1,5 +1,5 @@
 // Softmax and log-softmax of contiguous rows [rows, n] through cuDNN (cuda/cudnn_softmax.cu): the
-// route cuda/row_kernels.cu's softmax kernel (core/kernels.h) takes instead of its own row kernels
+// route cuda/softmax_kernels.cu's softmax kernel (core/kernels.h) takes instead of its own row kernels
 // when softmax_cudnn() is on (set_softmax_cudnn(true), or EMBER_SOFTMAX=cudnn in the environment).
 // CUDA-only (included by cuda/*.cu alone); C++17, no fmt, no Tensor.
 #pragma once

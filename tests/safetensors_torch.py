@@ -1,4 +1,4 @@
-"""PyTorch's side of the bfloat16 safetensors test (tests/test_bfloat16.cpp): reads Ember's file, checks
+"""PyTorch's side of the bfloat16 safetensors test (tests/core/test_bfloat16.cpp): reads Ember's file, checks
 its BF16 tensor against PyTorch's own float32 -> bfloat16 conversion bit for bit, and writes a file of
 bfloat16 tensors made by PyTorch for Ember to read. Exits 77 when torch is not installed (skipped).
 

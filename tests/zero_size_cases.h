@@ -1,6 +1,6 @@
 // The zero-size sweep: every op of core/ops.h on inputs with a zero-size dim (0 rows, 0 features,
 // 0 batch, 0 keys, empty reductions), forward and backward, as one table run on each device
-// (tests/test_zero_size.cpp on the CPU, tests/test_cuda_edges.cpp on a GPU or the emulator).
+// (tests/core/test_zero_size.cpp on the CPU, tests/cuda/test_cuda_edges.cpp on a GPU or the emulator).
 //
 // Each row gives a result of the expected shape, with PyTorch's values where they are defined (a sum
 // of nothing is 0, a mean of nothing NaN, linear with 0 input features is its bias), and gradients of

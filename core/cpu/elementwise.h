@@ -50,7 +50,7 @@ void times_derivative(const F& f, float* g, const float* xs, const float* ys, in
 // A bfloat16 has 65,536 values, so a function of one alone (a functor without parameters: std::is_empty)
 // can be worked out for every input once and then looked up: a gather or 16 loads per 16 elements (whichever
 // is faster here: core/cpu/table_lookup.h) instead of, for GELU, some thirty vector operations. The tables
-// are made by the same loops as above (the untabled results bit for bit, tests/test_bfloat16.cpp) on first
+// are made by the same loops as above (the untabled results bit for bit, tests/core/test_bfloat16.cpp) on first
 // use: f's values rounded (128 KiB), and f'(v, v) as float (256 KiB; backward reads one saved tensor, x or
 // y, and hands it in as both, core/ops/unary.cpp).
 template <typename F>

@@ -171,7 +171,7 @@ void layer_norm_backward(const On& on, const void* grad, const void* x, const do
 }
 
 // ---- RMS norm. Sums in double, in a fixed order: 8 lanes per row, and dweight by chunks of
-// kRmsNormChunkRows rows added in order, the chunks of cuda/row_kernels.cu.
+// kRmsNormChunkRows rows added in order, the chunks of cuda/norm_kernels.cu.
 namespace {
 
 // sum of term(i) for i in [0, n) in double, in 8 lanes (so that it vectorises) added in a fixed order.

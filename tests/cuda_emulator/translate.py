@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Turns a CUDA source (cuda/*.cu) into C++ that g++ compiles against the CPU emulator.
 
-    python3 tests/cuda_emulator/translate.py cuda/row_kernels.cu build/emulated/row_kernels.cpp
+    python3 tests/cuda_emulator/translate.py cuda/softmax_kernels.cu build/emulated/softmax_kernels.cpp
 
-CMake runs it at build time for every cuda/*.cu (target ember_emulated); only the copies are
-compiled, the .cu files stay real CUDA. Four rewrites, all outside comments and string literals:
+CMake runs it at build time for every cuda/*.cu (target ember_emulated), and for every cuda/*.cuh
+into emulated/cuda/ (a header's device code needs the same rewrites: cuda/row_kernels.cuh's
+__shared__ array); only the copies are compiled, the sources stay real CUDA. Four rewrites, all outside comments and string literals:
 
 1. A launch, `kernel<<<grid, block, shmem, stream>>>(a, b);` (the syntax is not C++), becomes
        ::ember_emu::launch(::ember_emu::config(grid, block, shmem, stream), "kernel",
