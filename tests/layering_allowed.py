@@ -41,7 +41,7 @@ ALLOWED_CALLS = [
      "kernel, which a replayed graph reads (core/device_copy.h)"),
     ("examples/imdb/prefetch.cpp", "core/copy_stream.cpp", r"ember::GpuEvent::.*",
      "the prefetcher uploads the next batch on the copy stream while the step runs, ordered by events"),
-    ("examples/imdb/training_run.cpp", "*", r"ember::(memory_stats|reset_peak_memory)\(.*",
+    ("optim/train/loop.cpp", "*", r"ember::(memory_stats|reset_peak_memory)\(.*",
      "the run reports the peak memory of the CPU and the GPU (core/allocator.h)"),
     ("*", "cuda/nccl_process_group.cpp", r"ember::distributed::(make_nccl_group|device_for_local_rank)\(.*",
      "the NCCL process group implements core/distributed/nccl.h, the process groups' interface, in a "
