@@ -21,11 +21,13 @@
 
 #include "bench/json_number.h"
 #include "core/allocator.h"
+#include "core/attention_band.h"
 #include "core/parallel.h"
 #include "core/precision.h"
-#include "examples/imdb/trainer.h"
-#include "examples/imdb/truncation.h"
+#include "nn/transformer.h"
+#include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim/weight_decay.h"
 
 namespace {
 
@@ -69,7 +71,7 @@ int64_t peak_rss_bytes() {
 void run(const Flags& f) {
   set_num_threads(int(f.threads));
   MixedPrecisionGuard precision(parse_precision(f.precision));  // bf16: as `imdb train --precision bf16`
-  std::optional<imdb::AttentionSetting> attention = imdb::parse_attention(f.attention, f.len);
+  std::optional<AttentionBand> attention = parse_attention_band(f.attention, f.len);
   EMBER_CHECK(attention.has_value(), "long_bench: --attention {}: expected full or window:W[,global:G]", f.attention);
   nn::ClassifierConfig config;  // the recipe: dim 128, 4 heads, 2 blocks, FFN 512
   config.max_len = f.len;
@@ -79,7 +81,7 @@ void run(const Flags& f) {
   Generator gen(0);
   nn::TransformerClassifier model(config, gen);
   model.train();
-  optim::AdamW optimizer(imdb::parameter_groups(model, 0.01), 5e-4);
+  optim::AdamW optimizer(optim::weight_decay_groups(model, 0.01), 5e-4);
   Generator data(1);
   Tensor tokens = uniform({f.batch, f.len}, 2, double(config.vocab_size), data).to(Dtype::Int64);
   Tensor mask = zeros({f.batch, f.len}, Dtype::Bool);  // whole reviews of T tokens: no padding

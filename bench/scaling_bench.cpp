@@ -24,10 +24,11 @@
 #include "core/distributed/world.h"
 #include "core/ops.h"
 #include "core/parallel.h"
-#include "examples/imdb/trainer.h"
 #include "nn/data_parallel.h"
+#include "nn/transformer.h"
 #include "optim/schedule.h"
 #include "optim/sharded_adamw.h"
+#include "optim/weight_decay.h"
 
 namespace {
 
@@ -86,8 +87,8 @@ void run(const Flags& f, distributed::ProcessGroup& world) {
 
   nn::DataParallel dp(model, world, {f.bucket_kb * 1024, f.overlap, /*reduce_gradients=*/!f.zero});
   std::unique_ptr<optim::Optimizer> optimizer;
-  if (f.zero) optimizer = std::make_unique<optim::ShardedAdamW>(imdb::parameter_groups(model, 0.01), world, 5e-4, 1.0);
-  else optimizer = std::make_unique<optim::AdamW>(imdb::parameter_groups(model, 0.01), 5e-4);
+  if (f.zero) optimizer = std::make_unique<optim::ShardedAdamW>(optim::weight_decay_groups(model, 0.01), world, 5e-4, 1.0);
+  else optimizer = std::make_unique<optim::AdamW>(optim::weight_decay_groups(model, 0.01), 5e-4);
 
   if (f.comm_only) {
     gen.set_batch_slice({B, rows.begin, rows.size()});

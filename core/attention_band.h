@@ -6,6 +6,8 @@
 // (core/cpu/attention.cpp) and the GPU's (cuda/attention_kernels.cu, attn::outside_window) read the same rule.
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace ember {
 
@@ -14,5 +16,11 @@ struct AttentionBand {
   int64_t global = 0;   // the first `global` tokens see, and are seen by, all (with a band)
   bool on() const { return window >= 0; }
 };
+
+// The band as text, the form of imdb's --attention flag and of its files: "full" (no band), "window:W" or
+// "window:W,global:G". parse_attention_band reads it back (W and G integers in [0, max], nothing else around
+// them); nullopt for any other text.
+std::string attention_band_text(const AttentionBand& band);
+std::optional<AttentionBand> parse_attention_band(const std::string& text, int64_t max);
 
 }  // namespace ember

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/attention_band.h"
 #include "core/device.h"
 #include "examples/imdb/truncation.h"
 
@@ -26,7 +27,7 @@ void check_training_config(const TrainConfig& c) {
     throw UsageError(fmt::format("--dim {} is not divisible by --heads {}", c.model.dim, c.model.heads));
   if (c.model.attention_window > c.model.max_len || c.model.attention_global > c.model.max_len)
     throw UsageError(fmt::format("--attention {}: the window and the global tokens must fit in --max-len {}",
-                                 attention_text({c.model.attention_window, c.model.attention_global}), c.model.max_len));
+                                 attention_band_text({c.model.attention_window, c.model.attention_global}), c.model.max_len));
   try {
     Device::parse(c.device);
   } catch (const Error& e) {

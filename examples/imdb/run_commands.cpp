@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/attention_band.h"
 #include "core/file_io.h"
 #include "core/parallel.h"
 #include "core/precision.h"
@@ -205,7 +206,7 @@ class FlopsCommand final : public Command {
     const double step = nn::training_step_flops(m, config_.batch_size, len);
     const double per_token = nn::training_step_flops(m, 1, len) / double(len);
     fmt::print("model FLOPs (nn/model_flops.h): {} layers, dim {}, FFN {}, {} heads, attention {}, sequences of {} "
-               "tokens\n", m.layers, m.dim, m.ffn_dim, m.heads, attention_text({m.attention_window, m.attention_global}),
+               "tokens\n", m.layers, m.dim, m.ffn_dim, m.heads, attention_band_text({m.attention_window, m.attention_global}),
                len);
     fmt::print("  forward {:.2f} MFLOP per token; training (forward + backward, x3) {:.2f} MFLOP per token, {:.4g} "
                "TFLOP per step of {} x {}\n",

@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/attention_band.h"
 #include "core/error.h"
 #include "examples/imdb/truncation.h"
 
@@ -116,10 +117,10 @@ void add_later_rows(std::vector<Setting>& t) {
   attention.kind = K::custom;
   attention.before = "full";
   attention.write = [](const TrainConfig& c) {
-    return attention_text({c.model.attention_window, c.model.attention_global});
+    return attention_band_text({c.model.attention_window, c.model.attention_global});
   };
   attention.read = [](TrainConfig& c, const std::string& text) {
-    std::optional<AttentionSetting> setting = parse_attention(text, limits::max_len);
+    std::optional<AttentionBand> setting = parse_attention_band(text, limits::max_len);
     if (!setting) return false;
     c.model.attention_window = setting->window;
     c.model.attention_global = setting->global;

@@ -31,6 +31,7 @@
 #include "examples/imdb/truncation.h"
 #include "nn/checkpoint.h"
 #include "optim/optimizer.h"
+#include "optim/weight_decay.h"
 
 namespace ember::imdb {
 
@@ -64,16 +65,16 @@ std::vector<std::vector<int32_t>> encode(const Vocabulary& vocabulary, const std
 std::vector<optim::ParamGroup> parameter_groups(const nn::Module& model, double weight_decay, double encoder_lr_scale) {
   // The decaying groups first, then the others; the head after the encoder in each: with one rate (2
   // groups) or two (4), the parameters are numbered in the same order (the optimiser state's names).
+  if (encoder_lr_scale == 1.0) return optim::weight_decay_groups(model, weight_decay);
   optim::ParamGroup decay{{}, weight_decay}, no_decay{{}, 0.0};
   optim::ParamGroup encoder_decay{{}, weight_decay, encoder_lr_scale}, encoder_no_decay{{}, 0.0, encoder_lr_scale};
   for (auto& [name, p] : model.named_parameters()) {
-    const bool is_matrix = p.dim() >= 2 && name.find("embedding") == std::string::npos;
+    const bool is_matrix = optim::decays(name, p);
     // The head and the bigram embeddings are new in a fine-tune (--init copies neither): the head's rate.
     const bool in_encoder =
         encoder_lr_scale != 1.0 && name.rfind("head.", 0) != 0 && name.rfind("bigram_embedding.", 0) != 0;
     (is_matrix ? (in_encoder ? encoder_decay : decay) : (in_encoder ? encoder_no_decay : no_decay)).params.push_back(p);
   }
-  if (encoder_lr_scale == 1.0) return {decay, no_decay};
   return {encoder_decay, decay, encoder_no_decay, no_decay};
 }
 

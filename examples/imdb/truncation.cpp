@@ -29,29 +29,4 @@ std::vector<int32_t> encode_truncated(const Vocabulary& vocabulary, std::string_
   return kept;
 }
 
-std::optional<AttentionSetting> parse_attention(const std::string& text, int64_t max) {
-  if (text == "full") return AttentionSetting{};
-  const std::string prefix = "window:", global_part = ",global:";
-  if (text.rfind(prefix, 0) != 0) return std::nullopt;
-  std::string rest = text.substr(prefix.size());
-  AttentionSetting setting;
-  const size_t comma = rest.find(',');
-  std::optional<int64_t> window = parse_integer(rest.substr(0, comma), 0, max);
-  if (!window) return std::nullopt;
-  setting.window = *window;
-  if (comma != std::string::npos) {
-    if (rest.compare(comma, global_part.size(), global_part) != 0) return std::nullopt;
-    std::optional<int64_t> global = parse_integer(rest.substr(comma + global_part.size()), 0, max);
-    if (!global) return std::nullopt;
-    setting.global = *global;
-  }
-  return setting;
-}
-
-std::string attention_text(const AttentionSetting& setting) {
-  if (setting.window < 0) return "full";
-  if (setting.global == 0) return fmt::format("window:{}", setting.window);
-  return fmt::format("window:{},global:{}", setting.window, setting.global);
-}
-
 }  // namespace ember::imdb

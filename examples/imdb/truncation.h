@@ -1,9 +1,8 @@
 // How a review longer than --max-len is cut: its head (the recipe), its tail, or both ends (Sun et al.,
 // "How to Fine-Tune BERT for Text Classification", 2019: the first quarter and the last three quarters
-// of the budget, where reviews put their verdict); and --attention's text form.
+// of the budget, where reviews put their verdict).
 #pragma once
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,14 +18,5 @@ bool is_truncation(const std::string& mode);
 // tail = the last max_len; head+tail = the first max_len / 4 then the last max_len - max_len / 4.
 std::vector<int32_t> encode_truncated(const Vocabulary& vocabulary, std::string_view review, int64_t max_len,
                                       const std::string& mode);
-
-// --attention: "full" (window -1, global 0) or "window:W" or "window:W,global:G" (W, G decimal, in
-// [0, max]). nullopt for anything else.
-struct AttentionSetting {
-  int64_t window = -1;  // -1: full attention
-  int64_t global = 0;
-};
-std::optional<AttentionSetting> parse_attention(const std::string& text, int64_t max);
-std::string attention_text(const AttentionSetting& setting);  // the form parse_attention reads back
 
 }  // namespace ember::imdb

@@ -186,7 +186,8 @@ bool Loop::train_epoch(Step& step, int64_t epoch) {
     // The lookahead: on one GPU, batch index + 1 goes up while this step runs.
     if (index + 1 < in_epoch) step.stage({state_.step + 1, epoch, index + 1});
     ++state_.step;
-    pending_.push_back({state_.step, epoch + 1, optimizer_.lr(), done.loss, done.whole_batch_loss, done.logged, done.counted});
+    pending_.push_back(
+        {state_.step, epoch + 1, optimizer_.lr(), done.loss, done.whole_batch_loss, done.logged, done.counted});
     real_tokens += done.real_tokens;
     padded_tokens += done.padded_tokens;
     // An epoch's last step is checkpointed after its evaluation (end_epoch), not here.
@@ -197,8 +198,8 @@ bool Loop::train_epoch(Step& step, int64_t epoch) {
     if (!loss_log_.defined() || (index + 1) % settings_.log_every == 0 || epoch_done || save_now || stop_now) {
       read_losses();
       const double elapsed = seconds_since(epoch_start);
-      progress.update(index + 1, state_.epoch_loss_sum / double(index + 1), real_tokens > 0 ? double(real_tokens) / elapsed : 0,
-                      elapsed);
+      const double tokens_per_second = real_tokens > 0 ? double(real_tokens) / elapsed : 0;
+      progress.update(index + 1, state_.epoch_loss_sum / double(index + 1), tokens_per_second, elapsed);
     }
     if (save_now) save();
     if (stop_now) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/attention_band.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/tokenizer.h"
 #include "examples/imdb/trainer.h"
@@ -47,7 +48,7 @@ TEST_CASE("long reviews: head, tail and head+tail keep the right tokens") {
 }
 
 TEST_CASE("long reviews: --attention's text form parses strictly and reads back") {
-  auto parsed = [](const std::string& text) { return parse_attention(text, 4096); };
+  auto parsed = [](const std::string& text) { return parse_attention_band(text, 4096); };
   REQUIRE(parsed("full"));
   CHECK(parsed("full")->window == -1);
   REQUIRE(parsed("window:256"));
@@ -61,7 +62,7 @@ TEST_CASE("long reviews: --attention's text form parses strictly and reads back"
     CAPTURE(bad);
     CHECK_FALSE(parsed(bad));
   }
-  for (const char* text : {"full", "window:7", "window:256,global:1"}) CHECK(attention_text(*parsed(text)) == text);
+  for (const char* text : {"full", "window:7", "window:256,global:1"}) CHECK(attention_band_text(*parsed(text)) == text);
 }
 
 TEST_CASE("long reviews: the settings are range-checked and recorded in a checkpoint's metadata") {

@@ -185,6 +185,7 @@ TEST_CASE("train: --validation holds out the same training reviews for every see
 TEST_CASE("train: --test says when the test reviews are read; with a validation set, once at the end by default") {
   TrainConfig config = tiny_config("test_once");
   config.validation = 40;
+  config.epochs = 2;
   const Data data = prepare_data(config);
   const auto lines_of = [](const std::string& folder, const std::string& kind) {
     std::vector<nlohmann::json> lines;
