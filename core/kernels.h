@@ -1,23 +1,30 @@
-// The structural kernels, each declared once: one signature (raw pointers, sizes, results) that
-// every backend implements, the CPU's in core/cpu/ and the GPU's in cuda/. An op allocates its
-// outputs, then calls kernel::<name>(on, ...), which runs the implementation of the device `on`
-// names; so an op has no device switch, and records one backward.
+// The kernels, each declared once: one signature (raw pointers, sizes, results) that every
+// backend implements, the CPU's in core/cpu/ and the GPU's in cuda/. An op allocates its outputs,
+// then calls kernel::<name>(on, ...), which runs the implementation of the device `on` names; so an
+// op has no device switch, and records one backward.
 //
 //     EMBER_KERNEL(void, my_norm_forward, (const On& on, const void* x, ...))
 // declares cpu::my_norm_forward and cuda::my_norm_forward with that signature, and defines
-// kernel::my_norm_forward(on, ...), which calls one of them. In a build without CUDA,
-// core/cuda_ops_stubs.cpp includes this file with EMBER_KERNEL defining each cuda:: function as one
-// that raises "<name>: this build of Ember has no CUDA backend" (never reached: no tensor can live
-// on a GPU there). So a kernel is declared here and nowhere else.
-// Element-wise kernels are not here: they come from the functor lists of core/unary_math.h. The
-// raw GEMMs under the products below, copies, fills and the runtime are in core/cuda_ops.h (the CPU
-// has its own, core/cpu/gemm.h).
+// kernel::my_norm_forward(on, ...), which calls one of them. A family of kernels made from the
+// functors of core/unary_math.h (binary, unary_forward, ...) is one overload per functor:
+// EMBER_KERNEL_OVERLOAD declares each one's cpu:: and cuda:: functions, and EMBER_KERNEL_CHOICE
+// defines the family's kernel::<name> once. In a build without CUDA, core/cuda_ops_stubs.cpp
+// includes this file with these macros defining each cuda:: function as one that raises "<name>:
+// this build of Ember has no CUDA backend" (never reached: no tensor can live on a GPU there). So a
+// kernel is declared here and nowhere else.
+// The element-wise kernels (copies, fills, binary and unary math, where) take their operands as
+// core/cpu/loops.h walks them (Strided: data, dtype, strides; broadcast as stride 0); the others
+// take contiguous buffers and sizes. The raw GEMMs under the products and the runtime are in
+// core/cuda_ops.h (the CPU has its own, core/cpu/gemm.h).
 // C++17 and free of Tensor and fmt, so that cuda/*.cu include it.
 #pragma once
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "core/attention_args.h"
+#include "core/shape.h"
+#include "core/unary_math.h"
 #include "core/update_rules.h"
 
 namespace ember {
@@ -25,7 +32,7 @@ namespace ember {
 // Where a kernel runs and the element type of its floating operands: every kernel's first parameter.
 struct On {
   int device = -1;  // -1: the CPU; n >= 0: GPU n
-  int dtype = 0;    // a Dtype (core/dtype.h) as a number: 0 float32, 1 float64, 4 bfloat16 (cuda::ScalarType's)
+  int dtype = 0;    // a Dtype (core/dtype.h) as a number (0 float32, 1 float64, 4 bfloat16, ...: cuda::ScalarType's)
   bool cpu() const { return device < 0; }
   bool float64() const { return dtype == 1; }
 };
@@ -33,22 +40,79 @@ struct On {
 }  // namespace ember
 
 #ifndef EMBER_KERNEL
-#define EMBER_KERNEL(type, name, params)                                                                 \
-  namespace cpu {                                                                                        \
-  type name params;                                                                                      \
-  }                                                                                                      \
-  namespace cuda {                                                                                       \
-  type name params;                                                                                      \
-  }                                                                                                      \
+#define EMBER_KERNEL_OVERLOAD(type, name, params) \
+  namespace cpu {                                 \
+  type name params;                               \
+  }                                               \
+  namespace cuda {                                \
+  type name params;                               \
+  }
+#define EMBER_KERNEL_CHOICE(type, name)                                                                  \
   namespace kernel {                                                                                     \
   template <typename... Args>                                                                            \
   type name(const On& on, Args&&... args) {                                                              \
     return on.cpu() ? cpu::name(on, std::forward<Args>(args)...) : cuda::name(on, std::forward<Args>(args)...); \
   }                                                                                                      \
   }
+#define EMBER_KERNEL(type, name, params) EMBER_KERNEL_OVERLOAD(type, name, params) EMBER_KERNEL_CHOICE(type, name)
 #endif
 
 namespace ember {
+
+// ---- Element-wise kernels over strided operands (core/ops/views.cpp: copies, fills, add_, mul_;
+// core/ops/binary.cpp, core/ops/unary.cpp, core/ops/masking.cpp; CPU: core/cpu/elementwise.cpp,
+// core/cpu/binary.cpp, core/cpu/unary.cpp on core/cpu/loops.h, GPU: cuda/elementwise_kernels.cu,
+// cuda/unary_kernels.cu). Each walks `shape` (row-major), the output's; every operand is read (or
+// written) over all of it through its own strides. bfloat16 is computed in float and each result
+// rounded once (compute_type), on both devices. The ops have checked dtypes, devices and shapes;
+// a GPU takes at most 8 dims and no float16.
+
+// One operand: its element [0, ...], its dtype (a Dtype number, core/dtype.h) and its stride, in
+// elements, along each dim of the shape; 0 along a dim it is broadcast over (the element repeats).
+struct Strided {
+  void* data = nullptr;
+  int dtype = 0;
+  std::vector<int64_t> strides;
+};
+
+// dst = src converted to dst's dtype; dst = value; dst += alpha * src (one dtype, not bool); dst *=
+// value (floating). on.dtype is dst's.
+EMBER_KERNEL(void, copy, (const On& on, const Shape& shape, const Strided& dst, const Strided& src))
+EMBER_KERNEL(void, fill, (const On& on, const Shape& shape, const Strided& dst, double value))
+EMBER_KERNEL(void, add_into, (const On& on, const Shape& shape, const Strided& dst, const Strided& src, double alpha))
+EMBER_KERNEL(void, scale, (const On& on, const Shape& shape, const Strided& dst, double value))
+// out = cond ? a : b (cond bool; a, b and out of one dtype, any: values are picked, not computed).
+EMBER_KERNEL(void, select, (const On& on, const Shape& shape, const Strided& out, const Strided& cond,
+                            const Strided& a, const Strided& b))
+
+// out = f(a, b) for every binary functor of core/unary_math.h (EMBER_BINARY_OPS): a and b of one
+// dtype (on.dtype), out of that dtype (arithmetic) or bool (comparisons and logical ops). Where
+// add_widens(on) (the CPU), math::Add also takes a float32 a and a bfloat16 b, b widened as it is
+// read into a float32 out: no float32 copy of b (the residual connection of a mixed-precision model).
+#define EMBER_BINARY_KERNEL(name, Functor)                                                                  \
+  EMBER_KERNEL_OVERLOAD(void, binary, (const On& on, const math::Functor& f, const Shape& shape, const Strided& out, \
+                                       const Strided& a, const Strided& b))
+EMBER_BINARY_OPS(EMBER_BINARY_KERNEL)
+#undef EMBER_BINARY_KERNEL
+EMBER_KERNEL_CHOICE(void, binary)
+EMBER_KERNEL(bool, add_widens, (const On& on))
+
+// y = f(x), and grad_x = grad * f'(x, y), for every unary functor of core/unary_math.h
+// (EMBER_UNARY_OPS, EMBER_UNARY_PARAM_OPS): floating operands of on.dtype; y and grad_x contiguous,
+// the others any strides (a GPU copies a strided one into a contiguous scratch first: one copy
+// launch each). f.df reads x, y or neither (F::reads): the op hands a stand-in of the same shape for
+// what it does not read, and the same Strided twice where one tensor stands for both.
+#define EMBER_UNARY_KERNEL(name, Functor, ...)                                                              \
+  EMBER_KERNEL_OVERLOAD(void, unary_forward, (const On& on, const math::Functor& f, const Shape& shape,    \
+                                              const Strided& y, const Strided& x))                       \
+  EMBER_KERNEL_OVERLOAD(void, unary_backward, (const On& on, const math::Functor& f, const Shape& shape,   \
+                                               const Strided& grad_x, const Strided& grad, const Strided& x, \
+                                               const Strided& y))
+EMBER_UNARY_OPS(EMBER_UNARY_KERNEL)
+EMBER_UNARY_PARAM_OPS(EMBER_UNARY_KERNEL)
+#undef EMBER_UNARY_KERNEL
+EMBER_KERNEL_CHOICE(void, unary_forward)
+EMBER_KERNEL_CHOICE(void, unary_backward)
 
 // ---- Normalisations over the last dim of contiguous [rows, D] (core/ops/layer_norm.cpp;
 // CPU: core/cpu/layer_norm.cpp, GPU: cuda/row_kernels.cu). weight and bias [D], each may be null.

@@ -25,9 +25,6 @@ ALLOWED_CALLS = [
      "autograd calls ops through core/ops.h while the ops record with autograd/node.h, the one cycle"),
     ("autograd/gradcheck.cpp", "core/ops/*", r"ember::(operator\*|zeros_like|uniform|sum)\(.*",
      "gradcheck builds its random probe and the scalar it differentiates from ops"),
-    ("core/gpu.cpp", "core/ops/creation.cpp", r"(ember::Tensor )?ember::(zeros|from_vector<.*>)\(.*",
-     "the GPU's host wrappers make their zeroed results and upload host index lists with the creation "
-     "ops, which record no backward and call nothing above core"),
     ("core/distributed/agreement.cpp", "core/ops/creation.cpp", r"(ember::Tensor )?ember::(zeros|from_vector<.*>)\(.*",
      "agreement sends strings as int64 tensors made with the creation ops (no backward, nothing above core)"),
     ("examples/imdb/graph_step.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::.*",
