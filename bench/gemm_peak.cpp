@@ -22,12 +22,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "autograd/ops.h"
 #include "bench/json_number.h"
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "core/random.h"
 #include "core/tensor.h"
 #include "examples/imdb/settings.h"

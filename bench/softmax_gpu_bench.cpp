@@ -17,9 +17,9 @@
 
 #include <fmt/format.h>
 
+#include "autograd/ops.h"
 #include "core/cuda_ops.h"
 #include "core/kernels.h"
-#include "core/ops.h"
 
 using namespace ember;
 using Clock = std::chrono::steady_clock;

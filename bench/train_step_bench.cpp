@@ -38,10 +38,10 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "bench/json_number.h"
 #include "core/allocator.h"
 #include "core/cuda_ops.h"
-#include "core/ops.h"
 #include "core/parallel.h"
 #include "core/precision.h"
 #include "core/random.h"

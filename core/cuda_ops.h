@@ -105,7 +105,7 @@ EMBER_CUDA_DEFAULT(void, set_softmax_cudnn, (bool on), { if (on) no_cuda_backend
 EMBER_CUDA_DEFAULT(bool, softmax_cudnn, (), { return false; })
 
 // ---- Fused attention's settings (cuda/attention_kernels.cu: tiled, FlashAttention-2 style; its kernels are in
-// core/kernels.h). Any T; head size D / heads up to attention_max_head_dim(). core/ops/attention.cpp runs them
+// core/kernels.h). Any T; head size D / heads up to attention_max_head_dim(). autograd/ops/attention.cpp runs them
 // on a GPU when attention_fused() is on (the default; set_attention_fused(false) or EMBER_ATTENTION=composed
 // turn it off, and the composed attention_reference runs): kernel::attention_plan says which.
 EMBER_CUDA_DEFAULT(void, set_attention_fused, (bool on), {})

@@ -59,8 +59,8 @@ struct On {
 
 namespace ember {
 
-// ---- Element-wise kernels over strided operands (core/ops/views.cpp: copies, fills, add_, mul_;
-// core/ops/binary.cpp, core/ops/unary.cpp, core/ops/masking.cpp; CPU: core/cpu/elementwise.cpp,
+// ---- Element-wise kernels over strided operands (autograd/ops/views.cpp: copies, fills, add_, mul_;
+// autograd/ops/binary.cpp, autograd/ops/unary.cpp, autograd/ops/masking.cpp; CPU: core/cpu/elementwise.cpp,
 // core/cpu/binary.cpp, core/cpu/unary.cpp on core/cpu/loops.h, GPU: cuda/elementwise_kernels.cu,
 // cuda/unary_kernels.cu). Each walks `shape` (row-major), the output's; every operand is read (or
 // written) over all of it through its own strides. bfloat16 is computed in float and each result
@@ -114,7 +114,7 @@ EMBER_UNARY_PARAM_OPS(EMBER_UNARY_KERNEL)
 EMBER_KERNEL_CHOICE(void, unary_forward)
 EMBER_KERNEL_CHOICE(void, unary_backward)
 
-// ---- Normalisations over the last dim of contiguous [rows, D] (core/ops/layer_norm.cpp;
+// ---- Normalisations over the last dim of contiguous [rows, D] (autograd/ops/layer_norm.cpp;
 // CPU: core/cpu/layer_norm.cpp, GPU: cuda/row_kernels.cu). weight and bias [D], each may be null.
 
 // Layer norm. mean and rstd are float64 [rows]. Backward: dx, dweight, dbias may each be null (not
@@ -139,7 +139,7 @@ EMBER_KERNEL(void, rms_norm_backward, (const On& on, const void* grad, const voi
                                        const void* weight, void* dx, void* dweight, int64_t rows, int64_t D,
                                        double* scratch))
 
-// ---- Softmax and log-softmax over the middle dim of contiguous [outer, n, inner] (core/ops/softmax.cpp;
+// ---- Softmax and log-softmax over the middle dim of contiguous [outer, n, inner] (autograd/ops/softmax.cpp;
 // CPU: core/cpu/softmax.cpp, GPU: cuda/row_kernels.cu, or cuDNN's (cuda/cudnn_softmax.cu) when
 // cuda::softmax_cudnn() is on). y = softmax(x) over n (log-softmax when `log`); the backward gives dx
 // from grad and the saved y: softmax dx = y * (g - sum(g * y)), log-softmax dx = g - e^y * sum(g).
@@ -151,7 +151,7 @@ EMBER_KERNEL(void, softmax_forward, (const On& on, const void* x, void* y, int64
 EMBER_KERNEL(void, softmax_backward, (const On& on, const void* grad, const void* y, void* dx, int64_t outer,
                                       int64_t n, int64_t inner, bool log, void* scratch))
 
-// ---- Cross-entropy of contiguous logits [N, C] and int64 targets [N] (core/ops/cross_entropy.cpp;
+// ---- Cross-entropy of contiguous logits [N, C] and int64 targets [N] (autograd/ops/cross_entropy.cpp;
 // CPU: core/cpu/cross_entropy.cpp, GPU: cuda/row_kernels.cu), `count` rows counted (those whose target
 // is not ignore_index). Forward: per row the max m and s = sum(e^(x - m)) (the logits' type; 0 and 1
 // on ignored rows), and loss (0-d, the logits' type) = the mean over counted rows of
@@ -167,7 +167,7 @@ EMBER_KERNEL(void, cross_entropy_backward, (const On& on, const void* logits, co
                                             const void* row_max, const void* sum_exp, void* dlogits, int64_t N,
                                             int64_t C, int64_t ignore_index, const double* grad, int64_t count))
 
-// ---- Reductions over the middle dim of contiguous [outer, R, inner] (core/ops/reduce.cpp; CPU:
+// ---- Reductions over the middle dim of contiguous [outer, R, inner] (autograd/ops/reduce.cpp; CPU:
 // core/cpu/reduce.cpp, GPU: cuda/row_kernels.cu): out [outer, inner] = the sum or the max over R
 // (each output summed by one thread / block in a fixed order; the GPU sums floating rows in double);
 // argmax: out (int64) = the first index of the largest over n. `scratch` is reduce_scratch(on,
@@ -180,11 +180,11 @@ EMBER_KERNEL(void, reduce, (const On& on, ReduceKind kind, const void* x, void* 
 EMBER_KERNEL(void, argmax, (const On& on, const void* x, int64_t* out, int64_t outer, int64_t n, int64_t inner,
                             void* scratch))
 
-// ---- Embedding (core/ops/embedding.cpp; CPU: core/cpu/embedding.cpp, GPU: cuda/embedding_kernels.cu).
+// ---- Embedding (autograd/ops/embedding.cpp; CPU: core/cpu/embedding.cpp, GPU: cuda/embedding_kernels.cu).
 // Forward: out[i, :] = weight[ids[i], :] (weight [V, D] read through its strides, in elements), n ids
 // (int64, on the device), out contiguous [n, D]. Backward: dweight[rows[k], :] += the sum over p in
 // [starts[k], starts[k+1]) of grad[positions[p], :], in order of p (the buckets of the ids by row,
-// core/ops/embedding.cpp's bucket_by_row): each row by one thread / block, no atomics, the same order
+// autograd/ops/embedding.cpp's bucket_by_row): each row by one thread / block, no atomics, the same order
 // of additions on every device. With `count` (device memory, for a CUDA graph's step) only the first
 // *count of the nrows rows are added.
 EMBER_KERNEL(void, embedding_forward, (const On& on, const void* weight, int64_t w_rs, int64_t w_cs,
@@ -192,7 +192,7 @@ EMBER_KERNEL(void, embedding_forward, (const On& on, const void* weight, int64_t
 EMBER_KERNEL(void, embedding_backward, (const On& on, const void* grad, const int64_t* rows, const int64_t* starts,
                                         const int64_t* positions, int64_t nrows, int64_t D, void* dweight,
                                         const int64_t* count))
-// ---- Optimiser steps (core/ops/optimizer_steps.cpp; CPU: core/cpu/optimizer_steps.cpp, GPU:
+// ---- Optimiser steps (autograd/ops/optimizer_steps.cpp; CPU: core/cpu/optimizer_steps.cpp, GPU:
 // cuda/optim_kernels.cu): every tensor of a list updated in place by the per-element rules of
 // core/update_rules.h, the very functions on both devices, so each element's result is the same on
 // either and for any thread count (no sums: each element is updated on its own). On the GPU one fused
@@ -220,7 +220,7 @@ EMBER_KERNEL(void, adam_step, (const On& on, const TensorList& tensors, const Ad
 // SGD (SgdRule): state1 = the velocities (null without momentum); state2 unused.
 EMBER_KERNEL(void, sgd_step, (const On& on, const TensorList& tensors, const SgdHyper& hyper))
 
-// ---- Gradient clipping over a TensorList (core/ops/optimizer_steps.cpp: sum_of_squares,
+// ---- Gradient clipping over a TensorList (autograd/ops/optimizer_steps.cpp: sum_of_squares,
 // scale_all_, clip_by_norm_; CPU: core/cpu/grad_clipping.cpp, GPU: cuda/optim_kernels.cu; on a GPU
 // one launch each for up to 32 tensors).
 // sum_squares: the squares of every element of every grads[t], summed in double into
@@ -239,7 +239,7 @@ EMBER_KERNEL(void, clip_scale, (const On& on, const double* partials, int64_t co
                                 double* norm_scale))
 EMBER_KERNEL(void, scale_all_by, (const On& on, const TensorList& tensors, const double* factor))
 
-// ---- Dropout (core/ops/dropout.cpp; CPU: core/cpu/dropout.cpp, GPU: cuda/elementwise_kernels.cu)
+// ---- Dropout (autograd/ops/dropout.cpp; CPU: core/cpu/dropout.cpp, GPU: cuda/elementwise_kernels.cu)
 // out[i] = in[i] * scale where (random_bits(seed, first + i) >> 11) >= threshold, else 0: core/random.h's
 // counter-based hash, so the mask is a pure function of (seed, first + i), the same on either device
 // and for any thread count. n contiguous elements of on.dtype (float32, float64, or bfloat16 scaled in
@@ -248,7 +248,7 @@ EMBER_KERNEL(void, scale_all_by, (const On& on, const TensorList& tensors, const
 EMBER_KERNEL(void, dropout_mask, (const On& on, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
                                   uint64_t threshold, double scale, const uint64_t* state))
 
-// ---- Random fills (core/ops/random.cpp: uniform_, normal_; CPU: core/cpu/random_fill.cpp, GPU:
+// ---- Random fills (autograd/ops/random.cpp: uniform_, normal_; CPU: core/cpu/random_fill.cpp, GPU:
 // cuda/random_kernels.cu). data[i] = element i of a uniform [a, b) (normal = false) or normal (mean a,
 // std b) draw whose range starts at `first`: core/random.h's uniform_element / normal_element, a pure
 // function of (seed, first + i), so a seed gives the same numbers on either device and for any thread
@@ -256,7 +256,7 @@ EMBER_KERNEL(void, dropout_mask, (const On& on, const void* in, void* out, int64
 EMBER_KERNEL(void, random_fill, (const On& on, void* data, int64_t n, bool normal, uint64_t seed, uint64_t first,
                                  double a, double b))
 
-// ---- Products, row-major, strides in elements (core/ops/linear.cpp, core/ops/matmul.cpp; CPU:
+// ---- Products, row-major, strides in elements (autograd/ops/linear.cpp, autograd/ops/matmul.cpp; CPU:
 // core/cpu/products.cpp on core/cpu/gemm.h's GEMM, GPU: cuda/blas.cu on cuBLAS). float32 or float64.
 
 // Linear: y [rows, N] = x [rows, K] W^T (+ bias [N] on every row; bias may be null), x, W [N, K] and
@@ -269,7 +269,7 @@ EMBER_KERNEL(void, linear_forward, (const On& on, const void* x, const void* w, 
 EMBER_KERNEL(void, linear_backward, (const On& on, const void* g, const void* x, const void* w, void* dx, void* dw,
                                      int64_t rows, int64_t K, int64_t N))
 
-// The mixed-precision linear (core/precision.h, core/ops/linear.cpp; CPU: core/cpu/products.cpp, GPU:
+// The mixed-precision linear (core/precision.h, autograd/ops/linear.cpp; CPU: core/cpu/products.cpp, GPU:
 // cuda/blas_bf16.cu): y [rows, N] bfloat16 = x W^T (+ bias, float32 [N]; may be null), the products of
 // bfloat16-rounded operands summed in float32 and each entry rounded once (a GPU's sums start from the
 // bias rounded to bfloat16: docs/precision.md). x (on.dtype) and W (w_dtype) are contiguous, float32 or
@@ -309,7 +309,7 @@ struct MatmulReads {
 };
 EMBER_KERNEL(MatmulReads, matmul_reads, (const On& on))
 
-// ---- Scaled dot-product attention, fused, full or over a band (core/ops/attention.cpp; CPU:
+// ---- Scaled dot-product attention, fused, full or over a band (autograd/ops/attention.cpp; CPU:
 // core/cpu/attention.cpp, GPU: cuda/attention_kernels.cu, their layouts and formulas in each file's opening
 // comment). The operands, the mask and the sizes: core/attention_args.h (q [B, H, T, Dh], k [B, H, S, Dh],
 // v [B, H, S, Dv], out [B, H, T, Dv], each read or written through its strides). Every operand and an

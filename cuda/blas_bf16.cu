@@ -154,7 +154,7 @@ void linear_forward_bf16(const On& on, const void* x, const void* w, int w_dtype
 }
 
 namespace {
-// db's reduction as the sum op lays out g [rows, N] over dim 0 (core/ops/reduce.cpp's reduce_layout,
+// db's reduction as the sum op lays out g [rows, N] over dim 0 (autograd/ops/reduce.cpp's reduce_layout,
 // size-1 dims dropped): [outer, R, inner].
 struct ColumnSums {
   int64_t outer, R, inner;

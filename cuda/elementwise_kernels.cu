@@ -152,7 +152,7 @@ void launch_binary(const F& f, int device, const Shape8& shape_in, const Operand
   dispatch_storable(a.dtype, "binary op: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
     using R = typename std::conditional<math::is_comparison<F>, bool, T>::type;
-    // NOTE: the op (core/ops/binary.cpp) refuses arithmetic on bool; this only keeps it from being compiled.
+    // NOTE: the op (autograd/ops/binary.cpp) refuses arithmetic on bool; this only keeps it from being compiled.
     if constexpr (std::is_same<T, bool>::value && !math::is_comparison<F>) {
       raise_message("arithmetic on bool tensors is not defined");
     } else {

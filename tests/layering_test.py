@@ -4,14 +4,15 @@ core/, autograd/, nn/, optim/, cuda/ and examples/ (tests/, bench/ and docs/snip
 anything), and, given a build folder, over what each file defines and calls. Each rule below fails
 with the file, the line and the include, or the call, that breaks it.
 
-1. Upward only. The layers, bottom to top: core (core/ but core/ops/: storage, tensors, kernels,
-   and core/ops.h, the ops' declarations) < autograd < core/ops (the ops' definitions: each records
-   its backward with autograd/node.h) < nn < optim < examples. A file includes only headers of its
-   own layer or below.
+1. Upward only. The layers, bottom to top: core (core/: storage, tensors, the kernels, the creation
+   ops of core/creation.h) < autograd (autograd/, and autograd/ops.h, the ops' declarations) <
+   autograd/ops (the ops' definitions: each records its backward with autograd/node.h) < nn < optim
+   < examples. A file includes only headers of its own layer or below.
 2. The backends stay apart: core/cpu/ (the CPU kernels) never includes the GPU's side
    (core/cuda_ops.h), and the GPU's side never includes core/cpu/.
-3. Only core reaches the kernels: core/cpu/ and core/cuda_ops.h are included from core/ (and cuda/)
-   alone; autograd, nn, optim and examples go through the ops (core/ops.h).
+3. Only core and the ops reach the kernels: core/cpu/ and core/cuda_ops.h are included from core/,
+   autograd/ops/ (and cuda/) alone; autograd, nn, optim and examples go through the ops
+   (autograd/ops.h).
 4. cuda/ implements the backend interface: it includes only cuda/ and core/ headers, and nothing
    outside cuda/ (but tests/) includes cuda/. Its .cu files are C++17 and reach neither Tensor nor
    fmt: no core/tensor.h, core/error.h, <fmt/...> or <nlohmann/...> anywhere in what they include.
@@ -38,7 +39,7 @@ from layering_allowed import ALLOWED_CALLS, ALLOWED_PLUMBING_INCLUDES, TENSOR_ME
 
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
 CHECKED = ("core", "autograd", "nn", "optim", "cuda", "examples")
-LEVEL = {"core": 0, "autograd": 1, "core/ops": 2, "nn": 3, "optim": 4, "examples": 5}
+LEVEL = {"core": 0, "autograd": 1, "autograd/ops": 2, "nn": 3, "optim": 4, "examples": 5}
 GPU_SIDE = {"core/cuda_ops.h", "core/cuda_ops_stubs.cpp"}
 KERNEL_HEADERS = ("core/cpu/", "core/cuda_ops.h")
 NOT_IN_CU = ("core/tensor.h", "core/error.h")
@@ -50,8 +51,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
 
 def layer(path):
-    if path.startswith("core/ops/"):
-        return "core/ops"
+    if path.startswith("autograd/ops/"):
+        return "autograd/ops"
     return path.split("/")[0]
 
 
@@ -118,8 +119,8 @@ for path in sources:
             failures.append(f"{where}: the CPU kernels include the GPU's side")
         if path in GPU_SIDE and target.startswith("core/cpu/"):
             failures.append(f"{where}: the GPU's side includes the CPU kernels")
-        if here != "core" and here != "core/ops" and target.startswith(KERNEL_HEADERS):  # rule 3
-            failures.append(f"{where}: {here} reaches a device's kernels; go through the ops (core/ops.h)")
+        if here != "core" and here != "autograd/ops" and target.startswith(KERNEL_HEADERS):  # rule 3
+            failures.append(f"{where}: {here} reaches a device's kernels; go through the ops (autograd/ops.h)")
 
 for path in sources:  # rule 4, the .cu files' C++17 world
     if not path.endswith(".cu"):
@@ -133,7 +134,7 @@ for path in sources:  # rule 4, the .cu files' C++17 world
 
 
 def below_ops(path):
-    return layer(path) in ("core", "core/ops", "cuda")
+    return layer(path) in ("core", "autograd/ops", "cuda")
 
 
 USED_INCLUDE_ALLOWANCES = set()  # the (includer, header) pairs of ALLOWED_PLUMBING_INCLUDES met
@@ -228,7 +229,7 @@ def rule_problem(caller, callee, name):
     if not below_ops(caller) and callee.startswith(PLUMBING_FILES):  # rule 5
         return f"{here} calls the GPU's plumbing"
     if not below_ops(caller) and kernels:  # rule 3
-        return f"{here} calls a device's kernels; go through the ops (core/ops.h)"
+        return f"{here} calls a device's kernels; go through the ops (autograd/ops.h)"
     if there != "cuda" and LEVEL[there] > LEVEL[here]:  # rule 1
         return f"{here} calls the higher layer {there}"
     return None
@@ -279,16 +280,16 @@ def unused_allowances(objects, used):
 # Planted violations, one per rule, each of which the call rules must report: {what: (caller,
 # callee, name)}.
 PLANTED = {
-    "a CPU kernel calling an op": ("core/cpu/reduce.cpp", "core/ops/matmul.cpp", "ember::matmul(ember::Tensor)"),
+    "a CPU kernel calling an op": ("core/cpu/reduce.cpp", "autograd/ops/matmul.cpp", "ember::matmul(ember::Tensor)"),
     "core calling autograd": ("core/tensor.cpp", "autograd/node.cpp", "ember::record()"),
-    "a Tensor method not on the list": ("core/tensor.cpp", "core/ops/views.cpp", "ember::Tensor::flip() const"),
+    "a Tensor method not on the list": ("core/tensor.cpp", "autograd/ops/views.cpp", "ember::Tensor::flip() const"),
     "nn calling a CPU kernel": ("nn/layers.cpp", "core/cpu/gemm.cpp", "ember::cpu::gemm()"),
     "the CPU kernels calling the GPU's side": ("core/cpu/reduce.cpp", "cuda/row_kernels.cu", "ember::cuda::reduce()"),
     "the trainer calling the plumbing": ("examples/imdb/batcher.cpp", "core/copy_stream.cpp",
                                          "ember::GpuEvent::record(ember::GpuStream)"),
     "an allowed name from another file": ("examples/imdb/batcher.cpp", "core/cuda_graph.cpp",
                                           "ember::CudaGraph::replay()"),
-    "cuda/ calling an op": ("cuda/runtime.cu", "core/ops/creation.cpp", "ember::zeros()"),
+    "cuda/ calling an op": ("cuda/runtime.cu", "autograd/ops/binary.cpp", "ember::add()"),
 }
 PLANTED_DEFINITION = ("nn/layers.cpp", "ember::Tensor::view(std::vector<long> const&) const")
 

@@ -10,7 +10,7 @@
 
 #include "autograd/anomaly.h"
 #include "autograd/grad_mode.h"
-#include "core/ops.h"
+#include "autograd/ops.h"
 #include "helpers.h"
 #include "nn/layers.h"
 #include "nn/transformer.h"

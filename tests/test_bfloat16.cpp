@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "core/bfloat16.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/lanes.h"
 #include "core/cpu/table_lookup.h"
-#include "core/ops.h"
 #include "cuda_skip.h"
 #include "helpers.h"
 #include "nn/checkpoint.h"

@@ -16,10 +16,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "core/distributed/world.h"
 #include "core/file_io.h"
-#include "autograd/grad_mode.h"
-#include "core/ops.h"
 #include "examples/imdb/encoder_file.h"
 #include "examples/imdb/masked_token_model.h"
 #include "examples/imdb/masking.h"

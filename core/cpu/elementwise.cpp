@@ -1,5 +1,5 @@
 // The CPU's copies, fills, in-place accumulation and select over strided operands (core/kernels.h's copy,
-// fill, add_into, scale and select; the ops have checked them: core/ops/views.cpp, core/ops/masking.cpp).
+// fill, add_into, scale and select; the ops have checked them: autograd/ops/views.cpp, autograd/ops/masking.cpp).
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>

@@ -53,7 +53,7 @@ void times_derivative(const F& f, float* g, const float* xs, const float* ys, in
 // is faster here: core/cpu/table_lookup.h) instead of, for GELU, some thirty vector operations. The tables
 // are made by the same loops as above (the untabled results bit for bit, tests/test_bfloat16.cpp) on first
 // use: f's values rounded (128 KiB), and f'(v, v) as float (256 KiB; backward reads one saved tensor, x or
-// y, and hands it in as both, core/ops/unary.cpp).
+// y, and hands it in as both, autograd/ops/unary.cpp).
 template <typename F>
 inline constexpr bool kTabulated = std::is_empty_v<F>;
 

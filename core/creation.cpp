@@ -1,10 +1,14 @@
-// Creating tensors: constants, ranges and tensors from C++ values.
+// Creating tensors: constants, ranges and tensors from C++ values (core/creation.h). Nothing here
+// records a graph node.
+#include "core/creation.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <vector>
 
-#include "core/ops/op_support.h"
+#include "core/dtype.h"
+#include "core/error.h"
 
 namespace ember {
 

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 
 namespace ember {
 namespace {

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/ops/op_support.h"
 #include "core/cuda_ops.h"
 #include "core/device_copy.h"
-#include "core/ops/op_support.h"
 
 namespace ember {
 namespace {

@@ -2,7 +2,7 @@
 // The formulas live in core/unary_math.h; this file runs them through core/kernels.h's
 // unary_forward and unary_backward (the CPU's loops, or cuda/unary_kernels.cu on a GPU) and wires
 // them into autograd.
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 #include "core/unary_math.h"
 
 namespace ember {

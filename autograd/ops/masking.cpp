@@ -4,7 +4,7 @@
 // backwards are that kernel: the gradient goes to whichever operand was picked, 0 to the other.
 #include <cstdint>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 
 namespace ember {
 namespace {

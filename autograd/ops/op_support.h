@@ -1,7 +1,7 @@
 // What an op file uses, in one include: record() and Grads (autograd/node.h), every op
-// (core/ops.h), the CPU's thread pool and dtype dispatch (core/parallel.h, core/dtype.h), and the
+// (autograd/ops.h), the CPU's thread pool and dtype dispatch (core/parallel.h, core/dtype.h), and the
 // kernels every backend implements (core/kernels.h, called as kernel::<name>(kernel_on(x), ...), an
-// element-wise one with its operands as strided(t, shape)). So an op added to a file of core/ops/
+// element-wise one with its operands as strided(t, shape)). So an op added to a file of autograd/ops/
 // needs no new #include.
 #pragma once
 #include <algorithm>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "autograd/node.h"
+#include "autograd/ops.h"
 #include "autograd/recompute_cache.h"
 #include "core/kernels.h"
-#include "core/ops.h"
 #include "core/parallel.h"
 
 namespace ember {

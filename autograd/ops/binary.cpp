@@ -5,7 +5,7 @@
 #include <initializer_list>
 #include <utility>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 #include "core/unary_math.h"
 
 namespace ember {
@@ -143,7 +143,7 @@ Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 
-// With a C++ number: a floating result is computed by the scalar kernels of core/ops/unary.cpp (one pass,
+// With a C++ number: a floating result is computed by the scalar kernels of autograd/ops/unary.cpp (one pass,
 // nothing saved), an integer one (or a bool one, refused) by the binary op with the number as a 0-dim tensor.
 Tensor operator+(const Tensor& a, Scalar b) {
   const Dtype dtype = with_number(a, b, "add");
