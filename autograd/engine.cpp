@@ -9,8 +9,8 @@
 
 #include "autograd/hooks.h"
 #include "autograd/node.h"
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 
 namespace ember {
 namespace {

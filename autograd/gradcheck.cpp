@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 
 namespace ember {
 

@@ -1,7 +1,7 @@
 // What a checkpoint's forward keeps for its recompute (selective recomputation, as PyTorch's
 // selective activation checkpointing): an op whose results are small but dear to compute keeps them
 // during a checkpoint's no-grad forward, and the recompute in backward takes them back instead of
-// computing them again. Attention takes part (core/ops/attention.cpp, with or without a band):
+// computing them again. Attention takes part (autograd/ops/attention.cpp, with or without a band):
 // it keeps its output [B, T, D] and its rows' softmax statistics [B, H, T, 2], a few MiB, where
 // computing them again costs its max and sum passes and P V over [B, H, T, T] scores (over a band, the kernel
 // whose backward needs nothing else, skips its forward altogether).

@@ -22,13 +22,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "autograd/ops.h"
 #include "bench/json_number.h"
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "core/gpu.h"
-#include "core/ops.h"
 #include "core/random.h"
 #include "core/tensor.h"
 #include "examples/imdb/settings.h"
@@ -85,12 +84,12 @@ int main(int argc, char** argv) try {
     cuda::gemm_bf16_bare(device.index, n, n, n, a_gpu.raw_data(), b_gpu.raw_data(), c_gpu.data<float>());
   };
   for (int i = 0; i < 3; ++i) product();  // cuBLAS's choice of kernel, the clocks up
-  gpu::synchronize(device);
+  cuda::synchronize(device.index);
   std::vector<double> round_ms;
   for (int64_t r = 0; r < f.timings; ++r) {
     const auto start = Clock::now();
     for (int64_t p = 0; p < f.per_round; ++p) product();
-    gpu::synchronize(device);
+    cuda::synchronize(device.index);
     round_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count() / double(f.per_round));
   }
   // 16 entries of C (spread over rows and columns) against double sums of the same bfloat16 values.

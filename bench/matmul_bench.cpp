@@ -42,7 +42,7 @@ struct Shape {
   // memory: for the attention shapes, 32 MiB of [T, T] written or read, bound by memory traffic.
   bool tt_in_scratch = false;
   // The bf16 product reads bfloat16 operands (rounded once beforehand, not timed), as the bf16 step's
-  // linear layers feed theirs (g and the kept x: core/ops/linear.cpp); otherwise float32 ones, rounded
+  // linear layers feed theirs (g and the kept x: autograd/ops/linear.cpp); otherwise float32 ones, rounded
   // while packed. The float32 product reads float32 operands either way.
   bool bf16_operands = false;
 };

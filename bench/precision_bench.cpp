@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops.h"
+#include "autograd/ops.h"
 #include "core/parallel.h"
 #include "core/precision.h"
 #include "core/random.h"

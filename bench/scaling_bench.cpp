@@ -20,9 +20,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "autograd/ops.h"
 #include "bench/json_number.h"
 #include "core/distributed/world.h"
-#include "core/ops.h"
 #include "core/parallel.h"
 #include "nn/data_parallel.h"
 #include "nn/transformer.h"

@@ -17,10 +17,9 @@
 
 #include <fmt/format.h>
 
+#include "autograd/ops.h"
 #include "core/cuda_ops.h"
-#include "core/gpu.h"
 #include "core/kernels.h"
-#include "core/ops.h"
 
 using namespace ember;
 using Clock = std::chrono::steady_clock;
@@ -37,10 +36,10 @@ template <typename Fn>
 double time_ms(int reps, Device device, Fn&& fn) {
   std::vector<double> ms;
   for (int i = 0; i < reps + 3; ++i) {
-    gpu::synchronize(device);
+    cuda::synchronize(device.index);
     auto start = Clock::now();
     fn();
-    gpu::synchronize(device);
+    cuda::synchronize(device.index);
     if (i >= 3) ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count());
   }
   return median(ms);

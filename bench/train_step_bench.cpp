@@ -38,10 +38,10 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "bench/json_number.h"
 #include "core/allocator.h"
-#include "core/gpu.h"
-#include "core/ops.h"
+#include "core/cuda_ops.h"
 #include "core/parallel.h"
 #include "core/precision.h"
 #include "core/random.h"
@@ -256,7 +256,7 @@ void run(const Flags& f) {
     NoGradGuard no_grad;
     auto start = Clock::now();
     Tensor logits = trainee.model.forward(tokens, mask);
-    gpu::synchronize(device);  // GPU work is asynchronous: wait before reading the clock
+    if (device.is_cuda()) cuda::synchronize(device.index);  // GPU work is asynchronous: wait before reading the clock
     if (i >= f.warmup) forward_ms.push_back(1e3 * seconds_since(start));
   }
 

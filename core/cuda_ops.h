@@ -1,8 +1,12 @@
-// The CUDA backend's interface: every entry point of the .cu files in cuda/, with raw pointers,
-// sizes and element strides only, so that the .cu files need neither Tensor nor fmt (they compile
-// as C++17). The ops (core/ops/*.cpp, through core/gpu.h) call these; cuda/ implements them. Every
-// function runs on `device`'s current stream (asynchronously: results are read back through a
-// copy, which waits).
+// The CUDA backend's runtime interface: the runtime (synchronising, the copy stream, events), CUDA
+// graphs, the caching allocator's capture warm-up, the backend's settings (cuDNN softmax, fused
+// attention, TF32), and the cuBLAS GEMMs, with raw pointers, sizes and element strides only, so that
+// the .cu files need neither Tensor nor fmt (they compile as C++17); cuda/ implements them. The
+// kernels the ops run, element-wise and structural, are declared in core/kernels.h, once for every
+// device. The GEMMs stay here: they are cuBLAS's entry under the products of core/kernels.h (linear,
+// matmul), which cuda/blas*.cu call, and bench/gemm_peak.cpp times cuda::gemm_bf16_bare. Every
+// function runs on `device`'s current stream (asynchronously: results are read back through a copy,
+// which waits).
 // Each entry point is declared once, as EMBER_CUDA_ENTRY(type, name, (parameters)), or
 // EMBER_CUDA_DEFAULT(type, name, (parameters), {body}) for a setting that a build without CUDA
 // answers with `body`. Here they are declarations; in a build without CUDA,
@@ -11,8 +15,6 @@
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
 #pragma once
 #include <cstdint>
-
-#include "core/unary_math.h"
 
 #ifndef EMBER_CUDA_ENTRY
 #define EMBER_CUDA_ENTRY(type, name, params) type name params;
@@ -23,12 +25,13 @@ namespace ember::cuda {
 
 constexpr int kMaxDims = 8;
 
-// Element types, numbered like ember::Dtype (core/dtype.h; core/gpu.cpp checks they agree). bfloat16 is
-// stored as ember::BFloat16 and computed in float, each result rounded once, as on the CPU; the
-// element-wise kernels below take it, the others float32 and float64.
-enum ScalarType : int { kFloat32 = 0, kFloat64 = 1, kInt32 = 2, kInt64 = 3, kBFloat16 = 4, kBool = 6 };
+// Element types, numbered like ember::Dtype (core/dtype.h; core/cuda_ops_stubs.cpp checks they agree).
+// bfloat16 is stored as ember::BFloat16 and computed in float, each result rounded once, as on the CPU.
+// float16 is a name only (core/dtype.h): no kernel takes it.
+enum ScalarType : int { kFloat32 = 0, kFloat64 = 1, kInt32 = 2, kInt64 = 3, kBFloat16 = 4, kFloat16 = 5, kBool = 6 };
 
-// The shape an element-wise kernel walks (row-major), at most kMaxDims dims.
+// The shape an element-wise launcher walks (row-major), at most kMaxDims dims (core/kernels.h's
+// Strided operands, packed by cuda/elementwise_kernels.cu, and the row kernels' own).
 struct Shape8 {
   int ndim = 0;
   int64_t size[kMaxDims] = {};
@@ -85,34 +88,14 @@ EMBER_CUDA_DEFAULT(bool, launch_sync, (), { return false; })
 EMBER_CUDA_ENTRY(void, allocator_record, (int device, bool on))
 EMBER_CUDA_ENTRY(void, allocator_fill_recorded, (int device))
 
-// ---- Element-wise (cuda/elementwise_kernels.cu, cuda/unary_kernels.cu)
-// dst = src converted to dst's type, element by element over `shape`.
-EMBER_CUDA_ENTRY(void, copy, (int device, const Shape8& shape, const Operand& dst, const Operand& src))
-EMBER_CUDA_ENTRY(void, fill, (int device, const Shape8& shape, const Operand& dst, double value))
-// dst += alpha * src (same type), and dst *= value (floating).
-EMBER_CUDA_ENTRY(void, add_into, (int device, const Shape8& shape, const Operand& dst, const Operand& src,
-                                  double alpha))
-EMBER_CUDA_ENTRY(void, scale, (int device, const Shape8& shape, const Operand& dst, double value))
-// out = f(a, b) for every binary functor of core/unary_math.h (EMBER_BINARY_OPS): a and b of one
-// type, out of that type (arithmetic) or bool (comparisons).
-#define EMBER_CUDA_BINARY_ENTRY(name, Functor)                                                                     \
-  EMBER_CUDA_ENTRY(void, binary, (const math::Functor& f, int device, const Shape8& shape, const Operand& out, \
-                                  const Operand& a, const Operand& b))
-EMBER_BINARY_OPS(EMBER_CUDA_BINARY_ENTRY)
-#undef EMBER_CUDA_BINARY_ENTRY
-// y = f(x) and grad_x = grad * f'(x, y) for every unary functor of core/unary_math.h: n contiguous
-// elements of `dtype` (kFloat32, kFloat64 or kBFloat16).
-#define EMBER_CUDA_UNARY_ENTRY(name, Functor, ...)                                                                 \
-  EMBER_CUDA_ENTRY(void, unary_forward, (const math::Functor& f, int device, int dtype, const void* x, void* y,    \
-                                         int64_t n))                                                              \
-  EMBER_CUDA_ENTRY(void, unary_backward, (const math::Functor& f, int device, int dtype, const void* grad,         \
-                                          const void* x, const void* y, void* grad_x, int64_t n))
-EMBER_UNARY_OPS(EMBER_CUDA_UNARY_ENTRY)
-EMBER_UNARY_PARAM_OPS(EMBER_CUDA_UNARY_ENTRY)
-#undef EMBER_CUDA_UNARY_ENTRY
-// out = cond ? a : b (cond bool; a, b and out of one type).
-EMBER_CUDA_ENTRY(void, select, (int device, const Shape8& shape, const Operand& out, const Operand& cond,
-                                const Operand& a, const Operand& b))
+// ---- The element-wise launchers the CUDA backend's own kernels use (cuda/elementwise_kernels.cu; the
+// row kernels move and zero their operands with them, the bfloat16 GEMM converts them): over `shape`
+// (at most kMaxDims dims), operands as Shape8 / Operand above. Plain declarations, not entry points:
+// only cuda/ calls them, and the ops reach the element-wise kernels through core/kernels.h.
+// dst = src converted to dst's type; dst = value; dst *= value (floating).
+void copy(int device, const Shape8& shape, const Operand& dst, const Operand& src);
+void fill(int device, const Shape8& shape, const Operand& dst, double value);
+void scale(int device, const Shape8& shape, const Operand& dst, double value);
 
 // ---- Softmax through cuDNN. The row kernels (reductions, softmax, the normalisations, cross-entropy)
 // are in core/kernels.h; softmax's run through cuDNN (cuda/cudnn_softmax.cu) instead of their own row
@@ -122,7 +105,7 @@ EMBER_CUDA_DEFAULT(void, set_softmax_cudnn, (bool on), { if (on) no_cuda_backend
 EMBER_CUDA_DEFAULT(bool, softmax_cudnn, (), { return false; })
 
 // ---- Fused attention's settings (cuda/attention_kernels.cu: tiled, FlashAttention-2 style; its kernels are in
-// core/kernels.h). Any T; head size D / heads up to attention_max_head_dim(). core/ops/attention.cpp runs them
+// core/kernels.h). Any T; head size D / heads up to attention_max_head_dim(). autograd/ops/attention.cpp runs them
 // on a GPU when attention_fused() is on (the default; set_attention_fused(false) or EMBER_ATTENTION=composed
 // turn it off, and the composed attention_reference runs): kernel::attention_plan says which.
 EMBER_CUDA_DEFAULT(void, set_attention_fused, (bool on), {})

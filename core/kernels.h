@@ -1,23 +1,30 @@
-// The structural kernels, each declared once: one signature (raw pointers, sizes, results) that
-// every backend implements, the CPU's in core/cpu/ and the GPU's in cuda/. An op allocates its
-// outputs, then calls kernel::<name>(on, ...), which runs the implementation of the device `on`
-// names; so an op has no device switch, and records one backward.
+// The kernels, each declared once: one signature (raw pointers, sizes, results) that every
+// backend implements, the CPU's in core/cpu/ and the GPU's in cuda/. An op allocates its outputs,
+// then calls kernel::<name>(on, ...), which runs the implementation of the device `on` names; so an
+// op has no device switch, and records one backward.
 //
 //     EMBER_KERNEL(void, my_norm_forward, (const On& on, const void* x, ...))
 // declares cpu::my_norm_forward and cuda::my_norm_forward with that signature, and defines
-// kernel::my_norm_forward(on, ...), which calls one of them. In a build without CUDA,
-// core/cuda_ops_stubs.cpp includes this file with EMBER_KERNEL defining each cuda:: function as one
-// that raises "<name>: this build of Ember has no CUDA backend" (never reached: no tensor can live
-// on a GPU there). So a kernel is declared here and nowhere else.
-// Element-wise kernels are not here: they come from the functor lists of core/unary_math.h. The
-// raw GEMMs under the products below, copies, fills and the runtime are in core/cuda_ops.h (the CPU
-// has its own, core/cpu/gemm.h).
+// kernel::my_norm_forward(on, ...), which calls one of them. A family of kernels made from the
+// functors of core/unary_math.h (binary, unary_forward, ...) is one overload per functor:
+// EMBER_KERNEL_OVERLOAD declares each one's cpu:: and cuda:: functions, and EMBER_KERNEL_CHOICE
+// defines the family's kernel::<name> once. In a build without CUDA, core/cuda_ops_stubs.cpp
+// includes this file with these macros defining each cuda:: function as one that raises "<name>:
+// this build of Ember has no CUDA backend" (never reached: no tensor can live on a GPU there). So a
+// kernel is declared here and nowhere else.
+// The element-wise kernels (copies, fills, binary and unary math, where) take their operands as
+// core/cpu/loops.h walks them (Strided: data, dtype, strides; broadcast as stride 0); the others
+// take contiguous buffers and sizes. The raw GEMMs under the products and the runtime are in
+// core/cuda_ops.h (the CPU has its own, core/cpu/gemm.h).
 // C++17 and free of Tensor and fmt, so that cuda/*.cu include it.
 #pragma once
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "core/attention_args.h"
+#include "core/shape.h"
+#include "core/unary_math.h"
 #include "core/update_rules.h"
 
 namespace ember {
@@ -25,7 +32,7 @@ namespace ember {
 // Where a kernel runs and the element type of its floating operands: every kernel's first parameter.
 struct On {
   int device = -1;  // -1: the CPU; n >= 0: GPU n
-  int dtype = 0;    // a Dtype (core/dtype.h) as a number: 0 float32, 1 float64, 4 bfloat16 (cuda::ScalarType's)
+  int dtype = 0;    // a Dtype (core/dtype.h) as a number (0 float32, 1 float64, 4 bfloat16, ...: cuda::ScalarType's)
   bool cpu() const { return device < 0; }
   bool float64() const { return dtype == 1; }
 };
@@ -33,25 +40,82 @@ struct On {
 }  // namespace ember
 
 #ifndef EMBER_KERNEL
-#define EMBER_KERNEL(type, name, params)                                                                 \
-  namespace cpu {                                                                                        \
-  type name params;                                                                                      \
-  }                                                                                                      \
-  namespace cuda {                                                                                       \
-  type name params;                                                                                      \
-  }                                                                                                      \
+#define EMBER_KERNEL_OVERLOAD(type, name, params) \
+  namespace cpu {                                 \
+  type name params;                               \
+  }                                               \
+  namespace cuda {                                \
+  type name params;                               \
+  }
+#define EMBER_KERNEL_CHOICE(type, name)                                                                  \
   namespace kernel {                                                                                     \
   template <typename... Args>                                                                            \
   type name(const On& on, Args&&... args) {                                                              \
     return on.cpu() ? cpu::name(on, std::forward<Args>(args)...) : cuda::name(on, std::forward<Args>(args)...); \
   }                                                                                                      \
   }
+#define EMBER_KERNEL(type, name, params) EMBER_KERNEL_OVERLOAD(type, name, params) EMBER_KERNEL_CHOICE(type, name)
 #endif
 
 namespace ember {
 
-// ---- Normalisations over the last dim of contiguous [rows, D] (core/ops/layer_norm.cpp;
-// CPU: core/cpu/layer_norm.cpp, GPU: cuda/row_kernels.cu). weight and bias [D], each may be null.
+// ---- Element-wise kernels over strided operands (autograd/ops/views.cpp: copies, fills, add_, mul_;
+// autograd/ops/binary.cpp, autograd/ops/unary.cpp, autograd/ops/masking.cpp; CPU: core/cpu/elementwise.cpp,
+// core/cpu/binary.cpp, core/cpu/unary.cpp on core/cpu/loops.h, GPU: cuda/elementwise_kernels.cu,
+// cuda/unary_kernels.cu). Each walks `shape` (row-major), the output's; every operand is read (or
+// written) over all of it through its own strides. bfloat16 is computed in float and each result
+// rounded once (compute_type), on both devices. The ops have checked dtypes, devices and shapes;
+// a GPU takes at most 8 dims and no float16.
+
+// One operand: its element [0, ...], its dtype (a Dtype number, core/dtype.h) and its stride, in
+// elements, along each dim of the shape; 0 along a dim it is broadcast over (the element repeats).
+struct Strided {
+  void* data = nullptr;
+  int dtype = 0;
+  std::vector<int64_t> strides;
+};
+
+// dst = src converted to dst's dtype; dst = value; dst += alpha * src (one dtype, not bool); dst *=
+// value (floating). on.dtype is dst's.
+EMBER_KERNEL(void, copy, (const On& on, const Shape& shape, const Strided& dst, const Strided& src))
+EMBER_KERNEL(void, fill, (const On& on, const Shape& shape, const Strided& dst, double value))
+EMBER_KERNEL(void, add_into, (const On& on, const Shape& shape, const Strided& dst, const Strided& src, double alpha))
+EMBER_KERNEL(void, scale, (const On& on, const Shape& shape, const Strided& dst, double value))
+// out = cond ? a : b (cond bool; a, b and out of one dtype, any: values are picked, not computed).
+EMBER_KERNEL(void, select, (const On& on, const Shape& shape, const Strided& out, const Strided& cond,
+                            const Strided& a, const Strided& b))
+
+// out = f(a, b) for every binary functor of core/unary_math.h (EMBER_BINARY_OPS): a and b of one
+// dtype (on.dtype), out of that dtype (arithmetic) or bool (comparisons and logical ops). Where
+// add_widens(on) (the CPU), math::Add also takes a float32 a and a bfloat16 b, b widened as it is
+// read into a float32 out: no float32 copy of b (the residual connection of a mixed-precision model).
+#define EMBER_BINARY_KERNEL(name, Functor)                                                                  \
+  EMBER_KERNEL_OVERLOAD(void, binary, (const On& on, const math::Functor& f, const Shape& shape, const Strided& out, \
+                                       const Strided& a, const Strided& b))
+EMBER_BINARY_OPS(EMBER_BINARY_KERNEL)
+#undef EMBER_BINARY_KERNEL
+EMBER_KERNEL_CHOICE(void, binary)
+EMBER_KERNEL(bool, add_widens, (const On& on))
+
+// y = f(x), and grad_x = grad * f'(x, y), for every unary functor of core/unary_math.h
+// (EMBER_UNARY_OPS, EMBER_UNARY_PARAM_OPS): floating operands of on.dtype; y and grad_x contiguous,
+// the others any strides (a GPU copies a strided one into a contiguous scratch first: one copy
+// launch each). f.df reads x, y or neither (F::reads): the op hands a stand-in of the same shape for
+// what it does not read, and the same Strided twice where one tensor stands for both.
+#define EMBER_UNARY_KERNEL(name, Functor, ...)                                                              \
+  EMBER_KERNEL_OVERLOAD(void, unary_forward, (const On& on, const math::Functor& f, const Shape& shape,    \
+                                              const Strided& y, const Strided& x))                       \
+  EMBER_KERNEL_OVERLOAD(void, unary_backward, (const On& on, const math::Functor& f, const Shape& shape,   \
+                                               const Strided& grad_x, const Strided& grad, const Strided& x, \
+                                               const Strided& y))
+EMBER_UNARY_OPS(EMBER_UNARY_KERNEL)
+EMBER_UNARY_PARAM_OPS(EMBER_UNARY_KERNEL)
+#undef EMBER_UNARY_KERNEL
+EMBER_KERNEL_CHOICE(void, unary_forward)
+EMBER_KERNEL_CHOICE(void, unary_backward)
+
+// ---- Normalisations over the last dim of contiguous [rows, D] (autograd/ops/layer_norm.cpp;
+// CPU: core/cpu/layer_norm.cpp, GPU: cuda/norm_kernels.cu). weight and bias [D], each may be null.
 
 // Layer norm. mean and rstd are float64 [rows]. Backward: dx, dweight, dbias may each be null (not
 // wanted); `scratch` is layer_norm_scratch(on, rows, D) doubles, where dweight and dbias are summed
@@ -75,8 +139,8 @@ EMBER_KERNEL(void, rms_norm_backward, (const On& on, const void* grad, const voi
                                        const void* weight, void* dx, void* dweight, int64_t rows, int64_t D,
                                        double* scratch))
 
-// ---- Softmax and log-softmax over the middle dim of contiguous [outer, n, inner] (core/ops/softmax.cpp;
-// CPU: core/cpu/softmax.cpp, GPU: cuda/row_kernels.cu, or cuDNN's (cuda/cudnn_softmax.cu) when
+// ---- Softmax and log-softmax over the middle dim of contiguous [outer, n, inner] (autograd/ops/softmax.cpp;
+// CPU: core/cpu/softmax.cpp, GPU: cuda/softmax_kernels.cu, or cuDNN's (cuda/cudnn_softmax.cu) when
 // cuda::softmax_cudnn() is on). y = softmax(x) over n (log-softmax when `log`); the backward gives dx
 // from grad and the saved y: softmax dx = y * (g - sum(g * y)), log-softmax dx = g - e^y * sum(g).
 // `scratch` is softmax_scratch(on, outer, n, inner, backward) elements of the data's dtype (the GPU's
@@ -87,8 +151,8 @@ EMBER_KERNEL(void, softmax_forward, (const On& on, const void* x, void* y, int64
 EMBER_KERNEL(void, softmax_backward, (const On& on, const void* grad, const void* y, void* dx, int64_t outer,
                                       int64_t n, int64_t inner, bool log, void* scratch))
 
-// ---- Cross-entropy of contiguous logits [N, C] and int64 targets [N] (core/ops/cross_entropy.cpp;
-// CPU: core/cpu/cross_entropy.cpp, GPU: cuda/row_kernels.cu), `count` rows counted (those whose target
+// ---- Cross-entropy of contiguous logits [N, C] and int64 targets [N] (autograd/ops/cross_entropy.cpp;
+// CPU: core/cpu/cross_entropy.cpp, GPU: cuda/cross_entropy_kernels.cu), `count` rows counted (those whose target
 // is not ignore_index). Forward: per row the max m and s = sum(e^(x - m)) (the logits' type; 0 and 1
 // on ignored rows), and loss (0-d, the logits' type) = the mean over counted rows of
 // log(s) - (x[target] - m), 0 when count is 0; `scratch` is cross_entropy_scratch(on, N) doubles (the
@@ -103,8 +167,8 @@ EMBER_KERNEL(void, cross_entropy_backward, (const On& on, const void* logits, co
                                             const void* row_max, const void* sum_exp, void* dlogits, int64_t N,
                                             int64_t C, int64_t ignore_index, const double* grad, int64_t count))
 
-// ---- Reductions over the middle dim of contiguous [outer, R, inner] (core/ops/reduce.cpp; CPU:
-// core/cpu/reduce.cpp, GPU: cuda/row_kernels.cu): out [outer, inner] = the sum or the max over R
+// ---- Reductions over the middle dim of contiguous [outer, R, inner] (autograd/ops/reduce.cpp; CPU:
+// core/cpu/reduce.cpp, GPU: cuda/reduce_kernels.cu): out [outer, inner] = the sum or the max over R
 // (each output summed by one thread / block in a fixed order; the GPU sums floating rows in double);
 // argmax: out (int64) = the first index of the largest over n. `scratch` is reduce_scratch(on,
 // outer, R, inner) elements of x's dtype (the GPU's rows made contiguous when inner > 1: moved to
@@ -116,11 +180,11 @@ EMBER_KERNEL(void, reduce, (const On& on, ReduceKind kind, const void* x, void* 
 EMBER_KERNEL(void, argmax, (const On& on, const void* x, int64_t* out, int64_t outer, int64_t n, int64_t inner,
                             void* scratch))
 
-// ---- Embedding (core/ops/embedding.cpp; CPU: core/cpu/embedding.cpp, GPU: cuda/embedding_kernels.cu).
+// ---- Embedding (autograd/ops/embedding.cpp; CPU: core/cpu/embedding.cpp, GPU: cuda/embedding_kernels.cu).
 // Forward: out[i, :] = weight[ids[i], :] (weight [V, D] read through its strides, in elements), n ids
 // (int64, on the device), out contiguous [n, D]. Backward: dweight[rows[k], :] += the sum over p in
 // [starts[k], starts[k+1]) of grad[positions[p], :], in order of p (the buckets of the ids by row,
-// core/ops/embedding.cpp's bucket_by_row): each row by one thread / block, no atomics, the same order
+// autograd/ops/embedding.cpp's bucket_by_row): each row by one thread / block, no atomics, the same order
 // of additions on every device. With `count` (device memory, for a CUDA graph's step) only the first
 // *count of the nrows rows are added.
 EMBER_KERNEL(void, embedding_forward, (const On& on, const void* weight, int64_t w_rs, int64_t w_cs,
@@ -128,7 +192,7 @@ EMBER_KERNEL(void, embedding_forward, (const On& on, const void* weight, int64_t
 EMBER_KERNEL(void, embedding_backward, (const On& on, const void* grad, const int64_t* rows, const int64_t* starts,
                                         const int64_t* positions, int64_t nrows, int64_t D, void* dweight,
                                         const int64_t* count))
-// ---- Optimiser steps (core/ops/optimizer_steps.cpp; CPU: core/cpu/optimizer_steps.cpp, GPU:
+// ---- Optimiser steps (autograd/ops/optimizer_steps.cpp; CPU: core/cpu/optimizer_steps.cpp, GPU:
 // cuda/optim_kernels.cu): every tensor of a list updated in place by the per-element rules of
 // core/update_rules.h, the very functions on both devices, so each element's result is the same on
 // either and for any thread count (no sums: each element is updated on its own). On the GPU one fused
@@ -156,7 +220,7 @@ EMBER_KERNEL(void, adam_step, (const On& on, const TensorList& tensors, const Ad
 // SGD (SgdRule): state1 = the velocities (null without momentum); state2 unused.
 EMBER_KERNEL(void, sgd_step, (const On& on, const TensorList& tensors, const SgdHyper& hyper))
 
-// ---- Gradient clipping over a TensorList (core/ops/optimizer_steps.cpp: sum_of_squares,
+// ---- Gradient clipping over a TensorList (autograd/ops/optimizer_steps.cpp: sum_of_squares,
 // scale_all_, clip_by_norm_; CPU: core/cpu/grad_clipping.cpp, GPU: cuda/optim_kernels.cu; on a GPU
 // one launch each for up to 32 tensors).
 // sum_squares: the squares of every element of every grads[t], summed in double into
@@ -175,7 +239,7 @@ EMBER_KERNEL(void, clip_scale, (const On& on, const double* partials, int64_t co
                                 double* norm_scale))
 EMBER_KERNEL(void, scale_all_by, (const On& on, const TensorList& tensors, const double* factor))
 
-// ---- Dropout (core/ops/dropout.cpp; CPU: core/cpu/dropout.cpp, GPU: cuda/elementwise_kernels.cu)
+// ---- Dropout (autograd/ops/dropout.cpp; CPU: core/cpu/dropout.cpp, GPU: cuda/elementwise_kernels.cu)
 // out[i] = in[i] * scale where (random_bits(seed, first + i) >> 11) >= threshold, else 0: core/random.h's
 // counter-based hash, so the mask is a pure function of (seed, first + i), the same on either device
 // and for any thread count. n contiguous elements of on.dtype (float32, float64, or bfloat16 scaled in
@@ -184,7 +248,7 @@ EMBER_KERNEL(void, scale_all_by, (const On& on, const TensorList& tensors, const
 EMBER_KERNEL(void, dropout_mask, (const On& on, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
                                   uint64_t threshold, double scale, const uint64_t* state))
 
-// ---- Random fills (core/ops/random.cpp: uniform_, normal_; CPU: core/cpu/random_fill.cpp, GPU:
+// ---- Random fills (autograd/ops/random.cpp: uniform_, normal_; CPU: core/cpu/random_fill.cpp, GPU:
 // cuda/random_kernels.cu). data[i] = element i of a uniform [a, b) (normal = false) or normal (mean a,
 // std b) draw whose range starts at `first`: core/random.h's uniform_element / normal_element, a pure
 // function of (seed, first + i), so a seed gives the same numbers on either device and for any thread
@@ -192,7 +256,7 @@ EMBER_KERNEL(void, dropout_mask, (const On& on, const void* in, void* out, int64
 EMBER_KERNEL(void, random_fill, (const On& on, void* data, int64_t n, bool normal, uint64_t seed, uint64_t first,
                                  double a, double b))
 
-// ---- Products, row-major, strides in elements (core/ops/linear.cpp, core/ops/matmul.cpp; CPU:
+// ---- Products, row-major, strides in elements (autograd/ops/linear.cpp, autograd/ops/matmul.cpp; CPU:
 // core/cpu/products.cpp on core/cpu/gemm.h's GEMM, GPU: cuda/blas.cu on cuBLAS). float32 or float64.
 
 // Linear: y [rows, N] = x [rows, K] W^T (+ bias [N] on every row; bias may be null), x, W [N, K] and
@@ -205,7 +269,7 @@ EMBER_KERNEL(void, linear_forward, (const On& on, const void* x, const void* w, 
 EMBER_KERNEL(void, linear_backward, (const On& on, const void* g, const void* x, const void* w, void* dx, void* dw,
                                      int64_t rows, int64_t K, int64_t N))
 
-// The mixed-precision linear (core/precision.h, core/ops/linear.cpp; CPU: core/cpu/products.cpp, GPU:
+// The mixed-precision linear (core/precision.h, autograd/ops/linear.cpp; CPU: core/cpu/products.cpp, GPU:
 // cuda/blas_bf16.cu): y [rows, N] bfloat16 = x W^T (+ bias, float32 [N]; may be null), the products of
 // bfloat16-rounded operands summed in float32 and each entry rounded once (a GPU's sums start from the
 // bias rounded to bfloat16: docs/precision.md). x (on.dtype) and W (w_dtype) are contiguous, float32 or
@@ -245,7 +309,7 @@ struct MatmulReads {
 };
 EMBER_KERNEL(MatmulReads, matmul_reads, (const On& on))
 
-// ---- Scaled dot-product attention, fused, full or over a band (core/ops/attention.cpp; CPU:
+// ---- Scaled dot-product attention, fused, full or over a band (autograd/ops/attention.cpp; CPU:
 // core/cpu/attention.cpp, GPU: cuda/attention_kernels.cu, their layouts and formulas in each file's opening
 // comment). The operands, the mask and the sizes: core/attention_args.h (q [B, H, T, Dh], k [B, H, S, Dh],
 // v [B, H, S, Dv], out [B, H, T, Dv], each read or written through its strides). Every operand and an

@@ -70,7 +70,7 @@ class Tensor {
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;  // same data, no history, requires_grad false
 
-  // ---- Views: share storage, copy nothing; all differentiable (core/ops/views.cpp)
+  // ---- Views: share storage, copy nothing; all differentiable (autograd/ops/views.cpp)
   Tensor view(const Shape& shape) const;     // needs compatible strides; -1 infers one size
   Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
   Tensor permute(const std::vector<int64_t>& dims) const;

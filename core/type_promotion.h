@@ -79,7 +79,7 @@ constexpr Dtype combine_categories(Dtype higher, Dtype lower) {
 // the lower-priority side is of a higher category: float32 [N] * 2 -> float32, int64 [N] * 2.5 ->
 // float32 (a floating number's default), int64 [N] * float64 0-dim -> float64, float64 [N] / float32
 // 0-dim -> float64, bfloat16 [N] * float32 0-dim -> bfloat16, bool [N] == 0 -> int64. (Ember refuses two
-// tensors with dims of different dtypes before asking: core/ops/binary.cpp.)
+// tensors with dims of different dtypes before asking: autograd/ops/binary.cpp.)
 constexpr Dtype result_type(PromotionOperand a, PromotionOperand b) {
   bool has[3] = {false, false, false};
   Dtype of[3] = {Dtype::Bool, Dtype::Bool, Dtype::Bool};

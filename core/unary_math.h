@@ -2,7 +2,7 @@
 // EMBER_HD: the same functor runs in the CPU loop and in the CUDA kernel.
 // Each functor also says what df reads (`reads`): backward keeps only that, the input, the output or neither.
 // To add an element-wise op: a functor here, one line in EMBER_UNARY_OPS, its declaration in
-// core/ops.h, a test. That is all (docs/adding-an-op.md).
+// autograd/ops.h, a test. That is all (docs/adding-an-op.md).
 #pragma once
 #include <cmath>
 #include <type_traits>
@@ -12,7 +12,7 @@
 
 namespace ember::math {
 
-// What a derivative df(x, y) reads, so that backward saves only that (core/ops/unary.cpp): holding the
+// What a derivative df(x, y) reads, so that backward saves only that (autograd/ops/unary.cpp): holding the
 // input or the output of every element-wise op until backward is memory the graph need not keep.
 enum class Reads { Nothing, Input, Output };
 
@@ -119,7 +119,7 @@ struct MulScalar {
 };
 
 // name, functor, and the inputs the GPU-vs-CPU test draws (low, high: inside the op's domain):
-// one line per parameterless op. The list generates each op (core/ops/unary.cpp), its CUDA
+// one line per parameterless op. The list generates each op (autograd/ops/unary.cpp), its CUDA
 // kernels (cuda/unary_kernels.cu), their declarations and stubs (core/cuda_ops.h), and its row
 // in the GPU-vs-CPU test (tests/cuda/test_cuda.cpp).
 #define EMBER_UNARY_OPS(X)       \
@@ -152,7 +152,7 @@ struct Greater { template <typename T> EMBER_HD bool f(T a, T b) const { return 
 struct GreaterEqual { template <typename T> EMBER_HD bool f(T a, T b) const { return a >= b; } };
 struct Less { template <typename T> EMBER_HD bool f(T a, T b) const { return a < b; } };
 struct LessEqual { template <typename T> EMBER_HD bool f(T a, T b) const { return a <= b; } };
-// Logical ops take bool operands (core/ops/binary.cpp converts others first: nonzero is true).
+// Logical ops take bool operands (autograd/ops/binary.cpp converts others first: nonzero is true).
 struct LogicalAnd { template <typename T> EMBER_HD bool f(T a, T b) const { return bool(a) && bool(b); } };
 struct LogicalOr { template <typename T> EMBER_HD bool f(T a, T b) const { return bool(a) || bool(b); } };
 struct LogicalXor { template <typename T> EMBER_HD bool f(T a, T b) const { return bool(a) != bool(b); } };
@@ -160,8 +160,8 @@ struct LogicalXor { template <typename T> EMBER_HD bool f(T a, T b) const { retu
 // name, functor: one line per binary op. The lists generate the CUDA kernels
 // (cuda/elementwise_kernels.cu), their declarations and stubs (core/cuda_ops.h) and the rows of the
 // GPU-vs-CPU test (tests/cuda/test_cuda_ops.cpp); the comparisons' and logical ops' ops too
-// (core/ops/binary.cpp: they have no gradient). Each arithmetic op's backward is written out in
-// core/ops/binary.cpp.
+// (autograd/ops/binary.cpp: they have no gradient). Each arithmetic op's backward is written out in
+// autograd/ops/binary.cpp.
 #define EMBER_ARITHMETIC_OPS(X) \
   X(add, Add)                   \
   X(sub, Sub)                   \

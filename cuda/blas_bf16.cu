@@ -13,13 +13,13 @@
 #include <cstdint>
 #include <mutex>
 
-#include "core/allocator.h"
 #include "core/bfloat16.h"
 #include "core/cuda_ops.h"
 #include "core/kernels.h"
 #include "cuda/check.h"
 #include "cuda/dispatch.h"
 #include "cuda/launch.h"
+#include "cuda/scratch.h"
 
 namespace ember::cuda {
 namespace {
@@ -45,17 +45,6 @@ __global__ void start_from_bias(float* out, const float* bias, int64_t cols, int
 __global__ void start_from_bias_bf16(BFloat16* out, int64_t ld, const float* bias, int64_t cols, int64_t n) {
   EMBER_CUDA_LOOP(i, n) out[(i / cols) * ld + i % cols] = BFloat16(bias[i % cols]);
 }
-
-// A device buffer from the caching allocator for the length of one call (stream-ordered reuse).
-struct Scratch {
-  int device;
-  size_t bytes;
-  void* ptr;
-  Scratch(int d, size_t n) : device(d), bytes(n), ptr(ember::cuda_allocator(d).allocate(n)) {}
-  ~Scratch() { ember::cuda_allocator(device).deallocate(ptr, bytes); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-};
 
 cublasHandle_t bf16_handle(int device) {
   static cublasHandle_t handles[16] = {};
@@ -165,7 +154,7 @@ void linear_forward_bf16(const On& on, const void* x, const void* w, int w_dtype
 }
 
 namespace {
-// db's reduction as the sum op lays out g [rows, N] over dim 0 (core/ops/reduce.cpp's reduce_layout,
+// db's reduction as the sum op lays out g [rows, N] over dim 0 (autograd/ops/reduce.cpp's reduce_layout,
 // size-1 dims dropped): [outer, R, inner].
 struct ColumnSums {
   int64_t outer, R, inner;

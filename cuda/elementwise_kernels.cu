@@ -1,6 +1,8 @@
 // Element-wise kernels over strided, broadcast operands: copy (with type conversion), fill,
-// in-place add and scale, binary arithmetic and comparisons, select (where / masked_fill), dropout
-// (kernel::dropout_mask, declared in core/kernels.h).
+// in-place add and scale, binary arithmetic and comparisons, select (where / masked_fill): the GPU's
+// side of core/kernels.h's element-wise kernels (kernel::copy, kernel::binary, ...), and dropout
+// (kernel::dropout_mask). The copy, fill and scale launchers are also the backend's own (core/cuda_ops.h:
+// the row kernels and the bfloat16 GEMM call them).
 // bfloat16 (ember::BFloat16, host and device) is computed in float and each result rounded once
 // (compute_type<T>), the CPU's rule, so both devices give the same bits.
 // Each thread takes linear indices of the output shape (grid-stride), turns one into a multi-index
@@ -12,8 +14,10 @@
 // their arrays in place from the parameter space; without it, taking their address made every
 // thread copy them to local memory first (152-392 bytes per thread; tests/ptxas_check.py checks).
 // NOTE: compiled by CI with nvcc and run on the CPU emulator, not yet on a GPU (see docs/cuda.md).
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <type_traits>
 
 #include "core/bfloat16.h"
@@ -148,7 +152,7 @@ void launch_binary(const F& f, int device, const Shape8& shape_in, const Operand
   dispatch_storable(a.dtype, "binary op: unsupported dtype on CUDA", [&](auto tag) {
     using T = decltype(tag);
     using R = typename std::conditional<math::is_comparison<F>, bool, T>::type;
-    // NOTE: the op (core/ops/binary.cpp) refuses arithmetic on bool; this only keeps it from being compiled.
+    // NOTE: the op (autograd/ops/binary.cpp) refuses arithmetic on bool; this only keeps it from being compiled.
     if constexpr (std::is_same<T, bool>::value && !math::is_comparison<F>) {
       raise_message("arithmetic on bool tensors is not defined");
     } else {
@@ -160,7 +164,70 @@ void launch_binary(const F& f, int device, const Shape8& shape_in, const Operand
   EMBER_CUDA_LAUNCHED("binary_kernel");
 }
 
+void launch_add_into(int device, const Shape8& shape_in, const Operand& dst_in, const Operand& src_in, double alpha) {
+  Shape8 shape = shape_in;
+  Operand dst = dst_in, src = src_in;
+  coalesce(shape, {&dst, &src});
+  int64_t n = numel(shape);
+  if (n == 0) return;
+  cudaStream_t stream = use_device(device);
+  dispatch_storable(dst.dtype, "add_: unsupported dtype on CUDA", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same<T, bool>::value) {
+      raise_message("add_: not defined for bool tensors");
+    } else {
+      add_into_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(dst.data), dst,
+                                                              static_cast<const T*>(src.data), src,
+                                                              static_cast<compute_type<T>>(alpha));
+    }
+  });
+  EMBER_CUDA_LAUNCHED("add_into_kernel");
+}
+
+void launch_select(int device, const Shape8& shape_in, const Operand& out_in, const Operand& cond_in,
+                   const Operand& a_in, const Operand& b_in) {
+  Shape8 shape = shape_in;
+  Operand out = out_in, cond = cond_in, a = a_in, b = b_in;
+  coalesce(shape, {&out, &cond, &a, &b});
+  int64_t n = numel(shape);
+  if (n == 0) return;
+  cudaStream_t stream = use_device(device);
+  dispatch_storable(out.dtype, "where: unsupported dtype on CUDA", [&](auto tag) {
+    using T = decltype(tag);
+    select_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(out.data), out,
+                                                          static_cast<const bool*>(cond.data), cond,
+                                                          static_cast<const T*>(a.data), a,
+                                                          static_cast<const T*>(b.data), b);
+  });
+  EMBER_CUDA_LAUNCHED("select_kernel");
+}
+
+// core/kernels.h's loop shape and Strided operands as the launchers take them (fixed arrays, passed as
+// kernel parameters): at most kMaxDims dims, and no float16, each refused naming the op.
+Shape8 shape8(const Shape& shape, const char* op) {
+  if (shape.size() > size_t(kMaxDims)) {
+    std::string message = std::string(op) + ": CUDA kernels take at most " + std::to_string(kMaxDims) +
+                          " dims, got shape [";
+    for (size_t d = 0; d < shape.size(); ++d) message += (d > 0 ? ", " : "") + std::to_string(shape[d]);
+    raise_message((message + "]").c_str());
+  }
+  Shape8 s;
+  s.ndim = int(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) s.size[d] = shape[d];
+  return s;
+}
+Operand operand(const Strided& t, const char* op) {
+  if (t.dtype == kFloat16) raise_message((std::string(op) + ": dtype float16 has no CUDA kernels yet").c_str());
+  Operand o;
+  o.data = t.data;
+  o.dtype = t.dtype;
+  for (size_t d = 0; d < t.strides.size() && d < size_t(kMaxDims); ++d) o.stride[d] = t.strides[d];
+  return o;
+}
+
 }  // namespace
+
+// ---- The launchers the CUDA backend's own kernels use (core/cuda_ops.h)
 
 void copy(int device, const Shape8& shape_in, const Operand& dst_in, const Operand& src_in) {
   Shape8 shape = shape_in;
@@ -194,26 +261,6 @@ void fill(int device, const Shape8& shape_in, const Operand& dst_in, double valu
   EMBER_CUDA_LAUNCHED("fill_kernel");
 }
 
-void add_into(int device, const Shape8& shape_in, const Operand& dst_in, const Operand& src_in, double alpha) {
-  Shape8 shape = shape_in;
-  Operand dst = dst_in, src = src_in;
-  coalesce(shape, {&dst, &src});
-  int64_t n = numel(shape);
-  if (n == 0) return;
-  cudaStream_t stream = use_device(device);
-  dispatch_storable(dst.dtype, "add_: unsupported dtype on CUDA", [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same<T, bool>::value) {
-      raise_message("add_: not defined for bool tensors");
-    } else {
-      add_into_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(dst.data), dst,
-                                                              static_cast<const T*>(src.data), src,
-                                                              static_cast<compute_type<T>>(alpha));
-    }
-  });
-  EMBER_CUDA_LAUNCHED("add_into_kernel");
-}
-
 void scale(int device, const Shape8& shape_in, const Operand& dst_in, double value) {
   Shape8 shape = shape_in;
   Operand dst = dst_in;
@@ -230,31 +277,40 @@ void scale(int device, const Shape8& shape_in, const Operand& dst_in, double val
   EMBER_CUDA_LAUNCHED("scale_kernel");
 }
 
-#define EMBER_DEFINE_CUDA_BINARY(name, Functor)                                                             \
-  void binary(const math::Functor& f, int device, const Shape8& shape, const Operand& out, const Operand& a,     \
-              const Operand& b) {                                                                               \
-    launch_binary(f, device, shape, out, a, b);                                                                 \
+// ---- core/kernels.h's element-wise kernels: the operands packed, then the launchers above
+
+void copy(const On& on, const Shape& shape, const Strided& dst, const Strided& src) {
+  copy(on.device, shape8(shape, "copy"), operand(dst, "copy"), operand(src, "copy"));
+}
+
+void fill(const On& on, const Shape& shape, const Strided& dst, double value) {
+  fill(on.device, shape8(shape, "fill_"), operand(dst, "fill_"), value);
+}
+
+void add_into(const On& on, const Shape& shape, const Strided& dst, const Strided& src, double alpha) {
+  launch_add_into(on.device, shape8(shape, "add_"), operand(dst, "add_"), operand(src, "add_"), alpha);
+}
+
+void scale(const On& on, const Shape& shape, const Strided& dst, double value) {
+  scale(on.device, shape8(shape, "mul_"), operand(dst, "mul_"), value);
+}
+
+void select(const On& on, const Shape& shape, const Strided& out, const Strided& cond, const Strided& a,
+            const Strided& b) {
+  launch_select(on.device, shape8(shape, "where"), operand(out, "where"), operand(cond, "where"),
+                operand(a, "where"), operand(b, "where"));
+}
+
+#define EMBER_DEFINE_CUDA_BINARY(name, Functor)                                                                   \
+  void binary(const On& on, const math::Functor& f, const Shape& shape, const Strided& out, const Strided& a,     \
+              const Strided& b) {                                                                                 \
+    launch_binary(f, on.device, shape8(shape, #name), operand(out, #name), operand(a, #name), operand(b, #name)); \
   }
 EMBER_BINARY_OPS(EMBER_DEFINE_CUDA_BINARY)
 #undef EMBER_DEFINE_CUDA_BINARY
 
-void select(int device, const Shape8& shape_in, const Operand& out_in, const Operand& cond_in, const Operand& a_in,
-            const Operand& b_in) {
-  Shape8 shape = shape_in;
-  Operand out = out_in, cond = cond_in, a = a_in, b = b_in;
-  coalesce(shape, {&out, &cond, &a, &b});
-  int64_t n = numel(shape);
-  if (n == 0) return;
-  cudaStream_t stream = use_device(device);
-  dispatch_storable(out.dtype, "where: unsupported dtype on CUDA", [&](auto tag) {
-    using T = decltype(tag);
-    select_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shape, n, static_cast<T*>(out.data), out,
-                                                          static_cast<const bool*>(cond.data), cond,
-                                                          static_cast<const T*>(a.data), a,
-                                                          static_cast<const T*>(b.data), b);
-  });
-  EMBER_CUDA_LAUNCHED("select_kernel");
-}
+// The GPU's kernels take a and b of one dtype: the op widens a bfloat16 operand of a float32 sum first.
+bool add_widens(const On&) { return false; }
 
 void dropout_mask(const On& on, const void* in, void* out, int64_t n, uint64_t seed, uint64_t first,
                   uint64_t threshold, double scale, const uint64_t* state) {

@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/creation.h"
 #include "core/distributed/nccl.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "cuda/launch.h"
 
 namespace ember::distributed {

@@ -228,7 +228,7 @@ void layer_norm_backward(const On& on, const void* grad, const void* x, const do
   });
 }
 
-// ---- RMS norm (core/ops/layer_norm.cpp; the op added in docs/adding-an-op.md): one warp per
+// ---- RMS norm (autograd/ops/layer_norm.cpp; the op added in docs/adding-an-op.md): one warp per
 // short row, else one block per row like layer norm with sums in double; dweight by chunks of kRmsNormChunkRows rows (core/kernels.h), then the chunks in
 // order (the CPU's order too).
 namespace {

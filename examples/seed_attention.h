@@ -9,8 +9,8 @@
 #include <memory>
 #include <utility>
 
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "nn/layers.h"
 
 namespace ember::seeds {

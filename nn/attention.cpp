@@ -93,7 +93,7 @@ MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& query, cons
                                                                 split_heads(v), o));
   } else if (qkv && query.impl() == key.impl() && key.impl() == value.impl()) {
     // Self-attention: one projection [B, T, 3 D], attended on in place (one fused op, one node; its backward
-    // writes one [B, T, 3 D] gradient). attention_reference (core/ops/attention.cpp) is the same computation
+    // writes one [B, T, 3 D] gradient). attention_reference (autograd/ops/attention.cpp) is the same computation
     // composed from views, matmul and softmax.
     merged = attention(qkv->forward(query), heads, o);
   } else {

@@ -6,7 +6,7 @@
 //   scores = q k^T / sqrt(Dh)     [B, H, T, S]; hidden keys (padding, the future if causal, the mask's) -> -inf
 //   weights = softmax(scores)     each query's distribution over keys
 //   out = (weights v) merged      [B, T, D] -> output projection
-// The four steps after the projections are one fused op (scaled_dot_product_attention, core/ops.h); the
+// The four steps after the projections are one fused op (scaled_dot_product_attention, autograd/ops.h); the
 // seeds' transcriptions (examples/seed_attention.cpp) write them out and agree with this module.
 //
 // Parameters: with kdim = vdim = embed_dim (the default), one packed projection `qkv` [3 D, D] (Wq | Wk | Wv,
@@ -66,7 +66,7 @@ class MultiHeadAttention : public Module {
   Tensor forward_cached(const Tensor& x, const Tensor& memory, const Tensor& memory_padding, KVCache& cache) const;
 
   int64_t embed_dim, heads, head_dim, kdim, vdim;
-  // Sliding-window attention (the band in core/ops.h): keys within `window` positions of a query, plus the
+  // Sliding-window attention (the band in autograd/ops.h): keys within `window` positions of a query, plus the
   // first `global` tokens; window < 0 (the default) is full attention.
   int64_t window = -1, global = 0;
   std::shared_ptr<Linear> qkv;                      // packed, when kdim = vdim = embed_dim

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "core/random.h"
 #include "core/shape.h"
 

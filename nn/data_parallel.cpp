@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "core/distributed/agreement.h"
 #include "core/error.h"
-#include "core/ops.h"
 
 namespace ember::nn {
 namespace {

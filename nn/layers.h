@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/ops.h"
+#include "autograd/ops.h"
 #include "nn/module.h"
 
 namespace ember::nn {

@@ -7,8 +7,8 @@
 #include "nn/transformer.h"
 
 #include "autograd/checkpoint.h"
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "core/shape.h"
 #include "nn/bigrams.h"
 

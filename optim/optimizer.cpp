@@ -1,4 +1,4 @@
-// Optimisers: the state and the step's numbers; the update itself is an op of core/ops.h (sgd_step_,
+// Optimisers: the state and the step's numbers; the update itself is an op of autograd/ops.h (sgd_step_,
 // adam_step_: one pass over each parameter's memory, a fused update, no temporaries), on any device.
 #include "optim/optimizer.h"
 
@@ -14,8 +14,8 @@
 #include <fmt/ranges.h>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "core/update_rules.h"
 
 namespace ember::optim {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 
 namespace ember::optim {
 
@@ -41,7 +41,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
   // One read of each gradient, squares summed in double: no temporaries in the training step. On a
   // GPU all the gradients of a device and dtype go to one launch, and so does their scaling
-  // (core/ops/optimizer_steps.cpp).
+  // (autograd/ops/optimizer_steps.cpp).
   std::vector<Tensor> grads;
   for (const Tensor& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "core/update_rules.h"
 
 namespace ember::optim {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "autograd/gradcheck.h"
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "cuda_skip.h"
 
 namespace ember::testing {

@@ -14,7 +14,7 @@ trap 'rm -rf "$TMP"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 cmake --install "$BUILD" --prefix "$TMP/prefix" >"$TMP/install.log" || { cat "$TMP/install.log"; fail "cmake --install"; }
-for f in lib/libember.a lib/cmake/ember/ember-config.cmake include/ember/core/ops.h include/ember/nn/layers.h; do
+for f in lib/libember.a lib/cmake/ember/ember-config.cmake include/ember/autograd/ops.h include/ember/nn/layers.h; do
   [ -f "$TMP/prefix/$f" ] || fail "the install has no $f"
 done
 cmp -s "$LIBRARY" "$TMP/prefix/lib/libember.a" || fail "the installed libember.a is not the one built in $BUILD"

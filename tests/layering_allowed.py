@@ -12,24 +12,19 @@ TENSOR_METHODS_ABOVE_CORE = {
     # Views and copies are ops: each view records its backward (autograd/node.h) and every copy
     # reaches the CPU loops or the CUDA copies. They are Tensor's members so that x.view(...)
     # reads as in PyTorch, and are defined with the other ops.
-    "core/ops/views.cpp": {"view", "reshape", "permute", "transpose", "narrow", "slice", "select", "expand",
-                           "squeeze", "unsqueeze", "contiguous", "clone", "to", "copy_", "fill_", "add_", "mul_"},
+    "autograd/ops/views.cpp": {"view", "reshape", "permute", "transpose", "narrow", "slice", "select", "expand",
+                               "squeeze", "unsqueeze", "contiguous", "clone", "to", "copy_", "fill_", "add_", "mul_"},
     # Autograd's entry points: backward() walks the graph, requires_grad_() and detach() set the
     # autograd fields that the engine reads.
     "autograd/engine.cpp": {"backward", "requires_grad_", "detach"},
 }
 
 ALLOWED_CALLS = [
-    ("autograd/engine.cpp", "core/ops/*", r"ember::(operator\+|ones_like)\(.*",
-     "the engine sums a node's incoming gradients (operator+) and seeds backward() with ones_like: "
-     "autograd calls ops through core/ops.h while the ops record with autograd/node.h, the one cycle"),
-    ("autograd/gradcheck.cpp", "core/ops/*", r"ember::(operator\*|zeros_like|uniform|sum)\(.*",
+    ("autograd/engine.cpp", "autograd/ops/*", r"ember::operator\+\(.*",
+     "the engine sums a node's incoming gradients (operator+): autograd calls an op through autograd/ops.h "
+     "while the ops record with autograd/node.h, the one cycle"),
+    ("autograd/gradcheck.cpp", "autograd/ops/*", r"ember::(operator\*|uniform|sum)\(.*",
      "gradcheck builds its random probe and the scalar it differentiates from ops"),
-    ("core/gpu.cpp", "core/ops/creation.cpp", r"(ember::Tensor )?ember::(zeros|from_vector<.*>)\(.*",
-     "the GPU's host wrappers make their zeroed results and upload host index lists with the creation "
-     "ops, which record no backward and call nothing above core"),
-    ("core/distributed/agreement.cpp", "core/ops/creation.cpp", r"(ember::Tensor )?ember::(zeros|from_vector<.*>)\(.*",
-     "agreement sends strings as int64 tensors made with the creation ops (no backward, nothing above core)"),
     ("examples/imdb/graph_step.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::.*",
      "the trainer's CUDA-graph step: which work to capture and replay is the program's choice, not an op"),
     ("examples/imdb/eval_graph.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::.*",
@@ -46,8 +41,6 @@ ALLOWED_CALLS = [
     ("*", "cuda/nccl_process_group.cpp", r"ember::distributed::(make_nccl_group|device_for_local_rank)\(.*",
      "the NCCL process group implements core/distributed/nccl.h, the process groups' interface, in a "
      "build with NCCL (core/distributed/nccl_stub.cpp otherwise): whoever may use the groups may use it"),
-    ("cuda/nccl_process_group.cpp", "core/ops/creation.cpp", r"ember::ones\(.*",
-     "the NCCL group's barrier all-reduces a one made with a creation op (no backward, nothing above core)"),
     ("core/cpu/cpu_allocator.cpp", "cuda/runtime.cu", r"ember::cuda_allocator\(int\)",
      "allocator_for(device) (core/allocator.h) hands out each device's allocator: a GPU's is cuda/runtime.cu's "
      "in a CUDA build (this file's stub otherwise); not a kernel calling the GPU's side"),

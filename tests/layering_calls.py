@@ -4,7 +4,7 @@ layering that #include lines cannot show (tests/layering_test.py checks the rule
 An object file's undefined symbols are the functions and data it uses from other files; the one
 object file that defines a symbol (a strong definition: code, data, read-only data) is the file it
 calls. A weak definition counts when one file alone makes it and it is a template's instantiation
-(from_vector<int64_t> in core/ops/creation.cpp); inline functions, made in every object that uses
+(from_vector<int64_t> in core/creation.cpp); inline functions, made in every object that uses
 them (or in one, where an unoptimised build leaves them out of line), belong to their header, which
 the include rules check. The objects read are those of the
 library and the trainer (CMake targets ember_objects, ember, ember_imdb_objects, imdb); each names

@@ -5,7 +5,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/ops.h"
+#include "autograd/ops.h"
 #include "core/unary_math.h"
 
 namespace ember::testing {
@@ -13,7 +13,7 @@ namespace ember::testing {
 struct UnaryCase {
   const char* name;  // the op, as its autograd node and its errors name it
   std::function<Tensor(const Tensor&)> op;
-  math::Reads reads;  // what its derivative reads: its backward keeps only that (core/ops/unary.cpp)
+  math::Reads reads;  // what its derivative reads: its backward keeps only that (autograd/ops/unary.cpp)
   double low, high;   // inputs inside the op's domain
 };
 

@@ -1,4 +1,4 @@
-// The zero-size sweep: every op of core/ops.h on inputs with a zero-size dim (0 rows, 0 features,
+// The zero-size sweep: every op of autograd/ops.h on inputs with a zero-size dim (0 rows, 0 features,
 // 0 batch, 0 keys, empty reductions), forward and backward, as one table run on each device
 // (tests/core/test_zero_size.cpp on the CPU, tests/cuda/test_cuda_edges.cpp on a GPU or the emulator).
 //

@@ -1,6 +1,6 @@
 // CPU scaled dot-product attention, fused per (batch, head), one kernel family for full attention and for
 // attention over a band (sliding-window attention, core/attention_band.h). The composed, readable version
-// is scaled_dot_product_attention_reference() in core/ops/attention.cpp; the tests compare the two.
+// is scaled_dot_product_attention_reference() in autograd/ops/attention.cpp; the tests compare the two.
 //
 // Layout (core/attention_args.h): q [B, H, T, Dh], k [B, H, S, Dh], v [B, H, S, Dv] and out [B, H, T, Dv],
 // each a strided block whose rows are read in place by the GEMMs: head h of a fused [B, T, 3 D] projection
@@ -79,7 +79,7 @@ void widen_from_bf16(const BFloat16* from, T* to, int64_t n) {
 // by side, element (i, j) at ((i / 2) S + j) 2 + i % 2 (a zero row after an odd T's last), the layout
 // cpu::gemm_bf16_pair_major reads, so that dV = P^T dO reads P in place: packing P^T (pairs of its columns
 // interleaved) was most of the bfloat16 backward's packing. dS^T for dK = dS^T Q is written the same way.
-// The kept tensor is [B, H, ceil(T / 2), S, 2]; the op (core/ops/attention.cpp, probs_rows) gives the rows back.
+// The kept tensor is [B, H, ceil(T / 2), S, 2]; the op (autograd/ops/attention.cpp, probs_rows) gives the rows back.
 int64_t pair_rows(int64_t T) { return (T + 1) / 2 * 2; }
 
 // A head's row-major [T, S] block (rows S apart) into its pair-major block (a checkpoint's recompute).

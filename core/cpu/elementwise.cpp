@@ -1,4 +1,5 @@
-// CPU copies, fills and in-place accumulation over strided tensors (checked by the ops: core/ops/views.cpp).
+// The CPU's copies, fills, in-place accumulation and select over strided operands (core/kernels.h's copy,
+// fill, add_into, scale and select; the ops have checked them: autograd/ops/views.cpp, autograd/ops/masking.cpp).
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -7,21 +8,12 @@
 
 namespace ember::cpu {
 
-Strides broadcast_byte_strides(const Shape& shape, const Strides& strides, int64_t itemsize, const Shape& out_shape) {
-  Strides out(out_shape.size(), 0);
-  size_t lead = out_shape.size() - shape.size();
-  for (size_t d = 0; d < shape.size(); ++d)
-    out[lead + d] = shape[d] == 1 ? 0 : strides[d] * itemsize;
-  return out;
-}
-
-void copy(const Tensor& src, const Tensor& dst) {
-  dispatch_storable(dst.dtype(), "copy", [&](auto out_tag) {
+void copy(const On&, const Shape& shape, const Strided& dst, const Strided& src) {
+  dispatch_storable(Dtype(dst.dtype), "copy", [&](auto out_tag) {
     using D = typename decltype(out_tag)::type;
-    dispatch_storable(src.dtype(), "copy", [&](auto in_tag) {
+    dispatch_storable(Dtype(src.dtype), "copy", [&](auto in_tag) {
       using S = typename decltype(in_tag)::type;
-      for_each_row<2>(dst.shape(), {operand(dst), broadcast_operand(src, dst.shape())},
-                      [&](auto p, auto s, int64_t n) {
+      for_each_row<2>(shape, {loop_operand(dst), loop_operand(src)}, [&](auto p, auto s, int64_t n) {
         D* o = reinterpret_cast<D*>(p[0]);
         if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
           const S* in = reinterpret_cast<const S*>(p[1]);
@@ -35,16 +27,15 @@ void copy(const Tensor& src, const Tensor& dst) {
   });
 }
 
-void add_into(const Tensor& dst, const Tensor& src, double alpha) {
-  const Shape& shape = dst.shape();
-  dispatch_storable(dst.dtype(), "add_", [&](auto tag) {
+void add_into(const On&, const Shape& shape, const Strided& dst, const Strided& src, double alpha) {
+  dispatch_storable(Dtype(dst.dtype), "add_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_type<T>;  // bfloat16: summed in float, rounded once
     if constexpr (std::is_same_v<T, bool>) {
       fail("add_: not defined for bool tensors");
     } else {
       C a = static_cast<C>(alpha);
-      for_each_row<2>(shape, {operand(dst), broadcast_operand(src, shape)}, [&](auto p, auto s, int64_t n) {
+      for_each_row<2>(shape, {loop_operand(dst), loop_operand(src)}, [&](auto p, auto s, int64_t n) {
         if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
           T* o = reinterpret_cast<T*>(p[0]);
           const T* in = reinterpret_cast<const T*>(p[1]);
@@ -60,22 +51,22 @@ void add_into(const Tensor& dst, const Tensor& src, double alpha) {
   });
 }
 
-void fill(const Tensor& dst, double value) {
-  dispatch_storable(dst.dtype(), "fill_", [&](auto tag) {
+void fill(const On&, const Shape& shape, const Strided& dst, double value) {
+  dispatch_storable(Dtype(dst.dtype), "fill_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T v = static_cast<T>(value);
-    for_each_row<1>(dst.shape(), {operand(dst)}, [&](auto p, auto s, int64_t n) {
+    for_each_row<1>(shape, {loop_operand(dst)}, [&](auto p, auto s, int64_t n) {
       for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
     });
   });
 }
 
-void scale(const Tensor& dst, double value) {
-  dispatch_real(dst.dtype(), "mul_", [&](auto tag) {
+void scale(const On&, const Shape& shape, const Strided& dst, double value) {
+  dispatch_real(Dtype(dst.dtype), "mul_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_type<T>;  // bfloat16: multiplied in float, rounded once
     const C v = static_cast<C>(value);
-    for_each_row<1>(dst.shape(), {operand(dst)}, [&](auto p, auto s, int64_t n) {
+    for_each_row<1>(shape, {loop_operand(dst)}, [&](auto p, auto s, int64_t n) {
       if (s[0] == sizeof(T)) {
         T* o = reinterpret_cast<T*>(p[0]);
         for (int64_t i = 0; i < n; ++i) o[i] = T(C(o[i]) * v);
@@ -84,6 +75,35 @@ void scale(const Tensor& dst, double value) {
           T& o = *reinterpret_cast<T*>(p[0] + i * s[0]);
           o = T(C(o) * v);
         }
+      }
+    });
+  });
+}
+
+// out[i] = cond[i] ? a[i] : b[i]: values picked as they are (any dtype, bfloat16 too).
+void select(const On&, const Shape& shape, const Strided& out, const Strided& cond, const Strided& a,
+            const Strided& b) {
+  dispatch_storable(Dtype(out.dtype), "where", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for_each_row<4>(shape, {loop_operand(out), loop_operand(cond), loop_operand(a), loop_operand(b)},
+                    [&](auto p, auto s, int64_t n) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const bool* c = reinterpret_cast<const bool*>(p[1]);
+      const T* x = reinterpret_cast<const T*>(p[2]);
+      const T* y = reinterpret_cast<const T*>(p[3]);
+      constexpr int64_t one = sizeof(T);
+      if (s[1] == 1 && s[2] == one && s[3] == one) {
+        for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? x[i] : y[i];
+      } else if (s[1] == 1 && s[2] == 0 && s[3] == one) {  // masked_fill: a scalar value
+        const T xv = *x;
+        for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? xv : y[i];
+      } else if (s[1] == 1 && s[2] == one && s[3] == 0) {  // a gradient against zero
+        const T yv = *y;
+        for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? x[i] : yv;
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          o[i] = *reinterpret_cast<const bool*>(p[1] + i * s[1]) ? *reinterpret_cast<const T*>(p[2] + i * s[2])
+                                                                 : *reinterpret_cast<const T*>(p[3] + i * s[3]);
       }
     });
   });

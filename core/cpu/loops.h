@@ -87,8 +87,4 @@ void for_each_row(const Shape& shape, const std::array<LoopOperand, N>& operands
   }
 }
 
-// Byte strides of a tensor viewed at a broadcast shape: 0 along broadcast dims.
-Strides broadcast_byte_strides(const Shape& shape, const Strides& strides, int64_t itemsize,
-                               const Shape& out_shape);
-
 }  // namespace ember::cpu

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/creation.h"
 #include "core/error.h"
-#include "core/ops.h"
 
 namespace ember::distributed {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "core/ops.h"
+#include "autograd/ops.h"
 
 using namespace ember;
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops.h"
+#include "autograd/ops.h"
 #include "core/random.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"

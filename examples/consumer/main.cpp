@@ -1,6 +1,6 @@
 // A program outside Ember's tree, built against an installed Ember (examples/consumer/CMakeLists.txt):
 // a Linear layer learns y = 3x - 2 by gradient descent. Exits 1 unless it found the line.
-#include <ember/core/ops.h>
+#include <ember/autograd/ops.h>
 #include <ember/nn/layers.h>
 #include <ember/optim/optimizer.h>
 

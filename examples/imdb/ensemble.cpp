@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "core/precision.h"
 #include "examples/imdb/batcher.h"
 #include "examples/imdb/folder_commands.h"

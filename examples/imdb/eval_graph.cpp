@@ -6,9 +6,9 @@
 #include <exception>
 #include <string>
 
+#include "autograd/ops.h"
 #include "core/error.h"
 #include "core/gpu_stream.h"
-#include "core/ops.h"
 #include "examples/imdb/prefetch.h"
 
 namespace ember::imdb {

@@ -11,7 +11,7 @@
 //
 // What a replay cannot recompute on the host is uploaded before it, into fixed GPU tensors the
 // graph reads (pinned staging, no wait): the tokens with the embedding backward's buckets, the
-// positions, the padding mask and the labels (stage_ids, core/ops.h); AdamW's learning rate and
+// positions, the padding mask and the labels (stage_ids, autograd/ops.h); AdamW's learning rate and
 // bias corrections (Adam::stage_step); dropout's seed and first offset (Generator::set_device_state).
 // The host side of the captured step runs once, at the capture (for the shape's first step, run
 // eagerly just before: Optimizer::RetakeLastStep and Generator::Redraw make it that step's again);
@@ -22,8 +22,8 @@
 #include <map>
 #include <utility>
 
+#include "autograd/ops.h"
 #include "core/cuda_graph.h"
-#include "core/ops.h"
 #include "examples/imdb/batcher.h"
 #include "examples/imdb/prefetch.h"
 #include "nn/transformer.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "autograd/grad_mode.h"
-#include "core/ops.h"
+#include "autograd/ops.h"
 
 namespace ember::imdb {
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "core/parallel.h"
 #include "examples/imdb/batcher.h"
 #include "examples/imdb/ngram_features.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops.h"
+#include "autograd/ops.h"
 #include "core/tensor.h"
 #include "examples/imdb/settings.h"
 #include "examples/imdb/vocabulary.h"

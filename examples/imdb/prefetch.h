@@ -21,10 +21,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "autograd/ops.h"
 #include "core/copy_stream.h"
 #include "core/device.h"
 #include "core/gpu_stream.h"
-#include "core/ops.h"
 #include "examples/imdb/batcher.h"
 #include "nn/transformer.h"
 
@@ -45,7 +45,7 @@ struct DeviceBatch {
 // The batch's inputs into `into` on `device` (a GPU), as the step reads them: the one way a batch
 // goes up, for every step and evaluation that reads a DeviceBatch. The tokens, with the embedding
 // backward's buckets when `with_buckets`, and the labels are checked on the host and staged
-// (stage_ids, core/ops.h), the padding mask uploaded, all through pinned staging on `stream` (the
+// (stage_ids, autograd/ops.h), the padding mask uploaded, all through pinned staging on `stream` (the
 // compute stream, or the copy stream: the caller orders it with events), without a host wait; with
 // model.bigram_buckets, the tokens' hashed bigrams (nn/bigrams.h, computed on the host) too.
 // Tensors of `into` already made are rewritten in place (a graph's inputs, a prefetcher's buffers

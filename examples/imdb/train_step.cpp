@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "examples/imdb/eval_graph.h"
 #include "examples/imdb/graph_step.h"
 #include "examples/imdb/prefetch.h"

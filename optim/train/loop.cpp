@@ -22,10 +22,10 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "core/allocator.h"
 #include "core/distributed/agreement.h"
 #include "core/error.h"
-#include "core/ops.h"
 #include "optim/train/progress.h"
 
 namespace ember::train {

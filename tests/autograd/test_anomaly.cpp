@@ -10,10 +10,10 @@
 
 #include "autograd/anomaly.h"
 #include "autograd/grad_mode.h"
-#include "core/ops.h"
-#include "tests/helpers.h"
+#include "autograd/ops.h"
 #include "nn/layers.h"
 #include "nn/transformer.h"
+#include "tests/helpers.h"
 
 using namespace ember;
 

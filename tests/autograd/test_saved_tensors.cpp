@@ -1,4 +1,4 @@
-// The saved-tensor rule (autograd/saved_tensor.h), checked for every differentiable op of core/ops.h:
+// The saved-tensor rule (autograd/saved_tensor.h), checked for every differentiable op of autograd/ops.h:
 // what an op's backward reads is kept with save(), so that changing it in place between the forward
 // and the backward is an ember::Error naming the op, never a gradient computed from the new values;
 // and what the backward does not read may change freely (no false alarm, the same gradient).
@@ -37,7 +37,7 @@ bool reads_on(Read read, Device device) {
 Tensor ids(std::initializer_list<double> values, const Shape& shape) { return tensor(values, shape, Dtype::Int64); }
 Tensor bools(std::initializer_list<double> values, const Shape& shape) { return tensor(values, shape, Dtype::Bool); }
 
-// One row per differentiable op of core/ops.h. A composed op (mean, var, sum_to) is the ops it is made
+// One row per differentiable op of autograd/ops.h. A composed op (mean, var, sum_to) is the ops it is made
 // of: its row says that they read nothing the caller can change. (The attention references are
 // composed of the rows' matmul, softmax and masked_fill; their errors name those.)
 std::vector<SavedCase> saved_tensor_cases(Device device) {
@@ -215,7 +215,7 @@ DEVICE_TEST_CASE("autograd: every op's backward reads only what it saved: change
 }
 
 TEST_CASE("autograd: the saved-tensor walk has a row for every op that records a backward") {
-  // Each record("<op>", ...) of core/ops/ and autograd/ names an op: one without a row in
+  // Each record("<op>", ...) of autograd/ops/ and autograd/ names an op: one without a row in
   // saved_tensor_cases() fails here. (The ops that record a name held in a variable are the
   // element-wise ops, whose rows come from core/unary_math.h's lists, softmax / log_softmax, and attention /
   // window_attention, one op named by its band: both have rows above.)
@@ -224,7 +224,7 @@ TEST_CASE("autograd: the saved-tensor walk has a row for every op that records a
   const std::filesystem::path root = std::filesystem::path(EMBER_TEST_DATA).parent_path().parent_path();
   const std::regex recorded(R"re(record\("(\w+)")re");
   int found = 0;
-  for (const char* folder : {"core/ops", "autograd"}) {
+  for (const char* folder : {"autograd/ops", "autograd"}) {
     for (const auto& entry : std::filesystem::directory_iterator(root / folder)) {
       if (entry.path().extension() != ".cpp") continue;
       std::ifstream file(entry.path());

@@ -15,14 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "core/bfloat16.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/lanes.h"
 #include "core/cpu/table_lookup.h"
-#include "core/ops.h"
+#include "nn/checkpoint.h"
 #include "tests/cuda_skip.h"
 #include "tests/helpers.h"
-#include "nn/checkpoint.h"
 
 namespace {
 

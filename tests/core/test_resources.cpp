@@ -2,7 +2,7 @@
 // memory are clear ember::Errors naming the shape or the size, never a crash or a wrapped count.
 #include <cstdint>
 
-#include "core/ops.h"
+#include "autograd/ops.h"
 #include "tests/helpers.h"
 
 using namespace ember;

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "core/distributed/process_group.h"
-#include "core/ops.h"
 #include "nn/transformer.h"
 
 namespace ember::testing {

@@ -16,18 +16,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "core/distributed/world.h"
 #include "core/file_io.h"
-#include "autograd/grad_mode.h"
-#include "core/ops.h"
 #include "examples/imdb/encoder_file.h"
 #include "examples/imdb/masked_token_model.h"
 #include "examples/imdb/masking.h"
 #include "examples/imdb/pretrain.h"
 #include "examples/imdb/trainer.h"
+#include "nn/checkpoint.h"
 #include "tests/helpers.h"
 #include "tests/imdb_helpers.h"
-#include "nn/checkpoint.h"
 
 using namespace ember;
 using namespace ember::imdb;

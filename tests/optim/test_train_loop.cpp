@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/ops.h"
+#include "autograd/ops.h"
 #include "core/random.h"
 #include "nn/layers.h"
 #include "nn/module.h"

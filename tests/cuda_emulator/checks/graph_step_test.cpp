@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "core/allocator.h"
 #include "core/cuda_graph.h"
 #include "core/cuda_ops.h"
-#include "core/ops.h"
 #include "counters.h"
 #include "optim/optimizer.h"
 

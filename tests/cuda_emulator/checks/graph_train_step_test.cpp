@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "core/cuda_ops.h"
-#include "core/ops.h"
 #include "counters.h"
 #include "examples/imdb/graph_step.h"
 #include "examples/imdb/trainer.h"
@@ -172,7 +172,7 @@ TEST_CASE("cuda graphs: AdamW with its numbers on the device refuses a step whos
 // forward recomputed in the backward, its dropout masks drawn again) with sliding-window attention
 // (--attention window: a band of 8 and a global token), the composed attention (the default on a
 // GPU) and the fused kernels (EMBER_ATTENTION=fused). Small sizes, two padded shapes.
-// Before the band mask was kept on the GPU (outside_band in core/ops/attention.cpp), each forward uploaded it
+// Before the band mask was kept on the GPU (outside_band in autograd/ops/attention.cpp), each forward uploaded it
 // from the host, which a capture refuses: every step ran op by op, with a warning.
 TEST_CASE("cuda graphs: with --checkpoint and window attention, replays equal the eager steps bit for bit") {
   for (const bool fused : {false, true}) {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "core/cuda_graph.h"
 #include "core/cuda_ops.h"
-#include "core/ops.h"
 #include "counters.h"
 #include "cuda/check.h"
 #include "optim/optimizer.h"

@@ -15,8 +15,8 @@
 
 #include <cuda_runtime.h>
 
+#include "autograd/ops.h"
 #include "core/copy_stream.h"
-#include "core/ops.h"
 #include "counters.h"
 #include "examples/imdb/graph_step.h"
 #include "examples/imdb/prefetch.h"

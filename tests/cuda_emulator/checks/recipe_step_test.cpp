@@ -12,16 +12,16 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/ops.h"
+#include "autograd/ops.h"
 #include "counters.h"
 #include "examples/imdb/graph_step.h"
 #include "examples/imdb/prefetch.h"
 #include "examples/imdb/settings.h"
 #include "examples/imdb/trainer.h"
-#include "tests/cuda_emulator/checks/small_recipe.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "tests/cuda_emulator/checks/small_recipe.h"
 
 using namespace ember;
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/ops.h"
+#include "autograd/ops.h"
 #include "examples/imdb/batcher.h"
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"

@@ -12,7 +12,7 @@
 
 #include <cuda_runtime.h>
 
-#include "core/ops.h"
+#include "autograd/ops.h"
 #include "counters.h"
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"

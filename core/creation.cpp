@@ -1,11 +1,14 @@
-// Creating tensors: constants, ranges and tensors from C++ values.
+// Creating tensors: constants, ranges and tensors from C++ values (core/creation.h). Nothing here
+// records a graph node.
+#include "core/creation.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <vector>
 
-#include "core/cpu/elementwise.h"
-#include "core/ops/op_support.h"
+#include "core/dtype.h"
+#include "core/error.h"
 
 namespace ember {
 
@@ -42,7 +45,7 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device devi
               shape_str(actual));
   Tensor t = Tensor::empty(actual, dtype_of<T>());
   std::copy(values.begin(), values.end(), t.data<T>());
-  return device.is_cpu() ? t : t.to(device);
+  return t.to(device);  // t itself on the CPU
 }
 template Tensor from_vector<float>(const std::vector<float>&, const Shape&, Device);
 template Tensor from_vector<double>(const std::vector<double>&, const Shape&, Device);

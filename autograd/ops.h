@@ -1,5 +1,6 @@
-// Every op of the tensor core, grouped by kind. Each one is defined, forward next to backward,
-// in the core/ops/ file named in its group's heading; its kernels live in core/cpu/ (and cuda/).
+// Every op, grouped by kind. Each one is defined, forward next to backward, in the autograd/ops/ file
+// named in its group's heading, and records its backward with autograd/node.h: the ops sit above
+// autograd. Their kernels live in core/cpu/ and cuda/, declared in core/kernels.h.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/attention_band.h"
+#include "core/creation.h"
 #include "core/gpu_stream.h"
 #include "core/random.h"
 #include "core/tensor.h"
@@ -16,26 +18,10 @@
 
 namespace ember {
 
-// ---- Creation (core/ops/creation.cpp)
-Tensor zeros(const Shape& shape, Dtype dtype = Dtype::Float32, Device device = Device::cpu());
-Tensor ones(const Shape& shape, Dtype dtype = Dtype::Float32, Device device = Device::cpu());
-Tensor full(const Shape& shape, double value, Dtype dtype = Dtype::Float32, Device device = Device::cpu());
-Tensor zeros_like(const Tensor& like);
-Tensor ones_like(const Tensor& like);
-Tensor full_like(const Tensor& like, double value);
-Tensor arange(int64_t end, Dtype dtype = Dtype::Int64);
-Tensor arange(int64_t start, int64_t end, int64_t step = 1, Dtype dtype = Dtype::Int64);
-// A tensor holding `values` (row-major) with `shape` ({} means 1-D of values.size()); T one of float,
-// double, int32_t, int64_t, bool (a mask: from_vector<bool>({true, false})) and BFloat16 (TensorElement,
-// core/dtype.h: another type does not compile).
-template <typename T>
-  requires TensorElement<T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape = {}, Device device = Device::cpu());
-// tensor({1, 2, 3}) or tensor({1, 2, 3, 4}, {2, 2}, Dtype::Float64)
-Tensor tensor(std::initializer_list<double> values, const Shape& shape = {}, Dtype dtype = Dtype::Float32);
-Tensor scalar(double value, Dtype dtype = Dtype::Float32, Device device = Device::cpu());
+// ---- Creation: core/creation.h (zeros, ones, full, arange, from_vector, tensor, scalar, ...), included
+// above; they record nothing, so they live in core, which makes tensors with them too.
 
-// ---- Random (core/ops/random.cpp): counter-based, so results do not depend on the thread count
+// ---- Random (autograd/ops/random.cpp): counter-based, so results do not depend on the thread count
 Tensor rand(const Shape& shape, Generator& gen = default_generator(), Dtype dtype = Dtype::Float32);
 Tensor randn(const Shape& shape, Generator& gen = default_generator(), Dtype dtype = Dtype::Float32);
 Tensor uniform(const Shape& shape, double low, double high, Generator& gen = default_generator(),
@@ -45,7 +31,7 @@ Tensor normal(const Shape& shape, double mean, double std, Generator& gen = defa
 Tensor& uniform_(Tensor& t, double low, double high, Generator& gen = default_generator());
 Tensor& normal_(Tensor& t, double mean, double std, Generator& gen = default_generator());
 
-// ---- Element-wise arithmetic with NumPy broadcasting (core/ops/binary.cpp)
+// ---- Element-wise arithmetic with NumPy broadcasting (autograd/ops/binary.cpp)
 // Type promotion, PyTorch's (core/type_promotion.h): a C++ number or a 0-dim tensor takes the dtype of the tensor
 // with dims it meets unless its category is higher (bool < integer < floating): x * 2 keeps x's dtype, int64 * 2.5
 // is float32. Tensors with dims must share a dtype (but bfloat16 with float32/64: the wider). bool + bool: refused.
@@ -112,7 +98,7 @@ Tensor operator|(const Tensor& a, const Tensor& b);
 Tensor operator^(const Tensor& a, const Tensor& b);
 Tensor operator~(const Tensor& x);
 
-// ---- Element-wise math (core/ops/unary.cpp; the formulas are in core/unary_math.h)
+// ---- Element-wise math (autograd/ops/unary.cpp; the formulas are in core/unary_math.h)
 Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
@@ -128,7 +114,7 @@ Tensor pow(const Tensor& x, double exponent);  // PyTorch's rules at 0 and below
 Tensor add_scalar(const Tensor& x, double value);
 Tensor mul_scalar(const Tensor& x, double value);
 
-// ---- Reductions over `dims` ({} = all dims) (core/ops/reduce.cpp). Over an empty dim, as in PyTorch:
+// ---- Reductions over `dims` ({} = all dims) (autograd/ops/reduce.cpp). Over an empty dim, as in PyTorch:
 // a sum is 0, a mean NaN, a max or argmax an error.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
@@ -139,15 +125,15 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // int64, no
 // Sums a broadcast result back down to `shape` (the gradient of broadcasting).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 
-// ---- Linear algebra (core/ops/matmul.cpp, core/ops/linear.cpp)
+// ---- Linear algebra (autograd/ops/matmul.cpp, autograd/ops/linear.cpp)
 // [.., M, K] @ [.., K, N] -> [.., M, N], batch dims broadcast; 1-D operands like NumPy.
 // Transposed (strided) operands are read in place, never copied.
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x [..., K] @ weight^T + bias, weight [N, K], bias [N] or undefined -> [..., N]: a Linear layer
-// as one op, the bias added inside the GEMM (core/ops/linear.cpp).
+// as one op, the bias added inside the GEMM (autograd/ops/linear.cpp).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
-// ---- Softmax and normalisation (core/ops/softmax.cpp, core/ops/layer_norm.cpp)
+// ---- Softmax and normalisation (autograd/ops/softmax.cpp, autograd/ops/layer_norm.cpp)
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 // Normalises over the last dim: (x - mean) / sqrt(var + eps) * weight + bias. Fused forward and backward.
@@ -155,7 +141,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // Normalises over the last dim by the root mean square: x / sqrt(mean(x^2) + eps) * weight (weight [D] or undefined).
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 
-// ---- Attention (core/ops/attention.cpp; docs/attention.md)
+// ---- Attention (autograd/ops/attention.cpp; docs/attention.md)
 // scaled_dot_product_attention(q, k, v): softmax(scale q k^T + mask) v, as PyTorch's
 // F.scaled_dot_product_attention. q [..., T, Dh], k [..., S, Dh], v [..., S, Dv] -> [..., T, Dv] (the same
 // leading dims, e.g. [B, H]; any strides: a view().transpose(1, 2) costs no copy). scale: 1 / sqrt(Dh) by
@@ -208,7 +194,7 @@ Tensor window_attention(const Tensor& qkv, int64_t heads, int64_t window, int64_
 Tensor window_attention_reference(const Tensor& qkv, int64_t heads, int64_t window, int64_t global,
                                   const Tensor& key_padding_mask, bool causal = false, Tensor* weights = nullptr);
 
-// ---- Indexing, masking and joining (core/ops/embedding.cpp, core/ops/masking.cpp, core/ops/join.cpp)
+// ---- Indexing, masking and joining (autograd/ops/embedding.cpp, autograd/ops/masking.cpp, autograd/ops/join.cpp)
 // Rows of `weight` [V, D] picked by integer `ids` [...] -> [..., D]; backward sums repeated ids.
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 // Ids already on a GPU for a CUDA graph's step, which cannot check or bucket them on the host at
@@ -226,7 +212,7 @@ struct DeviceIds {
 void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device device, DeviceIds& into,
                GpuStream stream = GpuStream::Compute);
 // Copies `bytes` of host memory into `dst`, a contiguous GPU tensor of exactly that many bytes,
-// through pinned staging: one asynchronous copy, no kernel, no wait (core/ops/views.cpp).
+// through pinned staging: one asynchronous copy, no kernel, no wait (autograd/ops/views.cpp).
 void upload_into(const Tensor& dst, const void* host, int64_t bytes, GpuStream stream = GpuStream::Compute);
 Tensor embedding(const Tensor& weight, const DeviceIds& ids);
 // x where mask is false, `value` where it is true; mask (bool) broadcasts to x.
@@ -241,7 +227,7 @@ Tensor triu(const Tensor& x, int64_t k = 0);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim);
 
-// ---- Splitting into views (core/ops/views.cpp): each piece a narrow (or, for unbind, a select) of x, no
+// ---- Splitting into views (autograd/ops/views.cpp): each piece a narrow (or, for unbind, a select) of x, no
 // copy. Their backward writes each piece's gradient into its slice of one buffer for x (docs/autograd.md).
 // torch.chunk: `chunks` pieces of ceil(size / chunks) along dim, the last smaller (there may be fewer).
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
@@ -252,7 +238,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 // torch.unbind: x.select(dim, i) for every i.
 std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
 
-// ---- einops (core/ops/rearrange.cpp, core/ops/einsum.cpp, patterns read by core/ops/axis_pattern.h):
+// ---- einops (autograd/ops/rearrange.cpp, autograd/ops/einsum.cpp, patterns read by autograd/ops/axis_pattern.h):
 // compositions of views, permute, reshape, sum and matmul, recording no node of their own (differentiable,
 // every device). A bad pattern is an error naming the pattern and the axis.
 // rearrange(x, "b s (h d) -> b h s d", {{"h", 4}}): named axes, parenthesised groups split (left) and merged
@@ -268,11 +254,11 @@ Tensor rearrange(const Tensor& x, std::string_view pattern,
 Tensor einsum(std::string_view spec, const Tensor& a);
 Tensor einsum(std::string_view spec, const Tensor& a, const Tensor& b);
 
-// ---- Regularisation (core/ops/dropout.cpp)
+// ---- Regularisation (autograd/ops/dropout.cpp)
 // Zeroes each element with probability p and scales the rest by 1/(1-p) in training; identity otherwise.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());
 
-// ---- Losses (core/ops/cross_entropy.cpp)
+// ---- Losses (autograd/ops/cross_entropy.cpp)
 // Mean over rows of -log softmax(logits)[target]; logits [N, C], targets int [N]; rows whose target
 // is ignore_index are left out of the mean.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
@@ -281,7 +267,7 @@ Tensor cross_entropy(const Tensor& logits, const DeviceIds& targets);
 
 // In-place updates outside autograd (copy_, fill_, add_, mul_) are members of Tensor (core/tensor.h).
 
-// ---- Optimiser steps, in place, outside autograd (core/ops/optimizer_steps.cpp): one pass over
+// ---- Optimiser steps, in place, outside autograd (autograd/ops/optimizer_steps.cpp): one pass over
 // each parameter on the CPU, one fused launch per GPU and dtype, with the per-element rules and the
 // step's numbers (SgdHyper, AdamHyper) of core/update_rules.h. One gradient, weight decay and (when
 // the optimiser keeps one) state buffer per parameter, each of its parameter's device, dtype and shape.

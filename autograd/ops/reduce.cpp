@@ -1,12 +1,12 @@
 // Reductions: sum, mean, max, var over any dims, with keepdim; sum_to undoes broadcasting.
-// Kernels: core/kernels.h (CPU: core/cpu/reduce.cpp, GPU: cuda/row_kernels.cu).
+// Kernels: core/kernels.h (CPU: core/cpu/reduce.cpp, GPU: cuda/reduce_kernels.cu).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 
 namespace ember {
 namespace {

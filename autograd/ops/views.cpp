@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/cpu/elementwise.h"
+#include "autograd/ops/op_support.h"
+#include "core/cuda_ops.h"
 #include "core/device_copy.h"
-#include "core/ops/op_support.h"
 
 namespace ember {
 namespace {
@@ -266,8 +266,7 @@ Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::clone() const {
   Tensor out = Tensor::empty(shape(), dtype(), device());
-  if (device().is_cuda()) gpu::copy(*this, out);
-  else cpu::copy(*this, out);
+  kernel::copy(kernel_on(out), out.shape(), strided(out), strided(*this));
   record("clone", out, {*this}, [](const Tensor& g) -> Grads { return {g}; });
   return out;
 }
@@ -275,8 +274,7 @@ Tensor Tensor::clone() const {
 Tensor Tensor::to(Dtype target) const {
   if (target == dtype()) return *this;
   Tensor out = Tensor::empty(shape(), target, device());
-  if (device().is_cuda()) gpu::copy(*this, out);
-  else cpu::copy(*this, out);
+  kernel::copy(kernel_on(out), out.shape(), strided(out), strided(*this));
   if (is_real(target) && is_real(dtype()))
     record("to", out, {*this}, [source = dtype()](const Tensor& g) -> Grads { return {g.to(source)}; });
   return out;
@@ -322,15 +320,13 @@ Tensor& Tensor::copy_(const Tensor& source) {
   check_into("copy_", *this, source);
   if (source.device() != device()) return copy_(source.detach().to(device()));
   bump_version();
-  if (device().is_cuda()) gpu::copy(source, *this);
-  else cpu::copy(source, *this);
+  kernel::copy(kernel_on(*this), shape(), strided(*this), strided(source, shape()));
   return *this;
 }
 Tensor& Tensor::fill_(double value) {
   check_inplace("fill_", *this);
   bump_version();
-  if (device().is_cuda()) gpu::fill(*this, value);
-  else cpu::fill(*this, value);
+  kernel::fill(kernel_on(*this), shape(), strided(*this), value);
   return *this;
 }
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
@@ -341,8 +337,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
               dtype_name(other.dtype()));
   EMBER_CHECK(dtype() != Dtype::Bool, "add_: not defined for bool tensors");
   bump_version();
-  if (device().is_cuda()) gpu::add_into(*this, other, alpha);
-  else cpu::add_into(*this, other, alpha);
+  kernel::add_into(kernel_on(*this), shape(), strided(*this), strided(other, shape()), alpha);
   return *this;
 }
 Tensor& Tensor::mul_(double value) {
@@ -350,8 +345,7 @@ Tensor& Tensor::mul_(double value) {
   EMBER_CHECK(is_real(dtype()), "mul_: expected a floating tensor (float32, float64 or bfloat16), got {}",
               dtype_name(dtype()));
   bump_version();
-  if (device().is_cuda()) gpu::scale(*this, value);
-  else cpu::scale(*this, value);
+  kernel::scale(kernel_on(*this), shape(), strided(*this), value);
   return *this;
 }
 

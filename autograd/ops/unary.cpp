@@ -1,43 +1,33 @@
 // Element-wise math ops. Forward: y = f(x). Backward: dx = dy * f'(x, y), one fused pass.
-// The formulas live in core/unary_math.h; this file picks the kernel for the device (the CPU
-// loop, or cuda/unary_kernels.cu for a CUDA tensor) and wires them into autograd.
-#include "core/cpu/elementwise.h"
-#include "core/ops/op_support.h"
+// The formulas live in core/unary_math.h; this file runs them through core/kernels.h's
+// unary_forward and unary_backward (the CPU's loops, or cuda/unary_kernels.cu on a GPU) and wires
+// them into autograd.
+#include "autograd/ops/op_support.h"
 #include "core/unary_math.h"
 
 namespace ember {
 namespace {
 
-// The checks every device relies on, then the forward kernel for x's device: the CPU loop, or the
-// CUDA kernel made from the same functor.
+// The checks every device relies on, then the forward kernel made from the functor.
 template <typename F>
 Tensor forward_kernel(const F& f, const Tensor& x, const char* name) {
   EMBER_CHECK(x.defined(), "{}: the input tensor is undefined", name);
   EMBER_CHECK(is_real(x.dtype()), "{}: expected a floating tensor (float32, float64 or bfloat16), got {}", name,
               dtype_name(x.dtype()));
-  if (x.device().is_cpu()) return cpu::map_unary(f, x, name);
-  Tensor in = x.detach().contiguous();  // the kernel walks contiguous memory: a strided view is copied first
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cuda::unary_forward(f, x.device().index, int(x.dtype()), in.raw_data(), y.raw_data(), x.numel());
+  kernel::unary_forward(kernel_on(x), f, x.shape(), strided(y), strided(x));
   return y;
 }
 
 // grad * f'(x, y). Only what f.df reads is defined (F::reads); the kernels are handed a stand-in of the
 // same shape for the other (df never reads it): the one that is there, or the gradient when df reads neither.
 template <typename F>
-Tensor backward_kernel(const F& f, const Tensor& grad, const Tensor& x_saved, const Tensor& y_saved, const char* name) {
+Tensor backward_kernel(const F& f, const Tensor& grad, const Tensor& x_saved, const Tensor& y_saved) {
   auto or_else = [](const Tensor& a, const Tensor& b) -> const Tensor& { return a.defined() ? a : b; };
-  if (grad.device().is_cpu()) {
-    const Tensor& x = or_else(x_saved, or_else(y_saved, grad));
-    return cpu::map_unary_backward(f, grad, x, or_else(y_saved, x), name);
-  }
   const Tensor& x = or_else(x_saved, or_else(y_saved, grad));
-  Tensor g = grad.detach().contiguous();
-  Tensor xc = or_else(x_saved, or_else(y_saved, g)).contiguous();
-  Tensor yc = y_saved.defined() ? y_saved.contiguous() : xc;
+  const Tensor& y = or_else(y_saved, x);
   Tensor grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cuda::unary_backward(f, x.device().index, int(x.dtype()), g.raw_data(), xc.raw_data(), yc.raw_data(),
-                       grad_x.raw_data(), x.numel());
+  kernel::unary_backward(kernel_on(x), f, x.shape(), strided(grad_x), strided(grad), strided(x), strided(y));
   return grad_x;
 }
 
@@ -46,9 +36,9 @@ Tensor unary_op(const char* name, const F& f, const Tensor& x) {
   Tensor y = forward_kernel(f, x, name);
   // Only what df reads is kept until backward (F::reads, core/unary_math.h): x, y or neither.
   record(name, y, {x},
-         [f, name, x = F::reads == math::Reads::Input ? save(x) : SavedTensor(),
+         [f, x = F::reads == math::Reads::Input ? save(x) : SavedTensor(),
           y = F::reads == math::Reads::Output ? save(y) : SavedTensor()](const Tensor& grad) -> Grads {
-           return {backward_kernel(f, grad, x.get(), y.get(), name)};
+           return {backward_kernel(f, grad, x.get(), y.get())};
          });
   return y;
 }

@@ -15,7 +15,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 
 namespace ember {
 namespace {

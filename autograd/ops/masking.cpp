@@ -4,42 +4,15 @@
 // backwards are that kernel: the gradient goes to whichever operand was picked, 0 to the other.
 #include <cstdint>
 
-#include "core/cpu/elementwise.h"
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 
 namespace ember {
 namespace {
 
 // out[i] = cond[i] ? a[i] : b[i] over `shape`, every operand broadcast to it; a and b same dtype.
-Tensor select_kernel(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape, const char* op) {
-  if (a.device().is_cuda()) return gpu::select(cond, a, b, shape);
+Tensor select_kernel(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape) {
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
-  dispatch_storable(a.dtype(), op, [&](auto tag) {  // values picked as they are: any dtype, bfloat16 too
-    using T = typename decltype(tag)::type;
-    cpu::for_each_row<4>(shape,
-                         {cpu::operand(out), cpu::broadcast_operand(cond, shape), cpu::broadcast_operand(a, shape),
-                          cpu::broadcast_operand(b, shape)},
-                         [&](auto p, auto s, int64_t n) {
-      T* o = reinterpret_cast<T*>(p[0]);
-      const bool* c = reinterpret_cast<const bool*>(p[1]);
-      const T* x = reinterpret_cast<const T*>(p[2]);
-      const T* y = reinterpret_cast<const T*>(p[3]);
-      constexpr int64_t one = sizeof(T);
-      if (s[1] == 1 && s[2] == one && s[3] == one) {
-        for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? x[i] : y[i];
-      } else if (s[1] == 1 && s[2] == 0 && s[3] == one) {  // masked_fill: a scalar value
-        const T xv = *x;
-        for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? xv : y[i];
-      } else if (s[1] == 1 && s[2] == one && s[3] == 0) {  // a gradient against zero
-        const T yv = *y;
-        for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? x[i] : yv;
-      } else {
-        for (int64_t i = 0; i < n; ++i)
-          o[i] = *reinterpret_cast<const bool*>(p[1] + i * s[1]) ? *reinterpret_cast<const T*>(p[2] + i * s[2])
-                                                                 : *reinterpret_cast<const T*>(p[3] + i * s[3]);
-      }
-    });
-  });
+  kernel::select(kernel_on(a), shape, strided(out), strided(cond, shape), strided(a, shape), strided(b, shape));
   return out;
 }
 
@@ -56,9 +29,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   EMBER_CHECK(shape == x.shape(), "masked_fill: mask of shape {} does not broadcast to x's shape {}",
               shape_str(mask.shape()), shape_str(x.shape()));
-  Tensor out = select_kernel(mask, scalar(value, x.dtype(), x.device()), x, shape, "masked_fill");
+  Tensor out = select_kernel(mask, scalar(value, x.dtype(), x.device()), x, shape);
   record("masked_fill", out, {x}, [mask = save(mask)](const Tensor& g) -> Grads {
-    return {select_kernel(mask.get(), scalar(0.0, g.dtype(), g.device()), g, g.shape(), "masked_fill")};
+    return {select_kernel(mask.get(), scalar(0.0, g.dtype(), g.device()), g, g.shape())};
   });
   return out;
 }
@@ -69,13 +42,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_mask(cond, "where", "cond");
   EMBER_CHECK(a.dtype() == b.dtype(), "where: dtypes differ ({} and {})", dtype_name(a.dtype()), dtype_name(b.dtype()));
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
-  Tensor out = select_kernel(cond, a, b, shape, "where");
+  Tensor out = select_kernel(cond, a, b, shape);
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   record("where", out, {a, b}, [saved_cond = save(cond), sa = a.shape(), sb = b.shape(), need_a, need_b](const Tensor& g) -> Grads {
     const Tensor& cond = saved_cond.get();
     Tensor zero = scalar(0.0, g.dtype(), g.device());
-    return {need_a ? sum_to(select_kernel(cond, g, zero, g.shape(), "where"), sa) : Tensor(),
-            need_b ? sum_to(select_kernel(cond, zero, g, g.shape(), "where"), sb) : Tensor()};
+    return {need_a ? sum_to(select_kernel(cond, g, zero, g.shape()), sa) : Tensor(),
+            need_b ? sum_to(select_kernel(cond, zero, g, g.shape()), sb) : Tensor()};
   });
   return out;
 }

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 
 namespace ember {
 namespace {

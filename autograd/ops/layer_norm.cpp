@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 
 namespace ember {
 namespace {
@@ -80,7 +80,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // xhat = x * rstd and gw = grad * weight:
 //   dx = rstd * (gw - xhat * mean(gw * xhat)),   dweight = sum over rows of grad * xhat.
 // Sums in double, in a fixed order: 8 lanes per row, and dweight by chunks of 64 rows added in order,
-// the chunks of cuda/row_kernels.cu. The op added in docs/adding-an-op.md.
+// the chunks of cuda/norm_kernels.cu. The op added in docs/adding-an-op.md.
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   EMBER_CHECK(x.defined(), "rms_norm: the input tensor is undefined");
   if (x.dtype() == Dtype::BFloat16) return rms_norm(widened_from_bf16(x), weight, eps);

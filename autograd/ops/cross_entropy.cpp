@@ -10,11 +10,11 @@
 // On a GPU the targets may stay on the host (the trainer keeps them there): they are checked there
 // and uploaded without the host waiting; targets already on the GPU are read back to be checked
 // (the host waits for the GPU). The backward reads its incoming gradient on the GPU, never on the host.
-// Kernels: core/kernels.h (CPU: core/cpu/cross_entropy.cpp, GPU: cuda/row_kernels.cu).
+// Kernels: core/kernels.h (CPU: core/cpu/cross_entropy.cpp, GPU: cuda/cross_entropy_kernels.cu).
 #include <cstdint>
 #include <vector>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 
 namespace ember {
 namespace {

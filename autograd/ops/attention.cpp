@@ -29,8 +29,8 @@
 #include <tuple>
 #include <vector>
 
+#include "autograd/ops/op_support.h"
 #include "core/online_softmax.h"
-#include "core/ops/op_support.h"
 #include "core/precision.h"
 
 namespace ember {

@@ -1,5 +1,5 @@
 // The optimisers' updates as ops (in place, outside autograd), so that optim/ reaches every device
-// through core/ops.h: the inputs are checked once here, then the parameters of each device and dtype
+// through autograd/ops.h: the inputs are checked once here, then the parameters of each device and dtype
 // go to one kernel of core/kernels.h (kernel::sgd_step, kernel::adam_step: on the CPU one pass per
 // parameter on the thread pool, on a GPU one fused launch), which apply the per-element rules of
 // core/update_rules.h. Gradient clipping's sum of squares and scaling likewise.
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 #include "core/update_rules.h"
 
 namespace ember {

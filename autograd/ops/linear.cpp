@@ -12,7 +12,7 @@
 // linear: linear_bf16 below (kernel::linear_forward_bf16 / linear_backward_bf16).
 #include <cstdint>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 #include "core/precision.h"
 
 namespace ember {

@@ -1,5 +1,5 @@
 // The axis patterns of rearrange and einsum, in einops's syntax: one side of "b s (h d) -> b h s d" read
-// into its dims, each a group of axes (core/ops/rearrange.cpp, core/ops/einsum.cpp).
+// into its dims, each a group of axes (autograd/ops/rearrange.cpp, autograd/ops/einsum.cpp).
 #pragma once
 #include <cstddef>
 #include <string>

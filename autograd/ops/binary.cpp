@@ -5,15 +5,14 @@
 #include <initializer_list>
 #include <utility>
 
-#include "core/cpu/elementwise.h"
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 #include "core/unary_math.h"
 
 namespace ember {
 namespace {
 
-// The checks every device relies on, then the kernel for a's device: the CPU loop, or the CUDA
-// kernel made from the same functor (a comparison gives a bool tensor).
+// The checks every device relies on, then the kernel made from the functor (core/kernels.h's binary:
+// the CPU's loop or the GPU's kernel); a comparison gives a bool tensor.
 template <typename F>
 Tensor binary_kernel(const F& f, const Tensor& a, const Tensor& b, const char* name) {
   EMBER_CHECK(a.defined() && b.defined(), "{}: an input tensor is undefined", name);
@@ -26,10 +25,8 @@ Tensor binary_kernel(const F& f, const Tensor& a, const Tensor& b, const char* n
               "{}: arithmetic on bool tensors is not defined (logical_and, logical_or, logical_xor combine masks)",
               name);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  if (a.device().is_cpu()) return cpu::map_binary(f, a, b, shape, name);
   Tensor out = Tensor::empty(shape, math::is_comparison<F> ? Dtype::Bool : a.dtype(), a.device());
-  cuda::binary(f, a.device().index, gpu::shape8(shape, name), gpu::operand(out, shape, name),
-               gpu::operand(a, shape, name), gpu::operand(b, shape, name));
+  kernel::binary(kernel_on(a), f, shape, strided(out), strided(a, shape), strided(b, shape));
   return out;
 }
 
@@ -67,13 +64,15 @@ Tensor number_tensor(Scalar s, Dtype dtype, Device device) {
   return scalar(s.to_double(), dtype, device);
 }
 
-// A float32 tensor and a bfloat16 one on the CPU: the sum is float32, the bfloat16 operand widened as
-// it is read, with no float32 copy of it (the residual connection of a mixed-precision model).
+// A float32 tensor and a bfloat16 one on a device whose add takes the pair (kernel::add_widens: the
+// CPU): the sum is float32, the bfloat16 operand widened as it is read, with no float32 copy of it
+// (the residual connection of a mixed-precision model).
 bool adds_widening(const Tensor& a, const Tensor& b) {
   const auto pair = [](const Tensor& x, const Tensor& y) {
     return x.dtype() == Dtype::Float32 && y.dtype() == Dtype::BFloat16 && (x.dim() > 0 || y.dim() == 0);
   };
-  return a.defined() && b.defined() && a.device().is_cpu() && b.device().is_cpu() && (pair(a, b) || pair(b, a));
+  return a.defined() && b.defined() && (pair(a, b) || pair(b, a)) && a.device() == b.device() &&
+         kernel::add_widens(kernel_on(a));
 }
 
 }  // namespace
@@ -83,7 +82,9 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
   if (adds_widening(a_in, b_in)) {
     const Tensor& wide = a_in.dtype() == Dtype::Float32 ? a_in : b_in;
     const Tensor& narrow = a_in.dtype() == Dtype::Float32 ? b_in : a_in;
-    Tensor y = cpu::map_binary_widening(math::Add{}, wide, narrow, broadcast_shapes(a_in.shape(), b_in.shape(), "add"));
+    const Shape shape = broadcast_shapes(a_in.shape(), b_in.shape(), "add");
+    Tensor y = Tensor::empty(shape, Dtype::Float32, wide.device());
+    kernel::binary(kernel_on(wide), math::Add{}, shape, strided(y), strided(wide, shape), strided(narrow, shape));
     record("add", y, {a_in, b_in}, [sa = a_in.shape(), sb = b_in.shape(), da = a_in.dtype(), db = b_in.dtype()](
                                        const Tensor& g) -> Grads { return {sum_to(g, sa).to(da), sum_to(g, sb).to(db)}; });
     return y;
@@ -142,7 +143,7 @@ Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 
-// With a C++ number: a floating result is computed by the scalar kernels of core/ops/unary.cpp (one pass,
+// With a C++ number: a floating result is computed by the scalar kernels of autograd/ops/unary.cpp (one pass,
 // nothing saved), an integer one (or a bool one, refused) by the binary op with the number as a 0-dim tensor.
 Tensor operator+(const Tensor& a, Scalar b) {
   const Dtype dtype = with_number(a, b, "add");

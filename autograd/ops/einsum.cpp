@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/ops/axis_pattern.h"
-#include "core/ops/op_support.h"
+#include "autograd/ops/axis_pattern.h"
+#include "autograd/ops/op_support.h"
 
 namespace ember {
 namespace {

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 #include "core/precision.h"
 
 namespace ember {

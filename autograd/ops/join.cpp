@@ -4,8 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/cpu/elementwise.h"
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 
 namespace ember {
 namespace {
@@ -50,8 +49,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     int64_t length = t.shape()[size_t(dim)];
     if (length > 0) {
       Tensor slot = make_view(out, t.shape(), out.strides(), out.offset() + start * out.strides()[size_t(dim)]);
-      if (out.device().is_cuda()) gpu::copy(t, slot);
-      else cpu::copy(t, slot);
+      kernel::copy(kernel_on(slot), slot.shape(), strided(slot), strided(t));
     }
     starts.push_back(start);
     lengths.push_back(length);

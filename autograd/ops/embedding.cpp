@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/ops/op_support.h"
+#include "autograd/ops/op_support.h"
 
 namespace ember {
 namespace {
@@ -90,7 +90,7 @@ Tensor on_device(const std::vector<int64_t>& values, Device device) {
 
 }  // namespace
 
-// ---- Ids staged on a GPU before a CUDA graph's step (core/ops.h, DeviceIds)
+// ---- Ids staged on a GPU before a CUDA graph's step (autograd/ops.h, DeviceIds)
 
 void stage_ids(const Tensor& host_ids, int64_t bound, bool with_buckets, Device device, DeviceIds& into,
                GpuStream stream) {

@@ -1,5 +1,5 @@
 // Reading one side of an einops pattern: names, "1", "...", and parenthesised groups.
-#include "core/ops/axis_pattern.h"
+#include "autograd/ops/axis_pattern.h"
 
 #include <algorithm>
 #include <cctype>
