@@ -10,6 +10,7 @@
 //   (about 2 s on an H200 with the data's set-up). Needs a GPU; exits 0 with "skipped" without one.
 //   CI runs it on the CPU emulator of CUDA with --n 64 (tests/gpu_programs_test.sh): the times mean nothing there.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
@@ -30,7 +32,6 @@
 #include "core/error.h"
 #include "core/random.h"
 #include "core/tensor.h"
-#include "examples/imdb/settings.h"
 
 using namespace ember;
 using Clock = std::chrono::steady_clock;
@@ -43,9 +44,12 @@ struct Flags {
 };
 
 int64_t flag_integer(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
-  std::optional<int64_t> value = imdb::parse_integer(text, min, max);
-  EMBER_CHECK(value.has_value(), "{} expects an integer in [{}, {}], got '{}'", flag, min, max, text);
-  return *value;
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value, 10);  // digits only, no sign or spaces
+  EMBER_CHECK(!text.empty() && error == std::errc() && stop == end && value >= min && value <= max,
+              "{} expects an integer in [{}, {}], got '{}'", flag, min, max, text);
+  return value;
 }
 
 Flags parse(int argc, char** argv) {
