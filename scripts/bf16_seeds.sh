@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # The recipe (h = 4, 3 epochs) trained with --precision bf16 for seeds 0, 1, 2, one after another, then
-# compared with the float32 runs of docs/results/compare/heads4-seed<S>/ (test accuracy, mean over seeds).
-# Logs, metrics and results go to <results>/seed<S>/ (default docs/results/bf16); a finished seed is skipped when rerun.
+# compared with the float32 runs of runs/compare/heads4-seed<S>/ (`build/imdb compare`'s; test accuracy, mean over seeds).
+# Logs, metrics and results go to <results>/seed<S>/ (default runs/bf16-seeds, outside git: summarise the
+# numbers, the command and the commit into docs/precision.md); a finished seed is skipped when rerun.
 #
 # Usage: scripts/bf16_seeds.sh [--data PATH] [--seeds "0 1 2"] [--threads N] [--results DIR]
-#   (build/imdb must be built; EMBER_IMDB=path runs another copy of it; --results defaults to docs/results/bf16)
+#   (build/imdb must be built; EMBER_IMDB=path runs another copy of it; --results defaults to runs/bf16-seeds)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 data=()
 seeds="0 1 2"
 threads=()
-results=docs/results/bf16
+results=runs/bf16-seeds
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --data) data=(--data "$2"); shift 2 ;;
@@ -58,7 +59,11 @@ for s in seeds:
         bf = json.load(open(f"{results}/seed{s}/result.json"))["test_accuracy"]
     except FileNotFoundError:
         continue
-    fp = json.load(open(f"docs/results/compare/heads4-seed{s}/result.json"))["test_accuracy"]
+    try:  # the float32 run of the same seed, as `build/imdb compare` leaves it
+        fp = json.load(open(f"runs/compare/heads4-seed{s}/result.json"))["test_accuracy"]
+    except FileNotFoundError:
+        print(f"seed {s}: no float32 run to compare with (runs/compare/heads4-seed{s}/result.json: run build/imdb compare)")
+        continue
     rows.append((s, fp, bf))
     print(f"seed {s}: fp32 {' / '.join(f'{100*a:.2f}' for a in fp)}   bf16 {' / '.join(f'{100*a:.2f}' for a in bf)}")
 if rows:

@@ -3,9 +3,14 @@
 the tree, named just above it as <!-- from: path -->, and that file is compiled (and, for
 docs/snippets/*.cpp, run) by CI. Any other block may carry the same marker and is checked too.
 docs/architecture.md's file tour must name only files that exist, and every source file.
+Every link of docs/*.md and README.md resolves: a relative link's file (and its #anchor, a heading of
+that page), a `path` in backticks under one of the source folders, and a raw result cited as
+`<commit>:docs/results/...` (the raw logs live in git history, docs/results.md), checked with git
+where the commit is in the clone.
 Usage: docs_test.py <repository root>"""
 import pathlib
 import re
+import subprocess
 import sys
 
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
@@ -57,7 +62,59 @@ if tour.is_file():
             if source.suffix in (".h", ".cpp", ".cu") and f"`{source.relative_to(root)}`" not in named:
                 failures.append(f"docs/architecture.md's tour does not name {source.relative_to(root)}")
 
+# ---- Links and paths: every page's relative links, #anchors, backticked source paths and cited raw results.
+pages = sorted((root / "docs").glob("*.md")) + [root / "README.md"]
+
+
+def slug(heading):  # GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+anchors = {p.resolve(): {slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", p.read_text(encoding="utf-8"), re.M)}
+           for p in pages if p.is_file()}
+
+
+def in_git(commit, path):  # True / False, or None where git or the commit is not there (a shallow clone)
+    try:
+        known = subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
+        if known.returncode != 0:
+            return None
+        return subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{commit}:{path.rstrip('/')}"],
+                              capture_output=True).returncode == 0
+    except OSError:
+        return None
+
+
+links = 0
+for page in pages:
+    if not page.is_file():
+        continue
+    text = page.read_text(encoding="utf-8")
+    where = page.relative_to(root)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"^[a-z]+:", target):
+            continue  # https:, mailto:
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page.resolve()
+        links += 1
+        if not resolved.exists():
+            failures.append(f"{where}: the link ({target}) names a file that does not exist")
+        elif anchor and resolved.suffix == ".md" and anchor not in anchors.get(resolved, set()):
+            failures.append(f"{where}: the link ({target}) names no heading of {path or where}")
+    for path in re.findall(r"`((?:docs|bench|scripts|tests|core|autograd|nn|optim|cuda|examples)/[\w./-]+)`", text):
+        links += 1
+        if path.startswith("docs/results/"):
+            failures.append(f"{where}: `{path}`: docs/results/ left the tree; cite it as `<commit>:{path}`")
+        elif not (root / path).exists():
+            failures.append(f"{where}: `{path}` does not exist")
+    for commit, path in re.findall(r"`([0-9a-f]{7,40}):(docs/results/[\w./<>-]*)`", text):
+        if "<" in path:
+            continue  # a pattern (heads<H>-seed<S>), not a file
+        links += 1
+        if in_git(commit, path) is False:
+            failures.append(f"{where}: `{commit}:{path}` is not in git history")
+
 for f in failures:
     print("FAIL:", f)
-print(f"{checked} quoted blocks checked, {len(failures)} problems")
+print(f"{checked} quoted blocks checked, {links} links and paths checked, {len(failures)} problems")
 sys.exit(1 if failures else 0)
