@@ -386,19 +386,12 @@ void PretrainRun::save_encoder_file() {
 // What the loop does for this run: its steps and epochs (the last one shorter with --steps), the schedule, the
 // checkpoints (this program's format with the encoder beside each: save), the epoch records (record_epoch).
 train::LoopSettings PretrainRun::loop_settings() {
-  train::LoopSettings s;
+  train::LoopSettings s = loop_settings_of(train_, *folder_, world_);
   s.steps = state_.total_steps;
   s.steps_per_epoch = steps_per_epoch_;
   s.schedule = schedule_;
   s.device = device_;
   s.generator = &gen_;
-  s.out = train_.out;
-  s.folder = &*folder_;
-  s.save_every = train_.save_every;
-  s.stop_after = train_.stop_after;
-  s.log_every = train_.log_every;
-  s.quiet = train_.quiet;
-  s.world = &world_;
   s.write_checkpoint = [this](const train::RunState& at) { save(at); };
   s.record_epoch = [this](const train::EpochResult& done) { record_epoch(done); };
   return s;

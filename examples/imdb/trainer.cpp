@@ -183,6 +183,19 @@ distributed::ProcessGroup& gradient_group(distributed::ProcessGroup& world, Devi
   return *nccl;
 }
 
+train::LoopSettings loop_settings_of(const TrainConfig& config, train::RunFolder& folder,
+                                     distributed::ProcessGroup& world) {
+  train::LoopSettings s;
+  s.out = config.out;
+  s.folder = &folder;
+  s.save_every = config.save_every;
+  s.stop_after = config.stop_after;
+  s.log_every = config.log_every;
+  s.quiet = config.quiet;
+  s.world = &world;
+  return s;
+}
+
 void check_zero_has_ranks(bool zero, Device device, bool several) {
   EMBER_CHECK(!(zero && device.is_cuda() && !several),
               "--zero shards AdamW's moments over the ranks of an mpirun job; on one GPU process there is nothing "

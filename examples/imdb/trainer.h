@@ -16,6 +16,8 @@
 #include "examples/imdb/vocabulary.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
+#include "optim/train/loop.h"
+#include "optim/train/run_folder.h"
 
 namespace ember::imdb {
 
@@ -183,5 +185,11 @@ distributed::ProcessGroup& gradient_group(distributed::ProcessGroup& world, Devi
 // --zero shards AdamW's moments over the ranks: on one GPU process there are none to shard over (its world
 // group holds CPU tensors), an ember::Error before anything is built.
 void check_zero_has_ranks(bool zero, Device device, bool several);
+
+// What the training loop (optim/train/loop.h) takes from a train or pretrain run's settings: its folder (`folder`,
+// made for config.out under its lock), --save-every, --stop-after, --log-every, --quiet, the job's ranks; the run
+// adds its steps, schedule, device, generator and hooks.
+train::LoopSettings loop_settings_of(const TrainConfig& config, train::RunFolder& folder,
+                                     distributed::ProcessGroup& world);
 
 }  // namespace ember::imdb

@@ -254,19 +254,12 @@ void TrainingRun::print_setup() const {
 // save below), the evaluations (test, and validation when held out), the records (record_epoch), the model file
 // after each epoch's records and before its checkpoint.
 train::LoopSettings TrainingRun::loop_settings() {
-  train::LoopSettings s;
+  train::LoopSettings s = loop_settings_of(config_, *folder_, world_);
   s.steps = total_steps_;
   s.steps_per_epoch = steps_per_epoch_;
   s.schedule = schedule_;
   s.device = device_;
   s.generator = &gen_;
-  s.out = config_.out;
-  s.folder = &*folder_;
-  s.save_every = config_.save_every;
-  s.stop_after = config_.stop_after;
-  s.log_every = config_.log_every;
-  s.quiet = config_.quiet;
-  s.world = &world_;
   const auto accuracy_on = [this](const std::vector<std::vector<int32_t>>& reviews, const std::vector<int>& labels) {
     return evaluate(*model_, reviews, labels, 64, &world_, step_->evaluator());
   };
