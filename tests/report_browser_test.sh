@@ -4,7 +4,7 @@
 # asserts that the charts and one heat map per (review, layer, head) are in the rendered page
 # (and the same for compare.html from a tiny `imdb compare` of h = 1 and 2),
 # that the page logged nothing to the console (no errors), and saves a screenshot.
-# Then the same checks on the committed page of the real h = 4 run (full IMDb, 3 epochs).
+# Then, when given (the optional arguments), the same checks on a real run's report.html and compare.html.
 # Usage: report_browser_test.sh <imdb binary> <imdb_small.json> <screenshot.png> [real report.html [real compare.html]]
 # Exits 77 (ctest: skipped) when /usr/bin/chromium is not installed.
 set -u
