@@ -1,5 +1,5 @@
 // The training loop every trainer shares: a model's training is its data (the batch of each step) and its
-// loss (a scalar on the batch); the loop does the rest. Read it top to bottom in loop.cpp, Loop::run:
+// loss (a scalar on the batch); the loop does the rest. Read it top to bottom in loop.cpp, Loop::train_epoch:
 //
 //   for (each epoch, each step) {
 //     optimizer.set_lr(schedule.lr_at(step));
