@@ -89,6 +89,10 @@ int run(int argc, char** argv) {
     return cross_entropy(model.forward(batch.at("input")).reshape({B * T, V}), batch.at("target"));
   };
   const std::vector<double> losses = loop.run(windows, next_character_loss).step_losses;
+  if (losses.empty()) {  // a --resume of a finished run: nothing trained here, nothing to compare
+    std::printf("the run in %s had finished (%lld steps)\n", out.c_str(), (long long)steps);
+    return 0;
+  }
   double first = losses.empty() ? 0 : losses.front(), recent = first;
   for (double value : losses) recent = 0.9 * recent + 0.1 * value;  // smoothed: one batch is noisy
 

@@ -118,6 +118,12 @@ Loop::Loop(nn::Module& model, optim::Optimizer& optimizer, LoopSettings settings
   if (s.folder == nullptr) own_folder_ = std::make_unique<RunFolder>(s.out, s.world);
   folder_ = s.folder != nullptr ? s.folder : own_folder_.get();
   checkpoint_path_ = s.out + "/checkpoint.safetensors";
+  // A new run never writes over a checkpoint it did not make (another run's, or another program's): the loop's
+  // own format only; a program with its own format checks its folder itself.
+  std::error_code error;
+  EMBER_CHECK(!lead() || s.resume || s.write_checkpoint || !std::filesystem::exists(checkpoint_path_, error),
+              "{} holds a checkpoint already: resume continues it; a new run needs another folder (or remove it)",
+              s.out);
 }
 
 bool Loop::lead() const { return settings_.world == nullptr || settings_.world->rank() == 0; }

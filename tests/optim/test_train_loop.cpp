@@ -276,6 +276,15 @@ TEST_CASE("train loop: one trainer per folder, a diverged loss named, bad settin
                    [&](const train::Batch& b) { return scalar.model.forward(b.at("x")); });
   }, "the loss must be a scalar that requires grad");
 
+  // A new run into a folder holding a checkpoint (its own earlier run's, or another program's) writes nothing.
+  const std::string taken = folder("taken");
+  Run earlier(2, taken);
+  earlier.go();
+  const std::string before = text_of(taken + "/checkpoint.safetensors");
+  Run over(2, taken);
+  check_error([&] { over.go(); }, "holds a checkpoint already");
+  CHECK(text_of(taken + "/checkpoint.safetensors") == before);
+
   Run bad(0);
   check_error([&] { bad.go(); }, "steps must be at least 1");
   Run no_folder(2);
