@@ -9,8 +9,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ARM_DIR=${ARM_DIR:-build-arm64}
-# ccache's hits across clones in other folders (CI's): paths relative to the tree.
-export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 bash scripts/setup.sh --deps-only  # the header-only libraries (doctest, nlohmann-json, CLI11) serve both
 packages=(g++-aarch64-linux-gnu qemu-user-static libc6:arm64 libstdc++6:arm64 libfmt-dev:arm64 libssl-dev:arm64)
@@ -21,10 +19,8 @@ if ! dpkg -s "${packages[@]}" >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${packages[@]}" >/dev/null
 fi
 if [ ! -f "$ARM_DIR/CTestTestfile.cmake" ]; then
-  launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   cmake -S . -B "$ARM_DIR" -DCMAKE_TOOLCHAIN_FILE=scripts/aarch64-toolchain.cmake -DCMAKE_BUILD_TYPE=Release \
-    -DEMBER_CUDA=OFF -DEMBER_MPI=OFF -DEMBER_CUDA_EMULATOR=OFF -DEMBER_BENCH=OFF "${launcher[@]}" >"$ARM_DIR.configure.log" 2>&1 ||
+    -DEMBER_CUDA=OFF -DEMBER_MPI=OFF -DEMBER_CUDA_EMULATOR=OFF -DEMBER_BENCH=OFF >"$ARM_DIR.configure.log" 2>&1 ||
     { cat "$ARM_DIR.configure.log"; exit 1; }
   rm -f "$ARM_DIR.configure.log"
 fi

@@ -15,6 +15,7 @@ command -v g++ >/dev/null || need+=(g++)
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
 [ -f /usr/include/openssl/evp.h ] || need+=(libssl-dev)      # libcrypto: the dataset's SHA-1, run fingerprints
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)      # CLI11: the imdb program's flags
+command -v ccache >/dev/null || need+=(ccache)    # every build compiles only what changed (CMakeLists.txt)
 command -v python3 >/dev/null || need+=(python3)  # the docs test, the CUDA emulator's translator
 # Open MPI: training on several processes (mpirun; docs/distributed.md) and its tests; iproute2 for
 # the two-host test (network namespaces).

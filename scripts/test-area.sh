@@ -22,9 +22,7 @@ shift
 if [ ! -f "$BUILD_DIR/CTestTestfile.cmake" ]; then
   bash scripts/setup.sh --deps-only
   if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
-  launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=OFF "${launcher[@]}" ${EMBER_CMAKE_ARGS:-} >/dev/null
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=OFF ${EMBER_CMAKE_ARGS:-} >/dev/null
 fi
 select=(-L "^${area}\$")
 [ "$area" = slow ] || [ "${EMBER_SLOW:-0}" = 1 ] || select+=(-LE "^slow\$")
