@@ -17,7 +17,7 @@
 //       runs all of it in the mixed-precision scope (core/precision.h), as `imdb train --precision bf16`;
 //       --cuda-graph (a GPU) runs each training step as the trainer does with --cuda-graph on: the
 //       batch staged, then the whole step (forward to AdamW) replayed as one CUDA graph
-//       (examples/imdb/graph_step.h), captured after the first warm-up step (W >= 1).
+//       (optim/train/graph_step.h), captured after the first warm-up step (W >= 1).
 // On the CUDA emulator the JSON also holds "emulator_counts": what the timed steps asked of the GPU
 // (counters.h: launches by kernel, copies, host waits), for S steps; with EMBER_EMULATOR_DRY=1 the
 // step times are then the host's alone (bench/host_time.sh, docs/cuda.md "The host's share").
@@ -45,10 +45,13 @@
 #include "core/parallel.h"
 #include "core/precision.h"
 #include "core/random.h"
-#include "examples/imdb/graph_step.h"
+#include "core/gpu_stream.h"
+#include "examples/imdb/gpu_batch.h"
 #include "examples/imdb/trainer.h"
 #include "nn/checkpoint.h"
 #include "optim/schedule.h"
+#include "optim/train/batch.h"
+#include "optim/train/graph_step.h"
 
 // The CUDA emulator's counts (tests/cuda_emulator/counters.h), when this program runs on it: weak
 // references, null on a GPU.
@@ -191,12 +194,19 @@ struct Trainee {
   // --cuda-graph: the same step as the trainer's graphed one (clipping to 1, as above), on a batch
   // as its batcher gives it: staged, then replayed (each shape's first step runs eagerly and is captured).
   [[gnu::noinline]] double graph_step(const imdb::Batch& batch) {
-    if (!graphs) graphs.emplace(model, optimizer, gen, model.parameters().front().device(), 1.0, /*quiet=*/true);
-    return graphs->run(batch).item<float>();  // the step's one wait, as above
+    const Device device = model.parameters().front().device();
+    if (!graphs) {
+      graphs.emplace(model, optimizer, gen, device,
+                     [this](const train::DeviceBatch& b) { return imdb::loss_on(model, b); }, 1.0, /*quiet=*/true);
+    }
+    train::stage(imdb::named_arrays(batch, model.config), imdb::array_layout(model.config), device, GpuStream::Compute,
+                 staged);
+    return graphs->run(staged).item<float>();  // the step's one wait, as above
   }
 
  private:
-  std::optional<imdb::GraphStep> graphs;
+  std::optional<train::GraphStep> graphs;
+  train::DeviceBatch staged;  // the batch on the GPU, copied into its shape's graph inputs
 };
 
 // Host tensors (tokens and labels int64, `padding` bool, true at padding) as the trainer's batcher's batch.

@@ -123,4 +123,20 @@ Batch Batcher::batch_rows(const std::vector<int64_t>& order, int64_t index, int6
   return out;
 }
 
+Batch pad_for_graphs(const Batch& batch, int64_t max_len) {
+  const int64_t T = batch.seq_len, B = batch.batch;
+  const int64_t rounded = (T + kGraphPadMultiple - 1) / kGraphPadMultiple * kGraphPadMultiple;
+  const int64_t padded = std::max(T, std::min(rounded, max_len));
+  if (padded == T) return batch;
+  Batch out = batch;
+  out.seq_len = padded;
+  out.tokens.assign(size_t(B * padded), 0);    // [PAD]
+  out.key_mask.assign(size_t(B * padded), 0);  // padding
+  for (int64_t r = 0; r < B; ++r) {
+    std::copy_n(batch.tokens.begin() + r * T, T, out.tokens.begin() + r * padded);
+    std::copy_n(batch.key_mask.begin() + r * T, T, out.key_mask.begin() + r * padded);
+  }
+  return out;
+}
+
 }  // namespace ember::imdb

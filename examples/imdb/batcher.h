@@ -16,6 +16,11 @@ struct Batch {
   int64_t real_tokens = 0;         // number of 1s in key_mask (B*T counts padding too)
 };
 
+// For CUDA graphs (one per batch shape, optim/train/graph_step.h): `batch` padded with [PAD] to the next multiple
+// of 32 tokens (at most max_len, and never shorter than it was), so a run of T 256 has at most 8 shapes.
+constexpr int64_t kGraphPadMultiple = 32;
+Batch pad_for_graphs(const Batch& batch, int64_t max_len);
+
 // SplitMix64 (Steele, Lea, Flood 2014): a tiny generator whose output is the same on every
 // platform and compiler, unlike std::shuffle and the std:: distributions.
 class SplitMix64 {

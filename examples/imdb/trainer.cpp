@@ -24,8 +24,7 @@
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
 #include "examples/imdb/encoder_file.h"
-#include "examples/imdb/eval_graph.h"
-#include "examples/imdb/graph_step.h"
+#include "examples/imdb/gpu_batch.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/tokenizer.h"
 #include "examples/imdb/truncation.h"
@@ -219,7 +218,7 @@ BatchTensors to_tensors(const Batch& batch, Device device) {
 
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
                 const std::vector<int>& labels, int64_t batch_size, distributed::ProcessGroup* world,
-                GraphEvaluator* graphs) {
+                train::GraphEvaluator* graphs) {
   if (reviews.empty()) return 0.0;
   const int rank = world != nullptr ? world->rank() : 0, ranks = world != nullptr ? world->size() : 1;
   EMBER_CHECK(graphs == nullptr || ranks == 1, "evaluate: evaluation graphs are for one process, not {} ranks", ranks);
@@ -235,7 +234,7 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   Tensor counted;  // the correct predictions so far, where the model is: read once, at the end
   for (int64_t b = rank; b < batcher.num_batches(); b += ranks) {  // whole batches, shared out in turn
     if (graphs != nullptr) {
-      graphs->add(pad_for_graphs(batcher.batch(order, b), model.config.max_len));
+      graphs->add(named_arrays(pad_for_graphs(batcher.batch(order, b), model.config.max_len), model.config));
       if (b == rank) fault_pause("evaluation");
       continue;
     }
@@ -245,7 +244,7 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
     counted = counted.defined() ? counted + batch_correct : batch_correct;
     if (b == rank) fault_pause("evaluation");  // the kill tests' kill mid-evaluation (core/file_io.h)
   }
-  if (graphs != nullptr) correct = graphs->take_correct();
+  if (graphs != nullptr) correct = std::llround(graphs->take_total());
   else if (counted.defined()) correct = std::llround(counted.item<double>());
   model.train(was_training);
   if (ranks > 1) {

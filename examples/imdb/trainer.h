@@ -15,6 +15,7 @@
 #include "examples/imdb/settings.h"
 #include "examples/imdb/vocabulary.h"
 #include "nn/transformer.h"
+#include "optim/train/graph_eval.h"
 #include "optim/optimizer.h"
 #include "optim/train/loop.h"
 #include "optim/train/run_folder.h"
@@ -127,12 +128,12 @@ CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& ex
 // Accuracy of `model` on encoded reviews (switched to eval mode and back, no grad). With a world,
 // its ranks share the batches (the same batches as one process, so the same predictions) and the
 // counts are summed: collective, every rank gets the accuracy. On a GPU the count stays there until
-// the end (one wait per evaluation); with `graphs` (one process, the model's GPU) each batch,
-// padded to a multiple of 32 tokens, is one replay of its shape's graph (eval_graph.h).
-class GraphEvaluator;
+// the end (one wait per evaluation); with `graphs` (one process, the model's GPU; counting right_predictions,
+// gpu_batch.h) each batch, padded to a multiple of 32 tokens, is one replay of its shape's graph
+// (optim/train/graph_eval.h).
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
                 const std::vector<int>& labels, int64_t batch_size = 64, distributed::ProcessGroup* world = nullptr,
-                GraphEvaluator* graphs = nullptr);
+                train::GraphEvaluator* graphs = nullptr);
 
 // The accuracy of each review's P(positive) against its label: positive when the probability is above one half
 // (a tie is negative, as the first index of an argmax). 0 for no reviews; an ember::Error for counts that differ.

@@ -26,7 +26,7 @@
 #include "core/parallel.h"
 #include "core/precision.h"
 #include "examples/imdb/encoder_file.h"
-#include "examples/imdb/graph_step.h"
+#include "examples/imdb/gpu_batch.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/train_step.h"
@@ -36,6 +36,8 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "optim/sharded_adamw.h"
+#include "optim/train/device_step.h"
+#include "optim/train/graph_eval.h"
 #include "optim/train/loop.h"
 #include "optim/train/run_folder.h"
 
@@ -131,7 +133,8 @@ class TrainingRun {
   std::string checkpoint_path_, model_path_;
   std::optional<nn::DataParallel> dp_;
   bool pad_for_graph_ = false;
-  std::unique_ptr<TrainStep> step_;  // of the kind the settings choose (train_step.h)
+  std::unique_ptr<train::Step> step_;  // of the kind the settings choose (train_step.h)
+  std::optional<train::GraphEvaluator> eval_graphs_;  // --cuda-graph on, one GPU: the evaluations as graphs
   std::optional<train::Loop> loop_;
   RunResult result_;
 };
@@ -200,11 +203,14 @@ TrainingRun::TrainingRun(const TrainConfig& config_in, const Data& data, distrib
   // averaged over the ranks during backward. Nothing to send on one process.
   dp_.emplace(*model_, *group_, nn::DataParallelOptions{.bucket_bytes = config_.bucket_kb * 1024,
                                                         .overlap = config_.overlap, .reduce_gradients = !config_.zero});
-  // --cuda-graph on: batches padded to a multiple of 32 tokens (graph_step.h), whichever kind of step
+  // --cuda-graph on: batches padded to a multiple of 32 tokens (batcher.h), whichever kind of step
   // takes them: on one GPU its CUDA graphs, one per padded shape; elsewhere the same numbers op by op.
   pad_for_graph_ = config_.uses_cuda_graph();
   step_ = make_train_step(config_, *model_, *optimizer_, gen_, device_, world_, *dp_,
                           [this](const train::StepAt& at) { return batch_at(at); });
+  if (pad_for_graph_ && steps_on_one_gpu(config_, device_, world_))
+    eval_graphs_.emplace(device_, array_layout(config_.model),
+                         [this](const train::DeviceBatch& batch) { return right_predictions(*model_, batch); });
   loop_.emplace(*model_, *optimizer_, loop_settings());
   result_.parameters = model_->num_parameters();
   result_.total_steps = total_steps_;
@@ -261,7 +267,7 @@ train::LoopSettings TrainingRun::loop_settings() {
   s.device = device_;
   s.generator = &gen_;
   const auto accuracy_on = [this](const std::vector<std::vector<int32_t>>& reviews, const std::vector<int>& labels) {
-    return evaluate(*model_, reviews, labels, 64, &world_, step_->evaluator());
+    return evaluate(*model_, reviews, labels, 64, &world_, eval_graphs_ ? &*eval_graphs_ : nullptr);
   };
   // The test reviews after every epoch, or (--test end; by default with a validation set) once, at the end.
   s.evaluations.push_back({"test_accuracy", [=, this] { return accuracy_on(data_.test_tokens, data_.test_labels); },
@@ -294,7 +300,8 @@ RunResult TrainingRun::run() {
   result_.step_losses = trained.step_losses;
   const auto tested_once = trained.final_evaluations.find("test_accuracy");  // --test end
   if (tested_once != trained.final_evaluations.end()) result_.final_test_accuracy = tested_once->second;
-  result_.graph_replays = step_->graph_replays();
+  if (const auto* on_gpu = dynamic_cast<const train::DeviceStep*>(step_.get()))
+    result_.graph_replays = on_gpu->graph_counts().replays;
   report_best_validation_epoch();
   result_.wall_seconds = seconds_since(run_start);
   if (result_.stopped_by_signal != 0) return result_;  // checkpointed; the report can wait for the resume

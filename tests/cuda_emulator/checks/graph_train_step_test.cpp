@@ -1,4 +1,4 @@
-// The IMDb trainer's step as CUDA graphs (examples/imdb/graph_step.h), on the emulator: a replayed
+// The IMDb trainer's step as CUDA graphs (the training layer's, optim/train/graph_step.h), on the emulator: a replayed
 // step is one graph launch with no host wait and no pageable copy from the batch's upload to the
 // end of AdamW, and graph steps give the eager steps' losses and weights bit for bit, over a
 // schedule that changes the learning rate every step, with dropout on and two padded shapes.
@@ -14,11 +14,11 @@
 #include "autograd/ops.h"
 #include "core/cuda_ops.h"
 #include "counters.h"
-#include "examples/imdb/graph_step.h"
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim/train/graph_step.h"
 #include "tests/cuda_emulator/checks/small_recipe.h"
 #include "tests/cuda_skip.h"
 
@@ -59,7 +59,8 @@ TEST_CASE("cuda graphs: the IMDb step replays as one launch with no host wait, a
   const optim::Schedule schedule{optim::ScheduleKind::WarmupLinear, 2e-3, 3, int64_t(batches.size())};
 
   Run eager(7), graphed(7);
-  imdb::GraphStep graphs(graphed.model, graphed.optimizer, graphed.gen, kGpu, 1.0);
+  train::GraphStep graphs(graphed.model, graphed.optimizer, graphed.gen, kGpu, graphed.loss(), 1.0);
+  emulator_checks::StagedBatches staged{config, {}};
   for (size_t s = 0; s < batches.size(); ++s) {
     INFO("step " << s + 1 << ", T " << batches[s].seq_len);
     const double lr = schedule.lr_at(int64_t(s));
@@ -69,7 +70,7 @@ TEST_CASE("cuda graphs: the IMDb step replays as one launch with no host wait, a
     graphed.optimizer.set_lr(lr);
     const bool replay = s != 0 && s != 1;  // each shape's first step runs eagerly, then is captured
     ember_emu::reset_counts();
-    const Tensor loss = graphs.run(batches[s]);  // from the batch's upload to the end of AdamW
+    const Tensor loss = graphs.run(staged(batches[s]));  // from the batch's upload to the end of AdamW
     const ember_emu::Counts c = ember_emu::counts();
     INFO(ember_emu::describe(c));
     CHECK(c.host_waits.empty());
@@ -110,7 +111,8 @@ TEST_CASE("cuda graphs: the IMDb step replays as one launch with no host wait, a
 TEST_CASE("cuda graphs: with the encoder at half the head's learning rate, replays equal the eager steps bit for bit") {
   const nn::ClassifierConfig config = small_recipe();
   Run eager(3, config, 0.5), graphed(3, config, 0.5), one_rate(3, config);
-  imdb::GraphStep graphs(graphed.model, graphed.optimizer, graphed.gen, kGpu, 1.0);
+  train::GraphStep graphs(graphed.model, graphed.optimizer, graphed.gen, kGpu, graphed.loss(), 1.0);
+  emulator_checks::StagedBatches staged{config, {}};
   for (int s = 0; s < 4; ++s) {
     INFO("step " << s + 1);
     const imdb::Batch batch = imdb::pad_for_graphs(make_batch(4, 30 + s % 2, config.vocab_size, s + 1), config.max_len);
@@ -121,7 +123,7 @@ TEST_CASE("cuda graphs: with the encoder at half the head's learning rate, repla
     const Tensor eager_loss = eager.eager_step(batch);
     one_rate.eager_step(batch);
     ember_emu::reset_counts();
-    const Tensor loss = graphs.run(batch);
+    const Tensor loss = graphs.run(staged(batch));
     const ember_emu::Counts c = ember_emu::counts();
     if (s >= 1) {  // captured at step 2, then replayed: AdamW's numbers are two AdamHypers of 7 words
       CHECK(c.graph_launches == 1);
@@ -189,7 +191,8 @@ TEST_CASE("cuda graphs: with --checkpoint and window attention, replays equal th
       batches.push_back(imdb::pad_for_graphs(make_batch(B, longest[s], config.vocab_size, int(s) + 3), config.max_len));
     const optim::Schedule schedule{optim::ScheduleKind::WarmupLinear, 2e-3, 2, int64_t(batches.size())};
     Run eager(9, config), graphed(9, config);
-    imdb::GraphStep graphs(graphed.model, graphed.optimizer, graphed.gen, kGpu, 1.0);
+    train::GraphStep graphs(graphed.model, graphed.optimizer, graphed.gen, kGpu, graphed.loss(), 1.0);
+  emulator_checks::StagedBatches staged{config, {}};
     for (size_t s = 0; s < batches.size(); ++s) {
       INFO("step " << s + 1 << ", T " << batches[s].seq_len);
       const double lr = schedule.lr_at(int64_t(s));
@@ -197,7 +200,7 @@ TEST_CASE("cuda graphs: with --checkpoint and window attention, replays equal th
       const Tensor eager_loss = eager.eager_step(batches[s]);
       graphed.optimizer.set_lr(lr);
       ember_emu::reset_counts();
-      const Tensor loss = graphs.run(batches[s]);
+      const Tensor loss = graphs.run(staged(batches[s]));
       const ember_emu::Counts c = ember_emu::counts();
       INFO(ember_emu::describe(c));
       CHECK(c.host_waits.empty());

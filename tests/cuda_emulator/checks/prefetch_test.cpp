@@ -1,4 +1,4 @@
-// The next batch, uploaded on the copy stream while the current step runs (examples/imdb/prefetch.h),
+// The next batch, uploaded on the copy stream while the current step runs (optim/train/prefetch.h),
 // on the emulator, whose streams and events keep a GPU's ordering (work runs only when something
 // needs it): the upload of batch n + 1 completes while step n's work has not run, the steps' losses
 // and weights equal those of the steps without prefetching bit for bit, op by op and as CUDA
@@ -18,12 +18,13 @@
 #include "autograd/ops.h"
 #include "core/copy_stream.h"
 #include "counters.h"
-#include "examples/imdb/graph_step.h"
-#include "examples/imdb/prefetch.h"
+#include "examples/imdb/gpu_batch.h"
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim/train/graph_step.h"
+#include "optim/train/prefetch.h"
 #include "tests/cuda_emulator/checks/small_recipe.h"
 
 using namespace ember;
@@ -67,33 +68,34 @@ void check_prefetched_steps(bool graphs) {
   const optim::Schedule schedule{optim::ScheduleKind::WarmupLinear, 2e-3, 2, int64_t(batches.size())};
 
   Run plain(11), fetched(11);
-  std::optional<imdb::GraphStep> plain_graphs, fetched_graphs;
+  std::optional<train::GraphStep> plain_graphs, fetched_graphs;
   if (graphs) {
-    plain_graphs.emplace(plain.model, plain.optimizer, plain.gen, kGpu, 1.0);
-    fetched_graphs.emplace(fetched.model, fetched.optimizer, fetched.gen, kGpu, 1.0);
+    plain_graphs.emplace(plain.model, plain.optimizer, plain.gen, kGpu, plain.loss(), 1.0);
+    fetched_graphs.emplace(fetched.model, fetched.optimizer, fetched.gen, kGpu, fetched.loss(), 1.0);
   }
+  emulator_checks::StagedBatches staged{config, {}};
   std::vector<std::vector<float>> plain_losses;
   for (size_t n = 0; n < batches.size(); ++n) {
     plain.optimizer.set_lr(schedule.lr_at(int64_t(n)));
-    plain_losses.push_back(host(graphs ? plain_graphs->run(batches[n]) : plain.eager_step(batches[n])));
+    plain_losses.push_back(host(graphs ? plain_graphs->run(staged(batches[n])) : plain.eager_step(batches[n])));
   }
 
   // The trainer's order: take batch n, queue step n, release it, prefetch batch n + 1. No loss is
   // read until the end, so that the emulator runs the steps only when something needs them.
-  imdb::BatchPrefetcher prefetcher(kGpu, config, B);
-  prefetcher.prefetch(batches[0]);
+  train::Prefetcher prefetcher(kGpu, imdb::array_layout(config), imdb::array_capacity(config, B));
+  prefetcher.prefetch(imdb::named_arrays(batches[0], config));
   std::vector<Tensor> losses;
   for (size_t n = 0; n < batches.size(); ++n) {
     INFO("step " << n + 1 << ", T " << batches[n].seq_len << (graphs ? ", graphs" : ", op by op"));
     fetched.optimizer.set_lr(schedule.lr_at(int64_t(n)));
     ember_emu::reset_counts();
-    const imdb::DeviceBatch& inputs = prefetcher.take();
-    losses.push_back(graphs ? fetched_graphs->run(inputs) : imdb::gpu_step(fetched.model, fetched.optimizer, inputs, 1.0));
+    const train::DeviceBatch& inputs = prefetcher.take();
+    losses.push_back(graphs ? fetched_graphs->run(inputs) : fetched.device_step(inputs, 1.0));
     prefetcher.release();
     GpuEvent step_done(kGpu);
     step_done.record(GpuStream::Compute);
     const bool more = n + 1 < batches.size();
-    if (more) prefetcher.prefetch(batches[n + 1]);
+    if (more) prefetcher.prefetch(imdb::named_arrays(batches[n + 1], config));
     const ember_emu::Counts c = ember_emu::counts();
     {
       INFO(ember_emu::describe(c));
@@ -147,15 +149,15 @@ TEST_CASE("batch prefetch: the next batch's upload runs on the copy stream durin
 TEST_CASE("batch prefetch: a batch of its slot's last length keeps its positions and their bound") {
   const nn::ClassifierConfig config = small_recipe();
   const int64_t B = 2;
-  imdb::BatchPrefetcher prefetcher(kGpu, config, B);
+  train::Prefetcher prefetcher(kGpu, imdb::array_layout(config), imdb::array_capacity(config, B));
   Run run(5);
   for (int n = 0; n < 4; ++n) {
     INFO("batch " << n + 1);
-    prefetcher.prefetch(make_batch(B, 12, config.vocab_size, n + 1));
-    const imdb::DeviceBatch& inputs = prefetcher.take();
-    CHECK(inputs.positions.bound == config.max_len);
-    CHECK(inputs.positions.ids.shape() == Shape{1, 12});
-    CHECK(std::isfinite(host(imdb::gpu_step(run.model, run.optimizer, inputs, 1.0)).at(0)));
+    prefetcher.prefetch(imdb::named_arrays(make_batch(B, 12, config.vocab_size, n + 1), config));
+    const train::DeviceBatch& inputs = prefetcher.take();
+    CHECK(inputs.ids_at("positions").bound == config.max_len);
+    CHECK(inputs.at("positions").shape() == Shape{1, 12});
+    CHECK(std::isfinite(host(run.device_step(inputs, 1.0)).at(0)));
     prefetcher.release();
   }
 }
@@ -170,13 +172,13 @@ TEST_CASE("batch prefetch: the step waits on the GPU for its batch's upload") {
   const nn::ClassifierConfig config = small_recipe();
   const int64_t B = 4;
   Run plain(12), fetched(12);
-  imdb::BatchPrefetcher prefetcher(kGpu, config, B);
+  train::Prefetcher prefetcher(kGpu, imdb::array_layout(config), imdb::array_capacity(config, B));
   for (int n = 0; n < 5; ++n) {
     INFO("step " << n + 1);
     const imdb::Batch batch = make_batch(B, 10 + 7 * n, config.vocab_size, n + 1);
-    prefetcher.prefetch(batch);
-    const imdb::DeviceBatch& inputs = prefetcher.take();
-    const Tensor loss = imdb::gpu_step(fetched.model, fetched.optimizer, inputs, 1.0);
+    prefetcher.prefetch(imdb::named_arrays(batch, config));
+    const train::DeviceBatch& inputs = prefetcher.take();
+    const Tensor loss = fetched.device_step(inputs, 1.0);
     prefetcher.release();
     float value = 0;
     REQUIRE(cudaMemcpy(&value, loss.raw_data(), sizeof value, cudaMemcpyDeviceToHost) == cudaSuccess);
@@ -187,7 +189,7 @@ TEST_CASE("batch prefetch: the step waits on the GPU for its batch's upload") {
 
 TEST_CASE("batch prefetch: misuse is an error naming it") {
   const nn::ClassifierConfig config = small_recipe();
-  imdb::BatchPrefetcher prefetcher(kGpu, config, 4);
+  train::Prefetcher prefetcher(kGpu, imdb::array_layout(config), imdb::array_capacity(config, 4));
   auto message_of = [](auto&& fn) {
     try {
       fn();
@@ -197,16 +199,35 @@ TEST_CASE("batch prefetch: misuse is an error naming it") {
     return std::string();
   };
   CHECK(message_of([&] { prefetcher.take(); }).find("no batch was prefetched") != std::string::npos);
-  CHECK(message_of([&] { prefetcher.prefetch(make_batch(5, 8, 300, 1)); }).find("at most 4 x 64") != std::string::npos);
   imdb::Batch bad = make_batch(2, 8, 300, 1);
   bad.tokens[3] = 300;  // out of the vocabulary
-  CHECK(message_of([&] { prefetcher.prefetch(bad); }).find("out of range [0, 300)") != std::string::npos);
-  prefetcher.prefetch(make_batch(2, 8, 300, 1));
-  CHECK(message_of([&] { prefetcher.prefetch(make_batch(2, 8, 300, 2)); }).find("was not taken") != std::string::npos);
+  const std::string out_of_range = message_of([&] { prefetcher.prefetch(imdb::named_arrays(bad, config)); });
+  CHECK(out_of_range.find("array 'tokens'") != std::string::npos);
+  CHECK(out_of_range.find("out of range [0, 300)") != std::string::npos);
+  prefetcher.prefetch(imdb::named_arrays(make_batch(2, 8, 300, 1), config));
+  CHECK(message_of([&] { prefetcher.prefetch(imdb::named_arrays(make_batch(2, 8, 300, 2), config)); }).find("was not taken") != std::string::npos);
   prefetcher.take();
   CHECK(message_of([&] { prefetcher.take(); }).find("no batch was prefetched") != std::string::npos);
   prefetcher.release();
   CHECK(message_of([&] { prefetcher.release(); }).find("no batch was taken") != std::string::npos);
+}
+
+// A batch larger than the capacity it was given: its arrays get new buffers (filled after the work queued before),
+// and the steps on it and after it are those without prefetching.
+TEST_CASE("batch prefetch: a batch larger than its capacity gets new buffers, losses unchanged") {
+  const nn::ClassifierConfig config = small_recipe();
+  Run plain(13), fetched(13);
+  train::Prefetcher prefetcher(kGpu, imdb::array_layout(config), imdb::array_capacity(config, 2));
+  const std::vector<int64_t> rows = {2, 5, 5, 3, 6};  // capacities of 2 reviews, then 5, then 6
+  for (size_t n = 0; n < rows.size(); ++n) {
+    INFO("step " << n + 1 << ", " << rows[n] << " reviews");
+    const imdb::Batch batch = make_batch(rows[n], config.max_len - int64_t(n), config.vocab_size, int(n) + 1);
+    prefetcher.prefetch(imdb::named_arrays(batch, config));
+    const Tensor loss = fetched.device_step(prefetcher.take(), 1.0);
+    prefetcher.release();
+    CHECK(host(loss) == host(plain.eager_step(batch)));
+  }
+  check_same_weights(plain, fetched);
 }
 
 // A prefetcher dropped with an upload still queued (a run stopped part-way): its buffers go back to
@@ -216,8 +237,8 @@ TEST_CASE("batch prefetch: buffers given back with an upload queued are not writ
   const nn::ClassifierConfig config = small_recipe();
   const int64_t B = 4;
   {
-    imdb::BatchPrefetcher prefetcher(kGpu, config, B);
-    prefetcher.prefetch(make_batch(B, config.max_len, config.vocab_size, 1));  // never taken
+    train::Prefetcher prefetcher(kGpu, imdb::array_layout(config), imdb::array_capacity(config, B));
+    prefetcher.prefetch(imdb::named_arrays(make_batch(B, config.max_len, config.vocab_size, 1), config));  // never taken
   }
   // NOTE: the upload's last copy, the labels, is still queued (the staging pool's polls ran the
   // others). Blocks of the labels' size, among them the labels' own, written on the compute stream

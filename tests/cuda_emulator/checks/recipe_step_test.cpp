@@ -14,13 +14,15 @@
 
 #include "autograd/ops.h"
 #include "counters.h"
-#include "examples/imdb/graph_step.h"
-#include "examples/imdb/prefetch.h"
+#include "examples/imdb/batcher.h"
+#include "examples/imdb/gpu_batch.h"
 #include "examples/imdb/settings.h"
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim/train/graph_step.h"
+#include "optim/train/prefetch.h"
 #include "tests/cuda_emulator/checks/small_recipe.h"
 
 using namespace ember;
@@ -52,8 +54,8 @@ TEST_CASE("emulator counts: the recipe's step at full size makes no host wait, a
   const imdb::Batch third = recipe_batch(B, T, config.vocab_size, 3, config.max_len);
   REQUIRE(first.seq_len == 256);
 
-  // One model, as the trainer on one GPU runs it (examples/imdb/trainer.cpp): each batch uploaded on
-  // the copy stream during the step before it (BatchPrefetcher). A step op by op (--cuda-graph off),
+  // One model, as the trainer on one GPU runs it (train::DeviceStep): each batch uploaded on
+  // the copy stream during the step before it (train::Prefetcher). A step op by op (--cuda-graph off),
   // then with --cuda-graph on the shape's first step (op by op, then captured), then a replay. Each
   // runs the whole recipe-size step on the emulator (about 6 s each on the 2-core build machine).
   Generator gen(recipe.seed);
@@ -61,17 +63,18 @@ TEST_CASE("emulator counts: the recipe's step at full size makes no host wait, a
   model.to(kGpu);
   model.train();
   optim::AdamW optimizer(imdb::parameter_groups(model, recipe.weight_decay), recipe.lr);
-  imdb::BatchPrefetcher prefetcher(kGpu, config, B);
+  train::Prefetcher prefetcher(kGpu, imdb::array_layout(config), imdb::array_capacity(config, B));
+  const train::DeviceLossFn loss_of = [&model](const train::DeviceBatch& batch) { return imdb::loss_on(model, batch); };
   const int64_t n = B * T;
   // A batch's upload: tokens and their buckets, positions and theirs, padding mask, labels.
   const int64_t batch_bytes = n * 8 + (3 * n + 2) * 8 + T * 8 + (3 * T + 2) * 8 + n + B * 8;
 
   // --cuda-graph off: from the first batch's upload to the end of AdamW, and the second's upload.
   ember_emu::reset_counts();
-  prefetcher.prefetch(first);
-  Tensor loss = imdb::gpu_step(model, optimizer, prefetcher.take(), recipe.clip);
+  prefetcher.prefetch(imdb::named_arrays(first, config));
+  Tensor loss = train::step_on_device(model, optimizer, loss_of, prefetcher.take(), recipe.clip);
   prefetcher.release();
-  prefetcher.prefetch(second);
+  prefetcher.prefetch(imdb::named_arrays(second, config));
   ember_emu::Counts c = ember_emu::counts();
   {
     INFO(ember_emu::describe(c));
@@ -88,11 +91,11 @@ TEST_CASE("emulator counts: the recipe's step at full size makes no host wait, a
   CHECK(ember_emu::counts().host_waits.size() == 1);
 
   // --cuda-graph on: the shape's first step runs op by op and is captured; the next replays it.
-  imdb::GraphStep graphs(model, optimizer, gen, kGpu, recipe.clip);
+  train::GraphStep graphs(model, optimizer, gen, kGpu, loss_of, recipe.clip);
   ember_emu::reset_counts();
   graphs.run(prefetcher.take());
   prefetcher.release();
-  prefetcher.prefetch(third);
+  prefetcher.prefetch(imdb::named_arrays(third, config));
   c = ember_emu::counts();
   CHECK_MESSAGE(c.host_waits.empty(), ember_emu::describe(c));
   CHECK(c.pageable_copies == 0);

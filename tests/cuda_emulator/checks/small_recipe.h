@@ -4,14 +4,19 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "autograd/ops.h"
+#include "core/gpu_stream.h"
 #include "examples/imdb/batcher.h"
+#include "examples/imdb/gpu_batch.h"
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"  // clip_grad_norm_
+#include "optim/train/batch.h"
+#include "optim/train/graph_step.h"
 
 namespace ember::emulator_checks {
 
@@ -68,6 +73,27 @@ struct Run {
     optim::clip_grad_norm_(model.parameters(), 1.0);
     optimizer.step();
     return loss;
+  }
+  // The classifier's loss on a batch on the GPU (the training layer's steps take it).
+  train::DeviceLossFn loss() {
+    return [this](const train::DeviceBatch& batch) { return imdb::loss_on(model, batch); };
+  }
+  // The trainer's step on one GPU op by op (train::DeviceStep without graphs), on a batch already there.
+  Tensor device_step(const train::DeviceBatch& inputs, double clip) {
+    return train::step_on_device(model, optimizer, loss(), inputs, clip);
+  }
+};
+
+// Batches staged on GPU 0 on the compute stream, one DeviceBatch per length (as a graph keeps its inputs per
+// shape: the positions go up once per length).
+struct StagedBatches {
+  nn::ClassifierConfig config;
+  std::map<int64_t, train::DeviceBatch> by_length;
+  const train::DeviceBatch& operator()(const imdb::Batch& batch) {
+    train::DeviceBatch& into = by_length[batch.seq_len];
+    train::stage(imdb::named_arrays(batch, config), imdb::array_layout(config), Device::cuda(0), GpuStream::Compute,
+                 into);
+    return into;
   }
 };
 
