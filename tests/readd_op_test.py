@@ -92,10 +92,12 @@ def locate(block, text, fail):
         return None
     start, end = starts[0], starts[0] + count - 1
     if count < 1 or end >= len(text) or text[end] != last:
-        later = [k - start + 1 for k in range(start, len(text)) if text[k] == last]
+        # The hint for an edit of the op's lines: the line LAST nearest to where the count ends.
+        candidates = [k - start + 1 for k in range(start, len(text)) if text[k] == last]
+        nearest = min(candidates, key=lambda k: abs(k - count)) if candidates else None
         fail(f"{DOC}:{where}: line {count} of the range in {path} is "
              f"{repr(text[end]) if 1 <= count and end < len(text) else 'past the end of the file'}, not "
-             f'"{last}"' + (f" (the first such line from its start is its line {later[0]})" if later else ""))
+             f'"{last}"' + (f" (the nearest such line is its line {nearest})" if nearest else ""))
         return None
     return start, text[start:end + 1]
 
