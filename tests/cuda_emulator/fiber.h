@@ -8,7 +8,7 @@
 // x86-64: rsp, rbp, rbx, r12-r15; not the x87 / SSE control words, which no kernel changes), in a
 // dozen instructions of assembly (fiber.cpp). Elsewhere, or with -DEMBER_EMU_UCONTEXT, POSIX ucontext
 // (makecontext / swapcontext) does the same, more slowly: glibc's swapcontext also saves the
-// signal mask, a system call per switch (measured in docs/cuda.md).
+// signal mask, a system call per switch (measured: docs/results.md, "The emulator's speed").
 #pragma once
 #include <cstddef>
 
