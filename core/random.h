@@ -62,7 +62,7 @@ class Generator {
   const BatchSlice& batch_slice() const { return slice_; }
   void set_batch_slice(const BatchSlice& slice) { slice_ = slice; }
 
-  // A CUDA graph's step (examples/imdb/graph_step.h): dropout's GPU kernels read the seed and the
+  // A CUDA graph's step (optim/train/graph_step.h): dropout's GPU kernels read the seed and the
   // offset the step starts at from `state` (device memory, 2 numbers), which the caller rewrites
   // before each replay; `step_offset` is the offset() that state holds for the step being recorded.
   // The numbers drawn are the same as without it. Null: the seed and offsets are kernel arguments.

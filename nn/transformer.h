@@ -53,7 +53,7 @@ class TransformerClassifier : public Module {
   Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask,
                  std::vector<Tensor>* attention_weights = nullptr) const;
   // The same with the tokens and the positions 0 .. T-1 ([1, T]) staged on the GPU (stage_ids,
-  // autograd/ops.h, with buckets): a CUDA graph's step, which uploads nothing (examples/imdb/graph_step.h).
+  // autograd/ops.h, with buckets): a CUDA graph's step, which uploads nothing (optim/train/graph_step.h).
   // With bigram_buckets, `bigrams` are the tokens' hashed_bigrams, staged the same way.
   Tensor forward(const DeviceIds& tokens, const DeviceIds& positions, const Tensor& key_padding_mask,
                  const DeviceIds* bigrams = nullptr) const;

@@ -25,16 +25,15 @@ ALLOWED_CALLS = [
      "while the ops record with autograd/node.h, the one cycle"),
     ("autograd/gradcheck.cpp", "autograd/ops/*", r"ember::(operator\*|uniform|sum)\(.*",
      "gradcheck builds its random probe and the scalar it differentiates from ops"),
-    ("examples/imdb/graph_step.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::.*",
-     "the trainer's CUDA-graph step: which work to capture and replay is the program's choice, not an op"),
-    ("examples/imdb/eval_graph.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::.*",
-     "the trainer's evaluation replayed as CUDA graphs, one per padded batch shape"),
-    ("examples/imdb/train_step.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::~CudaGraph\(\)",
-     "the graphed kind of training step owns the graph step and the evaluation's graphs (their destructors)"),
-    ("examples/imdb/graph_step.cpp", "*", r"ember::copy_bytes_across_devices\(.*",
-     "the graph step copies a batch into the captured input on the GPU, one cudaMemcpyAsync and no "
+    ("optim/train/graph_*.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::.*",
+     "the training layer's CUDA-graph step and evaluation: which work to capture and replay is the loop's "
+     "choice (one graph per batch shape), not an op"),
+    ("optim/train/device_step.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::~CudaGraph\(\)",
+     "one GPU's step owns its graph step (its graphs' destructors)"),
+    ("optim/train/graph_step.cpp", "*", r"ember::copy_bytes_across_devices\(.*",
+     "the graph step copies a batch into the captured inputs on the GPU, one cudaMemcpyAsync and no "
      "kernel, which a replayed graph reads (core/device_copy.h)"),
-    ("examples/imdb/prefetch.cpp", "core/copy_stream.cpp", r"ember::GpuEvent::.*",
+    ("optim/train/prefetch.cpp", "core/copy_stream.cpp", r"ember::GpuEvent::.*",
      "the prefetcher uploads the next batch on the copy stream while the step runs, ordered by events"),
     ("optim/train/loop.cpp", "*", r"ember::(memory_stats|reset_peak_memory)\(.*",
      "the run reports the peak memory of the CPU and the GPU (core/allocator.h)"),
@@ -51,10 +50,9 @@ ALLOWED_CALLS = [
 
 # (including file, GPU plumbing header, reason): the trainer's files above that reach the plumbing.
 ALLOWED_PLUMBING_INCLUDES = [
-    ("examples/imdb/graph_step.h", "core/cuda_graph.h", "the graph step holds its CudaGraph"),
-    ("examples/imdb/eval_graph.h", "core/cuda_graph.h", "the graph evaluator holds a CudaGraph per batch shape"),
-    ("examples/imdb/graph_step.cpp", "core/device_copy.h", "the captured input's copy on the GPU"),
-    ("examples/imdb/prefetch.h", "core/copy_stream.h", "the prefetcher holds its GpuEvents"),
+    ("optim/train/graph_step.h", "core/cuda_graph.h", "the graph step holds a CudaGraph per batch shape"),
+    ("optim/train/graph_step.cpp", "core/device_copy.h", "the captured inputs' copy on the GPU"),
+    ("optim/train/prefetch.h", "core/copy_stream.h", "the prefetcher holds its GpuEvents"),
     ("optim/train/loop.cpp", "core/allocator.h", "each epoch's peak memory of the CPU and the GPU (metrics.jsonl, the report)"),
     ("examples/seed_attention.cpp", "core/allocator.h",
      "the seed's train_step prints the memory allocated (memory_stats, its torch.cuda.memory_allocated())"),

@@ -96,7 +96,7 @@ Tensor cross_entropy(const Tensor& logits, const DeviceIds& targets) {
   constexpr int64_t ignore_index = -100;  // none: stage_ids checked every target in [0, C)
   // The staged targets are saved like any input: a copy_ or fill_ of them before backward is an error.
   // NOTE: the trainer's refills for the next batch (stage_ids, upload_into) do not bump the version,
-  // so they raise nothing; they go to the other of two buffers (examples/imdb/prefetch.h) or between
+  // so they raise nothing; they go to the other of two buffers (optim/train/prefetch.h) or between
   // steps (a graph's inputs), never into targets a pending backward reads.
   return cross_entropy_of(logits.detach().contiguous(), targets.ids, ignore_index, logits.size(0), {logits});
 }

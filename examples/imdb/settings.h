@@ -41,7 +41,7 @@ struct TrainConfig {
   std::string device = "cpu";
   std::string precision = "fp32";   // fp32 | bf16: products (and, on the CPU, activations) in bfloat16, float32 master weights (core/precision.h)
   std::string cuda_graph;           // on | off: the step as CUDA graphs, batches padded to a multiple of 32 tokens
-                                    // (examples/imdb/graph_step.h); empty: on for --device cuda, off otherwise
+                                    // (optim/train/graph_step.h); empty: on for --device cuda, off otherwise
   std::string data;                 // reviews.json or aclImdb folder; empty = download into data_dir
   std::string data_dir;             // download cache; empty = $EMBER_DATA or ./data
   std::string out = "runs/imdb";

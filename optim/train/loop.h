@@ -23,9 +23,10 @@
 //       [&](const train::StepAt& at) { return train::Batch{{"ids", ids_of(at)}, {"targets", targets_of(at)}}; },
 //       [&](const train::Batch& b) { return cross_entropy(model.forward(b.at("ids")), b.at("targets")); });
 //
-// (docs/training.md walks through a new model's training.) A program with more to do in a step (several ranks,
-// one GPU's prefetched uploads, CUDA graphs) gives run() its own train::Step (step.h), as the IMDb classifier
-// does (examples/imdb/train_step.h); with several ranks (settings.world) rank 0 alone prints and writes.
+// (docs/training.md walks through a new model's training.) On one GPU, run() takes the training layer's GPU step
+// (device_step.h: each batch uploaded during the step before, the step op by op or replayed as a CUDA graph); a
+// program with more to do in a step (several ranks) gives run() its own train::Step (step.h), as the IMDb
+// classifier does (examples/imdb/train_step.h); with several ranks (settings.world) rank 0 alone prints and writes.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -44,14 +45,14 @@
 #include "nn/module.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim/train/batch.h"
 #include "optim/train/checkpoint.h"
 #include "optim/train/run_folder.h"
 #include "optim/train/step.h"
 
 namespace ember::train {
 
-// A batch: named arrays. The data gives host tensors; the loss reads them on the step's device.
-using Batch = std::map<std::string, Tensor>;
+// The data gives each step's batch (named host arrays, batch.h); the loss reads them on the step's device.
 using DataFn = std::function<Batch(const StepAt&)>;
 using LossFn = std::function<Tensor(const Batch&)>;
 

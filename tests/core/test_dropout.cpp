@@ -126,7 +126,7 @@ TEST_CASE("dropout: errors") {
 
 TEST_CASE("dropout: a Redraw hands out a step's numbers again, then the generator is back where it was") {
   // A CUDA graph's capture runs the step just run again: its masks must be the step's, and the
-  // generator must not advance twice (examples/imdb/graph_step.cpp).
+  // generator must not advance twice (optim/train/graph_step.cpp).
   Generator gen(9);
   gen.take(4);
   const uint64_t first = gen.offset();
