@@ -46,7 +46,7 @@
 #include "core/precision.h"
 #include "core/random.h"
 #include "core/gpu_stream.h"
-#include "examples/imdb/gpu_batch.h"
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/trainer.h"
 #include "nn/checkpoint.h"
 #include "optim/schedule.h"
@@ -199,7 +199,7 @@ struct Trainee {
       graphs.emplace(model, optimizer, gen, device,
                      [this](const train::DeviceBatch& b) { return imdb::loss_on(model, b); }, 1.0, /*quiet=*/true);
     }
-    train::stage(imdb::named_arrays(batch, model.config), imdb::array_layout(model.config), device, GpuStream::Compute,
+    train::stage(imdb::gpu_arrays(batch, model.config), imdb::array_layout(model.config), device, GpuStream::Compute,
                  staged);
     return graphs->run(staged).item<float>();  // the step's one wait, as above
   }

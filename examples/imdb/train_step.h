@@ -1,11 +1,11 @@
-// The IMDb trainer's training step (training_run.cpp), of the one kind the run's settings choose, once
-// (make_train_step):
-//   - on one GPU: the training layer's step (train::DeviceStep, optim/train/device_step.h) on the classifier's
-//     named arrays and loss (gpu_batch.h): each batch uploaded on the copy stream while the step before runs, the
-//     step op by op (--cuda-graph off) or replayed as its batch shape's CUDA graph (--cuda-graph on);
-//   - op by op from the host (the CPU, several ranks, ZeRO-1): the batch as host tensors (to_tensors, trainer.h),
-//     the ranks' gradients exchanged (nn::DataParallel; ZeRO-1 in its optimiser).
-// Each is a train::Step: the training layer's loop (optim/train/loop.cpp, Loop::train_epoch) drives both:
+// The IMDb trainer's training step (training_run.cpp): the training layer's step of the one kind the run's settings
+// choose, once (make_train_step), on the classifier's named arrays and loss (classifier_arrays.h):
+//   - on one GPU, train::DeviceStep (optim/train/device_step.h): each batch uploaded on the copy stream while the
+//     step before runs, the step op by op (--cuda-graph off) or replayed as its batch shape's CUDA graph (on);
+//   - otherwise train::HostStep (optim/train/host_step.h): op by op from host arrays, on the CPU or on several
+//     ranks (each its rows of the global batch, the gradients exchanged by nn::DataParallel; ZeRO-1 in its
+//     optimiser).
+// The training layer's loop (optim/train/loop.cpp, Loop::train_epoch) drives either:
 //
 //   step.stage(at_0);                                // an epoch's first batch: just before its step
 //   for (b = 0; ...) {

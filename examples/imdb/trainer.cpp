@@ -24,7 +24,7 @@
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
 #include "examples/imdb/encoder_file.h"
-#include "examples/imdb/gpu_batch.h"
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/tokenizer.h"
 #include "examples/imdb/truncation.h"
@@ -234,7 +234,7 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
   Tensor counted;  // the correct predictions so far, where the model is: read once, at the end
   for (int64_t b = rank; b < batcher.num_batches(); b += ranks) {  // whole batches, shared out in turn
     if (graphs != nullptr) {
-      graphs->add(named_arrays(pad_for_graphs(batcher.batch(order, b), model.config.max_len), model.config));
+      graphs->add(gpu_arrays(pad_for_graphs(batcher.batch(order, b), model.config.max_len), model.config));
       if (b == rank) fault_pause("evaluation");
       continue;
     }

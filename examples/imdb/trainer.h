@@ -129,7 +129,7 @@ CheckpointInfo restore_checkpoint(const std::string& path, const TrainConfig& ex
 // its ranks share the batches (the same batches as one process, so the same predictions) and the
 // counts are summed: collective, every rank gets the accuracy. On a GPU the count stays there until
 // the end (one wait per evaluation); with `graphs` (one process, the model's GPU; counting right_predictions,
-// gpu_batch.h) each batch, padded to a multiple of 32 tokens, is one replay of its shape's graph
+// classifier_arrays.h) each batch, padded to a multiple of 32 tokens, is one replay of its shape's graph
 // (optim/train/graph_eval.h).
 double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<int32_t>>& reviews,
                 const std::vector<int>& labels, int64_t batch_size = 64, distributed::ProcessGroup* world = nullptr,

@@ -26,7 +26,7 @@
 #include "core/parallel.h"
 #include "core/precision.h"
 #include "examples/imdb/encoder_file.h"
-#include "examples/imdb/gpu_batch.h"
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/report.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/train_step.h"

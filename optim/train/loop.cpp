@@ -1,5 +1,5 @@
 // The training loop every trainer shares (loop.h): Loop::train_epoch is the whole of a run's steps, from top to
-// bottom; LossStep (below) is the plain kind of step.
+// bottom; the plain kind of step is HostStep (host_step.h).
 #include "optim/train/loop.h"
 
 #include <fmt/format.h>
@@ -26,6 +26,7 @@
 #include "core/allocator.h"
 #include "core/distributed/agreement.h"
 #include "core/error.h"
+#include "optim/train/host_step.h"
 #include "optim/train/progress.h"
 
 namespace ember::train {
@@ -39,43 +40,6 @@ int64_t peak_rss_bytes() {
   getrusage(RUSAGE_SELF, &usage);
   return int64_t(usage.ru_maxrss) * 1024;
 }
-
-// The plain step of run(data, loss): the step's batch (data), on the device; forward (the model's loss),
-// backward, the gradients' norm clipped, the update.
-class LossStep final : public Step {
- public:
-  LossStep(nn::Module& model, optim::Optimizer& optimizer, const DataFn& data, const LossFn& loss_of, Device device,
-           double clip)
-      : model_(model), optimizer_(optimizer), data_(data), loss_of_(loss_of), device_(device), clip_(clip) {}
-  // The batch is made when its step runs, not when it is staged: the data may draw from the run's generator,
-  // whose place a checkpoint written between two steps must not pass.
-  void stage(const StepAt& at) override { staged_ = at; }
-  StepResult run(const Tensor&) override {
-    EMBER_CHECK(staged_.has_value(), "train::Loop: no batch was staged");
-    const Batch batch = to_device(data_(*staged_), device_);
-    staged_.reset();
-    optimizer_.zero_grad();
-    Tensor loss = loss_of_(batch);
-    EMBER_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(), "train::Loop: the loss must be a scalar "
-                "that requires grad (the model's output, reduced), not a tensor of shape {}",
-                loss.defined() ? shape_str(loss.shape()) : std::string("(undefined)"));
-    loss.backward();
-    if (clip_ > 0) optim::clip_grad_norm_(model_.parameters(), clip_);
-    optimizer_.step();
-    StepResult result;
-    result.loss = loss.detach();
-    return result;
-  }
-
- private:
-  nn::Module& model_;
-  optim::Optimizer& optimizer_;
-  const DataFn& data_;
-  const LossFn& loss_of_;
-  Device device_;
-  double clip_;
-  std::optional<StepAt> staged_;
-};
 
 // Runs fn on every rank. An error it raises is raised by every rank at once (its inputs are the same on every
 // rank): an agreed one, which ends the job normally with rank 0 reporting it.
@@ -92,12 +56,6 @@ void on_every_rank_alike(distributed::ProcessGroup* world, Fn&& fn) {
 }
 
 }  // namespace
-
-Batch to_device(const Batch& batch, Device device) {
-  Batch on_device;
-  for (const auto& [name, array] : batch) on_device.emplace(name, array.device() == device ? array : array.to(device));
-  return on_device;
-}
 
 Loop::Loop(nn::Module& model, optim::Optimizer& optimizer, LoopSettings settings)
     : model_(model), optimizer_(optimizer), settings_(std::move(settings)) {
@@ -144,7 +102,8 @@ RunState Loop::resume_from_checkpoint() {
 }
 
 LoopResult Loop::run(const DataFn& data, const LossFn& loss_of) {
-  LossStep step(model_, optimizer_, data, loss_of, settings_.device, settings_.clip);
+  HostStep step(model_, optimizer_, settings_.device, [&](const StepAt& at) { return HostStepData{data(at)}; },
+                loss_of, {.clip = settings_.clip});
   return run(step);
 }
 

@@ -3,7 +3,7 @@
 //
 //   for (each epoch, each step) {
 //     optimizer.set_lr(schedule.lr_at(step));
-//     Batch batch = to_device(data(at), device);   // named host arrays, staged on the step's device
+//     Batch batch = data(at);                       // named host arrays, moved to the step's device
 //     optimizer.zero_grad();
 //     Tensor loss = loss_of(batch);                 // forward: the model's code
 //     loss.backward();                              // backward
@@ -23,10 +23,10 @@
 //       [&](const train::StepAt& at) { return train::Batch{{"ids", ids_of(at)}, {"targets", targets_of(at)}}; },
 //       [&](const train::Batch& b) { return cross_entropy(model.forward(b.at("ids")), b.at("targets")); });
 //
-// (docs/training.md walks through a new model's training.) On one GPU, run() takes the training layer's GPU step
-// (device_step.h: each batch uploaded during the step before, the step op by op or replayed as a CUDA graph); a
-// program with more to do in a step (several ranks) gives run() its own train::Step (step.h), as the IMDb
-// classifier does (examples/imdb/train_step.h); with several ranks (settings.world) rank 0 alone prints and writes.
+// (docs/training.md walks through a new model's training.) run(step) takes another kind of step (step.h): the
+// layer's for several ranks (host_step.h) or one GPU (device_step.h: each batch uploaded during the step before,
+// the step op by op or replayed as a CUDA graph), or a program's own; with several ranks (settings.world) rank 0
+// alone prints and writes.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -47,14 +47,14 @@
 #include "optim/schedule.h"
 #include "optim/train/batch.h"
 #include "optim/train/checkpoint.h"
+#include "optim/train/host_step.h"
 #include "optim/train/run_folder.h"
 #include "optim/train/step.h"
 
 namespace ember::train {
 
 // The data gives each step's batch (named host arrays, batch.h); the loss reads them on the step's device.
-using DataFn = std::function<Batch(const StepAt&)>;
-using LossFn = std::function<Tensor(const Batch&)>;
+using DataFn = std::function<Batch(const StepAt&)>;  // (LossFn: host_step.h)
 
 struct EpochResult {
   int64_t epoch = 0;      // from 1
@@ -171,8 +171,5 @@ class Loop {
   Tensor loss_log_;  // on a GPU step: the pending steps' losses, read in one copy (read_losses)
   LoopResult result_;
 };
-
-// The batch's arrays on `device` (the same tensors when they are there already).
-Batch to_device(const Batch& batch, Device device);
 
 }  // namespace ember::train

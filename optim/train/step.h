@@ -1,8 +1,8 @@
 // One kind of optimiser step, chosen once per run (train::Loop drives it, loop.h). The loop stages the batch of
 // each step before the step runs (one GPU: its upload may run during the step before) and reads the loss when it
-// logs. run(data, loss) uses the plain kind (loop.cpp: the batch's arrays to the device, forward, backward,
-// clip, update); one GPU's kind is DeviceStep (device_step.h: prefetched uploads, CUDA graphs); a program brings
-// its own kinds where it needs more (several ranks: examples/imdb/train_step.h).
+// logs. The layer's kinds: HostStep (host_step.h: from host arrays, one process or several ranks; run(data, loss)
+// uses it) and DeviceStep (device_step.h: one GPU, prefetched uploads, CUDA graphs); a program may bring its own
+// (examples/imdb/pretrain.cpp).
 #pragma once
 #include <cstdint>
 #include <map>

@@ -3,6 +3,7 @@
 // graphs give the plain step's losses and weights bit for bit (the plain step: host arrays uploaded by the ops);
 // an id out of its bound is an error naming the array; graphs need an Adam. Run on the CUDA emulator in CI
 // (ember_tests_emulated), on a GPU where there is one; skipped otherwise.
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -64,7 +65,7 @@ struct Run {
     settings.generator = &gen;
     settings.quiet = true;
   }
-  // The plain step: the batch's host arrays to the GPU (train::to_device), the ops check and bucket the ids.
+  // The plain step (train::HostStep): the batch's host arrays to the GPU, the ops check and bucket the ids.
   train::LoopResult plain() {
     return train::Loop(model, adam, settings).run(batch_at, [&](const train::Batch& b) {
       return cross_entropy(model.logits(embedding(model.table, b.at("ids")), gen), b.at("targets"));

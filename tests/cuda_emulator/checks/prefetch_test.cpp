@@ -18,7 +18,7 @@
 #include "autograd/ops.h"
 #include "core/copy_stream.h"
 #include "counters.h"
-#include "examples/imdb/gpu_batch.h"
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
@@ -83,7 +83,7 @@ void check_prefetched_steps(bool graphs) {
   // The trainer's order: take batch n, queue step n, release it, prefetch batch n + 1. No loss is
   // read until the end, so that the emulator runs the steps only when something needs them.
   train::Prefetcher prefetcher(kGpu, imdb::array_layout(config), imdb::array_capacity(config, B));
-  prefetcher.prefetch(imdb::named_arrays(batches[0], config));
+  prefetcher.prefetch(imdb::gpu_arrays(batches[0], config));
   std::vector<Tensor> losses;
   for (size_t n = 0; n < batches.size(); ++n) {
     INFO("step " << n + 1 << ", T " << batches[n].seq_len << (graphs ? ", graphs" : ", op by op"));
@@ -95,7 +95,7 @@ void check_prefetched_steps(bool graphs) {
     GpuEvent step_done(kGpu);
     step_done.record(GpuStream::Compute);
     const bool more = n + 1 < batches.size();
-    if (more) prefetcher.prefetch(imdb::named_arrays(batches[n + 1], config));
+    if (more) prefetcher.prefetch(imdb::gpu_arrays(batches[n + 1], config));
     const ember_emu::Counts c = ember_emu::counts();
     {
       INFO(ember_emu::describe(c));
@@ -153,7 +153,7 @@ TEST_CASE("batch prefetch: a batch of its slot's last length keeps its positions
   Run run(5);
   for (int n = 0; n < 4; ++n) {
     INFO("batch " << n + 1);
-    prefetcher.prefetch(imdb::named_arrays(make_batch(B, 12, config.vocab_size, n + 1), config));
+    prefetcher.prefetch(imdb::gpu_arrays(make_batch(B, 12, config.vocab_size, n + 1), config));
     const train::DeviceBatch& inputs = prefetcher.take();
     CHECK(inputs.ids_at("positions").bound == config.max_len);
     CHECK(inputs.at("positions").shape() == Shape{1, 12});
@@ -176,7 +176,7 @@ TEST_CASE("batch prefetch: the step waits on the GPU for its batch's upload") {
   for (int n = 0; n < 5; ++n) {
     INFO("step " << n + 1);
     const imdb::Batch batch = make_batch(B, 10 + 7 * n, config.vocab_size, n + 1);
-    prefetcher.prefetch(imdb::named_arrays(batch, config));
+    prefetcher.prefetch(imdb::gpu_arrays(batch, config));
     const train::DeviceBatch& inputs = prefetcher.take();
     const Tensor loss = fetched.device_step(inputs, 1.0);
     prefetcher.release();
@@ -201,11 +201,11 @@ TEST_CASE("batch prefetch: misuse is an error naming it") {
   CHECK(message_of([&] { prefetcher.take(); }).find("no batch was prefetched") != std::string::npos);
   imdb::Batch bad = make_batch(2, 8, 300, 1);
   bad.tokens[3] = 300;  // out of the vocabulary
-  const std::string out_of_range = message_of([&] { prefetcher.prefetch(imdb::named_arrays(bad, config)); });
+  const std::string out_of_range = message_of([&] { prefetcher.prefetch(imdb::gpu_arrays(bad, config)); });
   CHECK(out_of_range.find("array 'tokens'") != std::string::npos);
   CHECK(out_of_range.find("out of range [0, 300)") != std::string::npos);
-  prefetcher.prefetch(imdb::named_arrays(make_batch(2, 8, 300, 1), config));
-  CHECK(message_of([&] { prefetcher.prefetch(imdb::named_arrays(make_batch(2, 8, 300, 2), config)); }).find("was not taken") != std::string::npos);
+  prefetcher.prefetch(imdb::gpu_arrays(make_batch(2, 8, 300, 1), config));
+  CHECK(message_of([&] { prefetcher.prefetch(imdb::gpu_arrays(make_batch(2, 8, 300, 2), config)); }).find("was not taken") != std::string::npos);
   prefetcher.take();
   CHECK(message_of([&] { prefetcher.take(); }).find("no batch was prefetched") != std::string::npos);
   prefetcher.release();
@@ -222,7 +222,7 @@ TEST_CASE("batch prefetch: a batch larger than its capacity gets new buffers, lo
   for (size_t n = 0; n < rows.size(); ++n) {
     INFO("step " << n + 1 << ", " << rows[n] << " reviews");
     const imdb::Batch batch = make_batch(rows[n], config.max_len - int64_t(n), config.vocab_size, int(n) + 1);
-    prefetcher.prefetch(imdb::named_arrays(batch, config));
+    prefetcher.prefetch(imdb::gpu_arrays(batch, config));
     const Tensor loss = fetched.device_step(prefetcher.take(), 1.0);
     prefetcher.release();
     CHECK(host(loss) == host(plain.eager_step(batch)));
@@ -238,7 +238,7 @@ TEST_CASE("batch prefetch: buffers given back with an upload queued are not writ
   const int64_t B = 4;
   {
     train::Prefetcher prefetcher(kGpu, imdb::array_layout(config), imdb::array_capacity(config, B));
-    prefetcher.prefetch(imdb::named_arrays(make_batch(B, config.max_len, config.vocab_size, 1), config));  // never taken
+    prefetcher.prefetch(imdb::gpu_arrays(make_batch(B, config.max_len, config.vocab_size, 1), config));  // never taken
   }
   // NOTE: the upload's last copy, the labels, is still queued (the staging pool's polls ran the
   // others). Blocks of the labels' size, among them the labels' own, written on the compute stream

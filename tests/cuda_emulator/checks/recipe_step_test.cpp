@@ -15,7 +15,7 @@
 #include "autograd/ops.h"
 #include "counters.h"
 #include "examples/imdb/batcher.h"
-#include "examples/imdb/gpu_batch.h"
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/settings.h"
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"
@@ -71,10 +71,10 @@ TEST_CASE("emulator counts: the recipe's step at full size makes no host wait, a
 
   // --cuda-graph off: from the first batch's upload to the end of AdamW, and the second's upload.
   ember_emu::reset_counts();
-  prefetcher.prefetch(imdb::named_arrays(first, config));
+  prefetcher.prefetch(imdb::gpu_arrays(first, config));
   Tensor loss = train::step_on_device(model, optimizer, loss_of, prefetcher.take(), recipe.clip);
   prefetcher.release();
-  prefetcher.prefetch(imdb::named_arrays(second, config));
+  prefetcher.prefetch(imdb::gpu_arrays(second, config));
   ember_emu::Counts c = ember_emu::counts();
   {
     INFO(ember_emu::describe(c));
@@ -95,7 +95,7 @@ TEST_CASE("emulator counts: the recipe's step at full size makes no host wait, a
   ember_emu::reset_counts();
   graphs.run(prefetcher.take());
   prefetcher.release();
-  prefetcher.prefetch(imdb::named_arrays(third, config));
+  prefetcher.prefetch(imdb::gpu_arrays(third, config));
   c = ember_emu::counts();
   CHECK_MESSAGE(c.host_waits.empty(), ember_emu::describe(c));
   CHECK(c.pageable_copies == 0);

@@ -10,7 +10,7 @@
 #include "autograd/ops.h"
 #include "core/gpu_stream.h"
 #include "examples/imdb/batcher.h"
-#include "examples/imdb/gpu_batch.h"
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/trainer.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
@@ -91,7 +91,7 @@ struct StagedBatches {
   std::map<int64_t, train::DeviceBatch> by_length;
   const train::DeviceBatch& operator()(const imdb::Batch& batch) {
     train::DeviceBatch& into = by_length[batch.seq_len];
-    train::stage(imdb::named_arrays(batch, config), imdb::array_layout(config), Device::cuda(0), GpuStream::Compute,
+    train::stage(imdb::gpu_arrays(batch, config), imdb::array_layout(config), Device::cuda(0), GpuStream::Compute,
                  into);
     return into;
   }

@@ -1,25 +1,28 @@
-// The classifier's batch as named arrays, its loss and its right predictions on them (examples/imdb/gpu_batch.h).
-#include "examples/imdb/gpu_batch.h"
+// The classifier's batch as named arrays, its loss and its right predictions on them
+// (examples/imdb/classifier_arrays.h).
+#include "examples/imdb/classifier_arrays.h"
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
-#include <vector>
 
 #include "autograd/ops.h"
 #include "nn/bigrams.h"
 
 namespace ember::imdb {
 
-train::Batch named_arrays(const Batch& batch, const nn::ClassifierConfig& model) {
+train::Batch host_arrays(const Batch& batch) {
   const int64_t B = batch.batch, T = batch.seq_len;
-  std::vector<bool> padding(batch.key_mask.size());
-  for (size_t i = 0; i < padding.size(); ++i) padding[i] = batch.key_mask[i] == 0;
-  train::Batch arrays{{"tokens", from_vector(batch.tokens, {B, T})},
-                      {"positions", arange(T).view({1, T})},
-                      {"mask", from_vector(padding, {B, T})},
-                      {"labels", from_vector(batch.labels, {B})}};
+  Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
+  bool* padding = mask.data<bool>();
+  for (size_t i = 0; i < batch.key_mask.size(); ++i) padding[i] = batch.key_mask[i] == 0;
+  return {{"tokens", from_vector(batch.tokens, {B, T})}, {"mask", mask}, {"labels", from_vector(batch.labels, {B})}};
+}
+
+train::Batch gpu_arrays(const Batch& batch, const nn::ClassifierConfig& model) {
+  train::Batch arrays = host_arrays(batch);
+  arrays["positions"] = arange(batch.seq_len).view({1, batch.seq_len});
   if (model.bigram_buckets > 0) arrays["bigrams"] = nn::hashed_bigrams(arrays.at("tokens"), model.bigram_buckets);
   return arrays;
 }
@@ -38,6 +41,10 @@ std::map<std::string, int64_t> array_capacity(const nn::ClassifierConfig& model,
       {"tokens", n}, {"positions", model.max_len}, {"mask", n}, {"labels", max_batch}};
   if (model.bigram_buckets > 0) capacity["bigrams"] = n;
   return capacity;
+}
+
+Tensor loss_on(const nn::TransformerClassifier& model, const train::Batch& batch) {
+  return cross_entropy(model.forward(batch.at("tokens"), batch.at("mask")), batch.at("labels"));
 }
 
 Tensor loss_on(const nn::TransformerClassifier& model, const train::DeviceBatch& batch) {
