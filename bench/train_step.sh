@@ -37,7 +37,7 @@ source bench/rival_env.sh  # python, torch_env; installs PyTorch when missing
 build="${EMBER_BUILD_DIR:-build}"
 [[ -f "$build/CMakeCache.txt" ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
 echo "building Ember's benchmarks in $build ..." >&2
-cmake --build "$build" --target train_step_bench matmul_bench -j 2 >&2
+cmake --build "$build" --target train_step_bench matmul_bench imdb -j 2 >&2
 bench="$build/train_step_bench"
 
 out="runs/bench"
@@ -53,7 +53,7 @@ for heads in 4 1; do
 done
 if [[ "$run_steps" -gt 0 ]]; then
   echo "preparing $run_steps IMDb batches (downloads IMDb on first use) ..." >&2
-  "$bench" --write-batches "$work/batches.safetensors" --count "$run_steps"
+  "$build/imdb" batches --file "$work/batches.safetensors" --count "$run_steps" >&2
 fi
 
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"

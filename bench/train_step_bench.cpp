@@ -6,18 +6,18 @@
 //   train_step_bench --write-init FILE [--heads H] [--seed S] [--batch-size B] [--len T]
 //       initial weights ("model.*") and one full B x T batch, 32 x 256 unless given ("batch.tokens",
 //       "batch.labels"); the timing runs use whatever batch the file holds
-//   train_step_bench --write-batches FILE --count N [--data PATH]
-//       the first N batches of the recipe's epoch 1 on IMDb ("<i>.tokens", "<i>.mask", "<i>.labels")
 //   train_step_bench --init FILE [--heads H] [--threads N] [--steps S] [--warmup W]
 //                    [--batches FILE] [--run-steps N] [--device cpu|cuda[:N]] [--precision fp32|bf16]
 //                    [--cuda-graph]
 //       times S training steps and S forward passes after W warm-up steps (--steps-only: no forward
-//       passes; --forward-only: no training steps), then (with --batches)
+//       passes; --forward-only: no training steps), then (with --batches: `imdb batches --file FILE --count N`
+//       writes the recipe's first N batches on IMDb, "<i>.tokens", "<i>.mask", "<i>.labels")
 //       trains N steps on the real batches from fresh copies of the same weights; --precision bf16
 //       runs all of it in the mixed-precision scope (core/precision.h), as `imdb train --precision bf16`;
 //       --cuda-graph (a GPU) runs each training step as the trainer does with --cuda-graph on: the
-//       batch staged, then the whole step (forward to AdamW) replayed as one CUDA graph
-//       (optim/train/graph_step.h), captured after the first warm-up step (W >= 1).
+//       batch padded to a multiple of 32 tokens and staged, then the whole step (forward to AdamW)
+//       replayed as one CUDA graph (optim/train/graph_step.h), captured after the first warm-up step (W >= 1).
+// The model is nn::TransformerClassifier at the recipe's sizes; nothing here is the IMDb program's.
 // On the CUDA emulator the JSON also holds "emulator_counts": what the timed steps asked of the GPU
 // (counters.h: launches by kernel, copies, host waits), for S steps; with EMBER_EMULATOR_DRY=1 the
 // step times are then the host's alone (bench/host_time.sh, docs/cuda.md "The host's share").
@@ -46,12 +46,13 @@
 #include "core/precision.h"
 #include "core/random.h"
 #include "core/gpu_stream.h"
-#include "examples/imdb/classifier_arrays.h"
-#include "examples/imdb/trainer.h"
 #include "nn/checkpoint.h"
+#include "nn/transformer.h"
+#include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "optim/train/batch.h"
 #include "optim/train/graph_step.h"
+#include "optim/weight_decay.h"
 
 // The CUDA emulator's counts (tests/cuda_emulator/counters.h), when this program runs on it: weak
 // references, null on a GPU.
@@ -79,8 +80,8 @@ int64_t peak_rss_bytes() {
 }
 
 struct Flags {
-  std::string write_init, write_batches, init, batches, data, device = "cpu", precision = "fp32";
-  int64_t heads = 4, threads = 2, steps = 20, warmup = 3, run_steps = 0, count = 200;
+  std::string write_init, init, batches, device = "cpu", precision = "fp32";
+  int64_t heads = 4, threads = 2, steps = 20, warmup = 3, run_steps = 0;
   int64_t batch_size = 32, len = 256;  // the batch --write-init writes
   bool forward_only = false;  // time only the forward passes (for profiling inference)
   bool steps_only = false;    // time only the training steps (for profiling a step: bench/profile_ops.sh)
@@ -99,10 +100,8 @@ Flags parse(int argc, char** argv) {
     EMBER_CHECK(i + 1 < argc, "train_step_bench: {} needs a value", flag);
     std::string value = argv[++i];
     if (flag == "--write-init") f.write_init = value;
-    else if (flag == "--write-batches") f.write_batches = value;
     else if (flag == "--init") f.init = value;
     else if (flag == "--batches") f.batches = value;
-    else if (flag == "--data") f.data = value;
     else if (flag == "--device") f.device = value;
     else if (flag == "--precision") f.precision = value;
     else if (flag == "--heads") f.heads = std::stoll(value);
@@ -110,7 +109,6 @@ Flags parse(int argc, char** argv) {
     else if (flag == "--steps") f.steps = std::stoll(value);
     else if (flag == "--warmup") f.warmup = std::stoll(value);
     else if (flag == "--run-steps") f.run_steps = std::stoll(value);
-    else if (flag == "--count") f.count = std::stoll(value);
     else if (flag == "--seed") f.seed = std::stoull(value);
     else if (flag == "--batch-size") f.batch_size = std::stoll(value);
     else if (flag == "--len") f.len = std::stoll(value);
@@ -142,32 +140,11 @@ void write_init(const Flags& f) {
   const int64_t B = f.batch_size, T = f.len;
   EMBER_CHECK(B >= 1 && T >= 1 && T <= model.config.max_len, "--batch-size must be >= 1 and --len in [1, {}]",
               model.config.max_len);
-  std::vector<int64_t> tokens(B * T), labels(B);
-  imdb::SplitMix64 rng(f.seed + 1);
-  for (auto& t : tokens) t = 2 + int64_t(rng.below(uint64_t(model.config.vocab_size - 2)));
-  for (auto& l : labels) l = int64_t(rng.below(2));
-  tensors["batch.tokens"] = from_vector(tokens, {B, T});
-  tensors["batch.labels"] = from_vector(labels, {B});
+  Generator draws(f.seed + 1);  // the batch: tokens in [2, vocabulary) (0 and 1 are [PAD] and [UNK]), labels 0 or 1
+  const double V = double(model.config.vocab_size);
+  tensors["batch.tokens"] = (rand({B, T}, draws, Dtype::Float64) * (V - 2) + 2).to(Dtype::Int64);  // (truncated: the floor)
+  tensors["batch.labels"] = (rand({B}, draws, Dtype::Float64) * 2).to(Dtype::Int64);
   nn::save_tensors(f.write_init, tensors);
-}
-
-void write_batches(const Flags& f) {
-  imdb::TrainConfig config;
-  config.data = f.data;
-  config.quiet = true;
-  imdb::Data data = imdb::prepare_data(config);
-  imdb::Batcher batcher(data.train_tokens, data.train_labels, config.batch_size);
-  std::vector<int64_t> order = batcher.shuffled_order(config.seed, 0);
-  nn::TensorMap tensors;
-  for (int64_t b = 0; b < std::min(f.count, batcher.num_batches()); ++b) {
-    imdb::Batch batch = batcher.batch(order, b);
-    imdb::BatchTensors t = imdb::to_tensors(batch);
-    std::string i = std::to_string(b);
-    tensors[i + ".tokens"] = t.tokens;
-    tensors[i + ".mask"] = t.padding_mask;
-    tensors[i + ".labels"] = t.labels;
-  }
-  nn::save_tensors(f.write_batches, tensors);
 }
 
 struct Trainee {
@@ -176,7 +153,7 @@ struct Trainee {
   optim::AdamW optimizer;
 
   Trainee(int64_t heads, const nn::TensorMap& init, Device device)
-      : gen(0), model(model_config(heads), gen), optimizer(imdb::parameter_groups(model, 0.01), 5e-4) {
+      : gen(0), model(model_config(heads), gen), optimizer(optim::weight_decay_groups(model, 0.01), 5e-4) {
     model.load_state_dict(nn::with_prefix_removed(init, "model."));
     model.to(device);
   }
@@ -191,16 +168,29 @@ struct Trainee {
     return loss.item<float>();  // the one wait of the step: its time includes the GPU's work
   }
 
-  // --cuda-graph: the same step as the trainer's graphed one (clipping to 1, as above), on a batch
-  // as its batcher gives it: staged, then replayed (each shape's first step runs eagerly and is captured).
-  [[gnu::noinline]] double graph_step(const imdb::Batch& batch) {
+  // --cuda-graph: the same step as the trainer's graphed one (clipping to 1, as above): the batch padded to a
+  // multiple of 32 tokens (at most 8 shapes for T 256) and staged, then replayed (each shape's first step runs
+  // eagerly and is captured).
+  [[gnu::noinline]] double graph_step(const Tensor& tokens, const Tensor& padding, const Tensor& labels) {
     const Device device = model.parameters().front().device();
+    const nn::ClassifierConfig& c = model.config;
     if (!graphs) {
-      graphs.emplace(model, optimizer, gen, device,
-                     [this](const train::DeviceBatch& b) { return imdb::loss_on(model, b); }, 1.0, /*quiet=*/true);
+      auto loss_of = [this](const train::DeviceBatch& b) {
+        return cross_entropy(model.forward(b.ids_at("tokens"), b.ids_at("positions"), b.at("mask")), b.ids_at("labels"));
+      };
+      graphs.emplace(model, optimizer, gen, device, loss_of, 1.0, /*quiet=*/true);
     }
-    train::stage(imdb::gpu_arrays(batch, model.config), imdb::array_layout(model.config), device, GpuStream::Compute,
-                 staged);
+    const int64_t B = tokens.size(0), T = tokens.size(1), padded = std::min(c.max_len, (T + 31) / 32 * 32);
+    train::Batch batch{{"tokens", zeros({B, padded}, Dtype::Int64)},  // [PAD]
+                       {"mask", ones({B, padded}, Dtype::Bool)},      // padding
+                       {"positions", arange(padded).view({1, padded})},
+                       {"labels", labels}};
+    batch.at("tokens").narrow(1, 0, T).copy_(tokens);
+    batch.at("mask").narrow(1, 0, T).copy_(padding);
+    const train::Layout layout{{"tokens", {.id_bound = c.vocab_size, .buckets = true}},
+                               {"positions", {.id_bound = c.max_len, .buckets = true, .same_per_shape = true}},
+                               {"labels", {.id_bound = c.classes}}};
+    train::stage(batch, layout, device, GpuStream::Compute, staged);
     return graphs->run(staged).item<float>();  // the step's one wait, as above
   }
 
@@ -209,30 +199,17 @@ struct Trainee {
   train::DeviceBatch staged;  // the batch on the GPU, copied into its shape's graph inputs
 };
 
-// Host tensors (tokens and labels int64, `padding` bool, true at padding) as the trainer's batcher's batch.
-imdb::Batch batch_of(const Tensor& tokens, const Tensor& padding, const Tensor& labels) {
-  imdb::Batch b;
-  b.batch = tokens.size(0);
-  b.seq_len = tokens.size(1);
-  b.tokens = tokens.to_vector<int64_t>();
-  b.labels = labels.to_vector<int64_t>();
-  const bool* pad = padding.data<bool>();
-  b.key_mask.resize(size_t(padding.numel()));
-  for (size_t i = 0; i < b.key_mask.size(); ++i) b.key_mask[i] = pad[i] ? 0 : 1;
-  b.real_tokens = int64_t(std::count(b.key_mask.begin(), b.key_mask.end(), uint8_t(1)));
-  return b;
-}
-
 void run(const Flags& f) {
   set_num_threads(int(f.threads));
   MixedPrecisionGuard precision(parse_precision(f.precision));
-  const Device device = imdb::checked_device(f.device);
+  const Device device = Device::parse(f.device);
+  EMBER_CHECK(device.is_cpu() || device.index < cuda_device_count(), "train_step_bench: no GPU {} here", f.device);
   nn::TensorMap init = nn::load_weights(f.init);
   // Tokens and labels stay on the host, as in the trainer: the embedding and cross-entropy upload them.
   Tensor tokens = init.at("batch.tokens"), labels = init.at("batch.labels");
   Tensor mask = zeros(tokens.shape(), Dtype::Bool, device);  // a full batch: no padding
+  const Tensor no_padding = zeros(tokens.shape(), Dtype::Bool);  // (--cuda-graph's, on the host)
   EMBER_CHECK(!f.cuda_graph || device.is_cuda(), "train_step_bench: --cuda-graph needs --device cuda, not {}", f.device);
-  const imdb::Batch batch = batch_of(tokens, zeros(tokens.shape(), Dtype::Bool), labels);  // for --cuda-graph
   Trainee trainee(f.heads, init, device);
   if (device.is_cuda()) reset_peak_memory(device);
 
@@ -253,7 +230,7 @@ void run(const Flags& f) {
     auto start = Clock::now();
     if (i == f.warmup) timed_from = std::chrono::duration<double>(start.time_since_epoch()).count();
     std::clock_t cpu_start = std::clock();
-    if (f.cuda_graph) trainee.graph_step(batch);
+    if (f.cuda_graph) trainee.graph_step(tokens, no_padding, labels);
     else trainee.step(tokens, mask, labels);
     if (i + 1 == f.warmup + f.steps && on_emulator()) step_counts = emulator_counts();
     if (i >= f.warmup) {
@@ -282,8 +259,7 @@ void run(const Flags& f) {
     for (; run_steps < f.run_steps && batches.count(std::to_string(run_steps) + ".tokens"); ++run_steps) {
       std::string i = std::to_string(run_steps);
       const Tensor& m = batches.at(i + ".mask");
-      run_last_loss = f.cuda_graph ? fresh.graph_step(imdb::pad_for_graphs(
-                                         batch_of(batches.at(i + ".tokens"), m, batches.at(i + ".labels")), fresh.model.config.max_len))
+      run_last_loss = f.cuda_graph ? fresh.graph_step(batches.at(i + ".tokens"), m, batches.at(i + ".labels"))
                                    : fresh.step(batches.at(i + ".tokens"), m.to(device), batches.at(i + ".labels"));
       const bool* padding = m.data<bool>();
       for (int64_t j = 0; j < m.numel(); ++j) real_tokens += padding[j] ? 0 : 1;
@@ -323,9 +299,8 @@ int main(int argc, char** argv) {
   try {
     Flags f = parse(argc, argv);
     if (!f.write_init.empty()) write_init(f);
-    else if (!f.write_batches.empty()) write_batches(f);
     else if (!f.init.empty()) run(f);
-    else fail("train_step_bench: give --write-init FILE, --write-batches FILE or --init FILE");
+    else fail("train_step_bench: give --write-init FILE or --init FILE");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_step_bench: %s\n", e.what());
     return 1;

@@ -151,6 +151,26 @@ EOF
 expect "imdb flops for the large preset" 0 "132.12 MFLOP per token, 4.329 TFLOP per step of 64 x 512" -- "$IMDB" flops --preset gpu-large
 expect "imdb flops: a flag overrides the preset" 0 "2.165 TFLOP per step of 32 x 512" -- "$IMDB" flops --preset gpu-large --batch-size 32
 expect "imdb flops: the MFU of a throughput" 0 "MFU 33.5% of 789.5 TFLOP/s" -- "$IMDB" flops --preset gpu-large --tokens-per-s 2000000 --peak-tflops 789.5
+# imdb batches: a run's first batches as its training takes them (bench/train_step.sh gives them to both frameworks).
+expect "imdb batches writes a run's first batches" 0 "2 batches of up to 16 reviews written to" -- "$IMDB" batches "${small[@]}" --count 2 --file "$OUT/batches.safetensors"
+python3 - "$OUT/batches.safetensors" <<'EOF' && pass "imdb batches: each batch's tokens, padding mask and labels" || failed "imdb batches wrote the wrong arrays"
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header, body = json.loads(data[8 : 8 + n]), data[8 + n :]
+assert sorted(k for k in header if k != "__metadata__") == [f"{b}.{a}" for b in (0, 1) for a in ("labels", "mask", "tokens")], header
+for b in (0, 1):
+    tokens, mask, labels = (header[f"{b}.{a}"] for a in ("tokens", "mask", "labels"))
+    assert (tokens["dtype"], mask["dtype"], labels["dtype"]) == ("I64", "BOOL", "I64"), header
+    B, T = tokens["shape"]
+    assert B == 16 and mask["shape"] == [B, T] and labels["shape"] == [B] and 1 <= T <= 64, header
+    ids = struct.unpack(f"<{B * T}q", body[tokens["data_offsets"][0] : tokens["data_offsets"][1]])
+    pad = body[mask["data_offsets"][0] : mask["data_offsets"][1]]
+    assert all((ids[i] == 0) == (pad[i] == 1) for i in range(B * T)), "the mask is not where the [PAD] tokens are"
+    assert any(pad[i] == 0 for i in range(B * T) if i % T == T - 1), "no review is the batch's longest"
+    assert set(struct.unpack(f"<{B}q", body[labels["data_offsets"][0] : labels["data_offsets"][1]])) <= {0, 1}
+EOF
+expect "imdb batches needs --file" 2 "--file is required" -- "$IMDB" batches --data "$DATA"
 # Whole reviews (issue 15): --attention, --truncate, --checkpoint.
 expect "bad --attention" 2 "--attention: expects full or window:W[,global:G]" -- "$IMDB" train --attention window:-3
 expect "--attention with junk" 2 "got 'window:8,global'" -- "$IMDB" train --attention window:8,global

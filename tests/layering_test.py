@@ -23,7 +23,8 @@ Given a build folder, the same rules hold for what each file defines and calls (
 symbols, tests/layering_calls.py): a call goes to a file of its own layer or below (rule 1), the
 CPU kernels and the GPU's side do not call each other (rule 2), only core calls the kernels and the
 GPU's plumbing (rules 3 and 5; cuda/ is the GPU's side), cuda/ calls only cuda/ and core (rule 4),
-and Tensor's members are defined in core/ (6). tests/layering_allowed.py lists the exceptions,
+and Tensor's members are defined in core/ (6). 7. bench/ includes no header of the IMDb program
+(examples/imdb/): a benchmark times the framework, not the application. tests/layering_allowed.py lists the exceptions,
 each with its reason (docs/architecture.md mirrors it); an exception that nothing needs any more
 (no include, call or definition of the build the test reads would break a rule without it) fails
 the test, naming it, so that the list shrinks with the code. Before checking, the call rules are run on
@@ -121,6 +122,15 @@ for path in sources:
             failures.append(f"{where}: the GPU's side includes the CPU kernels")
         if here != "core" and here != "autograd/ops" and target.startswith(KERNEL_HEADERS):  # rule 3
             failures.append(f"{where}: {here} reaches a device's kernels; go through the ops (autograd/ops.h)")
+
+# Rule 7: a benchmark times the framework, not the application: bench/ includes no header of the IMDb program
+# (the recipe's model is nn's, its batches a file the program writes: `imdb batches`). The seeds' classes
+# (examples/seed_attention.h) are the code the framework is compared with, and may be included.
+for path in sorted(str(p.relative_to(root)) for p in (root / "bench").rglob("*") if p.suffix in (".h", ".cpp", ".cu")):
+    for number, quoted, name in includes(path):
+        target = resolve(path, name) if quoted else None
+        if target is not None and target.startswith("examples/imdb/"):
+            failures.append(f"{path}:{number}: #include \"{name}\": a benchmark includes the IMDb program's header")
 
 for path in sources:  # rule 4, the .cu files' C++17 world
     if not path.endswith(".cu"):

@@ -37,7 +37,7 @@ class Command {
   CLI::App* app = nullptr;
 };
 
-// The commands: train, pretrain, nbsvm, compare (train_commands.cpp); eval, predict, report, check, flops
+// The commands: train, pretrain, nbsvm, compare (train_commands.cpp); eval, predict, report, check, flops, batches
 // (run_commands.cpp).
 std::vector<std::unique_ptr<Command>> training_commands();
 std::vector<std::unique_ptr<Command>> run_commands();

@@ -6,7 +6,7 @@
 //   imdb nbsvm [flags]       (NBSVM: a linear model over naive-Bayes-scaled word n-grams; examples/imdb/nbsvm.h)
 //   (several --run: an ensemble, the mean of the runs' probabilities; examples/imdb/ensemble.h)
 // Each command is a Command (command_line.h): its flags and its run, in train_commands.cpp (train, pretrain,
-// compare, nbsvm) and run_commands.cpp (eval, predict, report, check, flops). The flags are one table per command
+// compare, nbsvm) and run_commands.cpp (eval, predict, report, check, flops, batches). The flags are one table per command
 // (CLI11, Debian's libcli11-dev): it parses them, checks each number in full against its range (settings.h), and
 // writes --help. The training flags are made from the settings' rows (training_flags.h, setting_table.h).
 #include <fmt/format.h>

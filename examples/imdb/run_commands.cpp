@@ -1,9 +1,11 @@
 // The imdb commands that read what training wrote: eval (a run's or an ensemble's accuracy), predict (one
 // review), report (report.html / compare.html again), check (a folder's files, as the commands that read them
-// would), and flops (a step's model FLOPs and MFU for these settings).
+// would), flops (a step's model FLOPs and MFU for these settings), and batches (a run's first batches, written for
+// another program).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,6 +16,8 @@
 #include "core/file_io.h"
 #include "core/parallel.h"
 #include "core/precision.h"
+#include "examples/imdb/batcher.h"
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/command_line.h"
 #include "examples/imdb/compare.h"
 #include "examples/imdb/ensemble.h"
@@ -23,6 +27,7 @@
 #include "examples/imdb/trainer.h"
 #include "examples/imdb/training_flags.h"
 #include "examples/imdb/truncation.h"
+#include "nn/checkpoint.h"
 #include "nn/model_flops.h"
 
 namespace ember::imdb {
@@ -225,6 +230,42 @@ class FlopsCommand final : public Command {
   double tokens_per_s_ = 0, peak_tflops_ = 0;
 };
 
+// The first batches of a run's first epoch, as its training takes them, written as safetensors for another program
+// to train on the same batches (bench/train_step.sh gives them to Ember and PyTorch alike): "<i>.tokens" (int64
+// [B, T]), "<i>.mask" (bool [B, T], true at padding) and "<i>.labels" (int64 [B]), i from 0.
+class BatchesCommand final : public Command {
+ public:
+  void add(CLI::App& program) override {
+    app = program.add_subcommand("batches", "write the first batches of a training run's first epoch (these settings' "
+                                            "data, order and padding) to a safetensors file, for another program");
+    add_training_flags(*app, config_, "runs/imdb");
+    app->add_option("--file", file_, "the safetensors file to write")->required();
+    integer_option(*app, "--count", count_, 1, 1'000'000, "batches (fewer when an epoch has fewer)");
+  }
+  bool takes_presets() const override { return true; }
+  int run() override {
+    check_training_config(config_);
+    config_.quiet = true;
+    const Data data = prepare_data(config_);
+    const Batcher batcher(data.train_tokens, data.train_labels, config_.batch_size);
+    const std::vector<int64_t> order = batcher.shuffled_order(config_.seed, 0);
+    nn::TensorMap tensors;
+    const int64_t count = std::min(count_, batcher.num_batches());
+    for (int64_t b = 0; b < count; ++b) {
+      for (const auto& [name, array] : host_arrays(batcher.batch(order, b)))
+        tensors[fmt::format("{}.{}", b, name)] = array;
+    }
+    nn::save_tensors(file_, tensors);
+    fmt::print("{} batches of up to {} reviews written to {}\n", count, config_.batch_size, file_);
+    return 0;
+  }
+
+ private:
+  TrainConfig config_;
+  std::string file_;
+  int64_t count_ = 200;
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<Command>> run_commands() {
@@ -234,6 +275,7 @@ std::vector<std::unique_ptr<Command>> run_commands() {
   commands.push_back(std::make_unique<ReportCommand>());
   commands.push_back(std::make_unique<CheckCommand>());
   commands.push_back(std::make_unique<FlopsCommand>());
+  commands.push_back(std::make_unique<BatchesCommand>());
   return commands;
 }
 
