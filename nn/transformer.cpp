@@ -10,7 +10,7 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "core/shape.h"
-#include "nn/bigrams.h"
+#include "nn/ngrams.h"
 
 namespace ember::nn {
 
@@ -89,7 +89,7 @@ Tensor TransformerClassifier::embed(const Tensor& tokens) const {
   EMBER_CHECK(T <= config.max_len, "TransformerClassifier: sequence length {} exceeds max_len {}", T, config.max_len);
   Tensor positions = arange(T).view({1, T}).to(tokens.device());
   Tensor embedded = token_embedding->forward(tokens) + position_embedding->forward(positions);
-  if (bigram_embedding) embedded = embedded + bigram_embedding->forward(hashed_bigrams(tokens, config.bigram_buckets));
+  if (bigram_embedding) embedded = embedded + bigram_embedding->forward(hashed_bigrams(tokens, config.bigram_buckets, config.bigram_hash));
   return embedded;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "nn/attention.h"
+#include "nn/ngrams.h"
 
 namespace ember::nn {
 
@@ -40,7 +41,8 @@ struct ClassifierConfig {
   int64_t attention_window = -1;  // sliding-window attention: keys within this many positions (-1: full)
   int64_t attention_global = 0;   // with a window: the first tokens that see and are seen by all
   bool checkpoint = false;        // activation checkpointing, per block (autograd/checkpoint.h)
-  int64_t bigram_buckets = 0;     // > 0: hashed bigram embeddings (nn/bigrams.h) added to the token embeddings
+  int64_t bigram_buckets = 0;     // > 0: hashed bigram embeddings (nn/ngrams.h) added to the token embeddings
+  BigramHash bigram_hash = BigramHash::ngram;  // their ids' hash (pair: the first bigram models', in their files)
 };
 
 // Token + learned position embeddings (+ hashed bigram embeddings, with bigram_buckets) -> dropout ->

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "autograd/ops.h"
-#include "nn/bigrams.h"
+#include "nn/ngrams.h"
 
 namespace ember::imdb {
 
@@ -23,7 +23,7 @@ train::Batch host_arrays(const Batch& batch) {
 train::Batch gpu_arrays(const Batch& batch, const nn::ClassifierConfig& model) {
   train::Batch arrays = host_arrays(batch);
   arrays["positions"] = arange(batch.seq_len).view({1, batch.seq_len});
-  if (model.bigram_buckets > 0) arrays["bigrams"] = nn::hashed_bigrams(arrays.at("tokens"), model.bigram_buckets);
+  if (model.bigram_buckets > 0) arrays["bigrams"] = nn::hashed_bigrams(arrays.at("tokens"), model.bigram_buckets, model.bigram_hash);
   return arrays;
 }
 

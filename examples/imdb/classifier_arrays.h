@@ -3,7 +3,7 @@
 // (the evaluation's graphs, train::GraphEvaluator).
 //   host_arrays: "tokens" [B, T] (int64), "mask" [B, T] (bool, true at padding), "labels" [B] (int64);
 //   gpu_arrays: the same, with "positions" [1, T] (0 .. T-1) and, with bigram_buckets, "bigrams" [B, T] (the
-//   tokens' hashed bigrams, nn/bigrams.h): a forward from staged ids computes neither on the GPU.
+//   tokens' hashed bigrams, nn/ngrams.h): a forward from staged ids computes neither on the GPU.
 #pragma once
 #include <cstdint>
 #include <map>

@@ -8,27 +8,19 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/random.h"
+#include "nn/ngrams.h"
 
 namespace ember::imdb {
-
-int64_t ngram_id(const int32_t* tokens, int64_t n, int64_t buckets) {
-  // A chain of core/random.h's splitmix64: each token mixes into the hash of the ones before it; the
-  // seed differs with n, so a word and a pair never share an id by construction.
-  constexpr uint64_t kNgramSeed = 0x9A3F5;
-  uint64_t hash = random_bits(kNgramSeed, uint64_t(n));
-  for (int64_t i = 0; i < n; ++i) hash = random_bits(hash, uint64_t(uint32_t(tokens[i])));
-  return int64_t(hash % uint64_t(buckets));
-}
 
 std::vector<int32_t> ngram_set(const std::vector<int32_t>& tokens, int64_t order, int64_t buckets) {
   EMBER_CHECK(order >= 1, "ngram_set: the order must be >= 1, got {}", order);
   EMBER_CHECK(buckets >= 1 && buckets < (int64_t(1) << 31), "ngram_set: buckets must be in [1, 2^31), got {}", buckets);
   const int64_t length = int64_t(tokens.size());
+  const std::vector<int64_t> wide(tokens.begin(), tokens.end());
   std::vector<int32_t> ids;
   for (int64_t n = 1; n <= order; ++n)
     for (int64_t start = 0; start + n <= length; ++start)
-      ids.push_back(int32_t(ngram_id(tokens.data() + start, n, buckets)));
+      ids.push_back(int32_t(nn::ngram_id(wide.data() + start, n, buckets)));
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;

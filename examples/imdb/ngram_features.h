@@ -6,11 +6,8 @@
 
 namespace ember::imdb {
 
-// The id of the n-gram tokens[0 .. n-1], hashed into [0, buckets): one table for every n (as fastText's
-// buckets), a fixed hash (the same id on every run and machine). Distinct n-grams may share an id.
-int64_t ngram_id(const int32_t* tokens, int64_t n, int64_t buckets);
-
-// The review's n-grams for n = 1 .. order, each present once (the features are binary: "the review has
+// The review's n-grams for n = 1 .. order (their ids: nn::ngram_id, nn/ngrams.h, one table for every n, as
+// fastText's buckets), each present once (the features are binary: "the review has
 // it"), as sorted distinct ids. Throws ember::Error for order < 1 or buckets outside [1, 2^31).
 std::vector<int32_t> ngram_set(const std::vector<int32_t>& tokens, int64_t order, int64_t buckets);
 

@@ -100,6 +100,22 @@ void add_later_rows(std::vector<Setting>& t) {
                            "hashed bigram embeddings beside the token embeddings, in N buckets (fastText's word pairs); "
                            "0: none (the recipe)"),
                    S::checkpoint, "0"));
+  // The bigram ids' hash: no flag (a new run takes the one n-gram hash); a bigram model file written before it has
+  // none and means the first one, pair. Recorded only in a file with bigrams (the others' bytes stay as they were).
+  Setting bigram_hash = named("bigram_hash", "", "");
+  bigram_hash.kind = SettingKind::custom;
+  bigram_hash.before = "pair";
+  bigram_hash.write = [](const TrainConfig& c) {
+    return std::string(c.model.bigram_hash == nn::BigramHash::ngram ? "ngram" : "pair");
+  };
+  bigram_hash.read = [](TrainConfig& c, const std::string& text) {
+    if (text != "ngram" && text != "pair") return false;
+    c.model.bigram_hash = text == "ngram" ? nn::BigramHash::ngram : nn::BigramHash::pair;
+    return true;
+  };
+  bigram_hash.applies = [](const TrainConfig& c) { return c.model.bigram_buckets > 0; };
+  bigram_hash.expected = "ngram or pair";
+  t.push_back(bigram_hash);
   t.push_back(with(integer("validation", "--validation", MEMBER(validation), 0, limits::max_reviews,
                            "hold out N training reviews (the same N for every run) as a validation set, evaluated "
                            "each epoch; 0: none (the recipe)"),

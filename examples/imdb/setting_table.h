@@ -49,6 +49,8 @@ struct Setting {
   bool help_shows_default = true;     // --help shows the default (for a custom row: write's text)
   // A checkpoint row added after files were written: the text such a file means (nullopt: every file has it).
   std::optional<std::string> before;
+  // A checkpoint row recorded only where it applies (a file without it reads `before`); nullptr: in every file.
+  bool (*applies)(const TrainConfig&) = nullptr;
   // custom (write also for a row whose metadata text is not its member's: --cuda-graph as it applies).
   std::string (*write)(const TrainConfig&) = nullptr;
   bool (*read)(TrainConfig&, const std::string&) = nullptr;  // false: not valid text

@@ -90,7 +90,8 @@ bool TrainConfig::uses_cuda_graph() const {
 std::map<std::string, std::string> TrainConfig::to_metadata() const {
   std::map<std::string, std::string> m;
   for (const Setting& row : setting_table())
-    if (row.scope == SettingScope::checkpoint) m[row.key] = setting_text(row, *this);
+    if (row.scope == SettingScope::checkpoint && (row.applies == nullptr || row.applies(*this)))
+      m[row.key] = setting_text(row, *this);
   return m;
 }
 

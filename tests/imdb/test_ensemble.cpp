@@ -3,11 +3,14 @@
 // (--bigrams, another --max-len) combine, and runs that held out other reviews are refused.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "examples/imdb/ensemble.h"
 #include "examples/imdb/trainer.h"
+#include "nn/checkpoint.h"
+#include "nn/ngrams.h"
 #include "tests/helpers.h"
 #include "tests/imdb_helpers.h"
 
@@ -90,4 +93,39 @@ TEST_CASE("ensemble: runs that held out other reviews, or none, are refused on t
   check_error([&] { evaluate_ensemble({a.out, none.out}, data, true); }, "held out no validation reviews");
   check_error([&] { evaluate_ensemble({a.out, a.out + "/missing"}, data, true); }, "missing");
   CHECK(evaluate_ensemble({a.out, other.out, none.out}, data, false).run_accuracies.size() == 3);  // test: all read it
+}
+
+// The one n-gram hash (nn/ngrams.h): a bigram model records it ("bigram_hash": "ngram"); a model file written
+// before it has no such key and was trained on the first bigram models' pair hash, which it keeps: loaded, it
+// reads its pairs' rows by that hash (its predictions as they were), not by the new one.
+TEST_CASE("bigrams: a model file records its bigram hash; one from before the one hash keeps its pair hash") {
+  TrainConfig c = validated_run("hash", 3);
+  c.model.bigram_buckets = 50;
+  train_classifier(c);
+  const std::string path = c.out + "/model.safetensors";
+  nn::Metadata meta;
+  nn::TensorMap tensors = nn::load_tensors(path, &meta);
+  CHECK(meta.at("bigram_hash") == "ngram");
+  SavedRun now = load_run(c.out);
+  CHECK(now.config.model.bigram_hash == nn::BigramHash::ngram);
+  now.config.data = c.data;
+  const Data data = prepare_data(now.config, &now.vocabulary);
+  const std::vector<double> by_ngram = positive_probabilities(*now.model, data.validation_tokens);
+
+  meta.erase("bigram_hash");  // as a build before the one hash wrote it
+  meta[kContentKey] = content_fingerprint(tensors, meta);
+  nn::save_tensors(path, tensors, meta);
+  SavedRun old = load_run(c.out);
+  CHECK(old.config.model.bigram_hash == nn::BigramHash::pair);
+  const std::vector<double> by_pair = positive_probabilities(*old.model, data.validation_tokens);
+  CHECK(by_pair != by_ngram);  // the same weights read by other rows
+  // The pair hash's rows, by hand: the model with its config's hash switched gives the other's numbers.
+  old.model->config.bigram_hash = nn::BigramHash::ngram;
+  CHECK(positive_probabilities(*old.model, data.validation_tokens) == by_ngram);
+  // A model without bigrams records no hash: its file is as before the one hash.
+  TrainConfig plain = validated_run("no-hash", 3);
+  train_classifier(plain);
+  nn::Metadata plain_meta;
+  nn::load_tensors(plain.out + "/model.safetensors", &plain_meta);
+  CHECK(plain_meta.count("bigram_hash") == 0);
 }

@@ -15,6 +15,7 @@
 #include "examples/imdb/nbsvm.h"
 #include "examples/imdb/ngram_features.h"
 #include "examples/imdb/trainer.h"
+#include "nn/ngrams.h"
 #include "tests/helpers.h"
 #include "tests/imdb_helpers.h"
 
@@ -50,21 +51,23 @@ std::vector<int32_t> sorted_ids(std::vector<int64_t> ids) {
 TEST_CASE("nbsvm: a review's n-gram set holds each of its 1..order-grams once, sorted") {
   const int64_t buckets = int64_t(1) << 30;
   const std::vector<int32_t> tokens = {5, 6, 5, 6};  // words 5, 6; pairs (5 6), (6 5); triples (5 6 5), (6 5 6)
-  auto id = [&](std::vector<int32_t> gram) { return ngram_id(gram.data(), int64_t(gram.size()), buckets); };
+  auto id = [&](std::vector<int64_t> gram) { return nn::ngram_id(gram.data(), int64_t(gram.size()), buckets); };
   CHECK(ngram_set(tokens, 1, buckets) == sorted_ids({id({5}), id({6})}));
   CHECK(ngram_set(tokens, 2, buckets) == sorted_ids({id({5}), id({6}), id({5, 6}), id({6, 5})}));
   const std::vector<int32_t> three = ngram_set(tokens, 3, buckets);
   CHECK(three == sorted_ids({id({5}), id({6}), id({5, 6}), id({6, 5}), id({5, 6, 5}), id({6, 5, 6})}));
   CHECK(three.size() == 6);  // 2^30 buckets: these six do not collide
   // The id is the n-gram's, wherever it stands; a word and the pair it starts are different n-grams.
-  CHECK(id({5, 6}) == ngram_id(tokens.data() + 2, 2, buckets));
+  const std::vector<int64_t> wide(tokens.begin(), tokens.end());
+  CHECK(id({5, 6}) == nn::ngram_id(wide.data() + 2, 2, buckets));
   CHECK(id({5}) != id({5, 6}));
-  // The ids are fixed (as nn::bigram_id's): a saved NBSVM's weights are indexed by them, so a change of the hash
-  // would make every saved model read the wrong weights. These are the ids its files were written with.
-  const std::vector<int32_t> words = {5, 6, 7};
-  CHECK(ngram_id(words.data(), 1, 1 << 23) == 7724394);
-  CHECK(ngram_id(words.data(), 2, 1 << 23) == 7046120);
-  CHECK(ngram_id(words.data(), 3, 1 << 23) == 4495614);
+  // The ids are fixed (nn::ngram_id, tests/nn/test_ngrams.cpp): a saved NBSVM's weights are indexed by them, so a
+  // change of the hash would make every saved model read the wrong weights. These are the ids its files were
+  // written with.
+  const std::vector<int64_t> words = {5, 6, 7};
+  CHECK(nn::ngram_id(words.data(), 1, 1 << 23) == 7724394);
+  CHECK(nn::ngram_id(words.data(), 2, 1 << 23) == 7046120);
+  CHECK(nn::ngram_id(words.data(), 3, 1 << 23) == 4495614);
   // Edges: no tokens, no n-gram; an order past the length stops at the length; one bucket holds everything.
   CHECK(ngram_set({}, 3, buckets).empty());
   CHECK(ngram_set({7}, 3, buckets) == std::vector<int32_t>{int32_t(id({7}))});

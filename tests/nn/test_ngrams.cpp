@@ -1,6 +1,7 @@
-// nn/bigrams.h and the classifier's hashed bigram embeddings (ClassifierConfig::bigram_buckets): the ids
-// (each the hash of its pair, stable across runs and machines), the model starting as the one without
-// them, the gradient reaching a pair's row from the positions that hold it, gradcheck, and errors.
+// nn/ngrams.h and the classifier's hashed bigram embeddings (ClassifierConfig::bigram_buckets): the ids (each
+// the hash of its n-gram, stable across runs and machines; a bigram's the n-gram hash of its pair, or for the
+// first bigram models the pair hash), the model starting as the one without them, the gradient reaching a
+// pair's row from the positions that hold it, gradcheck, and errors.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
-#include "nn/bigrams.h"
+#include "nn/ngrams.h"
 #include "nn/transformer.h"
 #include "tests/helpers.h"
 
@@ -54,13 +55,28 @@ TEST_CASE("bigrams: ids spread evenly over the buckets, and are the same on ever
     INFO("bucket " << bucket);
     CHECK(std::abs(count - 625) < 125);
   }
-  // A saved model's bigram rows are only meaningful under the same hash: these ids are pinned (computed
-  // apart from this code, by a Python transcription of core/random.h's splitmix64 over (0xB16A3, a << 32 ^ b)),
-  // so a change of the function, which would silently scramble every trained model's pairs, fails here.
-  CHECK(nn::bigram_id(0, 0, 131072) == 122633);
-  CHECK(nn::bigram_id(17, 4242, 131072) == 58371);
-  CHECK(nn::bigram_id(20001, 3, 131072) == 86339);
-  CHECK(nn::bigram_id(5, 9, 1000) == 255);
+  // A saved model's bigram rows (and an NBSVM's weights) are only meaningful under the same hash: these ids are
+  // pinned (computed apart from this code, by a Python transcription of core/random.h's splitmix64: the chain from
+  // (0x9A3F5, n) over the tokens; the first bigram models' over (0xB16A3, a << 32 ^ b)), so a change of either
+  // function, which would silently scramble every trained model's pairs, fails here.
+  const int64_t words[3] = {5, 6, 7};
+  CHECK(nn::ngram_id(words, 1, 1 << 23) == 7724394);
+  CHECK(nn::ngram_id(words, 2, 1 << 23) == 7046120);
+  CHECK(nn::ngram_id(words, 3, 1 << 23) == 4495614);
+  CHECK(nn::bigram_id(0, 0, 131072) == 41922);
+  CHECK(nn::bigram_id(17, 4242, 131072) == 20408);
+  CHECK(nn::bigram_id(20001, 3, 131072) == 73598);
+  CHECK(nn::bigram_id(5, 9, 1000) == 430);
+  CHECK(nn::bigram_id(5, 9, 1000) == nn::ngram_id(std::vector<int64_t>{5, 9}.data(), 2, 1000));  // one hash
+  const nn::BigramHash first = nn::BigramHash::pair;
+  CHECK(nn::bigram_id(0, 0, 131072, first) == 122633);
+  CHECK(nn::bigram_id(17, 4242, 131072, first) == 58371);
+  CHECK(nn::bigram_id(20001, 3, 131072, first) == 86339);
+  CHECK(nn::bigram_id(5, 9, 1000, first) == 255);
+  const Tensor tokens = from_vector(std::vector<int64_t>{5, 9, 0, 7}, {2, 2});
+  const std::vector<int64_t> ids = nn::hashed_bigrams(tokens, 1000, first).to_vector<int64_t>();
+  CHECK(ids == std::vector<int64_t>{nn::bigram_id(0, 5, 1000, first), 255, nn::bigram_id(0, 0, 1000, first),
+                                    nn::bigram_id(0, 7, 1000, first)});
 }
 
 TEST_CASE("bigrams: bad tokens and bucket counts are refused") {
