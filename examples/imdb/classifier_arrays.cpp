@@ -12,12 +12,14 @@
 
 namespace ember::imdb {
 
-train::Batch host_arrays(const Batch& batch) {
+train::Batch host_arrays(const Batch& batch, Device mask_device) {
   const int64_t B = batch.batch, T = batch.seq_len;
   Tensor mask = Tensor::empty({B, T}, Dtype::Bool);
   bool* padding = mask.data<bool>();
   for (size_t i = 0; i < batch.key_mask.size(); ++i) padding[i] = batch.key_mask[i] == 0;
-  return {{"tokens", from_vector(batch.tokens, {B, T})}, {"mask", mask}, {"labels", from_vector(batch.labels, {B})}};
+  return {{"tokens", from_vector(batch.tokens, {B, T})},
+          {"mask", mask_device.is_cpu() ? mask : mask.to(mask_device)},
+          {"labels", from_vector(batch.labels, {B})}};
 }
 
 train::Batch gpu_arrays(const Batch& batch, const nn::ClassifierConfig& model) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "core/device.h"
 #include "core/tensor.h"
 #include "examples/imdb/batcher.h"
 #include "nn/transformer.h"
@@ -16,7 +17,9 @@
 
 namespace ember::imdb {
 
-train::Batch host_arrays(const Batch& batch);
+// (host_arrays' mask on `device`, where the model is; the ids stay on the host: the embedding and cross-entropy
+// check them there and upload them without waiting for the GPU.)
+train::Batch host_arrays(const Batch& batch, Device mask_device = Device::cpu());
 train::Batch gpu_arrays(const Batch& batch, const nn::ClassifierConfig& model);
 // Which arrays are ids, and their bounds (tokens, positions and bigrams with the embedding backward's buckets).
 train::Layout array_layout(const nn::ClassifierConfig& model);

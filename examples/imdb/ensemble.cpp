@@ -1,4 +1,5 @@
 // Several runs as one classifier: their probabilities averaged (examples/imdb/ensemble.h).
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/ensemble.h"
 
 #include <algorithm>
@@ -29,9 +30,9 @@ std::vector<double> positive_probabilities(nn::TransformerClassifier& model,
   const Device device = model.parameters().front().device();
   std::vector<double> out(reviews.size());
   for (int64_t b = 0; b < batcher.num_batches(); ++b) {
-    const BatchTensors t = to_tensors(batcher.batch(order, b), device);
-    const std::vector<float> p = softmax(model.forward(t.tokens, t.padding_mask), 1).to(Device::cpu()).to_vector<float>();
-    for (int64_t r = 0; r < t.tokens.size(0); ++r) out[size_t(order[size_t(b * batch_size + r)])] = p[size_t(2 * r + 1)];
+    const train::Batch t = host_arrays(batcher.batch(order, b), device);
+    const std::vector<float> p = softmax(model.forward(t.at("tokens"), t.at("mask")), 1).to(Device::cpu()).to_vector<float>();
+    for (int64_t r = 0; r < t.at("tokens").size(0); ++r) out[size_t(order[size_t(b * batch_size + r)])] = p[size_t(2 * r + 1)];
   }
   model.train(was_training);
   return out;

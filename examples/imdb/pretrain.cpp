@@ -3,6 +3,7 @@
 // owns the run folder, the metrics log, the stop signals and the progress line; this file adds the step, its
 // checkpoint format, its epoch record, the encoder file. It uses the classifier's pieces: the batcher, the
 // checkpoint's checksum (trainer.h), AdamW's parameter groups and data parallelism (nn/data_parallel.h).
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/pretrain.h"
 
 #include <algorithm>
@@ -420,13 +421,13 @@ train::StepResult PretrainRun::Step::run(const Tensor&) {
     }
   Batch mine = r.batcher_->batch_rows(r.order_, at.index, rows.begin, rows.size());
   mine.tokens.assign(masked.inputs.begin() + first, masked.inputs.begin() + last);
-  BatchTensors t = to_tensors(mine, r.device_);
+  const train::Batch t = host_arrays(mine, r.device_);
   if (r.several_) r.gen_.set_batch_slice({whole.batch, rows.begin, rows.size()});
   r.optimizer_->zero_grad();
   double loss_value = 0, correct = 0;
   const double all_masked = double(masked.positions.size()), my_masked = double(positions.size());
   if (!positions.empty()) {
-    MaskedTokenModel::Output out = r.model_->forward(t.tokens, t.padding_mask, from_vector(positions), from_vector(targets));
+    MaskedTokenModel::Output out = r.model_->forward(t.at("tokens"), t.at("mask"), from_vector(positions), from_vector(targets));
     // Each rank's mean weighs its share of the batch's masked tokens; DataParallel averages (/ size).
     if (r.several_) (out.loss * (my_masked * double(r.world_.size()) / all_masked)).backward();
     else out.loss.backward();

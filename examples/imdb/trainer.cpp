@@ -201,18 +201,6 @@ void check_zero_has_ranks(bool zero, Device device, bool several) {
               "to shard: drop --zero, or run under mpirun -np N");
 }
 
-BatchTensors to_tensors(const Batch& batch, Device device) {
-  BatchTensors t;
-  t.tokens = from_vector(batch.tokens, {batch.batch, batch.seq_len});
-  t.padding_mask = Tensor::empty({batch.batch, batch.seq_len}, Dtype::Bool);
-  bool* mask = t.padding_mask.data<bool>();
-  for (size_t i = 0; i < batch.key_mask.size(); ++i) mask[i] = batch.key_mask[i] == 0;
-  t.labels = from_vector(batch.labels, {batch.batch});
-  // On a GPU the tokens and labels stay on the host: the embedding and cross-entropy check them there
-  // and upload them without the host waiting for the GPU (docs/cuda.md, the step without waits).
-  if (!device.is_cpu()) t.padding_mask = t.padding_mask.to(device);
-  return t;
-}
 
 // ---- Evaluation
 
@@ -238,9 +226,9 @@ double evaluate(nn::TransformerClassifier& model, const std::vector<std::vector<
       if (b == rank) fault_pause("evaluation");
       continue;
     }
-    BatchTensors t = to_tensors(batcher.batch(order, b), device);
-    Tensor predicted = argmax(model.forward(t.tokens, t.padding_mask), 1);
-    Tensor batch_correct = sum(eq(predicted, t.labels.to(predicted.device())).to(Dtype::Float64));
+    const train::Batch t = host_arrays(batcher.batch(order, b), device);
+    Tensor predicted = argmax(model.forward(t.at("tokens"), t.at("mask")), 1);
+    Tensor batch_correct = sum(eq(predicted, t.at("labels").to(predicted.device())).to(Dtype::Float64));
     counted = counted.defined() ? counted + batch_correct : batch_correct;
     if (b == rank) fault_pause("evaluation");  // the kill tests' kill mid-evaluation (core/file_io.h)
   }

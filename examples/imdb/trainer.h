@@ -167,13 +167,6 @@ std::string vocabulary_fingerprint(const Vocabulary& vocabulary);
 // Probability that the review is positive.
 double predict_positive(const SavedRun& run, const std::string& review);
 
-// Batch -> tensors: tokens int64 [B, T], key_padding_mask bool [B, T] (true = padding), labels int64 [B].
-struct BatchTensors {
-  Tensor tokens, padding_mask, labels;
-};
-// The padding mask on `device` (copied there from the host); tokens and labels stay on the host, where
-// the embedding and cross-entropy check them before they upload them (no wait for the GPU).
-BatchTensors to_tensors(const Batch& batch, Device device = Device::cpu());
 // The device of a --device flag, checked: cuda:N with no such GPU (or no CUDA build) is an ember::Error.
 Device checked_device(const std::string& name);
 // Where a rank of `train` or `pretrain` computes: checked_device, and under mpirun (`several` ranks) a plain

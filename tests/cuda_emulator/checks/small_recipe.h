@@ -66,8 +66,8 @@ struct Run {
   // The trainer's step with --cuda-graph off and no prefetching: the batch's ids checked on the host
   // and uploaded by the embedding and cross-entropy, on the compute stream.
   Tensor eager_step(const imdb::Batch& batch) {
-    imdb::BatchTensors t = imdb::to_tensors(batch, Device::cuda(0));
-    Tensor loss = cross_entropy(model.forward(t.tokens, t.padding_mask), t.labels);
+    const train::Batch t = imdb::host_arrays(batch, Device::cuda(0));
+    Tensor loss = cross_entropy(model.forward(t.at("tokens"), t.at("mask")), t.at("labels"));
     optimizer.zero_grad();
     loss.backward();
     optim::clip_grad_norm_(model.parameters(), 1.0);
