@@ -28,8 +28,6 @@ ALLOWED_CALLS = [
     ("optim/train/graph_*.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::.*",
      "the training layer's CUDA-graph step and evaluation: which work to capture and replay is the loop's "
      "choice (one graph per batch shape), not an op"),
-    ("optim/train/device_step.cpp", "core/cuda_graph.cpp", r"ember::CudaGraph::~CudaGraph\(\)",
-     "one GPU's step owns its graph step (its graphs' destructors)"),
     ("optim/train/graph_step.cpp", "*", r"ember::copy_bytes_across_devices\(.*",
      "the graph step copies a batch into the captured inputs on the GPU, one cudaMemcpyAsync and no "
      "kernel, which a replayed graph reads (core/device_copy.h)"),

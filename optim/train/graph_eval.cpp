@@ -17,6 +17,8 @@ GraphEvaluator::GraphEvaluator(Device device, Layout layout, CountFn count_of)
   total_ = zeros({}, Dtype::Float64, device);
 }
 
+GraphEvaluator::~GraphEvaluator() = default;
+
 void GraphEvaluator::add(const Batch& batch) {
   std::vector<int64_t> shape;
   for (const auto& [name, array] : batch) {

@@ -28,6 +28,7 @@ class GraphEvaluator {
   // model: in eval mode, without gradients (NoGradGuard).
   using CountFn = std::function<Tensor(const DeviceBatch&)>;
   GraphEvaluator(Device device, Layout layout, CountFn count_of);
+  ~GraphEvaluator();  // (out of line: the graphs' destructors are this layer's call, not its user's)
 
   // Adds the batch's count to the total on the GPU; the host does not wait.
   void add(const Batch& batch);

@@ -91,6 +91,8 @@ GraphStep::GraphStep(nn::Module& model, optim::Adam& optimizer, Generator& gen, 
   dropout_state_ = zeros({2}, Dtype::Int64, device);
 }
 
+GraphStep::~GraphStep() = default;
+
 Tensor GraphStep::run(const DeviceBatch& batch, const Tensor& loss_into) {
   PerShape& s = shapes_[batch_shape(batch)];
   copy_into_graph_inputs(batch, device_, s.inputs);

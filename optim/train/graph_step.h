@@ -70,6 +70,7 @@ class GraphStep {
   // clipped to it. Model, optimizer and gen must outlive this.
   GraphStep(nn::Module& model, optim::Adam& optimizer, Generator& gen, Device device, DeviceLossFn loss_of,
             double clip, bool quiet = false);
+  ~GraphStep();  // (out of line: the graphs' destructors are this layer's call, not its user's)
 
   // One training step on `batch` (on the GPU: Prefetcher::take) at the optimizer's lr(): the first of its shape
   // runs eagerly and is then captured; later ones replay that graph. Returns the step's loss, a GPU scalar of its
