@@ -278,7 +278,7 @@ if [[ $have_data -eq 1 ]]; then
 fi
 
 # ---- 7. One training step of the recipe's model (h = 4, 32 x 256, no padding): Ember with the
-# composed attention (the default) and the fused kernels; PyTorch eager and torch.compile's default
+# composed attention and the fused kernels (the default on a GPU, docs/attention.md); PyTorch eager and torch.compile's default
 # mode, TF32 off on both sides, AdamW at PyTorch's default (foreach / fused as it picks). About 75 s
 # at 65c2eb4 (Ember 5 s each, eager 15 s, compile 45 s); caps 60 / 60 / 90 / 150 s.
 init="$work/init.safetensors"
