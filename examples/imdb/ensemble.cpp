@@ -1,5 +1,4 @@
 // Several runs as one classifier: their probabilities averaged (examples/imdb/ensemble.h).
-#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/ensemble.h"
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include "core/error.h"
 #include "core/precision.h"
 #include "examples/imdb/batcher.h"
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/folder_commands.h"
 
 namespace ember::imdb {

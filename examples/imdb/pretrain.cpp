@@ -3,7 +3,6 @@
 // owns the run folder, the metrics log, the stop signals and the progress line; this file adds the step, its
 // checkpoint format, its epoch record, the encoder file. It uses the classifier's pieces: the batcher, the
 // checkpoint's checksum (trainer.h), AdamW's parameter groups and data parallelism (nn/data_parallel.h).
-#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/pretrain.h"
 
 #include <algorithm>
@@ -32,6 +31,7 @@
 #include "core/distributed/world.h"
 #include "core/parallel.h"
 #include "core/precision.h"
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/encoder_file.h"
 #include "examples/imdb/masked_token_model.h"
 #include "examples/imdb/run_folder.h"

@@ -21,10 +21,10 @@
 #include "core/distributed/nccl.h"
 #include "core/distributed/world.h"
 #include "core/file_io.h"
+#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/dataset.h"
 #include "examples/imdb/digest.h"
 #include "examples/imdb/encoder_file.h"
-#include "examples/imdb/classifier_arrays.h"
 #include "examples/imdb/run_folder.h"
 #include "examples/imdb/tokenizer.h"
 #include "examples/imdb/truncation.h"
@@ -200,7 +200,6 @@ void check_zero_has_ranks(bool zero, Device device, bool several) {
               "--zero shards AdamW's moments over the ranks of an mpirun job; on one GPU process there is nothing "
               "to shard: drop --zero, or run under mpirun -np N");
 }
-
 
 // ---- Evaluation
 

@@ -15,8 +15,8 @@
 #include "examples/imdb/settings.h"
 #include "examples/imdb/vocabulary.h"
 #include "nn/transformer.h"
-#include "optim/train/graph_eval.h"
 #include "optim/optimizer.h"
+#include "optim/train/graph_eval.h"
 #include "optim/train/loop.h"
 #include "optim/train/run_folder.h"
 
