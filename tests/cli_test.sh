@@ -171,6 +171,9 @@ for b in (0, 1):
     assert set(struct.unpack(f"<{B}q", body[labels["data_offsets"][0] : labels["data_offsets"][1]])) <= {0, 1}
 EOF
 expect "imdb batches needs --file" 2 "--file is required" -- "$IMDB" batches --data "$DATA"
+cp "$OUT/run/model.safetensors" "$OUT/kept.safetensors"
+expect "imdb batches does not write over a file (a saved model)" 2 "exists: imdb batches writes a new file" -- "$IMDB" batches "${small[@]}" --count 1 --file "$OUT/kept.safetensors"
+cmp -s "$OUT/run/model.safetensors" "$OUT/kept.safetensors" && pass "the file is untouched" || failed "imdb batches changed an existing file"
 # Whole reviews (issue 15): --attention, --truncate, --checkpoint.
 expect "bad --attention" 2 "--attention: expects full or window:W[,global:G]" -- "$IMDB" train --attention window:-3
 expect "--attention with junk" 2 "got 'window:8,global'" -- "$IMDB" train --attention window:8,global

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -245,6 +246,9 @@ class BatchesCommand final : public Command {
   bool takes_presets() const override { return true; }
   int run() override {
     check_training_config(config_);
+    // NOTE: the file is new: a path that names a saved model or checkpoint would otherwise be overwritten.
+    if (std::filesystem::exists(file_))
+      throw UsageError(fmt::format("--file {} exists: imdb batches writes a new file, it does not replace one", file_));
     config_.quiet = true;
     const Data data = prepare_data(config_);
     const Batcher batcher(data.train_tokens, data.train_labels, config_.batch_size);

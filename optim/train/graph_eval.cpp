@@ -20,12 +20,7 @@ GraphEvaluator::GraphEvaluator(Device device, Layout layout, CountFn count_of)
 GraphEvaluator::~GraphEvaluator() = default;
 
 void GraphEvaluator::add(const Batch& batch) {
-  std::vector<int64_t> shape;
-  for (const auto& [name, array] : batch) {
-    shape.push_back(array.dim());
-    shape.insert(shape.end(), array.shape().begin(), array.shape().end());
-  }
-  PerShape& s = shapes_[shape];
+  PerShape& s = shapes_[batch_shape(batch)];
   // NOTE: no buckets: they serve only the embedding's backward (on a 20,002-word vocabulary their counting sort
   // was most of the host's time per batch).
   stage(batch, layout_, device_, GpuStream::Compute, s.inputs, /*with_buckets=*/false);

@@ -31,9 +31,9 @@ Tensor step_on_device(nn::Module& model, optim::Optimizer& optimizer, const Devi
   return loss;
 }
 
-std::vector<int64_t> batch_shape(const DeviceBatch& batch) {
+std::vector<int64_t> batch_shape(const Batch& arrays) {
   std::vector<int64_t> key;
-  for (const auto& [name, array] : batch.arrays) {
+  for (const auto& [name, array] : arrays) {
     key.push_back(array.dim());
     key.insert(key.end(), array.shape().begin(), array.shape().end());
   }
@@ -94,7 +94,7 @@ GraphStep::GraphStep(nn::Module& model, optim::Adam& optimizer, Generator& gen, 
 GraphStep::~GraphStep() = default;
 
 Tensor GraphStep::run(const DeviceBatch& batch, const Tensor& loss_into) {
-  PerShape& s = shapes_[batch_shape(batch)];
+  PerShape& s = shapes_[batch_shape(batch.arrays)];
   copy_into_graph_inputs(batch, device_, s.inputs);
   // This step's numbers, uploaded before it runs (or replays).
   const uint64_t offset = gen_.offset();

@@ -49,8 +49,8 @@ struct GraphRunCounts {
   int64_t replays = 0;   // calls run as one graph launch
 };
 
-// A batch's shape: every array's, in name order (one graph per shape).
-std::vector<int64_t> batch_shape(const DeviceBatch& batch);
+// A batch's shape: every array's, in name order (one graph per shape); of host arrays or of a DeviceBatch's.
+std::vector<int64_t> batch_shape(const Batch& arrays);
 // Copies `batch` on the GPU into `graph_inputs`, made on the first call with the same shapes (a device-to-device
 // copy per array, no kernel); an array the batch stages once per shape is copied only then.
 void copy_into_graph_inputs(const DeviceBatch& batch, Device device, DeviceBatch& graph_inputs);
